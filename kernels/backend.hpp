@@ -1,0 +1,230 @@
+// Backend: one implementation of every numeric op for one kind of device.
+//
+// There are three: `ref` (plain C++ that is obviously correct; the yardstick),
+// `cpu` (fast: OpenBLAS, oneDNN, vectorisable loops) and `cuda` (cuBLAS,
+// cuDNN, custom kernels). The public API in ops.hpp validates shapes, dtypes
+// and devices once, then calls the backend chosen by the registry for the
+// tensors' device. Backends therefore take raw pointers to contiguous
+// row-major memory on their device and may assume valid arguments, except
+// where a comment says they must check data (ids, labels).
+//
+// Conventions that every backend follows, so that all three agree:
+// - Backward ops overwrite their outputs (dx, dw, db), never accumulate.
+// - Max pooling keeps the first maximum in row-major window order; its argmax
+//   is the index h * W + w inside the input plane of the same (n, c).
+// - Random numbers come from the counter-based generator in
+//   math/random.hpp, so a seed gives the same numbers on every backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/device.hpp"
+
+namespace troupe::kernels {
+
+// C[m, n] = alpha * op(A) * op(B) + beta * C, all row-major and contiguous.
+// op(A) is m x k: A is stored [m, k], or [k, m] when trans_a.
+// op(B) is k x n: B is stored [k, n], or [n, k] when trans_b.
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+// NCHW input [n, c, h, w], weights [k, c, r, s], output [n, k, p, q].
+struct Conv2dShape {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;  // input
+  std::int64_t k = 0, r = 0, s = 0;         // filters: count, height, width
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  std::int64_t p() const { return (h + 2 * pad_h - r) / stride_h + 1; }
+  std::int64_t q() const { return (w + 2 * pad_w - s) / stride_w + 1; }
+};
+
+// Max pooling over NCHW input [n, c, h, w] -> [n, c, p, q], no padding.
+struct Pool2dShape {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;
+  std::int64_t window_h = 2, window_w = 2, stride_h = 2, stride_w = 2;
+  std::int64_t p() const { return (h - window_h) / stride_h + 1; }
+  std::int64_t q() const { return (w - window_w) / stride_w + 1; }
+};
+
+// SGD as PyTorch defines it:
+//   g += weight_decay * p;  v = momentum * v + g;
+//   step = nesterov ? g + momentum * v : v   (plain g when momentum == 0)
+//   p -= lr * step
+struct SgdParams {
+  float lr = 0.01f, momentum = 0.0f, weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+// The Adam family in one fused update. The optimizer (host side) computes the
+// per-step coefficients, so Adam and Nadam share the kernel:
+//   g += weight_decay * p                       (L2, as Keras/PyTorch Adam)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   p -= lr * (coef_m * m + coef_g * g) / (sqrt(v * coef_v) + eps)
+//   p -= lr * decoupled_weight_decay * p_old    (AdamW style, usually 0)
+// Adam:  coef_m = 1 / (1 - beta1^t), coef_g = 0, coef_v = 1 / (1 - beta2^t).
+// Nadam: see adam_coefficients() in ops.hpp (Keras' momentum schedule).
+struct AdamParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-7f;
+  float weight_decay = 0.0f, decoupled_weight_decay = 0.0f;
+  float coef_m = 1.0f, coef_g = 0.0f, coef_v = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "ref", "cpu", "cuda"
+  virtual DeviceKind device_kind() const = 0;
+  // Devices of this kind that can run work now: 1 for host backends; for
+  // cuda, cudaGetDeviceCount, where any error (no driver) counts as 0.
+  virtual int device_count() const = 0;
+
+  // ---- memory (device_index selects the GPU; ignored on the host) ----
+  virtual void* allocate(std::size_t bytes, int device_index) = 0;
+  virtual void deallocate(void* ptr, int device_index) noexcept = 0;
+  // Copies between this backend's device memory and host memory, or within
+  // the device. Synchronous: the data is in place when they return.
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes, int device_index) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes, int device_index) = 0;
+  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes, int device_index) = 0;
+  virtual void fill(std::size_t n, float value, float* x) = 0;
+  virtual void fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) = 0;
+  // Waits for all queued work on the device (a no-op on the host).
+  virtual void synchronize(int device_index) = 0;
+
+  // ---- dense layers ----
+  virtual void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
+                    float* c) = 0;
+  // y[r, c] += bias[c] for a [rows, cols] matrix.
+  virtual void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) = 0;
+  // db[c] = sum over r of dy[r, c].
+  virtual void bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) = 0;
+  // y[b, j, i] = x[b, i, j] for `batch` matrices of [rows, cols].
+  virtual void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x,
+                         float* y) = 0;
+
+  // ---- convolution (cross-correlation, as every framework computes it) ----
+  // y = conv(x, w) + bias[k]; bias may be null.
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
+                              const float* bias, float* y) = 0;
+  virtual void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
+                                    float* dx) = 0;
+  // dw from x and dy; db[k] = sum over n, p, q of dy (skipped when db is null).
+  virtual void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
+                                      float* dw, float* db) = 0;
+
+  // ---- max pooling ----
+  virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
+                                 std::int32_t* argmax) = 0;
+  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy,
+                                  const std::int32_t* argmax, float* dx) = 0;
+
+  // ---- embedding: table [vocab, dim]; ids [count]; out [count, dim] ----
+  // Both throw std::out_of_range naming the position of an id outside
+  // [0, vocab).
+  virtual void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
+                                 const std::int32_t* ids, const float* table, float* out) = 0;
+  // dtable = 0, then dtable[ids[i]] += dout[i] (scatter-add; repeated ids add up).
+  virtual void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
+                                  const std::int32_t* ids, const float* dout, float* dtable) = 0;
+
+  // ---- activations ----
+  virtual void relu_forward(std::size_t n, const float* x, float* y) = 0;
+  // dx = x > 0 ? dy : 0 (x is the forward input; y works as well).
+  virtual void relu_backward(std::size_t n, const float* x, const float* dy, float* dx) = 0;
+  // Inverted dropout: element i is kept when random_uniform(seed, i) >= rate
+  // and then scaled by 1 / (1 - rate). Backward recomputes the same mask
+  // from the seed, so no mask is stored.
+  virtual void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
+                               float* y) = 0;
+  virtual void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
+                                float* dx) = 0;
+
+  // ---- losses and metrics ----
+  // Softmax + sparse categorical cross-entropy from logits [n, c]:
+  // loss[i] = logsumexp(logits[i]) - logits[i, labels[i]];
+  // dlogits[i] = grad_scale * (softmax(logits[i]) - onehot(labels[i]))
+  // (skipped when dlogits is null). Throws std::out_of_range for a label
+  // outside [0, c).
+  virtual void softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
+                            const std::int32_t* labels, float* loss, float* dlogits,
+                            float grad_scale) = 0;
+  // loss[i] = mean over d of (pred - target)^2 for rows [n, d];
+  // dpred = grad_scale * 2 * (pred - target) / d (skipped when null).
+  virtual void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
+                   float* loss, float* dpred, float grad_scale) = 0;
+  // correct[i] = 1 when labels[i] is among the k largest logits of row i
+  // (ties count against: a label is in the top k when fewer than k logits
+  // are strictly greater), else 0.
+  virtual void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits,
+                            const std::int32_t* labels, float* correct) = 0;
+  // Sum of n floats, accumulated in double, returned to the host.
+  virtual double reduce_sum(std::size_t n, const float* x) = 0;
+
+  // ---- element-wise and buffers ----
+  virtual void add(std::size_t n, const float* a, const float* b, float* y) = 0;  // y = a + b
+  virtual void scale(std::size_t n, float alpha, float* x) = 0;                  // x *= alpha
+  virtual void axpy(std::size_t n, float alpha, const float* x, float* y) = 0;   // y += alpha x
+  // dst = sum of `count` buffers (the local step of an all-reduce); dst may
+  // alias one of the sources.
+  virtual void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) = 0;
+
+  // ---- fused optimizer updates on flat buffers ----
+  virtual void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
+                          float* velocity) = 0;  // velocity unused (may be null) if momentum == 0
+  virtual void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
+                           float* m, float* v) = 0;
+
+  // ---- seeded initialisers (counter-based: same numbers on every backend) ----
+  virtual void init_uniform(std::size_t n, float low, float high, std::uint64_t seed,
+                            float* x) = 0;
+  virtual void init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed,
+                           float* x) = 0;
+};
+
+}  // namespace troupe::kernels
+
+// Declare every memory function, and every op, of Backend as overrides, so
+// that a backend class writes out only what is its own (see
+// ref/ref_backend.hpp).
+#define TROUPE_BACKEND_MEMORY_OVERRIDES \
+  void* allocate(std::size_t bytes, int device_index) override; \
+  void deallocate(void* ptr, int device_index) noexcept override; \
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes, int device_index) override; \
+  void copy_from_host(void* dst, const void* host_src, std::size_t bytes, int device_index) override; \
+  void copy_on_device(void* dst, const void* src, std::size_t bytes, int device_index) override; \
+  void fill(std::size_t n, float value, float* x) override; \
+  void fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) override; \
+  void synchronize(int device_index) override;
+
+#define TROUPE_BACKEND_OP_OVERRIDES \
+  void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override; \
+  void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) override; \
+  void bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) override; \
+  void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) override; \
+  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) override; \
+  void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) override; \
+  void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) override; \
+  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override; \
+  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override; \
+  void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* table, float* out) override; \
+  void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* dout, float* dtable) override; \
+  void relu_forward(std::size_t n, const float* x, float* y) override; \
+  void relu_backward(std::size_t n, const float* x, const float* dy, float* dx) override; \
+  void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) override; \
+  void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) override; \
+  void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss, float* dlogits, float grad_scale) override; \
+  void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred, float grad_scale) override; \
+  void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits, const std::int32_t* labels, float* correct) override; \
+  double reduce_sum(std::size_t n, const float* x) override; \
+  void add(std::size_t n, const float* a, const float* b, float* y) override; \
+  void scale(std::size_t n, float alpha, float* x) override; \
+  void axpy(std::size_t n, float alpha, const float* x, float* y) override; \
+  void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) override; \
+  void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) override; \
+  void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) override; \
+  void init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) override; \
+  void init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) override;

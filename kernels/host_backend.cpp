@@ -1,0 +1,41 @@
+#include "kernels/host_backend.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace troupe::kernels {
+
+void* HostBackend::allocate(std::size_t bytes, int) {
+  constexpr std::size_t alignment = 64;
+  std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void HostBackend::deallocate(void* ptr, int) noexcept { std::free(ptr); }
+
+void HostBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes, int) {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+
+void HostBackend::copy_from_host(void* dst, const void* host_src, std::size_t bytes, int) {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+
+void HostBackend::copy_on_device(void* dst, const void* src, std::size_t bytes, int) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
+
+void HostBackend::fill(std::size_t n, float value, float* x) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = value;
+}
+
+void HostBackend::fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = value;
+}
+
+void HostBackend::synchronize(int) {}
+
+}  // namespace troupe::kernels

@@ -1,0 +1,541 @@
+// Validation and dispatch for the public ops. Everything a backend may assume
+// (see backend.hpp) is checked here, once, with an error naming the op and
+// the tensors.
+#include "kernels/ops.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/registry.hpp"
+
+namespace troupe::kernels::ops {
+
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("ops::") + op + ": " + what);
+}
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail(op, what);
+}
+
+void require_defined(const char* op, const char* name, const Tensor& t) {
+  require(t.defined() && (t.raw() != nullptr || t.numel() == 0) && t.rank() > 0, op,
+          std::string(name) + " is undefined");
+}
+
+void require_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {
+  require_defined(op, name, t);
+  require(t.dtype() == dtype, op,
+          std::string(name) + " " + t.describe() + " must be " + to_string(dtype));
+}
+
+void require_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
+  require(t.shape() == expected, op,
+          std::string(name) + " " + t.describe() + " must have shape " + expected.str());
+}
+
+// All tensors of one call live on one device; returns the backend for it.
+Backend& backend_for(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  const Tensor* first = nullptr;
+  const char* first_name = nullptr;
+  for (auto [name, t] : ts) {
+    if (!t->defined() || t->raw() == nullptr) continue;
+    if (!first) {
+      first = t;
+      first_name = name;
+    } else if (t->device() != first->device()) {
+      fail(op, std::string(first_name) + " " + first->describe() + " and " + name + " " +
+                   t->describe() + " are on different devices");
+    }
+  }
+  return Registry::instance().for_device(first ? first->device() : Device::cpu());
+}
+
+std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+bool present(const Tensor& t) { return t.raw() != nullptr; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- dense
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b,
+          float alpha, float beta) {
+  const char* op = "gemm";
+  require_dtype(op, "a", a, DType::f32);
+  require_dtype(op, "b", b, DType::f32);
+  require_dtype(op, "c", c, DType::f32);
+  require(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
+          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() +
+              " must all be 2-D");
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = trans_a ? a.size(1) : a.size(0);
+  s.k = trans_a ? a.size(0) : a.size(1);
+  const std::int64_t kb = trans_b ? b.size(1) : b.size(0);
+  s.n = trans_b ? b.size(0) : b.size(1);
+  require(s.k == kb, op,
+          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) +
+              " (a " + a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " +
+              std::to_string(kb) + "x" + std::to_string(s.n) + " (b " + b.describe() +
+              (trans_b ? ", transposed" : "") + ")");
+  require_shape(op, "c", c, Shape{s.m, s.n});
+  backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
+}
+
+void bias_add(const Tensor& y, const Tensor& bias) {
+  const char* op = "bias_add";
+  require_dtype(op, "y", y, DType::f32);
+  require_dtype(op, "bias", bias, DType::f32);
+  const std::int64_t cols = y.size(y.rank() - 1);
+  require_shape(op, "bias", bias, Shape{cols});
+  backend_for(op, {{"y", &y}, {"bias", &bias}}).bias_add(y.numel() / std::max<std::int64_t>(cols, 1), cols, bias.f32(), y.f32());
+}
+
+void bias_grad(const Tensor& dy, const Tensor& db) {
+  const char* op = "bias_grad";
+  require_dtype(op, "dy", dy, DType::f32);
+  require_dtype(op, "db", db, DType::f32);
+  const std::int64_t cols = dy.size(dy.rank() - 1);
+  require_shape(op, "db", db, Shape{cols});
+  backend_for(op, {{"dy", &dy}, {"db", &db}}).bias_grad(dy.numel() / std::max<std::int64_t>(cols, 1), cols, dy.f32(), db.f32());
+}
+
+void transpose_last2(const Tensor& x, const Tensor& y) {
+  const char* op = "transpose_last2";
+  require_dtype(op, "x", x, DType::f32);
+  require_dtype(op, "y", y, DType::f32);
+  require(x.rank() >= 2, op, "x " + x.describe() + " must have at least 2 dimensions");
+  std::vector<std::int64_t> dims = x.shape().dims();
+  std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
+  require_shape(op, "y", y, Shape(dims));
+  require(x.raw() != y.raw() || x.numel() == 0, op, "x and y must not alias");
+  const std::int64_t rows = x.size(x.rank() - 2), cols = x.size(x.rank() - 1);
+  const std::int64_t batch = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
+  backend_for(op, {{"x", &x}, {"y", &y}}).transpose(batch, rows, cols, x.f32(), y.f32());
+}
+
+// ---------------------------------------------------------------- convolution
+
+namespace {
+
+Conv2dShape conv2d_shape(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
+  require(x.rank() == 4, op, "x " + x.str() + " must be 4-D [n, c, h, w]");
+  require(w.rank() == 4, op, "w " + w.str() + " must be 4-D [k, c, r, s]");
+  require(x[1] == w[1], op,
+          "x " + x.str() + " has " + std::to_string(x[1]) + " channels but w " + w.str() +
+              " expects " + std::to_string(w[1]));
+  require(o.stride_h > 0 && o.stride_w > 0 && o.pad_h >= 0 && o.pad_w >= 0, op,
+          "strides must be positive and paddings non-negative");
+  Conv2dShape s;
+  s.n = x[0]; s.c = x[1]; s.h = x[2]; s.w = x[3];
+  s.k = w[0]; s.r = w[2]; s.s = w[3];
+  s.stride_h = o.stride_h; s.stride_w = o.stride_w; s.pad_h = o.pad_h; s.pad_w = o.pad_w;
+  require(s.r >= 1 && s.s >= 1 && s.h + 2 * s.pad_h >= s.r && s.w + 2 * s.pad_w >= s.s, op,
+          "filter " + w.str() + " does not fit input " + x.str() + " with padding " +
+              std::to_string(s.pad_h) + "x" + std::to_string(s.pad_w));
+  return s;
+}
+
+Shape conv2d_y_shape(const Conv2dShape& s) { return Shape{s.n, s.k, s.p(), s.q()}; }
+
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dOptions& o) {
+  return conv2d_y_shape(conv2d_shape("conv2d_output_shape", x, w, o));
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Conv2dOptions& o) {
+  const char* op = "conv2d_forward";
+  require_dtype(op, "x", x, DType::f32);
+  require_dtype(op, "w", w, DType::f32);
+  require_dtype(op, "y", y, DType::f32);
+  Conv2dShape s = conv2d_shape(op, x.shape(), w.shape(), o);
+  require_shape(op, "y", y, conv2d_y_shape(s));
+  if (present(bias)) {
+    require_dtype(op, "bias", bias, DType::f32);
+    require_shape(op, "bias", bias, Shape{s.k});
+  }
+  backend_for(op, {{"x", &x}, {"w", &w}, {"bias", &bias}, {"y", &y}})
+      .conv2d_forward(s, x.f32(), w.f32(), present(bias) ? bias.f32() : nullptr, y.f32());
+}
+
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                          const Conv2dOptions& o) {
+  const char* op = "conv2d_backward_data";
+  require_dtype(op, "dy", dy, DType::f32);
+  require_dtype(op, "w", w, DType::f32);
+  require_dtype(op, "dx", dx, DType::f32);
+  Conv2dShape s = conv2d_shape(op, dx.shape(), w.shape(), o);
+  require_shape(op, "dy", dy, conv2d_y_shape(s));
+  backend_for(op, {{"dy", &dy}, {"w", &w}, {"dx", &dx}})
+      .conv2d_backward_data(s, dy.f32(), w.f32(), dx.f32());
+}
+
+void conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                            const Conv2dOptions& o) {
+  const char* op = "conv2d_backward_filter";
+  require_dtype(op, "x", x, DType::f32);
+  require_dtype(op, "dy", dy, DType::f32);
+  require_dtype(op, "dw", dw, DType::f32);
+  Conv2dShape s = conv2d_shape(op, x.shape(), dw.shape(), o);
+  require_shape(op, "dy", dy, conv2d_y_shape(s));
+  if (present(db)) {
+    require_dtype(op, "db", db, DType::f32);
+    require_shape(op, "db", db, Shape{s.k});
+  }
+  backend_for(op, {{"x", &x}, {"dy", &dy}, {"dw", &dw}, {"db", &db}})
+      .conv2d_backward_filter(s, x.f32(), dy.f32(), dw.f32(), present(db) ? db.f32() : nullptr);
+}
+
+namespace {
+// A 1-D tensor [n, c, l] seen as [n, c, 1, l]; a filter [k, c, r] as [k, c, 1, r].
+Tensor as_2d(const char* op, const char* name, const Tensor& t) {
+  if (!present(t)) return t;
+  require(t.rank() == 3, op, std::string(name) + " " + t.describe() + " must be 3-D");
+  return t.reshape(Shape{t.size(0), t.size(1), 1, t.size(2)});
+}
+Conv2dOptions as_2d(const Conv1dOptions& o) { return {1, o.stride, 0, o.pad}; }
+}  // namespace
+
+Shape conv1d_output_shape(const Shape& x, const Shape& w, const Conv1dOptions& o) {
+  const char* op = "conv1d_output_shape";
+  require(x.rank() == 3 && w.rank() == 3, op,
+          "x " + x.str() + " and w " + w.str() + " must be 3-D");
+  Shape y = conv2d_output_shape(Shape{x[0], x[1], 1, x[2]}, Shape{w[0], w[1], 1, w[2]}, as_2d(o));
+  return Shape{y[0], y[1], y[3]};
+}
+
+void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Conv1dOptions& o) {
+  const char* op = "conv1d_forward";
+  conv2d_forward(as_2d(op, "x", x), as_2d(op, "w", w), bias, as_2d(op, "y", y), as_2d(o));
+}
+
+void conv1d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                          const Conv1dOptions& o) {
+  const char* op = "conv1d_backward_data";
+  conv2d_backward_data(as_2d(op, "dy", dy), as_2d(op, "w", w), as_2d(op, "dx", dx), as_2d(o));
+}
+
+void conv1d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                            const Conv1dOptions& o) {
+  const char* op = "conv1d_backward_filter";
+  conv2d_backward_filter(as_2d(op, "x", x), as_2d(op, "dy", dy), as_2d(op, "dw", dw), db, as_2d(o));
+}
+
+// ---------------------------------------------------------------- pooling
+
+namespace {
+Pool2dShape pool2d_shape(const char* op, const Shape& x, const Pool2dOptions& o) {
+  require(x.rank() == 4, op, "x " + x.str() + " must be 4-D [n, c, h, w]");
+  require(o.window_h > 0 && o.window_w > 0 && o.stride_h > 0 && o.stride_w > 0, op,
+          "window and stride must be positive");
+  require(x[2] >= o.window_h && x[3] >= o.window_w, op,
+          "window " + std::to_string(o.window_h) + "x" + std::to_string(o.window_w) +
+              " does not fit input " + x.str());
+  Pool2dShape s;
+  s.n = x[0]; s.c = x[1]; s.h = x[2]; s.w = x[3];
+  s.window_h = o.window_h; s.window_w = o.window_w; s.stride_h = o.stride_h; s.stride_w = o.stride_w;
+  return s;
+}
+}  // namespace
+
+Shape maxpool2d_output_shape(const Shape& x, const Pool2dOptions& o) {
+  Pool2dShape s = pool2d_shape("maxpool2d_output_shape", x, o);
+  return Shape{s.n, s.c, s.p(), s.q()};
+}
+
+void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
+                       const Pool2dOptions& o) {
+  const char* op = "maxpool2d_forward";
+  require_dtype(op, "x", x, DType::f32);
+  require_dtype(op, "y", y, DType::f32);
+  require_dtype(op, "argmax", argmax, DType::i32);
+  Pool2dShape s = pool2d_shape(op, x.shape(), o);
+  const Shape ys{s.n, s.c, s.p(), s.q()};
+  require_shape(op, "y", y, ys);
+  require_shape(op, "argmax", argmax, ys);
+  backend_for(op, {{"x", &x}, {"y", &y}, {"argmax", &argmax}})
+      .maxpool2d_forward(s, x.f32(), y.f32(), argmax.i32());
+}
+
+void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
+                        const Pool2dOptions& o) {
+  const char* op = "maxpool2d_backward";
+  require_dtype(op, "dy", dy, DType::f32);
+  require_dtype(op, "argmax", argmax, DType::i32);
+  require_dtype(op, "dx", dx, DType::f32);
+  Pool2dShape s = pool2d_shape(op, dx.shape(), o);
+  const Shape ys{s.n, s.c, s.p(), s.q()};
+  require_shape(op, "dy", dy, ys);
+  require_shape(op, "argmax", argmax, ys);
+  backend_for(op, {{"dy", &dy}, {"argmax", &argmax}, {"dx", &dx}})
+      .maxpool2d_backward(s, dy.f32(), argmax.i32(), dx.f32());
+}
+
+namespace {
+Pool2dOptions as_2d(const Pool1dOptions& o) { return {1, o.window, 1, o.stride}; }
+}  // namespace
+
+Shape maxpool1d_output_shape(const Shape& x, const Pool1dOptions& o) {
+  require(x.rank() == 3, "maxpool1d_output_shape", "x " + x.str() + " must be 3-D [n, c, length]");
+  Shape y = maxpool2d_output_shape(Shape{x[0], x[1], 1, x[2]}, as_2d(o));
+  return Shape{y[0], y[1], y[3]};
+}
+
+void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
+                       const Pool1dOptions& o) {
+  const char* op = "maxpool1d_forward";
+  maxpool2d_forward(as_2d(op, "x", x), as_2d(op, "y", y), as_2d(op, "argmax", argmax), as_2d(o));
+}
+
+void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
+                        const Pool1dOptions& o) {
+  const char* op = "maxpool1d_backward";
+  maxpool2d_backward(as_2d(op, "dy", dy), as_2d(op, "argmax", argmax), as_2d(op, "dx", dx), as_2d(o));
+}
+
+// ---------------------------------------------------------------- embedding
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const char* op = "embedding_forward";
+  require_dtype(op, "ids", ids, DType::i32);
+  require_dtype(op, "table", table, DType::f32);
+  require_dtype(op, "out", out, DType::f32);
+  require(table.rank() == 2, op, "table " + table.describe() + " must be 2-D [vocab, dim]");
+  std::vector<std::int64_t> dims = ids.shape().dims();
+  dims.push_back(table.size(1));
+  require_shape(op, "out", out, Shape(dims));
+  backend_for(op, {{"ids", &ids}, {"table", &table}, {"out", &out}})
+      .embedding_forward(ids.numel(), table.size(0), table.size(1), ids.i32(), table.f32(), out.f32());
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  const char* op = "embedding_backward";
+  require_dtype(op, "ids", ids, DType::i32);
+  require_dtype(op, "dout", dout, DType::f32);
+  require_dtype(op, "dtable", dtable, DType::f32);
+  require(dtable.rank() == 2, op, "dtable " + dtable.describe() + " must be 2-D [vocab, dim]");
+  std::vector<std::int64_t> dims = ids.shape().dims();
+  dims.push_back(dtable.size(1));
+  require_shape(op, "dout", dout, Shape(dims));
+  backend_for(op, {{"ids", &ids}, {"dout", &dout}, {"dtable", &dtable}})
+      .embedding_backward(ids.numel(), dtable.size(0), dtable.size(1), ids.i32(), dout.f32(), dtable.f32());
+}
+
+// ---------------------------------------------------------------- activations
+
+namespace {
+void require_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  require_dtype(op, an, a, DType::f32);
+  require_dtype(op, bn, b, DType::f32);
+  require(a.shape() == b.shape(), op,
+          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() +
+              " must have the same shape");
+}
+void require_rate(const char* op, float rate) {
+  require(rate >= 0.0f && rate < 1.0f, op, "rate " + std::to_string(rate) + " must be in [0, 1)");
+}
+}  // namespace
+
+void relu_forward(const Tensor& x, const Tensor& y) {
+  require_same("relu_forward", "x", x, "y", y);
+  backend_for("relu_forward", {{"x", &x}, {"y", &y}}).relu_forward(count(x), x.f32(), y.f32());
+}
+
+void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const char* op = "relu_backward";
+  require_same(op, "x", x, "dy", dy);
+  require_same(op, "x", x, "dx", dx);
+  backend_for(op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}}).relu_backward(count(x), x.f32(), dy.f32(), dx.f32());
+}
+
+void dropout_forward(const Tensor& x, const Tensor& y, float rate, std::uint64_t seed) {
+  const char* op = "dropout_forward";
+  require_same(op, "x", x, "y", y);
+  require_rate(op, rate);
+  backend_for(op, {{"x", &x}, {"y", &y}}).dropout_forward(count(x), rate, seed, x.f32(), y.f32());
+}
+
+void dropout_backward(const Tensor& dy, const Tensor& dx, float rate, std::uint64_t seed) {
+  const char* op = "dropout_backward";
+  require_same(op, "dy", dy, "dx", dx);
+  require_rate(op, rate);
+  backend_for(op, {{"dy", &dy}, {"dx", &dx}}).dropout_backward(count(dy), rate, seed, dy.f32(), dx.f32());
+}
+
+// ---------------------------------------------------------------- losses and metrics
+
+void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                  const Tensor& dlogits, float grad_scale) {
+  const char* op = "softmax_xent";
+  require_dtype(op, "logits", logits, DType::f32);
+  require_dtype(op, "labels", labels, DType::i32);
+  require_dtype(op, "loss", loss, DType::f32);
+  require(logits.rank() == 2 && logits.size(1) > 0, op,
+          "logits " + logits.describe() + " must be 2-D [n, classes] with classes > 0");
+  const std::int64_t n = logits.size(0), c = logits.size(1);
+  require_shape(op, "labels", labels, Shape{n});
+  require_shape(op, "loss", loss, Shape{n});
+  if (present(dlogits)) require_same(op, "logits", logits, "dlogits", dlogits);
+  backend_for(op, {{"logits", &logits}, {"labels", &labels}, {"loss", &loss}, {"dlogits", &dlogits}})
+      .softmax_xent(n, c, logits.f32(), labels.i32(), loss.f32(),
+                    present(dlogits) ? dlogits.f32() : nullptr, grad_scale);
+}
+
+void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
+         float grad_scale) {
+  const char* op = "mse";
+  require_same(op, "pred", pred, "target", target);
+  require_dtype(op, "loss", loss, DType::f32);
+  require(pred.rank() == 1 || pred.rank() == 2, op, "pred " + pred.describe() + " must be [n] or [n, d]");
+  const std::int64_t n = pred.size(0), d = pred.rank() == 2 ? pred.size(1) : 1;
+  require(d > 0, op, "pred " + pred.describe() + " has no columns");
+  require_shape(op, "loss", loss, Shape{n});
+  if (present(dpred)) require_same(op, "pred", pred, "dpred", dpred);
+  backend_for(op, {{"pred", &pred}, {"target", &target}, {"loss", &loss}, {"dpred", &dpred}})
+      .mse(n, d, pred.f32(), target.f32(), loss.f32(), present(dpred) ? dpred.f32() : nullptr,
+           grad_scale);
+}
+
+void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
+                  std::int64_t k) {
+  const char* op = "topk_correct";
+  require_dtype(op, "logits", logits, DType::f32);
+  require_dtype(op, "labels", labels, DType::i32);
+  require_dtype(op, "correct", correct, DType::f32);
+  require(logits.rank() == 2, op, "logits " + logits.describe() + " must be 2-D [n, classes]");
+  const std::int64_t n = logits.size(0), c = logits.size(1);
+  require(k >= 1 && k <= c, op, "k = " + std::to_string(k) + " must be in [1, " + std::to_string(c) + "]");
+  require_shape(op, "labels", labels, Shape{n});
+  require_shape(op, "correct", correct, Shape{n});
+  backend_for(op, {{"logits", &logits}, {"labels", &labels}, {"correct", &correct}})
+      .topk_correct(n, c, k, logits.f32(), labels.i32(), correct.f32());
+}
+
+double sum(const Tensor& x) {
+  require_dtype("sum", "x", x, DType::f32);
+  return backend_for("sum", {{"x", &x}}).reduce_sum(count(x), x.f32());
+}
+
+// ---------------------------------------------------------------- element-wise
+
+void fill(const Tensor& x, float value) {
+  require_dtype("fill", "x", x, DType::f32);
+  backend_for("fill", {{"x", &x}}).fill(count(x), value, x.f32());
+}
+
+void add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  require_same("add", "a", a, "b", b);
+  require_same("add", "a", a, "y", y);
+  backend_for("add", {{"a", &a}, {"b", &b}, {"y", &y}}).add(count(a), a.f32(), b.f32(), y.f32());
+}
+
+void scale(const Tensor& x, float alpha) {
+  require_dtype("scale", "x", x, DType::f32);
+  backend_for("scale", {{"x", &x}}).scale(count(x), alpha, x.f32());
+}
+
+void axpy(float alpha, const Tensor& x, const Tensor& y) {
+  require_same("axpy", "x", x, "y", y);
+  backend_for("axpy", {{"x", &x}, {"y", &y}}).axpy(count(x), alpha, x.f32(), y.f32());
+}
+
+void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst) {
+  const char* op = "sum_n";
+  require(!srcs.empty(), op, "no source buffers");
+  std::vector<const float*> ptrs;
+  for (std::size_t i = 0; i < srcs.size(); ++i) {
+    const std::string name = "srcs[" + std::to_string(i) + "]";
+    require_same(op, name.c_str(), srcs[i], "dst", dst);
+    require(srcs[i].device() == dst.device(), op,
+            name + " " + srcs[i].describe() + " and dst " + dst.describe() +
+                " are on different devices");
+    ptrs.push_back(srcs[i].f32());
+  }
+  backend_for(op, {{"dst", &dst}}).sum_n(count(dst), ptrs.data(), static_cast<int>(ptrs.size()), dst.f32());
+}
+
+// ---------------------------------------------------------------- optimizers
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                const SgdParams& p) {
+  const char* op = "sgd_update";
+  require_same(op, "param", param, "grad", grad);
+  if (p.momentum != 0.0f) require_same(op, "param", param, "velocity", velocity);
+  backend_for(op, {{"param", &param}, {"grad", &grad}, {"velocity", &velocity}})
+      .sgd_update(count(param), p, param.f32(), grad.f32(),
+                  p.momentum != 0.0f ? velocity.f32() : nullptr);
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamParams& p) {
+  const char* op = "adam_update";
+  require_same(op, "param", param, "grad", grad);
+  require_same(op, "param", param, "m", m);
+  require_same(op, "param", param, "v", v);
+  backend_for(op, {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}})
+      .adam_update(count(param), p, param.f32(), grad.f32(), m.f32(), v.f32());
+}
+
+AdamParams adam_coefficients(AdamParams p, std::int64_t t) {
+  require(t >= 1, "adam_coefficients", "step " + std::to_string(t) + " must be >= 1");
+  p.coef_m = static_cast<float>(1.0 / (1.0 - std::pow(double(p.beta1), double(t))));
+  p.coef_g = 0.0f;
+  p.coef_v = static_cast<float>(1.0 / (1.0 - std::pow(double(p.beta2), double(t))));
+  return p;
+}
+
+AdamParams nadam_coefficients(AdamParams p, std::int64_t t, double& m_schedule) {
+  require(t >= 1, "nadam_coefficients", "step " + std::to_string(t) + " must be >= 1");
+  // Keras (tf.keras.optimizers.Nadam): momentum_cache_t = beta1 * (1 - 0.5 * 0.96^(0.004 t)).
+  const double b1 = p.beta1;
+  const double u_t = b1 * (1.0 - 0.5 * std::pow(0.96, 0.004 * double(t)));
+  const double u_next = b1 * (1.0 - 0.5 * std::pow(0.96, 0.004 * double(t + 1)));
+  const double schedule_new = m_schedule * u_t;
+  const double schedule_next = schedule_new * u_next;
+  m_schedule = schedule_new;
+  p.coef_m = static_cast<float>(u_next / (1.0 - schedule_next));
+  p.coef_g = static_cast<float>((1.0 - u_t) / (1.0 - schedule_new));
+  p.coef_v = static_cast<float>(1.0 / (1.0 - std::pow(double(p.beta2), double(t))));
+  return p;
+}
+
+// ---------------------------------------------------------------- initialisers
+
+void init_uniform(const Tensor& x, float low, float high, std::uint64_t seed) {
+  require_dtype("init_uniform", "x", x, DType::f32);
+  require(low <= high, "init_uniform", "low " + std::to_string(low) + " > high " + std::to_string(high));
+  backend_for("init_uniform", {{"x", &x}}).init_uniform(count(x), low, high, seed, x.f32());
+}
+
+void init_normal(const Tensor& x, float mean, float stddev, std::uint64_t seed) {
+  require_dtype("init_normal", "x", x, DType::f32);
+  require(stddev >= 0.0f, "init_normal", "stddev " + std::to_string(stddev) + " < 0");
+  backend_for("init_normal", {{"x", &x}}).init_normal(count(x), mean, stddev, seed, x.f32());
+}
+
+void glorot_uniform(const Tensor& x, std::int64_t fan_in, std::int64_t fan_out, std::uint64_t seed) {
+  require(fan_in > 0 && fan_out > 0, "glorot_uniform", "fans must be positive");
+  const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in + fan_out)));
+  init_uniform(x, -limit, limit, seed);
+}
+
+void he_normal(const Tensor& x, std::int64_t fan_in, std::uint64_t seed) {
+  require(fan_in > 0, "he_normal", "fan_in must be positive");
+  init_normal(x, 0.0f, static_cast<float>(std::sqrt(2.0 / double(fan_in))), seed);
+}
+
+void he_uniform(const Tensor& x, std::int64_t fan_in, std::uint64_t seed) {
+  require(fan_in > 0, "he_uniform", "fan_in must be positive");
+  const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in)));
+  init_uniform(x, -limit, limit, seed);
+}
+
+}  // namespace troupe::kernels::ops
