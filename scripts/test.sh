@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command (README.md, and .ci/run): installs what is missing, builds
+# with CUDA when the toolkit is found, and runs every test. GPU tests skip
+# with a message on a machine without a GPU. Extra arguments go to ctest,
+# e.g. scripts/test.sh -L unit.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TROUPE_BUILD_DIR:-$root/build}
+
+"$root/scripts/build.sh"
+cd "$build"
+ctest --output-on-failure --timeout 900 -j "$(nproc 2>/dev/null || echo 2)" "$@"
