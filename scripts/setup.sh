@@ -17,6 +17,7 @@ packages=(
   libcli11-dev                    # the troupe command line
   zlib1g-dev                      # gzipped IDX files
   dataset-fashion-mnist           # the default training data
+  wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
 )
 
 missing=()
