@@ -1,0 +1,26 @@
+#include "models/layer.hpp"
+
+namespace troupe::models {
+
+std::int64_t Layer::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : parameters()) n += p.shape.numel();
+  return n;
+}
+
+Shape batched(std::int64_t batch, const Shape& shape) {
+  std::vector<std::int64_t> dims{batch};
+  dims.insert(dims.end(), shape.dims().begin(), shape.dims().end());
+  return Shape(dims);
+}
+
+Tensor& Layer::ensure(Tensor& buffer, std::int64_t batch, const Shape& shape,
+                      const Device& device, DType dtype) {
+  Shape want = batched(batch, shape);
+  if (!buffer.defined() || buffer.raw() == nullptr || buffer.shape() != want ||
+      buffer.device() != device || buffer.dtype() != dtype)
+    buffer = Tensor::empty(want, dtype, device);
+  return buffer;
+}
+
+}  // namespace troupe::models

@@ -1,0 +1,69 @@
+// Layer: one stage of a Sequential model, with a forward and a backward pass.
+//
+// Life of a layer inside a model:
+//   1. build(input shape)  -> output shape and parameter count (per-example
+//                             shapes: no batch dimension)
+//   2. bind(params, grads) -> views of the model's ONE flat parameter buffer
+//                             and ONE flat gradient buffer (DESIGN.md)
+//   3. initialize(seed)    -> writes initial values into its parameter view
+//   4. forward / backward, any number of times, with any batch size.
+//
+// A layer owns its output and input-gradient buffers and reallocates them
+// only when the batch size changes, so a training step allocates nothing.
+// forward() keeps what backward() needs (its input, pooling argmax, ...).
+// backward() overwrites the layer's gradient view; it returns the gradient
+// with respect to the layer's input only when asked (the first layer of a
+// model is not).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.hpp"
+
+namespace troupe::models {
+
+using kernels::Device;
+using kernels::DType;
+using kernels::Shape;
+using kernels::Tensor;
+
+// A layer's parameter tensors inside the flat buffer, for summaries and
+// checkpoints: name, shape.
+struct ParameterInfo {
+  std::string name;
+  Shape shape;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // One line of the model spec format (models/spec.hpp), e.g.
+  // "dense units=64"; parsing this line gives an identical layer.
+  virtual std::string spec() const = 0;
+
+  virtual Shape build(const Shape& input, const Device& device) = 0;
+  virtual std::vector<ParameterInfo> parameters() const { return {}; }
+  std::int64_t parameter_count() const;
+  // params and grads are views of parameter_count() elements each.
+  virtual void bind(const Tensor& params, const Tensor& grads) { (void)params, (void)grads; }
+  virtual void initialize(std::uint64_t seed) { (void)seed; }
+  // The seed of this layer's randomness (dropout) for the next forward pass.
+  virtual void set_step_seed(std::uint64_t seed) { (void)seed; }
+
+  virtual const Tensor& forward(const Tensor& x, bool training) = 0;
+  virtual const Tensor& backward(const Tensor& dy, bool need_dx) = 0;
+
+ protected:
+  // (Re)allocates `buffer` to [batch, ...shape] on `device` when its shape
+  // differs; returns it.
+  static Tensor& ensure(Tensor& buffer, std::int64_t batch, const Shape& shape,
+                        const Device& device, DType dtype = DType::f32);
+};
+
+// [batch, ...shape]
+Shape batched(std::int64_t batch, const Shape& shape);
+
+}  // namespace troupe::models

@@ -1,0 +1,56 @@
+#include "models/loss.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/ops.hpp"
+
+namespace troupe::models {
+
+namespace ops = kernels::ops;
+using kernels::DType;
+using kernels::Shape;
+
+Loss Loss::parse(const std::string& name) {
+  if (name == "sparse_categorical_crossentropy" || name == "xent")
+    return Loss(LossKind::sparse_categorical_crossentropy);
+  if (name == "mse" || name == "mean_squared_error") return Loss(LossKind::mean_squared_error);
+  throw std::invalid_argument("unknown loss '" + name +
+                              "'; known: sparse_categorical_crossentropy (xent), mse");
+}
+
+std::string Loss::name() const {
+  return kind_ == LossKind::sparse_categorical_crossentropy ? "sparse_categorical_crossentropy"
+                                                            : "mse";
+}
+
+namespace {
+Tensor& per_row(Tensor& buffer, std::int64_t n, const kernels::Device& device) {
+  if (!buffer.defined() || buffer.raw() == nullptr || buffer.numel() != n || buffer.device() != device)
+    buffer = Tensor::empty(Shape{n}, DType::f32, device);
+  return buffer;
+}
+}  // namespace
+
+double Loss::sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale) {
+  Tensor& rows = per_row(per_example_, output.size(0), output.device());
+  if (kind_ == LossKind::sparse_categorical_crossentropy)
+    ops::softmax_xent(output, target, rows, doutput, grad_scale);
+  else
+    ops::mse(output, target.reshape(output.shape()), rows, doutput, grad_scale);
+  return ops::sum(rows);
+}
+
+void Metrics::add(const Tensor& output, const Tensor& target, double loss_sum, bool classification) {
+  const std::int64_t n = output.size(0);
+  examples_ += n;
+  loss_sum_ += loss_sum;
+  if (!classification || n == 0) return;
+  Tensor& correct = per_row(correct_, n, output.device());
+  ops::topk_correct(output, target, correct, 1);
+  top1_ += static_cast<std::int64_t>(ops::sum(correct) + 0.5);
+  ops::topk_correct(output, target, correct, std::min<std::int64_t>(5, output.size(1)));
+  top5_ += static_cast<std::int64_t>(ops::sum(correct) + 0.5);
+}
+
+}  // namespace troupe::models

@@ -1,0 +1,57 @@
+// Losses and metrics over a batch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.hpp"
+
+namespace troupe::models {
+
+using kernels::Tensor;
+
+enum class LossKind { sparse_categorical_crossentropy, mean_squared_error };
+
+class Loss {
+ public:
+  explicit Loss(LossKind kind) : kind_(kind) {}
+  // "sparse_categorical_crossentropy" (alias "xent") or "mse"; anything else
+  // throws std::invalid_argument listing both.
+  static Loss parse(const std::string& name);
+  LossKind kind() const { return kind_; }
+  std::string name() const;
+
+  // Sum over the batch of each example's loss. When `doutput` is defined it
+  // receives grad_scale * d(sum)/d(output): pass 1 / global batch size to
+  // get the gradient of the mean loss over the global batch (replicas then
+  // sum their gradients; see DESIGN.md's sync step).
+  // output: logits [b, classes] with labels i32 [b]; or predictions [b, d]
+  // with targets f32 [b, d].
+  double sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale);
+
+ private:
+  LossKind kind_;
+  Tensor per_example_;
+};
+
+// Counts over batches: examples, loss sum, top-1 and top-5 correct.
+class Metrics {
+ public:
+  // Adds a batch of logits (classification: accuracy and top-5) or
+  // predictions (regression: loss only) with the batch's loss sum.
+  void add(const Tensor& output, const Tensor& target, double loss_sum, bool classification);
+  void reset() { *this = Metrics(); }
+
+  std::int64_t examples() const { return examples_; }
+  double mean_loss() const { return examples_ ? loss_sum_ / double(examples_) : 0.0; }
+  double accuracy() const { return examples_ ? double(top1_) / double(examples_) : 0.0; }
+  double top5_accuracy() const { return examples_ ? double(top5_) / double(examples_) : 0.0; }
+
+ private:
+  std::int64_t examples_ = 0;
+  double loss_sum_ = 0.0;
+  std::int64_t top1_ = 0, top5_ = 0;
+  Tensor correct_;
+};
+
+}  // namespace troupe::models

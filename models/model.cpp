@@ -1,0 +1,83 @@
+#include "models/model.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "kernels/math/random.hpp"
+#include "kernels/ops.hpp"
+
+namespace troupe::models {
+
+namespace {
+constexpr std::int64_t slice_alignment = 16;  // floats: 64 bytes
+std::int64_t aligned(std::int64_t n) { return (n + slice_alignment - 1) / slice_alignment * slice_alignment; }
+}  // namespace
+
+Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device) {
+  Shape shape = spec.input;
+  std::int64_t total = 0;
+  for (auto& layer : spec.make_layers()) {
+    Entry e;
+    e.output = layer->build(shape, device);
+    e.count = layer->parameter_count();
+    e.offset = total;
+    total += aligned(e.count);
+    e.layer = std::move(layer);
+    shape = e.output;
+    layers_.push_back(std::move(e));
+  }
+  output_ = shape;
+  params_ = Tensor::zeros({total}, DType::f32, device);
+  grads_ = Tensor::zeros({total}, DType::f32, device);
+  for (auto& e : layers_)
+    if (e.count > 0)
+      e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
+}
+
+void Model::initialize(std::uint64_t seed) {
+  kernels::ops::fill(params_, 0.0f);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i].layer->initialize(kernels::math::random_bits(seed, i));
+}
+
+void Model::set_step_seed(std::uint64_t seed) {
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i].layer->set_step_seed(kernels::math::random_bits(seed, i));
+}
+
+const Tensor& Model::forward(const Tensor& x, bool training) {
+  if (x.rank() != spec_.input.rank() + 1 || batched(x.size(0), spec_.input) != x.shape())
+    throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() +
+                                " does not match the model's input [batch, " +
+                                spec_.input.str().substr(1));
+  if (x.dtype() != spec_.input_dtype)
+    throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() + " must be " +
+                                kernels::to_string(spec_.input_dtype));
+  const Tensor* h = &x;
+  for (auto& e : layers_) h = &e.layer->forward(*h, training);
+  return *h;
+}
+
+void Model::backward(const Tensor& doutput) {
+  const Tensor* d = &doutput;
+  for (std::size_t i = layers_.size(); i-- > 0;) d = &layers_[i].layer->backward(*d, /*need_dx=*/i > 0);
+}
+
+std::string Model::summary() const {
+  std::string out = "Model \"" + spec_.name + "\" (input " + spec_.input.str() + ")\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-40s %-18s %10s\n", "layer", "output", "params");
+  out += line;
+  std::int64_t total = 0;
+  for (const auto& e : layers_) {
+    std::snprintf(line, sizeof line, "  %-40s %-18s %10lld\n", e.layer->spec().c_str(),
+                  e.output.str().c_str(), static_cast<long long>(e.count));
+    out += line;
+    total += e.count;
+  }
+  out += "  parameters: " + std::to_string(total) + " (flat buffer of " +
+         std::to_string(params_.numel()) + " floats with 64-byte aligned slices)\n";
+  return out;
+}
+
+}  // namespace troupe::models

@@ -1,0 +1,59 @@
+// Model: a Sequential stack of layers whose parameters live in ONE flat
+// buffer and whose gradients live in another (DESIGN.md). Each layer's
+// weights are views of a slice; slices start on 16-float (64-byte)
+// boundaries so vector loops and BLAS see aligned rows, and the few padding
+// elements stay zero in both buffers, so optimizers and all-reduces can treat
+// the buffers as plain vectors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer.hpp"
+#include "models/spec.hpp"
+
+namespace troupe::models {
+
+class Model {
+ public:
+  Model(const ModelSpec& spec, Device device);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Glorot / He / uniform initialisation by layer, from one seed; the same
+  // seed gives the same parameters on every device and backend.
+  void initialize(std::uint64_t seed);
+  // Seeds the randomness of the next forward pass (dropout masks).
+  void set_step_seed(std::uint64_t seed);
+
+  // x: [batch, ...input]; returns the logits (or predictions) [batch, ...].
+  const Tensor& forward(const Tensor& x, bool training);
+  // Backward from d loss / d output; fills gradients().
+  void backward(const Tensor& doutput);
+
+  const Tensor& parameters() const { return params_; }
+  const Tensor& gradients() const { return grads_; }
+  std::int64_t parameter_count() const { return params_.numel(); }
+  const ModelSpec& spec() const { return spec_; }
+  const Shape& input_shape() const { return spec_.input; }
+  const Shape& output_shape() const { return output_; }
+  Device device() const { return device_; }
+  // A Keras-like table: layer, output shape, parameter count.
+  std::string summary() const;
+
+ private:
+  struct Entry {
+    std::unique_ptr<Layer> layer;
+    Shape output;
+    std::int64_t offset = 0, count = 0;
+  };
+  ModelSpec spec_;
+  Device device_;
+  std::vector<Entry> layers_;
+  Shape output_;
+  Tensor params_, grads_;
+};
+
+}  // namespace troupe::models

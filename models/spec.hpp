@@ -1,0 +1,62 @@
+// Model specs: the text form of a Sequential model.
+//
+// A spec is what a user writes to define a model outside the zoo, what the
+// zoo itself is written in, and what a checkpoint stores so that a model can
+// be rebuilt without the user naming it. One item per line; `#` starts a
+// comment:
+//
+//   name my_cnn
+//   input 1 28 28              # per-example shape; "input ids 300" for token ids
+//   conv2d filters=32 kernel=3 # kernel=3 or kernel=3x5; stride=1; padding=valid|same|N
+//   relu
+//   maxpool2d pool=2           # stride defaults to pool
+//   flatten
+//   dense units=64
+//   dropout rate=0.5
+//   dense units=10
+//
+// Layers: dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding (vocab=,
+// dim=), flatten, relu, dropout. Unknown layers or options, missing values
+// and bad numbers are errors naming the source and line.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer.hpp"
+
+namespace troupe::models {
+
+struct ModelSpec {
+  std::string name = "model";
+  Shape input;                    // per example
+  DType input_dtype = DType::f32; // i32 for token ids
+  std::vector<std::string> layers;  // one normalised layer line each
+
+  // Parses spec text; `source` names it in errors ("model.spec", "zoo:cnn").
+  static ModelSpec parse(const std::string& text, const std::string& source);
+  // Normalised text; parse(text()) gives an equal spec.
+  std::string text() const;
+  std::vector<std::unique_ptr<Layer>> make_layers() const;
+};
+
+// What a zoo model needs to know about its data.
+struct DataShape {
+  Shape input;                     // per example
+  DType input_dtype = DType::f32;
+  std::int64_t classes = 0;        // 0 for regression
+  std::int64_t outputs = 1;        // regression targets per example
+  std::int64_t vocab = 0;          // token-id data
+};
+
+// The model zoo: linreg, mlp, cnn, textcnn. Throws std::invalid_argument
+// listing the known names for any other.
+ModelSpec zoo_spec(const std::string& name, const DataShape& data);
+std::vector<std::string> zoo_names();
+
+// A zoo name, or a path to a spec file (anything containing '/' or ending
+// in ".spec"): errors name the file.
+ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data);
+
+}  // namespace troupe::models

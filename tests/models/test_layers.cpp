@@ -1,0 +1,203 @@
+// Every layer's backward pass against finite differences of its forward pass,
+// for both the input and the parameters, on random data; and the flat-buffer
+// layout of a model.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "kernels/ops.hpp"
+#include "models/layers/layers.hpp"
+#include "models/loss.hpp"
+#include "models/model.hpp"
+#include "tests/kernels/harness.hpp"
+
+namespace troupe::models {
+namespace {
+
+using kernels::testing::check_gradient;
+using kernels::testing::random_tensor;
+
+// Loss = sum(forward(x) * r) for a fixed random r, so dL/dy = r. Layers run
+// in float, so the finite-difference step is large and the threshold loose;
+// the kernels' own gradient checks run in double (tests/kernels/).
+struct LayerCheck {
+  Layer& layer;
+  Shape input;  // per example
+  std::int64_t batch = 3;
+  Tensor params, grads, x, r;
+
+  LayerCheck(Layer& l, const Shape& in, std::uint64_t seed, float low = -1.0f, float high = 1.0f)
+      : layer(l), input(in) {
+    Shape out = layer.build(input, Device::cpu());
+    const std::int64_t n = std::max<std::int64_t>(layer.parameter_count(), 1);
+    params = random_tensor({n}, seed + 1);
+    grads = Tensor::zeros({n});
+    layer.bind(params.slice(0, {layer.parameter_count()}), grads.slice(0, {layer.parameter_count()}));
+    x = random_tensor(batched(batch, input), seed + 2, low, high);
+    r = random_tensor(batched(batch, out), seed + 3);
+  }
+
+  double loss() {
+    const Tensor& y = layer.forward(x, /*training=*/true);
+    auto yv = y.to_vector(), rv = r.to_vector();
+    double s = 0;
+    for (std::size_t i = 0; i < yv.size(); ++i) s += double(yv[i]) * rv[i];
+    return s;
+  }
+
+  // Perturbs `target` (x or params) element by element.
+  void check(const std::string& what, const Tensor& target, bool input_grad) {
+    loss();
+    const Tensor& dx = layer.backward(r, input_grad);
+    std::vector<float> analytic_f = input_grad ? dx.to_vector() : grads.to_vector();
+    std::vector<double> analytic(analytic_f.begin(), analytic_f.begin() + target.numel());
+    std::vector<double> values;
+    for (float v : target.to_vector()) values.push_back(v);
+    float* p = target.f32();
+    check_gradient(
+        what, values, analytic,
+        [&](const std::vector<double>& v) {
+          for (std::size_t i = 0; i < v.size(); ++i) p[i] = static_cast<float>(v[i]);
+          return loss();
+        },
+        /*step=*/1e-2, /*threshold=*/2e-2);
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<float>(values[i]);
+  }
+};
+
+TEST(LayerGradients, Dense) {
+  Dense layer(5);
+  LayerCheck c(layer, {7}, 10);
+  c.check("dense input", c.x, true);
+  c.check("dense params", c.params.slice(0, {layer.parameter_count()}), false);
+}
+
+TEST(LayerGradients, Conv2DWithStrideAndSamePadding) {
+  Conv2D layer(3, 3, 3, 2, Padding::parse("same"));
+  LayerCheck c(layer, {2, 7, 6}, 20);
+  c.check("conv2d input", c.x, true);
+  c.check("conv2d params", c.params.slice(0, {layer.parameter_count()}), false);
+}
+
+TEST(LayerGradients, Conv1D) {
+  Conv1D layer(4, 5);
+  LayerCheck c(layer, {3, 11}, 30);
+  c.check("conv1d input", c.x, true);
+  c.check("conv1d params", c.params.slice(0, {layer.parameter_count()}), false);
+}
+
+TEST(LayerGradients, MaxPool2DAndMaxPool1D) {
+  // Random inputs make ties, and so kinks, vanishingly unlikely.
+  MaxPool2D pool2(2);
+  LayerCheck c2(pool2, {2, 5, 6}, 40);
+  c2.check("maxpool2d input", c2.x, true);
+  MaxPool1D pool1(3, 2);
+  LayerCheck c1(pool1, {2, 9}, 41);
+  c1.check("maxpool1d input", c1.x, true);
+}
+
+TEST(LayerGradients, ReLUAwayFromTheKink) {
+  ReLU layer;
+  LayerCheck c(layer, {4, 5}, 50, 0.1f, 1.0f);
+  // Mix signs but keep |x| >= 0.1 so a step of 1e-2 never crosses 0.
+  float* p = c.x.f32();
+  for (std::int64_t i = 0; i < c.x.numel(); i += 2) p[i] = -p[i];
+  c.check("relu input", c.x, true);
+}
+
+TEST(LayerGradients, DropoutWithAFixedSeed) {
+  Dropout layer(0.4f);
+  LayerCheck c(layer, {50}, 60);
+  layer.set_step_seed(1234);
+  c.check("dropout input", c.x, true);
+  // Inference is the identity.
+  EXPECT_EQ(layer.forward(c.x, false).to_vector(), c.x.to_vector());
+}
+
+TEST(LayerGradients, EmbeddingTableWithRepeatedIds) {
+  Embedding layer(6, 4);
+  Shape out = layer.build({5}, Device::cpu());
+  EXPECT_EQ(out, (Shape{4, 5}));
+  Tensor params = random_tensor({layer.parameter_count()}, 70), grads = Tensor::zeros({layer.parameter_count()});
+  layer.bind(params, grads);
+  Tensor ids = Tensor::from_vector({2, 5}, std::vector<std::int32_t>{0, 3, 3, 5, 1, 2, 2, 2, 0, 4});
+  Tensor r = random_tensor({2, 4, 5}, 71);
+  auto loss = [&]() {
+    auto y = layer.forward(ids, true).to_vector(), rv = r.to_vector();
+    double s = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) s += double(y[i]) * rv[i];
+    return s;
+  };
+  loss();
+  layer.backward(r, false);
+  std::vector<double> values, analytic;
+  for (float v : params.to_vector()) values.push_back(v);
+  for (float v : grads.to_vector()) analytic.push_back(v);
+  check_gradient("embedding table", values, analytic, [&](const std::vector<double>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) params.f32()[i] = static_cast<float>(v[i]);
+    return loss();
+  }, 1e-2, 2e-2);
+  EXPECT_THROW(layer.backward(r, true), std::logic_error);
+}
+
+TEST(LayerGradients, FlattenIsAViewBothWays) {
+  Flatten layer;
+  EXPECT_EQ(layer.build({2, 3, 4}, Device::cpu()), (Shape{24}));
+  Tensor x = random_tensor({5, 2, 3, 4}, 80);
+  const Tensor& y = layer.forward(x, true);
+  EXPECT_EQ(y.shape(), (Shape{5, 24}));
+  EXPECT_EQ(y.raw(), x.raw());
+  EXPECT_EQ(layer.backward(y, true).shape(), x.shape());
+}
+
+TEST(Model, FlatBuffersAlignedSlicesAndWholeModelGradient) {
+  ModelSpec spec = ModelSpec::parse(
+      "name tiny\ninput 1 6 6\nconv2d filters=2 kernel=3\nrelu\nmaxpool2d pool=2\nflatten\n"
+      "dense units=5\nrelu\ndense units=3\n", "test");
+  Model model(spec, Device::cpu());
+  // conv: 2*1*3*3 + 2 = 20 -> 32 aligned; dense 8*5+5 = 45 -> 48; dense 5*3+3 = 18.
+  EXPECT_EQ(model.parameter_count(), 32 + 48 + 18);
+  EXPECT_EQ(model.output_shape(), (Shape{3}));
+  model.initialize(7);
+  auto p = model.parameters().to_vector();
+  for (int i = 20; i < 32; ++i) EXPECT_EQ(p[i], 0.0f) << "padding element " << i;
+
+  Tensor x = random_tensor({4, 1, 6, 6}, 90);
+  Tensor labels = Tensor::from_vector({4}, std::vector<std::int32_t>{0, 2, 1, 2});
+  Loss loss = Loss::parse("xent");
+  Tensor dlogits = Tensor::empty({4, 3});
+  auto objective = [&]() {
+    return loss.sum(model.forward(x, true), labels, Tensor(), 1.0f) / 4.0;
+  };
+  loss.sum(model.forward(x, true), labels, dlogits, 0.25f);
+  model.backward(dlogits);
+  std::vector<double> values, analytic;
+  for (float v : model.parameters().to_vector()) values.push_back(v);
+  for (float v : model.gradients().to_vector()) analytic.push_back(v);
+  float* params = model.parameters().f32();
+  check_gradient("whole model", values, analytic, [&](const std::vector<double>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) params[i] = static_cast<float>(v[i]);
+    return objective();
+  }, 1e-2, 2e-2);
+}
+
+TEST(Model, RejectsInputsOfTheWrongShapeOrType) {
+  Model model(ModelSpec::parse("input 4\ndense units=2\n", "test"), Device::cpu());
+  model.initialize(1);
+  EXPECT_THROW(model.forward(Tensor::zeros({3, 5}), false), std::invalid_argument);
+  EXPECT_THROW(model.forward(Tensor::zeros({3, 4}, DType::i32), false), std::invalid_argument);
+  EXPECT_EQ(model.forward(Tensor::zeros({3, 4}), false).shape(), (Shape{3, 2}));
+}
+
+TEST(Model, SameSeedSameParameters) {
+  ModelSpec spec = zoo_spec("mlp", {Shape{1, 28, 28}, DType::f32, 10});
+  Model a(spec, Device::cpu()), b(spec, Device::cpu());
+  a.initialize(42);
+  b.initialize(42);
+  EXPECT_EQ(a.parameters().to_vector(), b.parameters().to_vector());
+  b.initialize(43);
+  EXPECT_NE(a.parameters().to_vector(), b.parameters().to_vector());
+}
+
+}  // namespace
+}  // namespace troupe::models

@@ -1,0 +1,139 @@
+// Model specs, the zoo, learning-rate schedules and optimizer configuration:
+// parsing, round trips, and the errors users see.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "models/model.hpp"
+#include "models/optimizer.hpp"
+#include "models/schedule.hpp"
+#include "models/spec.hpp"
+
+namespace troupe::models {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ModelSpec, ZooModelsHaveTheSeedsArchitectures) {
+  DataShape images{Shape{1, 28, 28}, DType::f32, 10};
+  Model mlp(zoo_spec("mlp", images), Device::cpu());
+  EXPECT_EQ(mlp.output_shape(), (Shape{10}));
+  // 784*256+256 + 256*128+128 + 128*10+10 = 235146 parameters.
+  std::int64_t expect = 0;
+  for (std::int64_t n : {784 * 256 + 256, 256 * 128 + 128, 128 * 10 + 10}) expect += (n + 15) / 16 * 16;
+  EXPECT_EQ(mlp.parameter_count(), expect);
+
+  Model cnn(zoo_spec("cnn", images), Device::cpu());
+  EXPECT_NE(cnn.summary().find("conv2d filters=32 kernel=3"), std::string::npos) << cnn.summary();
+  EXPECT_NE(cnn.summary().find("[32, 13, 13]"), std::string::npos) << cnn.summary();
+
+  DataShape text{Shape{300}, DType::i32, 45, 1, 10000};
+  Model textcnn(zoo_spec("textcnn", text), Device::cpu());
+  EXPECT_EQ(textcnn.output_shape(), (Shape{45}));
+  EXPECT_NE(textcnn.summary().find("embedding vocab=10000 dim=7"), std::string::npos);
+
+  Model linreg(zoo_spec("linreg", {Shape{1}, DType::f32, 0, 1}), Device::cpu());
+  EXPECT_EQ(linreg.parameter_count(), 16);  // w and b, padded to one aligned slice
+}
+
+TEST(ModelSpec, TextRoundTrips) {
+  ModelSpec a = zoo_spec("cnn", {Shape{1, 28, 28}, DType::f32, 10});
+  ModelSpec b = ModelSpec::parse(a.text(), "round trip");
+  EXPECT_EQ(a.text(), b.text());
+  EXPECT_EQ(b.input, (Shape{1, 28, 28}));
+}
+
+TEST(ModelSpec, ErrorsNameSourceLineAndProblem) {
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\nconv3d filters=2\n", "my.spec"); })
+                .find("my.spec:2: unknown layer 'conv3d'; known: dense"), std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense units=x\n", "m"); }).find("m:2:"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense\n", "m"); }).find("missing units="),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense units=3 color=red\n", "m"); })
+                .find("unknown option 'color'"), std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("dense units=3\n", "m"); }).find("no 'input' line"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndropout rate=1.5\n", "m"); }).find("[0, 1)"),
+            std::string::npos);
+  // Shapes that do not fit fail when the model is built, naming the layer.
+  EXPECT_NE(error_of([] { Model m(ModelSpec::parse("input 1 28 28\ndense units=3\n", "m"), Device::cpu()); })
+                .find("put a flatten layer before it"), std::string::npos);
+}
+
+TEST(ModelSpec, UnknownZooNameListsKnownOnes) {
+  std::string e = error_of([] { zoo_spec("resnet", {Shape{1, 28, 28}, DType::f32, 10}); });
+  EXPECT_NE(e.find("unknown model 'resnet'; known: linreg, mlp, cnn, textcnn"), std::string::npos) << e;
+  e = error_of([] { zoo_spec("textcnn", {Shape{1, 28, 28}, DType::f32, 10}); });
+  EXPECT_NE(e.find("token-id data"), std::string::npos) << e;
+}
+
+TEST(ModelSpec, SpecFilesByPath) {
+  const std::string path = ::testing::TempDir() + "/troupe_test_model.spec";
+  std::ofstream(path) << "# my model\nname mine\ninput 1 28 28\nflatten\ndense units=10 # logits\n";
+  ModelSpec spec = resolve_model(path, {Shape{1, 28, 28}, DType::f32, 10});
+  EXPECT_EQ(spec.name, "mine");
+  EXPECT_EQ(spec.layers.size(), 2u);
+  EXPECT_NE(error_of([] { resolve_model("/nonexistent/x.spec", {}); }).find("/nonexistent/x.spec: cannot open"),
+            std::string::npos);
+}
+
+TEST(LrSchedule, SeedTutorialDecay) {
+  LrSchedule s("piecewise:3=1e-4,7=1e-5", 1e-3f);
+  EXPECT_FLOAT_EQ(s.at(0, 0), 1e-3f);
+  EXPECT_FLOAT_EQ(s.at(100000, 2), 1e-3f);
+  EXPECT_FLOAT_EQ(s.at(0, 3), 1e-4f);
+  EXPECT_FLOAT_EQ(s.at(0, 6), 1e-4f);
+  EXPECT_FLOAT_EQ(s.at(0, 7), 1e-5f);
+  EXPECT_FLOAT_EQ(s.at(0, 11), 1e-5f);
+}
+
+TEST(LrSchedule, ExponentialCosineStepsAndWarmup) {
+  EXPECT_NEAR(LrSchedule("exponential:0.5/10", 1.0f).at(10, 0), 0.5, 1e-6);
+  EXPECT_NEAR(LrSchedule("exponential:0.5/10", 1.0f).at(5, 0), std::sqrt(0.5), 1e-6);
+  EXPECT_NEAR(LrSchedule("exponential:0.5/10/staircase", 1.0f).at(19, 0), 0.5, 1e-6);
+  EXPECT_NEAR(LrSchedule("cosine:100", 2.0f).at(50, 0), 1.0, 1e-6);
+  EXPECT_NEAR(LrSchedule("cosine:100", 2.0f).at(500, 0), 0.0, 1e-6);
+  EXPECT_NEAR(LrSchedule("cosine:100/0.1", 1.0f).at(100, 0), 0.1, 1e-6);
+  EXPECT_NEAR(LrSchedule("piecewise-steps:10=0.5", 1.0f).at(10, 0), 0.5, 1e-6);
+  LrSchedule warm("constant", 1.0f, 4);
+  EXPECT_NEAR(warm.at(0, 0), 0.25, 1e-6);
+  EXPECT_NEAR(warm.at(3, 0), 1.0, 1e-6);
+  EXPECT_NEAR(warm.at(100, 0), 1.0, 1e-6);
+}
+
+TEST(LrSchedule, BadSpecsListValidForms) {
+  for (const char* bad : {"linear", "piecewise:", "piecewise:3", "piecewise:3=a", "piecewise:7=1,3=2",
+                          "exponential:0.5", "cosine:0", "constant:1", "exponential:0.5/10/stairs"}) {
+    std::string e = error_of([&] { LrSchedule(bad, 1e-3f); });
+    EXPECT_NE(e.find(std::string("'") + bad + "'"), std::string::npos) << e;
+    EXPECT_NE(e.find("valid forms"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([] { LrSchedule("constant", -1.0f); }).find("positive"), std::string::npos);
+}
+
+TEST(OptimizerConfig, TextRoundTripAndUnknownNames) {
+  OptimizerConfig c;
+  c.name = "sgd";
+  c.momentum = 0.9f;
+  c.nesterov = true;
+  OptimizerConfig d = OptimizerConfig::parse(c.text());
+  EXPECT_EQ(d.name, "sgd");
+  EXPECT_FLOAT_EQ(d.momentum, 0.9f);
+  EXPECT_TRUE(d.nesterov);
+  OptimizerConfig bad;
+  bad.name = "rmsprop";
+  EXPECT_NE(error_of([&] { make_optimizer(bad, Tensor::zeros({4})); }).find("known: sgd, adam, nadam"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe::models
