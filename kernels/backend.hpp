@@ -81,6 +81,9 @@ class Backend {
   // Devices of this kind that can run work now: 1 for host backends; for
   // cuda, cudaGetDeviceCount, where any error (no driver) counts as 0.
   virtual int device_count() const = 0;
+  // CPU threads the calling thread's kernels may use (BLAS, oneDNN). Only
+  // host backends with threaded libraries act on it.
+  virtual void set_threads(int threads) { (void)threads; }
 
   // ---- memory (device_index selects the GPU; ignored on the host) ----
   virtual void* allocate(std::size_t bytes, int device_index) = 0;

@@ -15,6 +15,9 @@ namespace troupe::kernels {
 class CpuBackend final : public HostBackend {
  public:
   std::string name() const override { return "cpu"; }
+  // OpenBLAS's thread count (process-wide) and oneDNN's OpenMP team size
+  // for the calling thread.
+  void set_threads(int threads) override;
   TROUPE_BACKEND_OP_OVERRIDES
 };
 

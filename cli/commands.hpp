@@ -1,0 +1,43 @@
+// The troupe subcommands: each adds its options to the CLI11 app and runs
+// from the parsed options.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "models/trainer.hpp"
+
+namespace troupe::cli {
+
+// A bad combination of options found after parsing (exit status 2).
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct TrainOptions {
+  models::TrainConfig config;
+  std::string device = "cpu:0";
+  int threads = 1;
+  std::string metrics;
+  std::string summary_json;
+  std::int64_t log_every = 100;
+};
+void add_train_command(CLI::App& app, TrainOptions& options);
+int run_train(TrainOptions& options);
+
+struct EvalOptions {
+  std::string checkpoint;
+  std::string data;  // default: the dataset named at training time is not recorded, so fashion-mnist
+  std::string device = "cpu:0";
+  int threads = 1;
+  std::int64_t batch = 1000;
+};
+void add_eval_command(CLI::App& app, EvalOptions& options);
+int run_eval(EvalOptions& options);
+
+// Applies --threads to this process's CPU kernels.
+void use_threads(int threads);
+
+}  // namespace troupe::cli

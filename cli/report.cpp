@@ -1,0 +1,156 @@
+#include "cli/report.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace troupe::cli {
+
+namespace {
+
+std::string human_rate(double per_s) {
+  char buf[32];
+  if (per_s >= 1000) std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1000);
+  else std::snprintf(buf, sizeof buf, "%.0f", per_s);
+  return buf;
+}
+
+std::string clock_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + path + ": cannot create " + tmp);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write " + path + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + path + ": rename failed");
+  }
+}
+
+Report::Report(std::int64_t epochs, std::int64_t log_every, const std::string& metrics_path)
+    : epochs_(epochs), log_every_(log_every), tty_(::isatty(STDERR_FILENO) == 1) {
+  if (!metrics_path.empty()) {
+    metrics_ = std::make_unique<std::ofstream>(metrics_path, std::ios::trunc);
+    if (!*metrics_) throw std::runtime_error("--metrics " + metrics_path + ": cannot create the file");
+    jsonl_ = metrics_path.size() > 6 && metrics_path.substr(metrics_path.size() - 6) == ".jsonl";
+    if (!jsonl_)
+      *metrics_ << "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5\n";
+  }
+}
+
+void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
+                         double samples_per_s, float lr, const models::EpochResult* eval) {
+  if (!metrics_) return;
+  char buf[512];
+  if (jsonl_) {
+    int n = std::snprintf(buf, sizeof buf,
+                          "{\"kind\":\"%s\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,"
+                          "\"samples_per_s\":%.1f,\"lr\":%.6g",
+                          kind, static_cast<long long>(epoch), static_cast<long long>(step), loss, accuracy,
+                          samples_per_s, double(lr));
+    if (eval)
+      std::snprintf(buf + n, sizeof buf - n, ",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"test_top5\":%.6g}",
+                    eval->test_loss, eval->test_accuracy, eval->test_top5);
+    else
+      std::snprintf(buf + n, sizeof buf - n, "}");
+    *metrics_ << buf << "\n";
+  } else {
+    int n = std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6g,%.1f,%.6g", kind, static_cast<long long>(epoch),
+                          static_cast<long long>(step), loss, accuracy, samples_per_s, double(lr));
+    if (eval)
+      std::snprintf(buf + n, sizeof buf - n, ",%.6g,%.6g,%.6g", eval->test_loss, eval->test_accuracy,
+                    eval->test_top5);
+    else
+      std::snprintf(buf + n, sizeof buf - n, ",,,");
+    *metrics_ << buf << "\n";
+  }
+  metrics_->flush();
+}
+
+models::Callbacks Report::callbacks() {
+  models::Callbacks cb;
+  cb.on_train_begin = [](const models::Model& model, const data::Splits& splits) {
+    std::fprintf(stderr, "data: %s\n      %s\n", splits.train.describe().c_str(), splits.test.describe().c_str());
+    std::fprintf(stderr, "%s", model.summary().c_str());
+  };
+  cb.on_epoch_begin = [this](std::int64_t epoch, std::int64_t steps, float lr) {
+    epoch_ = epoch;
+    steps_in_epoch_ = steps;
+    lr_ = lr;
+    loss_avg_ = 0;
+    epoch_start_ = std::chrono::steady_clock::now();
+  };
+  cb.on_step_end = [this](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
+    loss_avg_ = in_epoch == 1 ? loss : 0.98 * loss_avg_ + 0.02 * loss;  // smoothed, as Keras' bar
+    const bool log_now = log_every_ > 0 && step % log_every_ == 0;
+    if (log_now) metrics_row("step", epoch_, step, loss, std::nan(""), rate, lr_, nullptr);
+    if (tty_) {
+      if (in_epoch % 10 != 0 && in_epoch != steps_in_epoch_) return;  // redraw at most every 10 steps
+      const int width = 30;
+      const int filled = static_cast<int>(width * in_epoch / std::max<std::int64_t>(steps_in_epoch_, 1));
+      std::string bar(filled, '=');
+      if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
+      const double eta = elapsed / double(in_epoch) * double(steps_in_epoch_ - in_epoch);
+      std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  %s samples/s  loss %.4f  ETA %s ",
+                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
+                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_),
+                   human_rate(rate).c_str(), loss_avg_, clock_text(eta).c_str());
+    } else if (log_now) {
+      std::fprintf(stderr, "epoch %lld step %lld/%lld  loss %.4f  %s samples/s\n",
+                   static_cast<long long>(epoch_ + 1), static_cast<long long>(in_epoch),
+                   static_cast<long long>(steps_in_epoch_), loss_avg_, human_rate(rate).c_str());
+    }
+  };
+  cb.on_epoch_end = [this](const models::EpochResult& r) {
+    if (tty_) std::fprintf(stderr, "\n");
+    std::fprintf(stderr,
+                 "epoch %lld/%lld: loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f top-5 %.4f | "
+                 "lr %.3g | %s samples/s, %.1f s\n",
+                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.train_loss,
+                 r.train_accuracy, r.test_loss, r.test_accuracy, r.test_top5, double(r.lr),
+                 human_rate(r.samples_per_s).c_str(), r.seconds);
+    metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
+  };
+  cb.on_checkpoint = [this](const std::string& path, std::int64_t step) {
+    if (tty_) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "checkpoint: %s (step %lld)\n", path.c_str(), static_cast<long long>(step));
+  };
+  return cb;
+}
+
+void Report::write_summary(const std::string& path, const models::TrainResult& r,
+                           const models::TrainConfig& c) const {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"epochs\": %zu,\n  \"steps\": %lld,\n"
+                "  \"batch\": %lld,\n  \"test_accuracy\": %.6f,\n  \"test_top5\": %.6f,\n  \"test_loss\": %.6f,\n"
+                "  \"samples_per_s\": %.1f,\n  \"wall_s\": %.3f,\n  \"peak_memory_mib\": %.1f,\n"
+                "  \"stopped_early\": %s,\n  \"resumed_from\": \"%s\"\n}\n",
+                c.model.c_str(), c.data.c_str(), r.epochs.size(), static_cast<long long>(r.steps),
+                static_cast<long long>(c.batch), r.final.test_accuracy, r.final.test_top5, r.final.test_loss,
+                r.samples_per_s, r.wall_seconds, models::peak_memory_mib(), r.stopped_early ? "true" : "false",
+                r.resumed_from.c_str());
+  write_file_atomically(path, buf);
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,308 @@
+#include "models/trainer.hpp"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "kernels/math/random.hpp"
+#include "models/checkpoint/checkpoint.hpp"
+#include "models/data/epoch_plan.hpp"
+
+namespace troupe::models {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+data::PlanOptions plan_options(const TrainConfig& c, std::int64_t examples) {
+  data::PlanOptions o;
+  o.examples = examples;
+  o.batch_size = c.batch;
+  o.shuffle = c.shuffle;
+  o.seed = c.seed;
+  o.drop_remainder = c.drop_remainder;
+  return o;
+}
+
+void check_config(const TrainConfig& c) {
+  if (c.epochs < 1) throw std::invalid_argument("--epochs must be at least 1, got " + std::to_string(c.epochs));
+  if (c.batch < 1) throw std::invalid_argument("--batch must be at least 1, got " + std::to_string(c.batch));
+  if (c.max_steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (c.checkpoint_every < 0) throw std::invalid_argument("--checkpoint-every must be >= 0");
+  if (c.resume && c.checkpoint_dir.empty())
+    throw std::invalid_argument("--resume needs --checkpoint-dir to resume from");
+}
+
+// Copies a host tensor to `device` when it lives elsewhere; reuses `staging`.
+const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& device) {
+  if (device.is_cpu()) return host;
+  if (!staging.defined() || staging.raw() == nullptr || staging.shape() != host.shape() ||
+      staging.dtype() != host.dtype())
+    staging = Tensor::empty(host.shape(), host.dtype(), device);
+  staging.copy_from(host);
+  return staging;
+}
+
+}  // namespace
+
+DataShape data_shape_of(const data::Dataset& d) {
+  DataShape s;
+  s.input = d.feature_shape();
+  s.input_dtype = d.features.dtype();
+  if (d.task == data::Task::classification) {
+    s.classes = d.num_classes;
+  } else {
+    Shape label = d.label_shape();
+    s.outputs = label.rank() == 0 ? 1 : label.numel();
+  }
+  s.vocab = static_cast<std::int64_t>(d.vocabulary.size());
+  return s;
+}
+
+Trainer::Trainer(TrainConfig config)
+    : config_((check_config(config), std::move(config))),
+      data_(data::load_dataset(config_.data, config_.data_options)),
+      schedule_(config_.schedule, config_.lr, config_.warmup_steps),
+      loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
+                                                           : LossKind::mean_squared_error) {
+  if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
+  model_ = std::make_unique<Model>(resolve_model(config_.model, data_shape_of(data_.train)), config_.device);
+  model_->initialize(config_.seed);
+  optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+  // An epoch must hold at least one full step, or training would spin.
+  data::batches_per_epoch(plan_options(config_, data_.train.size()), {0, 1}) > 0
+      ? void()
+      : throw std::invalid_argument("dataset " + config_.data + " has " + std::to_string(data_.train.size()) +
+                                    " training examples, fewer than one batch of " + std::to_string(config_.batch));
+  if (!config_.checkpoint_dir.empty()) {
+    checkpoints_ = std::make_unique<checkpoint::Directory>(config_.checkpoint_dir, config_.keep_last);
+    if (config_.resume) {
+      if (auto path = checkpoints_->latest()) restore(checkpoint::read(*path), *path);
+    }
+  }
+}
+
+Trainer::~Trainer() = default;
+
+bool Trainer::classification() const { return data_.train.task == data::Task::classification; }
+
+TrainResult Trainer::run(const Callbacks& cb) {
+  TrainResult result;
+  result.resumed_from = resumed_from_;
+  if (cb.on_train_begin) cb.on_train_begin(*model_, data_);
+
+  const data::Dataset& train = data_.train;
+  data::BatchIterator batches(plan_options(config_, train.size()), {0, 1}, cursor_);
+  Tensor x_host = train.make_feature_batch(config_.batch);
+  Tensor y_host = train.make_label_batch(config_.batch);
+  Tensor x_dev, y_dev, dout;
+  Metrics epoch_metrics;
+
+  const auto t_all = Clock::now();
+  double train_seconds = 0;
+  std::int64_t trained_examples = 0;
+  auto t_epoch = Clock::now();
+  std::int64_t epoch_examples = 0;
+  bool epoch_open = false;
+
+  while (cursor_.epoch < config_.epochs && (config_.max_steps == 0 || step_ < config_.max_steps)) {
+    if (cb.should_stop && cb.should_stop()) {
+      result.stopped_early = true;
+      break;
+    }
+    const float lr = schedule_.at(step_, cursor_.epoch);
+    if (!epoch_open) {
+      epoch_open = true;
+      t_epoch = Clock::now();
+      epoch_examples = 0;
+      epoch_metrics.reset();
+      if (cb.on_epoch_begin) cb.on_epoch_begin(cursor_.epoch, batches.batches_per_epoch(), lr);
+    }
+    const auto t_step = Clock::now();
+    data::BatchIterator::Batch batch = batches.next();
+    const std::int64_t n = train.gather(batch.indices, x_host, y_host);
+    Tensor xb = x_host.slice(0, batched(n, train.feature_shape()));
+    Tensor yb = y_host.slice(0, batched(n, train.label_shape()));
+    const Tensor& x = on_device(xb, x_dev, config_.device);
+    const Tensor& y = on_device(yb, y_dev, config_.device);
+
+    model_->set_step_seed(kernels::math::random_bits(config_.seed ^ 0xd0d0ULL, static_cast<std::uint64_t>(step_)));
+    const Tensor& out = model_->forward(x, /*training=*/true);
+    if (!dout.defined() || dout.raw() == nullptr || dout.shape() != out.shape())
+      dout = Tensor::empty(out.shape(), kernels::DType::f32, config_.device);
+    const double loss_sum = loss_.sum(out, y, dout, 1.0f / static_cast<float>(n));
+    model_->backward(dout);
+    optimizer_->step(model_->parameters(), model_->gradients(), lr);
+    ++step_;
+    cursor_ = batches.cursor();
+    epoch_metrics.add(out, y, loss_sum, classification());
+
+    const double dt = seconds_since(t_step);
+    train_seconds += dt;
+    trained_examples += n;
+    epoch_examples += n;
+    const double epoch_elapsed = seconds_since(t_epoch);
+    if (cb.on_step_end)
+      cb.on_step_end(step_, batch.cursor.batch + 1, loss_sum / double(n),
+                     epoch_elapsed > 0 ? double(epoch_examples) / epoch_elapsed : 0.0);
+
+    if (checkpoints_ && config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) {
+      std::string path = save_checkpoint();
+      if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
+    }
+
+    if (batch.last_in_epoch) {
+      EpochResult r = evaluate();
+      r.epoch = batch.cursor.epoch;
+      r.step = step_;
+      r.train_loss = epoch_metrics.mean_loss();
+      r.train_accuracy = epoch_metrics.accuracy();
+      r.lr = lr;
+      r.seconds = seconds_since(t_epoch);
+      r.samples_per_s = r.seconds > 0 ? double(epoch_examples) / r.seconds : 0;
+      result.epochs.push_back(r);
+      epoch_open = false;
+      if (checkpoints_ && config_.checkpoint_each_epoch &&
+          !(config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)) {
+        std::string path = save_checkpoint();
+        if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
+      }
+      if (cb.on_epoch_end) cb.on_epoch_end(r);
+    }
+  }
+
+  if (checkpoints_ && (result.stopped_early || epoch_open)) {
+    std::string path = save_checkpoint();
+    if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
+  }
+  result.steps = step_;
+  result.wall_seconds = seconds_since(t_all);
+  result.samples_per_s = train_seconds > 0 ? double(trained_examples) / train_seconds : 0;
+  if (!result.epochs.empty() && !epoch_open && !result.stopped_early) {
+    result.final = result.epochs.back();
+  } else {
+    result.final = evaluate();
+    result.final.step = step_;
+    result.final.epoch = cursor_.epoch;
+  }
+  return result;
+}
+
+EpochResult Trainer::evaluate(const data::Dataset* dataset) {
+  EpochResult r = evaluate_model(*model_, dataset ? *dataset : data_.test, config_.eval_batch);
+  r.step = step_;
+  return r;
+}
+
+EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t batch) {
+  EpochResult r;
+  if (d.size() == 0) return r;
+  const bool classification = d.task == data::Task::classification;
+  Loss loss(classification ? LossKind::sparse_categorical_crossentropy : LossKind::mean_squared_error);
+  Metrics metrics;
+  const std::int64_t b = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, d.size()));
+  Tensor x_host = d.make_feature_batch(b), y_host = d.make_label_batch(b), x_dev, y_dev;
+  std::vector<std::int64_t> indices;
+  for (std::int64_t start = 0; start < d.size(); start += b) {
+    indices.clear();
+    for (std::int64_t i = start; i < std::min(start + b, d.size()); ++i) indices.push_back(i);
+    const std::int64_t n = d.gather(indices, x_host, y_host);
+    const Tensor& x = on_device(x_host.slice(0, batched(n, d.feature_shape())), x_dev, model.device());
+    const Tensor& y = on_device(y_host.slice(0, batched(n, d.label_shape())), y_dev, model.device());
+    const Tensor& out = model.forward(x, /*training=*/false);
+    metrics.add(out, y, loss.sum(out, y, Tensor(), 1.0f), classification);
+  }
+  r.test_loss = metrics.mean_loss();
+  r.test_accuracy = metrics.accuracy();
+  r.test_top5 = metrics.top5_accuracy();
+  r.test_examples = metrics.examples();
+  return r;
+}
+
+checkpoint::State Trainer::state() const {
+  checkpoint::State s;
+  s.model.name = model_->spec().name;
+  s.model.spec = model_->spec().text();
+  s.parameters = model_->parameters().to_vector();
+  s.optimizer.name = config_.optimizer.name;
+  s.optimizer.spec = config_.optimizer.text();
+  for (const auto& [name, buffer] : optimizer_->buffers()) s.optimizer.buffers.push_back({name, buffer.to_vector()});
+  for (const auto& [name, value] : optimizer_->scalars()) s.optimizer.scalars[name] = value;
+  s.position.global_step = static_cast<std::uint64_t>(step_);
+  s.position.epoch = static_cast<std::uint64_t>(cursor_.epoch);
+  s.position.cursor.epoch = static_cast<std::uint64_t>(cursor_.epoch);
+  s.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(cursor_.batch);
+  s.position.cursor.shuffle_seed = config_.seed;
+  s.schedule.spec = schedule_.spec();
+  s.schedule.evaluated_at_step = static_cast<std::uint64_t>(step_);
+  s.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(cursor_.epoch);
+  s.schedule.learning_rate = schedule_.at(step_, cursor_.epoch);
+  s.rng.seed = config_.seed;
+  s.rng.counter = static_cast<std::uint64_t>(step_);
+  s.update_mode = config_.update_mode;
+  return s;
+}
+
+void Trainer::restore(const checkpoint::State& s, const std::string& path) {
+  checkpoint::check_model(s, path, model_->spec().name, static_cast<std::uint64_t>(model_->parameter_count()));
+  if (s.model.spec != model_->spec().text())
+    throw checkpoint::CheckpointError(path, "was written for a model with another architecture:\n" + s.model.spec);
+  if (s.optimizer.name != config_.optimizer.name)
+    throw checkpoint::CheckpointError(path, "holds optimizer '" + s.optimizer.name + "' state, but '" +
+                                                config_.optimizer.name + "' was requested");
+  if (s.position.cursor.shuffle_seed != config_.seed)
+    throw checkpoint::CheckpointError(path, "was written with --seed " + std::to_string(s.position.cursor.shuffle_seed) +
+                                                "; resume with the same seed to continue the same data order");
+  model_->parameters().copy_from(
+      Tensor::view(const_cast<float*>(s.parameters.data()), model_->parameters().shape(), kernels::DType::f32, Device::cpu()));
+  for (const auto& [name, buffer] : optimizer_->buffers()) {
+    const checkpoint::NamedBuffer* saved = nullptr;
+    for (const auto& b : s.optimizer.buffers)
+      if (b.name == name) saved = &b;
+    if (!saved || static_cast<std::int64_t>(saved->values.size()) != buffer.numel())
+      throw checkpoint::CheckpointError(path, "lacks optimizer state '" + name + "' of " +
+                                                  std::to_string(buffer.numel()) + " values");
+    Tensor b = buffer;
+    b.copy_from(Tensor::view(const_cast<float*>(saved->values.data()), buffer.shape(), kernels::DType::f32, Device::cpu()));
+  }
+  for (const auto& [name, value] : s.optimizer.scalars) optimizer_->set_scalar(name, value);
+  step_ = static_cast<std::int64_t>(s.position.global_step);
+  cursor_.epoch = static_cast<std::int64_t>(s.position.cursor.epoch);
+  cursor_.batch = static_cast<std::int64_t>(s.position.cursor.batch_in_epoch);
+  resumed_from_ = path;
+}
+
+std::string Trainer::save_checkpoint() {
+  if (!checkpoints_) throw std::logic_error("save_checkpoint: no --checkpoint-dir configured");
+  return checkpoints_->save(state());
+}
+
+std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path, Device device) {
+  ModelSpec spec;
+  try {
+    spec = ModelSpec::parse(state.model.spec, path + " (model spec)");
+  } catch (const std::exception& e) {
+    throw checkpoint::CheckpointError(path, std::string("holds an unusable model spec: ") + e.what());
+  }
+  auto model = std::make_unique<Model>(spec, device);
+  if (static_cast<std::int64_t>(state.parameters.size()) != model->parameter_count())
+    throw checkpoint::CheckpointError(path, "has " + std::to_string(state.parameters.size()) +
+                                                " parameters, but its model spec needs " +
+                                                std::to_string(model->parameter_count()));
+  model->parameters().copy_from(Tensor::view(const_cast<float*>(state.parameters.data()),
+                                             model->parameters().shape(), kernels::DType::f32, Device::cpu()));
+  return model;
+}
+
+double peak_memory_mib() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+}  // namespace troupe::models

@@ -1,0 +1,151 @@
+// Trainer: single-replica training, evaluation and checkpointing — what
+// `troupe train` runs on one device, and the step that device actors run
+// on each replica.
+//
+// One step: gather the next batch of this replica's shard (data::BatchIterator),
+// forward, loss gradient scaled by 1 / global batch, backward into the model's
+// flat gradient buffer, then one fused optimizer update with the scheduled
+// learning rate. Everything that decides the next step is in the checkpoint
+// (parameters, optimizer buffers and scalars, data cursor, global step; the
+// dropout seed is a function of the job seed and the step), so a resumed run
+// on the CPU reaches the same parameters as an uninterrupted one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/data/load.hpp"
+#include "models/loss.hpp"
+#include "models/model.hpp"
+#include "models/optimizer.hpp"
+#include "models/schedule.hpp"
+
+namespace troupe::checkpoint {
+class Directory;
+struct State;
+}  // namespace troupe::checkpoint
+
+namespace troupe::models {
+
+struct TrainConfig {
+  std::string model = "cnn";           // zoo name or spec file
+  std::string data = "fashion-mnist";  // dataset name or path
+  data::LoadOptions data_options;
+  std::int64_t epochs = 1;
+  std::int64_t batch = 64;             // per replica
+  std::int64_t max_steps = 0;          // stop after this many global steps (0: no limit)
+  OptimizerConfig optimizer;
+  float lr = 1e-3f;
+  std::string schedule = "constant";
+  std::int64_t warmup_steps = 0;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_remainder = true;          // as the PyTorch anchor: full batches only
+  Device device = Device::cpu();
+
+  std::string checkpoint_dir;          // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;   // steps between checkpoints (0: epoch ends only)
+  bool checkpoint_each_epoch = true;
+  std::size_t keep_last = 3;
+  bool resume = false;                 // continue from the newest checkpoint in checkpoint_dir
+  std::string update_mode = "sync";    // recorded in checkpoints
+
+  std::int64_t eval_batch = 1000;
+};
+
+struct EpochResult {
+  std::int64_t epoch = 0;              // 0-based
+  std::int64_t step = 0;               // global steps done
+  double train_loss = 0, train_accuracy = 0;
+  double test_loss = 0, test_accuracy = 0, test_top5 = 0;
+  std::int64_t test_examples = 0;
+  float lr = 0;
+  double samples_per_s = 0;            // this epoch's training throughput
+  double seconds = 0;
+};
+
+// Hooks around training, as Keras callbacks. All optional.
+struct Callbacks {
+  std::function<void(const Model&, const data::Splits&)> on_train_begin;
+  std::function<void(std::int64_t epoch, std::int64_t steps_in_epoch, float lr)> on_epoch_begin;
+  // After each step: global step (1-based count), step within epoch, the
+  // batch's mean loss, samples/s so far this epoch.
+  std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)>
+      on_step_end;
+  std::function<void(const EpochResult&)> on_epoch_end;
+  std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
+  // Polled between steps; returning true stops training (after a checkpoint
+  // when a directory is configured).
+  std::function<bool()> should_stop;
+};
+
+struct TrainResult {
+  std::vector<EpochResult> epochs;
+  std::int64_t steps = 0;
+  double wall_seconds = 0;
+  double samples_per_s = 0;            // over all training steps
+  EpochResult final;                   // the last evaluation
+  bool stopped_early = false;
+  std::string resumed_from;            // checkpoint path, when resumed
+};
+
+class Trainer {
+ public:
+  // Loads the data, builds and initialises the model, checks the checkpoint
+  // directory is writable, and resumes when asked: every configuration
+  // error surfaces here, before any training.
+  explicit Trainer(TrainConfig config);
+  ~Trainer();
+
+  TrainResult run(const Callbacks& callbacks = {});
+
+  // Evaluates the model on the test split (or `dataset`), in batches.
+  EpochResult evaluate(const data::Dataset* dataset = nullptr);
+
+  // Writes a checkpoint now; returns its path.
+  std::string save_checkpoint();
+
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const data::Splits& data() const { return data_; }
+  const TrainConfig& config() const { return config_; }
+  std::int64_t global_step() const { return step_; }
+  bool classification() const;
+
+  // The checkpoint state of this trainer / restoring from one.
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& state, const std::string& path);
+
+ private:
+  TrainConfig config_;
+  data::Splits data_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LrSchedule schedule_;
+  Loss loss_;
+  std::unique_ptr<checkpoint::Directory> checkpoints_;
+  std::int64_t step_ = 0;
+  data::Cursor cursor_;
+  std::string resumed_from_;
+};
+
+// Evaluates `model` on every example of `dataset`, `batch` at a time:
+// mean loss, accuracy and top-5 accuracy (classification).
+EpochResult evaluate_model(Model& model, const data::Dataset& dataset, std::int64_t batch = 1000);
+
+// The model's DataShape for a dataset (input shape and dtype, classes,
+// regression outputs, vocabulary size).
+DataShape data_shape_of(const data::Dataset& dataset);
+
+// Rebuilds a model from a checkpoint alone (spec + parameters), on `device`.
+std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path,
+                                  Device device);
+
+// Peak resident memory of this process so far, in MiB.
+double peak_memory_mib();
+
+}  // namespace troupe::models
