@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# troupe against PyTorch on the same model, data, batch, optimizer and thread
+# count, in one run: prints both samples/s, the ratio, both test accuracies
+# and troupe's peak memory. The anchor is ../shared/anchors/torch_anchor.py
+# on Debian's python3-torch (installed here when missing).
+#
+#   bench/compare_torch.sh mlp 2 1      # model, epochs, threads
+#   bench/compare_torch.sh cnn 1 1
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+model=${1:-mlp}
+epochs=${2:-1}
+threads=${3:-1}
+build=${TROUPE_BUILD_DIR:-$root/build}
+anchor=${TROUPE_ANCHOR:-$root/../shared/anchors/torch_anchor.py}
+
+[ -f "$anchor" ] || { echo "compare_torch: anchor script not found at $anchor (set TROUPE_ANCHOR)" >&2; exit 1; }
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "compare_torch: installing python3-torch (Debian) for the anchor" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3-torch
+fi
+[ -x "$build/cli/troupe" ] || "$root/scripts/build.sh"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "== PyTorch: $model, $epochs epoch(s), $threads thread(s), batch 64, Adam 1e-3"
+OMP_NUM_THREADS=$threads /usr/bin/python3 "$anchor" train "$model" "$epochs" "$threads" | tee "$out/torch.txt"
+echo "== troupe: the same"
+OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$build/cli/troupe" train --model "$model" \
+  --data fashion-mnist --epochs "$epochs" --batch 64 --optimizer adam --lr 1e-3 --threads "$threads" \
+  --log-every 0 --summary-json "$out/troupe.json" | tee "$out/troupe.txt"
+
+torch_rate=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$out/torch.txt" | tail -1)
+torch_acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$out/torch.txt" | tail -1)
+troupe_rate=$(sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' "$out/troupe.json")
+troupe_acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$out/troupe.json")
+troupe_mem=$(sed -n 's/.*"peak_memory_mib": \([0-9.]*\).*/\1/p' "$out/troupe.json")
+ratio=$(awk -v a="$troupe_rate" -v b="$torch_rate" 'BEGIN { printf "%.2f", a / b }')
+echo "RESULT compare $model epochs=$epochs threads=$threads torch_samples_per_s=$torch_rate troupe_samples_per_s=$troupe_rate ratio=$ratio torch_test_acc=$torch_acc troupe_test_acc=$troupe_acc troupe_peak_mib=$troupe_mem"
