@@ -15,8 +15,12 @@
 //
 // Which GPU: the memory functions take a device_index and select it. The ops
 // do not (ops.cpp cannot pass one), so they run on the calling thread's
-// current CUDA device (cudaGetDevice); the device actor that owns cuda:N
-// sets it, and every memory call on cuda:N does too (cudaSetDevice).
+// current CUDA device (cudaGetDevice). The caller sets it: the device actor
+// that owns cuda:N calls cudaSetDevice(N) (or any memory function on cuda:N)
+// at the start of each message it handles, since CAF may run an actor on
+// any worker thread. allocate, the copies and synchronize leave their device
+// current, so Tensor::zeros on cuda:N fills on cuda:N; deallocate restores
+// the previous device, because a tensor can be freed on any thread.
 //
 // Ordering: all work for a device is queued on that device's one stream, so
 // ops run in call order. Copies are synchronous (Backend's contract), and so

@@ -37,7 +37,15 @@ void CudaBackend::deallocate(void* ptr, int device_index) noexcept {
   // cudaFree synchronizes the device first, so kernels still queued on our
   // stream finish before the memory is released. Errors cannot be thrown
   // from here; at process exit the runtime may already be shutting down.
+  //
+  // Unlike the other memory functions, this one puts the previous device
+  // back: a tensor's last reference can drop anywhere (a message handled on
+  // another device's thread), and that must not move the thread's ops to
+  // the tensor's GPU.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   if (cudaSetDevice(device_index) == cudaSuccess) (void)cudaFree(ptr);
+  if (previous >= 0 && previous != device_index) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }
 
