@@ -45,12 +45,17 @@ struct AdamStep {
   }
 };
 
+// The initialisers promise the same numbers on every backend. nvcc would
+// contract `low + scale * u` into one fused multiply-add (one rounding
+// instead of two), which can differ from the host's result in the last bit;
+// the _rn intrinsics are never contracted, so each step rounds as the
+// host's separate multiply and add do.
 struct Uniform {
   float low, high;
   std::uint64_t seed;
   float* x;
   __device__ void operator()(std::size_t i) const {
-    x[i] = low + (high - low) * math::random_uniform(seed, i);
+    x[i] = __fadd_rn(low, __fmul_rn(high - low, math::random_uniform(seed, i)));
   }
 };
 
@@ -59,7 +64,7 @@ struct Normal {
   std::uint64_t seed;
   float* x;
   __device__ void operator()(std::size_t i) const {
-    x[i] = mean + stddev * math::random_normal(seed, i);
+    x[i] = __fadd_rn(mean, __fmul_rn(stddev, math::random_normal(seed, i)));
   }
 };
 

@@ -28,6 +28,11 @@ std::unique_ptr<DeviceState> create_state(int index) {
   int previous = 0;
   TROUPE_CUDA_CHECK(cudaGetDevice(&previous));
   TROUPE_CUDA_CHECK(cudaSetDevice(index));
+  // Put the caller's device back however this function leaves.
+  struct RestoreDevice {
+    int device;
+    ~RestoreDevice() { (void)cudaSetDevice(device); }
+  } restore{previous};
   // A blocking stream (not cudaStreamNonBlocking): it stays ordered with the
   // legacy default stream, so code elsewhere that uses plain cudaMemcpy on
   // our tensors cannot overtake queued kernels.
@@ -38,7 +43,6 @@ std::unique_ptr<DeviceState> create_state(int index) {
   TROUPE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->error_slot), sizeof(unsigned long long)));
   TROUPE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->partials),
                                (DeviceState::kReduceBlocks + 1) * sizeof(double)));
-  TROUPE_CUDA_CHECK(cudaSetDevice(previous));
   return st;
 }
 
