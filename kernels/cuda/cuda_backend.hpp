@@ -12,6 +12,8 @@
 //   cuda_elementwise.cu    fill, relu, dropout, add/scale/axpy, sum_n
 //   cuda_loss.cu           softmax_xent, mse, topk_correct, reduce_sum
 //   cuda_optim.cu          sgd/adam updates and the seeded initialisers
+//   check.hpp              status checks (TROUPE_CUDA_CHECK and friends)
+//   launch.cuh             grid sizing, grid-stride loops, warp/block sums
 //
 // Which GPU: the memory functions take a device_index and select it. The ops
 // do not (ops.cpp cannot pass one), so they run on the calling thread's
