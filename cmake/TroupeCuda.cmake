@@ -36,10 +36,12 @@ if(CMAKE_CUDA_COMPILER)
   if(NOT TROUPE_CUDNN_INCLUDE_DIR OR NOT TROUPE_CUDNN_LIBRARY)
     list(APPEND _missing "cuDNN (cudnn.h, libcudnn)")
   endif()
-  find_path(TROUPE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_cuda_root}/include)
-  find_library(TROUPE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${_cuda_root}/lib64)
-  if(NOT TROUPE_NCCL_INCLUDE_DIR OR NOT TROUPE_NCCL_LIBRARY)
-    list(APPEND _missing "NCCL (nccl.h, libnccl)")
+  if(NOT TROUPE_KERNELS_ONLY)  # NCCL serves net/, which a kernels-only build skips
+    find_path(TROUPE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_cuda_root}/include)
+    find_library(TROUPE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${_cuda_root}/lib64)
+    if(NOT TROUPE_NCCL_INCLUDE_DIR OR NOT TROUPE_NCCL_LIBRARY)
+      list(APPEND _missing "NCCL (nccl.h, libnccl)")
+    endif()
   endif()
 endif()
 
@@ -65,10 +67,17 @@ set(TROUPE_HAVE_CUDA 1)
 add_library(troupe::cudnn UNKNOWN IMPORTED)
 set_target_properties(troupe::cudnn PROPERTIES IMPORTED_LOCATION ${TROUPE_CUDNN_LIBRARY}
                       INTERFACE_INCLUDE_DIRECTORIES ${TROUPE_CUDNN_INCLUDE_DIR})
-add_library(troupe::nccl UNKNOWN IMPORTED)
-set_target_properties(troupe::nccl PROPERTIES IMPORTED_LOCATION ${TROUPE_NCCL_LIBRARY}
-                      INTERFACE_INCLUDE_DIRECTORIES ${TROUPE_NCCL_INCLUDE_DIR})
+if(NOT TROUPE_KERNELS_ONLY)
+  add_library(troupe::nccl UNKNOWN IMPORTED)
+  set_target_properties(troupe::nccl PROPERTIES IMPORTED_LOCATION ${TROUPE_NCCL_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES ${TROUPE_NCCL_INCLUDE_DIR})
+endif()
 
+if(TROUPE_KERNELS_ONLY)
+  set(_nccl_text "not needed (TROUPE_KERNELS_ONLY)")
+else()
+  set(_nccl_text ${TROUPE_NCCL_LIBRARY})
+endif()
 message(STATUS "CUDA backend: on. nvcc ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), "
                "architectures ${CMAKE_CUDA_ARCHITECTURES}; cuBLAS ${CUDAToolkit_LIBRARY_DIR}; "
-               "cuDNN ${TROUPE_CUDNN_LIBRARY}; NCCL ${TROUPE_NCCL_LIBRARY}")
+               "cuDNN ${TROUPE_CUDNN_LIBRARY}; NCCL ${_nccl_text}")
