@@ -1,0 +1,37 @@
+// One entry point: a dataset by name or path, both splits.
+//
+//   fashion-mnist      Fashion-MNIST (Debian dataset-fashion-mnist)
+//   linreg             generated y = 2x + noise
+//   wordnet            WordNet glosses -> lexicographer file (wordnet-base)
+//   PATH.csv[.gz]      a CSV table (csv.hpp)
+//   DIRECTORY          an IDX directory: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+//
+// Adding a dataset: write its loader in its own file, add a line to the
+// table in load.cpp (name, one-line description, loader), and a test.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/data/csv.hpp"
+#include "models/data/dataset.hpp"
+#include "models/data/linreg.hpp"
+#include "models/data/wordnet.hpp"
+
+namespace troupe::data {
+
+struct LoadOptions {
+  std::string fashion_mnist_dir;  // empty: $TROUPE_FASHION_MNIST_DIR, else the Debian location
+  CsvOptions csv;
+  LinregOptions linreg;
+  WordnetOptions wordnet;
+};
+
+// Throws DataError: for an unknown name, listing the known names and the
+// path forms; otherwise whatever the chosen loader reports.
+Splits load_dataset(const std::string& name_or_path, const LoadOptions& options = {});
+
+// The names load_dataset knows, in the order of the table.
+std::vector<std::string> known_dataset_names();
+
+}  // namespace troupe::data

@@ -1,0 +1,114 @@
+// CSV tables: label / target columns by name, splits, and every error with
+// its line number and column.
+#include <gtest/gtest.h>
+
+#include "models/data/csv.hpp"
+#include "models/data/error.hpp"
+#include "models/data/load.hpp"
+#include "tests/models/test_data_files.hpp"
+
+namespace troupe::data {
+namespace {
+
+using kernels::Shape;
+using testing::error_of;
+using testing::TempDir;
+using testing::write_file;
+
+const char* const iris_like =
+    "sepal_length, sepal_width ,species\r\n"
+    "5.1,3.5,0\r\n"
+    "\r\n"
+    "4.9,3.0,2\r\n"
+    "6.2,-2.9e0,1\r\n";
+
+TEST(DataCsv, LastColumnIsTheLabelByDefault) {
+  TempDir dir;
+  write_file(dir.file("iris.csv"), iris_like);
+  const Splits s = load_dataset(dir.file("iris.csv"));
+  EXPECT_EQ(s.train.size(), 3);
+  EXPECT_EQ(s.test.size(), 0);
+  EXPECT_EQ(s.train.num_classes, 3);
+  EXPECT_EQ(s.train.features.shape(), (Shape{3, 2}));
+  EXPECT_EQ(s.train.features.to_vector(), (std::vector<float>{5.1f, 3.5f, 4.9f, 3.0f, 6.2f, -2.9f}));
+  EXPECT_EQ(s.train.labels.to_int_vector(), (std::vector<std::int32_t>{0, 2, 1}));
+}
+
+TEST(DataCsv, GzippedCsvIsReadToo) {
+  TempDir dir;
+  testing::write_gzip(dir.file("iris.csv.gz"), iris_like);
+  EXPECT_EQ(load_dataset(dir.file("iris.csv.gz")).train.size(), 3);
+}
+
+TEST(DataCsv, RegressionTargetByName) {
+  TempDir dir;
+  write_file(dir.file("houses.csv"), "price,rooms,area\n100.5,3,70\n200,5,120\n");
+  CsvOptions options;
+  options.task = Task::regression;
+  options.label_column = "price";
+  const Splits s = load_csv(dir.file("houses.csv"), options);
+  EXPECT_EQ(s.train.labels.shape(), (Shape{2, 1}));
+  EXPECT_EQ(s.train.labels.to_vector(), (std::vector<float>{100.5f, 200.0f}));
+  EXPECT_EQ(s.train.features.to_vector(), (std::vector<float>{3, 70, 5, 120}));
+
+  options.label_column = "cost";
+  const std::string message = error_of<DataError>([&] { load_csv(dir.file("houses.csv"), options); });
+  EXPECT_NE(message.find("no column named 'cost'"), std::string::npos) << message;
+  EXPECT_NE(message.find("price, rooms, area"), std::string::npos) << message;
+}
+
+TEST(DataCsv, SeededTestSplit) {
+  TempDir dir;
+  std::string text = "a,b,label\n";
+  for (int i = 0; i < 50; ++i) text += std::to_string(i) + "," + std::to_string(2 * i) + "," + std::to_string(i % 4) + "\n";
+  write_file(dir.file("t.csv"), text);
+  CsvOptions options;
+  options.test_fraction = 0.2;
+  options.seed = 5;
+  const Splits a = load_csv(dir.file("t.csv"), options);
+  EXPECT_EQ(a.train.size(), 40);
+  EXPECT_EQ(a.test.size(), 10);
+  EXPECT_EQ(a.train.num_classes, 4);
+  EXPECT_EQ(load_csv(dir.file("t.csv"), options).test.features.to_vector(), a.test.features.to_vector());
+  options.seed = 6;
+  EXPECT_NE(load_csv(dir.file("t.csv"), options).test.features.to_vector(), a.test.features.to_vector());
+}
+
+struct BadCsv {
+  const char* text;
+  const char* expected;
+};
+
+TEST(DataCsv, BadRowsNameLineAndColumn) {
+  const BadCsv cases[] = {
+      {"x,y,label\n1,2,0\n1,2\n", "bad.csv:3: expected 3 columns as in the header, found 2"},
+      {"x,y,label\n1,2,0\n1,2,0,4\n", "bad.csv:3: expected 3 columns as in the header, found 4"},
+      {"x,y,label\n1,2,0\n\n1,abc,1\n", "bad.csv:4: column 2 (y): 'abc' is not a number"},
+      {"x,y,label\n1,,0\n", "bad.csv:2: column 2 (y): '' is not a number"},
+      {"x,y,label\n1,nan,0\n", "bad.csv:2: column 2 (y): 'nan' is not a number"},
+      {"x,y,label\n1,2,1.5\n", "bad.csv:2: column 3 (label): label '1.5' is not an integer class id >= 0"},
+      {"x,y,label\n1,2,-1\n", "bad.csv:2: column 3 (label): label '-1' is not an integer class id >= 0"},
+      {"label\n1\n", "bad.csv:1: the header names 1 column"},
+  };
+  TempDir dir;
+  for (const auto& c : cases) {
+    write_file(dir.file("bad.csv"), c.text);
+    try {
+      load_csv(dir.file("bad.csv"));
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+      EXPECT_EQ(e.file(), dir.file("bad.csv"));
+    }
+  }
+  write_file(dir.file("bad.csv"), "x,label\n1,7\n");
+  CsvOptions options;
+  options.num_classes = 5;
+  const std::string range = error_of<DataError>([&] { load_csv(dir.file("bad.csv"), options); });
+  EXPECT_NE(range.find("bad.csv:2: column 2 (label): label 7 is outside [0, 5)"), std::string::npos) << range;
+  write_file(dir.file("empty.csv"), "\n\n");
+  EXPECT_THROW(load_csv(dir.file("empty.csv")), DataError);
+}
+
+}  // namespace
+}  // namespace troupe::data
