@@ -111,7 +111,7 @@ Tensor Tensor::to(Device device) const {
   return out;
 }
 
-void Tensor::copy_from(const Tensor& source) {
+void Tensor::copy_from(const Tensor& source) const {
   if (source.shape_ != shape_ || source.dtype_ != dtype_)
     throw std::invalid_argument("Tensor::copy_from: " + source.describe() + " into " +
                                 describe());

@@ -92,7 +92,7 @@ class Tensor {
 
   // Explicit copies.
   Tensor to(Device device) const;         // new owning tensor on `device`
-  void copy_from(const Tensor& source);   // same shape and dtype, any devices
+  void copy_from(const Tensor& source) const;  // same shape and dtype, any devices
   Tensor clone() const { return to(device_); }
   std::vector<float> to_vector() const;          // f32 elements, copied to host
   std::vector<std::int32_t> to_int_vector() const;  // i32 elements, copied to host

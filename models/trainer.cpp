@@ -212,8 +212,10 @@ EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t ba
     indices.clear();
     for (std::int64_t i = start; i < std::min(start + b, d.size()); ++i) indices.push_back(i);
     const std::int64_t n = d.gather(indices, x_host, y_host);
-    const Tensor& x = on_device(x_host.slice(0, batched(n, d.feature_shape())), x_dev, model.device());
-    const Tensor& y = on_device(y_host.slice(0, batched(n, d.label_shape())), y_dev, model.device());
+    const Tensor xb = x_host.slice(0, batched(n, d.feature_shape()));
+    const Tensor yb = y_host.slice(0, batched(n, d.label_shape()));
+    const Tensor& x = on_device(xb, x_dev, model.device());
+    const Tensor& y = on_device(yb, y_dev, model.device());
     const Tensor& out = model.forward(x, /*training=*/false);
     metrics.add(out, y, loss.sum(out, y, Tensor(), 1.0f), classification);
   }

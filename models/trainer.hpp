@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/data/epoch_plan.hpp"
 #include "models/data/load.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"

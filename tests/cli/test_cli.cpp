@@ -14,12 +14,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct Result {
   int status;
   std::string output;
 };
 
-Run troupe(const std::string& args, const std::string& env = "") {
+Result troupe(const std::string& args, const std::string& env = "") {
   std::string cmd = env + " " TROUPE_BINARY " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
@@ -39,7 +39,7 @@ std::string temp(const std::string& name) {
   EXPECT_NE((haystack).find(needle), std::string::npos) << "output was:\n" << (haystack)
 
 TEST(Cli, HelpListsCommandsAndOptions) {
-  Run r = troupe("--help");
+  Result r = troupe("--help");
   EXPECT_EQ(r.status, 0);
   EXPECT_CONTAINS(r.output, "train");
   EXPECT_CONTAINS(r.output, "eval");
@@ -54,7 +54,7 @@ TEST(Cli, HelpListsCommandsAndOptions) {
 TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
   const std::string dir = temp("run");
   fs::create_directories(dir);
-  Run r = troupe("train --model mlp --steps 60 --log-every 20 --checkpoint-dir " + dir + "/ckpt --metrics " + dir +
+  Result r = troupe("train --model mlp --steps 60 --log-every 20 --checkpoint-dir " + dir + "/ckpt --metrics " + dir +
                  "/m.csv --summary-json " + dir + "/s.json");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "test accuracy");
@@ -79,7 +79,7 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
 }
 
 TEST(Cli, UnknownNamesListTheKnownOnes) {
-  Run r = troupe("train --model resnet --steps 1");
+  Result r = troupe("train --model resnet --steps 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_CONTAINS(r.output, "unknown model 'resnet'; known: linreg, mlp, cnn, textcnn");
   r = troupe("train --optimizer rmsprop");
@@ -102,7 +102,7 @@ TEST(Cli, UnknownNamesListTheKnownOnes) {
 }
 
 TEST(Cli, MissingDatasetNamesTheDebianPackage) {
-  Run r = troupe("train --steps 1", "TROUPE_FASHION_MNIST_DIR=/nonexistent/fmnist");
+  Result r = troupe("train --steps 1", "TROUPE_FASHION_MNIST_DIR=/nonexistent/fmnist");
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "dataset-fashion-mnist");
 }
@@ -124,7 +124,7 @@ TEST(Cli, TruncatedIdxNamesFileAndOffset) {
     be32(labels, 0x801); be32(labels, 10);
     labels << std::string(10, '\x01');
   }
-  Run r = troupe("train --steps 1 --data " + dir);
+  Result r = troupe("train --steps 1 --data " + dir);
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "train-images-idx3-ubyte");
   EXPECT_CONTAINS(r.output, "offset");
@@ -133,7 +133,7 @@ TEST(Cli, TruncatedIdxNamesFileAndOffset) {
 TEST(Cli, BadCsvRowNamesTheLine) {
   const std::string path = temp("bad.csv");
   std::ofstream(path) << "x1,x2,label\n1,2,0\n3,4\n";
-  Run r = troupe("train --steps 1 --model mlp --data " + path);
+  Result r = troupe("train --steps 1 --model mlp --data " + path);
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, path + ":3");
 }
@@ -141,7 +141,7 @@ TEST(Cli, BadCsvRowNamesTheLine) {
 TEST(Cli, UnwritableCheckpointDirFailsBeforeTraining) {
   const std::string file = temp("not_a_dir");
   std::ofstream(file) << "x";
-  Run r = troupe("train --steps 5 --checkpoint-dir " + file + "/ckpt");
+  Result r = troupe("train --steps 5 --checkpoint-dir " + file + "/ckpt");
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, file + "/ckpt");
   EXPECT_EQ(r.output.find("epoch 1"), std::string::npos) << "training started:\n" << r.output;
@@ -158,7 +158,7 @@ TEST(Cli, CorruptTruncatedAndForeignCheckpointsAreRefused) {
   const std::string truncated = dir + "/truncated.troupe";
   fs::copy_file(good, truncated);
   fs::resize_file(truncated, size / 2);
-  Run r = troupe("eval --checkpoint " + truncated);
+  Result r = troupe("eval --checkpoint " + truncated);
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.output, truncated);
 
@@ -188,7 +188,7 @@ TEST(Cli, CorruptTruncatedAndForeignCheckpointsAreRefused) {
 TEST(Cli, ResumingWithAnotherModelIsRefused) {
   const std::string dir = temp("other");
   ASSERT_EQ(troupe("train --model mlp --steps 2 --checkpoint-dir " + dir).status, 0);
-  Run r = troupe("train --model cnn --steps 4 --resume --checkpoint-dir " + dir);
+  Result r = troupe("train --model cnn --steps 4 --resume --checkpoint-dir " + dir);
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "is for model 'mlp', but 'cnn' was requested");
 }
