@@ -7,6 +7,8 @@ if(TROUPE_SANITIZE)
   if(TROUPE_SANITIZE STREQUAL "undefined")
     list(APPEND _flags -fno-sanitize-recover=all)
   endif()
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${_flags}>)
+  # Quoted, so the list stays inside the generator expression instead of
+  # splitting it into broken arguments.
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_flags}>")
   add_link_options(${_flags})
 endif()
