@@ -3,8 +3,22 @@
 // sgemm (conv_onednn.cpp, conv_im2col.cpp), pooling and embedding as tight
 // loops.
 //
-// CONVOLUTION CHOICE (measured by bench_kernels, see
-// docs/BENCHMARKS-kernels-dense.md): TO BE FILLED IN
+// Convolution: oneDNN for all three directions. Measured 2026-11-21 with
+// bench_kernels (docs/BENCHMARKS-kernels-dense.md), one thread, on a shared
+// 2-core AVX-512 EPYC VM; median CPU time of 5 interleaved repetitions,
+// oneDNN vs im2col + OpenBLAS:
+//   seed CNN  64x1x28x28, 32 3x3    forward 575 vs 636 us, backward data
+//                                   494 vs 945 us, backward filter 1442 vs 2017 us
+//   text CNN  64x7x1x300, 64 1x5    forward 875 vs 1260 us, backward data
+//                                   850 vs 2605 us, backward filter 2008 vs 2473 us
+// Noise on that machine is about 20% (CpuBackend's own row, the same oneDNN
+// code, measured up to 20% apart from the oneDNN row), so the seed forward
+// margin alone is weak; an earlier run gave 473 vs 626 us there, and oneDNN
+// won all six in every run. oneDNN 2.6 picks its gemm-based convolution
+// (x64:gemm:jit) for plain NCHW at these shapes; it batches the im2col over
+// the whole minibatch and uses its own JIT sgemm, where our im2col runs one
+// OpenBLAS call per image with small matrices (K = 9 for the seed CNN).
+// im2col stays built and benchmarked (conv_variants.hpp) for other shapes.
 //
 // Threading: OpenBLAS and oneDNN keep their own thread pools, sized by
 // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS; nothing here changes them, because
