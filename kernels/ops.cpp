@@ -92,7 +92,9 @@ void bias_add(const Tensor& y, const Tensor& bias) {
   require_dtype(op, "y", y, DType::f32);
   require_dtype(op, "bias", bias, DType::f32);
   const std::int64_t cols = y.size(y.rank() - 1);
-  require_shape(op, "bias", bias, Shape{cols});
+  require(bias.shape() == Shape{cols}, op,
+          "bias " + bias.describe() + " must have shape " + Shape{cols}.str() +
+              ", the last dimension of y " + y.describe());
   backend_for(op, {{"y", &y}, {"bias", &bias}}).bias_add(y.numel() / std::max<std::int64_t>(cols, 1), cols, bias.f32(), y.f32());
 }
 
@@ -101,7 +103,9 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
   require_dtype(op, "dy", dy, DType::f32);
   require_dtype(op, "db", db, DType::f32);
   const std::int64_t cols = dy.size(dy.rank() - 1);
-  require_shape(op, "db", db, Shape{cols});
+  require(db.shape() == Shape{cols}, op,
+          "db " + db.describe() + " must have shape " + Shape{cols}.str() +
+              ", the last dimension of dy " + dy.describe());
   backend_for(op, {{"dy", &dy}, {"db", &db}}).bias_grad(dy.numel() / std::max<std::int64_t>(cols, 1), cols, dy.f32(), db.f32());
 }
 

@@ -1,17 +1,63 @@
-// TEMPORARY STUB: replaced by the real implementation before merging.
-#pragma GCC diagnostic ignored "-Wunused-parameter"
+// RefBackend's dense ops: the templates of ref/*.hpp instantiated for float.
+#include "kernels/ref/conv.hpp"
+#include "kernels/ref/dense.hpp"
+#include "kernels/ref/embedding.hpp"
+#include "kernels/ref/pool.hpp"
 #include "kernels/ref/ref_backend.hpp"
-#include <stdexcept>
+
 namespace troupe::kernels {
-void RefBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) { throw std::logic_error("RefBackend::gemm not implemented yet"); }
-void RefBackend::bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) { throw std::logic_error("RefBackend::bias_add not implemented yet"); }
-void RefBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) { throw std::logic_error("RefBackend::bias_grad not implemented yet"); }
-void RefBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) { throw std::logic_error("RefBackend::transpose not implemented yet"); }
-void RefBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) { throw std::logic_error("RefBackend::conv2d_forward not implemented yet"); }
-void RefBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) { throw std::logic_error("RefBackend::conv2d_backward_data not implemented yet"); }
-void RefBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) { throw std::logic_error("RefBackend::conv2d_backward_filter not implemented yet"); }
-void RefBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) { throw std::logic_error("RefBackend::maxpool2d_forward not implemented yet"); }
-void RefBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) { throw std::logic_error("RefBackend::maxpool2d_backward not implemented yet"); }
-void RefBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* table, float* out) { throw std::logic_error("RefBackend::embedding_forward not implemented yet"); }
-void RefBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* dout, float* dtable) { throw std::logic_error("RefBackend::embedding_backward not implemented yet"); }
+
+void RefBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
+                      float* c) {
+  ref::gemm(s, alpha, a, b, beta, c);
 }
+
+void RefBackend::bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) {
+  ref::bias_add(rows, cols, bias, y);
+}
+
+void RefBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) {
+  ref::bias_grad(rows, cols, dy, db);
+}
+
+void RefBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols,
+                           const float* x, float* y) {
+  ref::transpose(batch, rows, cols, x, y);
+}
+
+void RefBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
+                                const float* bias, float* y) {
+  ref::conv2d_forward(s, x, w, bias, y);
+}
+
+void RefBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
+                                      float* dx) {
+  ref::conv2d_backward_data(s, dy, w, dx);
+}
+
+void RefBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
+                                        float* dw, float* db) {
+  ref::conv2d_backward_filter(s, x, dy, dw, db);
+}
+
+void RefBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
+                                   std::int32_t* argmax) {
+  ref::maxpool2d_forward(s, x, y, argmax);
+}
+
+void RefBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy,
+                                    const std::int32_t* argmax, float* dx) {
+  ref::maxpool2d_backward(s, dy, argmax, dx);
+}
+
+void RefBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
+                                   const std::int32_t* ids, const float* table, float* out) {
+  ref::embedding_forward(count, vocab, dim, ids, table, out);
+}
+
+void RefBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
+                                    const std::int32_t* ids, const float* dout, float* dtable) {
+  ref::embedding_backward(count, vocab, dim, ids, dout, dtable);
+}
+
+}  // namespace troupe::kernels
