@@ -8,6 +8,7 @@
 // for a seed is mix64(mix64(seed) + (i + 1) * golden_gamma).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/math/host_device.hpp"
