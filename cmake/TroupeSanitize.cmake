@@ -7,6 +7,7 @@ if(TROUPE_SANITIZE)
   if(TROUPE_SANITIZE STREQUAL "undefined")
     list(APPEND _flags -fno-sanitize-recover=all)
   endif()
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${_flags}>)
+  # Quoted: unquoted, the ;-list splits the generator expression in two.
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_flags}>")
   add_link_options(${_flags})
 endif()
