@@ -124,6 +124,8 @@ void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logit
     // Subtracting the row max keeps every exponent <= 0: no overflow, and
     // the largest term is exactly 1 so the sum never underflows to 0.
     const float max = row_max(c, row);
+    // Read before dlogits is written, so dlogits may be the logits buffer.
+    const float label_logit = row[labels[i]];
     double sum;
     if (dlogits) {
       float* drow = dlogits + i * c;
@@ -136,7 +138,7 @@ void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logit
       sum = 0.0;
       for (std::int64_t j = 0; j < c; ++j) sum += static_cast<double>(std::exp(row[j] - max));
     }
-    loss[i] = static_cast<float>(double(max) + std::log(sum) - double(row[labels[i]]));
+    loss[i] = static_cast<float>(double(max) + std::log(sum) - double(label_logit));
   }
 }
 
