@@ -1,22 +1,83 @@
-// TEMPORARY STUB: replaced by the real implementation before merging.
-#pragma GCC diagnostic ignored "-Wunused-parameter"
+// RefBackend's non-dense ops: each instantiates the reference template of the
+// same name (activation.hpp, loss.hpp, elementwise.hpp, optim.hpp, init.hpp)
+// for float. The templates are the reference; this file only binds them.
+#include "kernels/ref/activation.hpp"
+#include "kernels/ref/elementwise.hpp"
+#include "kernels/ref/init.hpp"
+#include "kernels/ref/loss.hpp"
+#include "kernels/ref/optim.hpp"
 #include "kernels/ref/ref_backend.hpp"
-#include <stdexcept>
+
 namespace troupe::kernels {
-void RefBackend::relu_forward(std::size_t n, const float* x, float* y) { throw std::logic_error("RefBackend::relu_forward not implemented yet"); }
-void RefBackend::relu_backward(std::size_t n, const float* x, const float* dy, float* dx) { throw std::logic_error("RefBackend::relu_backward not implemented yet"); }
-void RefBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) { throw std::logic_error("RefBackend::dropout_forward not implemented yet"); }
-void RefBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) { throw std::logic_error("RefBackend::dropout_backward not implemented yet"); }
-void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss, float* dlogits, float grad_scale) { throw std::logic_error("RefBackend::softmax_xent not implemented yet"); }
-void RefBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred, float grad_scale) { throw std::logic_error("RefBackend::mse not implemented yet"); }
-void RefBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits, const std::int32_t* labels, float* correct) { throw std::logic_error("RefBackend::topk_correct not implemented yet"); }
-double RefBackend::reduce_sum(std::size_t n, const float* x) { throw std::logic_error("RefBackend::reduce_sum not implemented yet"); }
-void RefBackend::add(std::size_t n, const float* a, const float* b, float* y) { throw std::logic_error("RefBackend::add not implemented yet"); }
-void RefBackend::scale(std::size_t n, float alpha, float* x) { throw std::logic_error("RefBackend::scale not implemented yet"); }
-void RefBackend::axpy(std::size_t n, float alpha, const float* x, float* y) { throw std::logic_error("RefBackend::axpy not implemented yet"); }
-void RefBackend::sum_n(std::size_t n, const float* const* srcs, int count, float* dst) { throw std::logic_error("RefBackend::sum_n not implemented yet"); }
-void RefBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) { throw std::logic_error("RefBackend::sgd_update not implemented yet"); }
-void RefBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) { throw std::logic_error("RefBackend::adam_update not implemented yet"); }
-void RefBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) { throw std::logic_error("RefBackend::init_uniform not implemented yet"); }
-void RefBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) { throw std::logic_error("RefBackend::init_normal not implemented yet"); }
+
+void RefBackend::relu_forward(std::size_t n, const float* x, float* y) {
+  ref::relu_forward(n, x, y);
 }
+
+void RefBackend::relu_backward(std::size_t n, const float* x, const float* dy, float* dx) {
+  ref::relu_backward(n, x, dy, dx);
+}
+
+void RefBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
+                                 float* y) {
+  ref::dropout_forward(n, rate, seed, x, y);
+}
+
+void RefBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
+                                  float* dx) {
+  ref::dropout_backward(n, rate, seed, dy, dx);
+}
+
+void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
+                              const std::int32_t* labels, float* loss, float* dlogits,
+                              float grad_scale) {
+  ref::softmax_xent(n, c, logits, labels, loss, dlogits, grad_scale);
+}
+
+void RefBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
+                     float* loss, float* dpred, float grad_scale) {
+  ref::mse(n, d, pred, target, loss, dpred, grad_scale);
+}
+
+void RefBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits,
+                              const std::int32_t* labels, float* correct) {
+  ref::topk_correct(n, c, k, logits, labels, correct);
+}
+
+double RefBackend::reduce_sum(std::size_t n, const float* x) { return ref::reduce_sum(n, x); }
+
+void RefBackend::add(std::size_t n, const float* a, const float* b, float* y) {
+  ref::add(n, a, b, y);
+}
+
+void RefBackend::scale(std::size_t n, float alpha, float* x) { ref::scale(n, alpha, x); }
+
+void RefBackend::axpy(std::size_t n, float alpha, const float* x, float* y) {
+  ref::axpy(n, alpha, x, y);
+}
+
+void RefBackend::sum_n(std::size_t n, const float* const* srcs, int count, float* dst) {
+  ref::sum_n(n, srcs, count, dst);
+}
+
+void RefBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
+                            float* velocity) {
+  ref::sgd_update(n, p, param, grad, velocity);
+}
+
+void RefBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
+                             float* m, float* v) {
+  ref::adam_update(n, p, param, grad, m, v);
+}
+
+void RefBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed,
+                              float* x) {
+  ref::init_uniform(n, low, high, seed, x);
+}
+
+void RefBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed,
+                             float* x) {
+  ref::init_normal(n, mean, stddev, seed, x);
+}
+
+}  // namespace troupe::kernels
