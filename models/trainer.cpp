@@ -167,8 +167,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
       r.samples_per_s = r.seconds > 0 ? double(epoch_examples) / r.seconds : 0;
       result.epochs.push_back(r);
       epoch_open = false;
-      if (checkpoints_ && config_.checkpoint_each_epoch &&
-          !(config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)) {
+      if (checkpoints_ && config_.checkpoint_each_epoch && last_saved_step_ != step_) {
         std::string path = save_checkpoint();
         if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
       }
@@ -176,7 +175,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
     }
   }
 
-  if (checkpoints_ && (result.stopped_early || epoch_open)) {
+  if (checkpoints_ && (result.stopped_early || epoch_open) && last_saved_step_ != step_) {
     std::string path = save_checkpoint();
     if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
   }
@@ -281,7 +280,9 @@ void Trainer::restore(const checkpoint::State& s, const std::string& path) {
 
 std::string Trainer::save_checkpoint() {
   if (!checkpoints_) throw std::logic_error("save_checkpoint: no --checkpoint-dir configured");
-  return checkpoints_->save(state());
+  std::string path = checkpoints_->save(state());
+  last_saved_step_ = step_;
+  return path;
 }
 
 std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path, Device device) {

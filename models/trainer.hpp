@@ -130,6 +130,7 @@ class Trainer {
   Loss loss_;
   std::unique_ptr<checkpoint::Directory> checkpoints_;
   std::int64_t step_ = 0;
+  std::int64_t last_saved_step_ = -1;
   data::Cursor cursor_;
   std::string resumed_from_;
 };

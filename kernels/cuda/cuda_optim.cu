@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/elementwise.hpp"
+#include "kernels/math/init.hpp"
 #include "kernels/math/random.hpp"
 
 namespace troupe::kernels {
@@ -45,17 +46,16 @@ struct AdamStep {
   }
 };
 
-// The initialisers promise the same numbers on every backend. nvcc would
-// contract `low + scale * u` into one fused multiply-add (one rounding
-// instead of two), which can differ from the host's result in the last bit;
-// the _rn intrinsics are never contracted, so each step rounds as the
-// host's separate multiply and add do.
+// Initialisers map the shared random streams through math/init.hpp, as the
+// cpu loops do: it evaluates in double, where a fused and an unfused
+// multiply-add round alike, so a seed gives bit-identical parameters here
+// and on the host.
 struct Uniform {
   float low, high;
   std::uint64_t seed;
   float* x;
   __device__ void operator()(std::size_t i) const {
-    x[i] = __fadd_rn(low, __fmul_rn(high - low, math::random_uniform(seed, i)));
+    x[i] = math::uniform_in(low, high, math::random_uniform(seed, i));
   }
 };
 
@@ -64,7 +64,7 @@ struct Normal {
   std::uint64_t seed;
   float* x;
   __device__ void operator()(std::size_t i) const {
-    x[i] = __fadd_rn(mean, __fmul_rn(stddev, math::random_normal(seed, i)));
+    x[i] = math::normal_with(mean, stddev, math::random_normal(seed, i));
   }
 };
 
