@@ -59,8 +59,18 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
 }
 
 void Model::backward(const Tensor& doutput) {
+  // A layer needs the gradient of its input only when a layer before it has
+  // parameters: the MLP's first Dense follows a Flatten, and computing its
+  // input gradient (a 64x784x256 product) would be wasted work.
+  std::size_t first_trainable = layers_.size();
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].count > 0) {
+      first_trainable = i;
+      break;
+    }
   const Tensor* d = &doutput;
-  for (std::size_t i = layers_.size(); i-- > 0;) d = &layers_[i].layer->backward(*d, /*need_dx=*/i > 0);
+  for (std::size_t i = layers_.size(); i-- > first_trainable;)
+    d = &layers_[i].layer->backward(*d, /*need_dx=*/i > first_trainable);
 }
 
 std::string Model::summary() const {
