@@ -29,7 +29,7 @@ echo "== PyTorch: $model, $epochs epoch(s), $threads thread(s), batch 64, Adam 1
 OMP_NUM_THREADS=$threads /usr/bin/python3 "$anchor" train "$model" "$epochs" "$threads" | tee "$out/torch.txt"
 echo "== troupe: the same"
 OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$build/cli/troupe" train --model "$model" \
-  --data fashion-mnist --epochs "$epochs" --batch 64 --optimizer adam --lr 1e-3 --threads "$threads" \
+  --devices cpu:0 --data fashion-mnist --epochs "$epochs" --batch 64 --optimizer adam --lr 1e-3 --threads "$threads" \
   --log-every 0 --summary-json "$out/troupe.json" | tee "$out/troupe.txt"
 
 torch_rate=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$out/torch.txt" | tail -1)

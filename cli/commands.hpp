@@ -18,8 +18,12 @@ struct UsageError : std::invalid_argument {
 
 struct TrainOptions {
   models::TrainConfig config;
-  std::string device = "cpu:0";
-  int threads = 1;
+  std::string devices;            // empty: all GPUs, else 2 CPU devices (actors::default_devices)
+  std::string mode = "sync";
+  std::string switches;           // "500:async,1500:sync"
+  std::string control;            // HOST:PORT of the HTTP control endpoint; empty: none
+  int prefetch = 2;
+  int threads = 1;                // per device
   std::string metrics;
   std::string summary_json;
   std::int64_t log_every = 100;

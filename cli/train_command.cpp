@@ -1,16 +1,124 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 
+#include "actors/job.hpp"
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
 #include "kernels/registry.hpp"
+#include "net/control/control_server.hpp"
 
 namespace troupe::cli {
 
 namespace {
 std::atomic<int> stop_signal{0};
 extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
+
+// SIGINT / SIGTERM: stop at the next step boundary, checkpoint if
+// configured, and exit cleanly.
+void install_stop_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+void print_result(const models::TrainResult& result) {
+  if (result.stopped_early)
+    std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
+  std::printf("test accuracy %.4f  top-5 %.4f  loss %.4f  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n",
+              result.final.test_accuracy, result.final.test_top5, result.final.test_loss,
+              static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,
+              models::peak_memory_mib());
+}
+
+// One device, synchronous, nothing to control: the plain single-replica trainer.
+int run_single(TrainOptions& o, kernels::Device device) {
+  o.config.device = device;
+  Report report(o.config.epochs, o.log_every, o.metrics);
+  models::Trainer trainer(o.config);  // every configuration error surfaces here
+  install_stop_handlers();
+  models::Callbacks cb = report.callbacks();
+  cb.should_stop = [] { return stop_signal.load() != 0; };
+  if (trainer.config().resume) {
+    if (trainer.global_step() == 0)
+      std::fprintf(stderr, "resume: no checkpoint in %s yet; starting fresh\n", trainer.config().checkpoint_dir.c_str());
+    else
+      std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
+  }
+  models::TrainResult result = trainer.run(cb);
+  print_result(result);
+  if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
+  return 0;
+}
+
+// Several devices, or another mode, a switch schedule or a control endpoint:
+// the actor runtime.
+int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
+  actors::JobConfig jc;
+  jc.train = o.config;
+  jc.devices = std::move(devices);
+  jc.mode = actors::Mode::parse(o.mode);
+  jc.switches = actors::parse_switch_schedule(o.switches);
+  jc.prefetch = o.prefetch;
+  jc.threads_per_device = o.threads;
+  Report report(o.config.epochs, o.log_every, o.metrics);
+  actors::Job job(jc);  // every configuration error surfaces here
+
+  std::string devices_text;
+  for (const auto& d : job.config().devices) devices_text += (devices_text.empty() ? "" : ", ") + d.str();
+  std::fprintf(stderr, "devices: %s | mode %s | batch %lld per replica, %lld global | %lld steps per epoch\n",
+               devices_text.c_str(), jc.mode.str().c_str(), static_cast<long long>(o.config.batch),
+               static_cast<long long>(o.config.batch * static_cast<std::int64_t>(job.config().devices.size())),
+               static_cast<long long>(job.batches_per_epoch()));
+  std::fprintf(stderr, "%s", models::Model(job.spec(), kernels::Device::cpu()).summary().c_str());
+
+  std::unique_ptr<net::ControlServer> control;
+  if (!o.control.empty()) {
+    net::Handlers h;
+    h.status = [&job] { return job.status(); };
+    h.mode = [&job](const std::string& body) {
+      auto r = job.request_mode(body);
+      return net::Reply{r.status, r.message};
+    };
+    h.checkpoint = [&job] {
+      auto r = job.request_checkpoint();
+      return net::Reply{r.status, r.message};
+    };
+    h.stop = [&job] {
+      auto r = job.request_stop();
+      return net::Reply{r.status, r.message};
+    };
+    control = std::make_unique<net::ControlServer>(o.control, h);
+    control->start();
+    std::fprintf(stderr, "control: http://%s (GET /status; POST /mode, /checkpoint, /stop; troupe ctl --at %s)\n",
+                 control->address().c_str(), control->address().c_str());
+  }
+
+  install_stop_handlers();
+  models::Callbacks cb = report.callbacks();
+  cb.on_train_begin = nullptr;
+  cb.should_stop = [] { return stop_signal.load() != 0; };
+  actors::JobResult r = job.run(cb);
+  if (control) control->stop();
+  if (!r.error.empty()) throw std::runtime_error(r.error);
+
+  models::TrainResult result;
+  result.epochs = r.epochs;
+  result.steps = r.steps;
+  result.wall_seconds = r.wall_seconds;
+  result.samples_per_s = r.samples_per_s;
+  result.final = r.final;
+  result.stopped_early = r.stopped_early;
+  std::string history;
+  for (const auto& h : r.mode_history) history += (history.empty() ? "" : ", ") + h;
+  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server\n",
+               history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
+               static_cast<long long>(r.server.applied));
+  print_result(result);
+  if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, o.config);
+  return 0;
+}
+
 }  // namespace
 
 void use_threads(int threads) {
@@ -19,7 +127,7 @@ void use_threads(int threads) {
 }
 
 void add_train_command(CLI::App& app, TrainOptions& o) {
-  auto* cmd = app.add_subcommand("train", "Train a model on one device");
+  auto* cmd = app.add_subcommand("train", "Train a model on the devices of this host");
   auto& c = o.config;
   cmd->add_option("--model", c.model, "Zoo model (linreg, mlp, cnn, textcnn) or a model spec file")
       ->capture_default_str();
@@ -27,9 +135,17 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
       ->capture_default_str();
   cmd->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
-  cmd->add_option("--batch", c.batch, "Examples per step")->capture_default_str();
-  cmd->add_option("--steps", c.max_steps, "Stop after this many steps in all (0: no limit)")
+  cmd->add_option("--batch", c.batch, "Examples per step and replica (global batch = batch x replicas)")
       ->capture_default_str();
+  cmd->add_option("--steps", c.max_steps, "Stop after this many global steps (0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--devices", o.devices,
+                  "Devices, e.g. cpu:0,cpu:1 or cuda:0 (default: every GPU, else 2 CPU devices)");
+  cmd->add_option("--mode", o.mode, "Update mode: sync, async or ssp:N")->capture_default_str();
+  cmd->add_option("--switch", o.switches, "Mode switches while training, e.g. 500:async,1500:sync");
+  cmd->add_option("--control", o.control,
+                  "Serve the HTTP control endpoint at HOST:PORT (use 127.0.0.1: anything else exposes it)");
+  cmd->add_option("--prefetch", o.prefetch, "Batches each data loader keeps ready")->capture_default_str();
   cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam or nadam")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
@@ -44,8 +160,8 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD with Nesterov momentum");
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  cmd->add_option("--device", o.device, "Device: cpu:N or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "CPU threads for the kernels")->capture_default_str();
+  cmd->add_option("--threads,--threads-per-device", o.threads, "CPU threads for each device's kernels")
+      ->capture_default_str();
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Write checkpoints here (checked before training)");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "Also checkpoint every N steps")
       ->capture_default_str();
@@ -57,35 +173,15 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
 }
 
 int run_train(TrainOptions& o) {
-  o.config.device = kernels::Device::parse(o.device);
   use_threads(o.threads);
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
-  Report report(o.config.epochs, o.log_every, o.metrics);
-  models::Trainer trainer(o.config);  // every configuration error surfaces here
-
-  // SIGINT / SIGTERM: stop at the next step boundary, checkpoint if
-  // configured, and exit cleanly.
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-  models::Callbacks cb = report.callbacks();
-  cb.should_stop = [] { return stop_signal.load() != 0; };
-
-  if (!trainer.config().resume || trainer.global_step() == 0) {
-    if (trainer.config().resume) std::fprintf(stderr, "resume: no checkpoint in %s yet; starting fresh\n",
-                                              trainer.config().checkpoint_dir.c_str());
-  } else {
-    std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
-  }
-  models::TrainResult result = trainer.run(cb);
-  if (result.stopped_early)
-    std::fprintf(stderr, "stopped by signal %d after step %lld\n", stop_signal.load(),
-                 static_cast<long long>(result.steps));
-  std::printf("test accuracy %.4f  top-5 %.4f  loss %.4f  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n",
-              result.final.test_accuracy, result.final.test_top5, result.final.test_loss,
-              static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,
-              models::peak_memory_mib());
-  if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
-  return 0;
+  actors::Mode::parse(o.mode);  // usage errors before any data is loaded
+  actors::parse_switch_schedule(o.switches);
+  std::vector<kernels::Device> devices =
+      o.devices.empty() ? actors::default_devices() : actors::parse_devices(o.devices);
+  if (devices.size() == 1 && o.mode == "sync" && o.switches.empty() && o.control.empty())
+    return run_single(o, devices[0]);
+  return run_job(o, std::move(devices));
 }
 
 }  // namespace troupe::cli

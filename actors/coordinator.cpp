@@ -1,0 +1,528 @@
+#include "actors/coordinator.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace troupe::actors {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+enum class ActionKind { epoch_end, switch_mode, checkpoint, stop };
+
+struct Action {
+  ActionKind kind;
+  Mode mode;
+  bool has_promise = false;
+  caf::response_promise promise;
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+struct CoordinatorState {
+  CoordinatorConfig config;
+  Mode mode;
+  std::vector<std::int64_t> clocks, grants;
+  std::int64_t global_step = 0, epoch = 0;
+  std::int64_t clock_at_base = 0, global_at_base = 0;
+  std::size_t next_switch = 0;
+  bool started = false, busy = false, pausing = false, finished = false;
+  std::deque<Action> actions;
+  std::int64_t last_checkpoint_step = -1;
+  std::int64_t announced_epoch = -1;
+  // Throughput and loss.
+  Clock::time_point t_start, t_resume, t_epoch;
+  double train_seconds = 0, epoch_train_seconds = 0;
+  std::int64_t examples = 0, epoch_examples = 0;
+  double epoch_loss_sum = 0;
+  double last_loss = 0;
+  float last_lr = 0;
+  JobResult result;
+  static inline const char* name = "coordinator";
+};
+
+namespace {
+
+using Self = caf::stateful_actor<CoordinatorState>;
+
+std::int64_t min_clock(const CoordinatorState& s) { return *std::min_element(s.clocks.begin(), s.clocks.end()); }
+
+bool quiescent(const CoordinatorState& s) {
+  for (std::size_t r = 0; r < s.clocks.size(); ++r)
+    if (s.clocks[r] != s.grants[r]) return false;
+  return true;
+}
+
+// The next global step at which something must happen at a step boundary.
+std::int64_t next_event_global(const CoordinatorState& s) {
+  std::int64_t next = kNever;
+  if (s.next_switch < s.config.switches.size()) next = std::min(next, s.config.switches[s.next_switch].step);
+  if (s.config.max_steps > 0) next = std::min(next, s.config.max_steps);
+  if (s.config.checkpoint_every > 0 && s.config.checkpoints)
+    next = std::min(next, (s.global_step / s.config.checkpoint_every + 1) * s.config.checkpoint_every);
+  return next;
+}
+
+std::int64_t next_boundary(const CoordinatorState& s) { return (s.epoch + 1) * s.config.batches_per_epoch; }
+
+float current_lr(const CoordinatorState& s) { return s.config.schedule->at(s.global_step, s.epoch); }
+
+void send_grant(Self* self, int r) {
+  auto& s = self->state;
+  Grant g;
+  g.up_to = s.grants[static_cast<std::size_t>(r)];
+  g.mode = s.mode;
+  g.clock_at_base = s.clock_at_base;
+  g.global_at_base = s.global_at_base;
+  g.epoch = s.epoch;
+  self->send(s.config.devices[static_cast<std::size_t>(r)], grant_atom::value, g);
+}
+
+void on_quiescent(Self* self);
+
+// Extends grants as far as the mode and the next event allow; when nothing
+// can run any more, the job is at a step boundary.
+void extend(Self* self) {
+  auto& s = self->state;
+  if (!s.started || s.busy || s.finished) return;
+  const std::int64_t boundary = next_boundary(s);
+  const std::int64_t event = next_event_global(s);
+  if (!s.pausing && s.actions.empty()) {
+    if (s.mode.kind == Mode::Kind::sync) {
+      const std::int64_t c = min_clock(s);
+      std::int64_t up_to = std::min(boundary, c + s.config.window);
+      if (event != kNever) up_to = std::min(up_to, s.clock_at_base + (event - s.global_at_base));
+      if (up_to > s.grants[0]) {
+        for (int r = 0; r < s.config.replicas; ++r) {
+          s.grants[static_cast<std::size_t>(r)] = up_to;
+          send_grant(self, r);
+        }
+      }
+    } else {
+      // Global steps still allowed before the next event, minus those granted
+      // but not yet reported.
+      std::int64_t outstanding = 0;
+      for (int r = 0; r < s.config.replicas; ++r) outstanding += s.grants[r] - s.clocks[r];
+      std::int64_t budget = event == kNever ? kNever : event - s.global_step - outstanding;
+      const std::int64_t slowest = min_clock(s);
+      for (int r = 0; r < s.config.replicas && budget > 0; ++r) {
+        std::int64_t limit = std::min(boundary, s.clocks[r] + s.config.window);
+        if (s.mode.kind == Mode::Kind::ssp) limit = std::min(limit, slowest + s.mode.staleness + 1);
+        const std::int64_t more = std::min(limit - s.grants[r], budget);
+        if (more > 0) {
+          s.grants[r] += more;
+          if (budget != kNever) budget -= more;
+          send_grant(self, r);
+        }
+      }
+    }
+  }
+  if (quiescent(s)) on_quiescent(self);
+}
+
+void finish(Self* self);
+void run_actions(Self* self);
+
+// ---- state gathering and transitions ----
+
+template <class Then>
+void fetch_state(Self* self, Then then) {
+  auto& s = self->state;
+  caf::actor source = s.mode.uses_server() ? s.config.reducer : s.config.devices[0];
+  self->request(source, s.config.timeout, get_state_atom::value)
+      .then([=](const ReplicaState& state) { then(state); },
+            [=](caf::error& e) {
+              self->state.result.error = "fetching the model state: " + self->system().render(e);
+              finish(self);
+            });
+}
+
+void fail_job(Self* self, const std::string& what) {
+  self->state.result.error = what;
+  finish(self);
+}
+
+void checkpoint_now(Self* self, std::function<void(const std::string& path)> then) {
+  auto& s = self->state;
+  fetch_state(self, [=](const ReplicaState& state) {
+    auto& st = self->state;
+    checkpoint::State c;
+    c.model.name = st.config.model_name;
+    c.model.spec = st.config.model_spec;
+    c.parameters = state.parameters.to_vector();
+    c.optimizer.name = st.config.optimizer.name;
+    c.optimizer.spec = st.config.optimizer.text();
+    for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
+    for (const auto& [name, value] : state.scalars) c.optimizer.scalars[name] = value;
+    c.position.global_step = static_cast<std::uint64_t>(st.global_step);
+    c.position.epoch = static_cast<std::uint64_t>(st.epoch);
+    // Replica 0's place in its shard; in sync mode every replica is there.
+    const std::int64_t clock = st.clocks[0];
+    c.position.cursor.epoch = static_cast<std::uint64_t>(clock / st.config.batches_per_epoch);
+    c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(clock % st.config.batches_per_epoch);
+    c.position.cursor.shuffle_seed = st.config.seed;
+    c.schedule.spec = st.config.schedule->spec();
+    c.schedule.evaluated_at_step = static_cast<std::uint64_t>(st.global_step);
+    c.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(st.epoch);
+    c.schedule.learning_rate = current_lr(st);
+    c.rng.seed = st.config.seed;
+    c.rng.counter = static_cast<std::uint64_t>(clock);
+    c.update_mode = st.mode.str();
+    std::string path;
+    try {
+      path = st.config.checkpoints->save(c);
+    } catch (const std::exception& e) {
+      fail_job(self, e.what());
+      return;
+    }
+    st.last_checkpoint_step = st.global_step;
+    if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, st.global_step);
+    then(path);
+  });
+  (void)s;
+}
+
+void switch_mode(Self* self, Mode to, std::function<void()> then) {
+  auto& s = self->state;
+  const Mode from = s.mode;
+  auto done = [=]() {
+    auto& st = self->state;
+    st.mode = to;
+    st.result.mode_history.push_back(to.str() + "@" + std::to_string(st.global_step));
+    then();
+  };
+  if (from.uses_server() == to.uses_server()) {
+    done();
+  } else if (to.uses_server()) {
+    // sync -> async/ssp: replicas are identical; the server takes replica 0's state.
+    self->request(s.config.devices[0], s.config.timeout, get_state_atom::value)
+        .then(
+            [=](const ReplicaState& state) {
+              self->request(self->state.config.reducer, self->state.config.timeout, set_state_atom::value, state)
+                  .then([=](caf::ok_atom) { done(); },
+                        [=](caf::error& e) { fail_job(self, "switching to " + to.str() + ": " + self->system().render(e)); });
+            },
+            [=](caf::error& e) { fail_job(self, "switching to " + to.str() + ": " + self->system().render(e)); });
+  } else {
+    // async/ssp -> sync: every replica takes the server's parameters and
+    // optimizer state, so they start the synchronous phase identical.
+    self->request(s.config.reducer, s.config.timeout, get_state_atom::value)
+        .then(
+            [=](const ReplicaState& state) {
+              auto remaining = std::make_shared<int>(self->state.config.replicas);
+              for (auto& device : self->state.config.devices)
+                self->request(device, self->state.config.timeout, set_state_atom::value, state)
+                    .then([=](caf::ok_atom) { if (--*remaining == 0) done(); },
+                          [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
+            },
+            [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
+  }
+}
+
+void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) {
+  auto& s = self->state;
+  auto run = [=]() {
+    self->request(self->state.config.devices[0], self->state.config.timeout, evaluate_atom::value)
+        .then([=](const models::EpochResult& r) { then(r); },
+              [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
+  };
+  if (!s.mode.uses_server()) {
+    run();
+    return;
+  }
+  // Evaluate the server's parameters: replica 0 takes them first (it would
+  // receive them with its next push anyway).
+  self->request(s.config.reducer, s.config.timeout, get_state_atom::value)
+      .then(
+          [=](const ReplicaState& state) {
+            self->request(self->state.config.devices[0], self->state.config.timeout, set_state_atom::value, state)
+                .then([=](caf::ok_atom) { run(); },
+                      [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
+          },
+          [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
+}
+
+void reply(Action& a, int status, const std::string& message) {
+  if (a.has_promise) a.promise.deliver(ControlReply{status, message});
+}
+
+void run_actions(Self* self) {
+  auto& s = self->state;
+  if (s.finished) return;
+  if (s.actions.empty()) {
+    // Resume: new bases, tell the server where training stands, grant again.
+    s.busy = false;
+    s.pausing = false;
+    s.clock_at_base = s.clocks[0];
+    s.global_at_base = s.global_step;
+    s.last_lr = current_lr(s);
+    if (s.announced_epoch != s.epoch && s.epoch < s.config.epochs) {
+      s.announced_epoch = s.epoch;
+      if (s.config.callbacks.on_epoch_begin)
+        s.config.callbacks.on_epoch_begin(s.epoch, s.config.batches_per_epoch, s.last_lr);
+    }
+    self->request(s.config.reducer, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch}, s.clocks)
+        .then(
+            [=](caf::ok_atom) {
+              self->state.t_resume = Clock::now();
+              extend(self);
+            },
+            [=](caf::error& e) { fail_job(self, "resuming: " + self->system().render(e)); });
+    return;
+  }
+  Action a = std::move(s.actions.front());
+  s.actions.pop_front();
+  auto next = [=]() { run_actions(self); };
+  switch (a.kind) {
+    case ActionKind::epoch_end:
+      evaluate(self, [=](const models::EpochResult& eval) {
+        auto& st = self->state;
+        models::EpochResult r = eval;
+        r.epoch = st.epoch;
+        r.step = st.global_step;
+        r.train_loss = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : 0;
+        r.lr = st.last_lr;
+        r.seconds = seconds(Clock::now() - st.t_epoch);
+        r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
+        st.result.epochs.push_back(r);
+        st.result.final = r;
+        ++st.epoch;
+        st.epoch_examples = 0;
+        st.epoch_loss_sum = 0;
+        st.epoch_train_seconds = 0;
+        st.t_epoch = Clock::now();
+        if (st.config.callbacks.on_epoch_end) st.config.callbacks.on_epoch_end(r);
+        const bool last = st.epoch >= st.config.epochs;
+        if (last) st.actions.push_back({ActionKind::stop, st.mode});
+        if (st.config.checkpoints && st.config.checkpoint_each_epoch && st.last_checkpoint_step != st.global_step)
+          checkpoint_now(self, [=](const std::string&) { next(); });
+        else
+          next();
+      });
+      return;
+    case ActionKind::switch_mode: {
+      const Mode to = a.mode;
+      switch_mode(self, to, [=]() mutable {
+        reply(a, 200, "mode is " + to.str() + " from step " + std::to_string(self->state.global_step));
+        next();
+      });
+      return;
+    }
+    case ActionKind::checkpoint:
+      if (!s.config.checkpoints) {
+        reply(a, 409, "no --checkpoint-dir configured");
+        next();
+        return;
+      }
+      checkpoint_now(self, [=](const std::string& path) mutable {
+        reply(a, 200, "checkpoint written: " + path);
+        next();
+      });
+      return;
+    case ActionKind::stop: {
+      auto stop = [=]() mutable {
+        reply(a, 200, "stopped at step " + std::to_string(self->state.global_step));
+        finish(self);
+      };
+      if (s.config.checkpoints && s.last_checkpoint_step != s.global_step)
+        checkpoint_now(self, [=](const std::string&) mutable { stop(); });
+      else
+        stop();
+      return;
+    }
+  }
+}
+
+void on_quiescent(Self* self) {
+  auto& s = self->state;
+  if (s.busy || s.finished) return;
+  s.busy = true;
+  const double dt = seconds(Clock::now() - s.t_resume);
+  s.train_seconds += dt;
+  s.epoch_train_seconds += dt;
+  std::deque<Action> due;
+  if (min_clock(s) >= next_boundary(s)) due.push_back({ActionKind::epoch_end, s.mode});
+  while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step <= s.global_step) {
+    const Mode to = s.config.switches[s.next_switch++].mode;
+    if (to != s.mode) due.push_back({ActionKind::switch_mode, to});
+  }
+  if (s.config.checkpoints && s.config.checkpoint_every > 0 && s.global_step > 0 &&
+      s.global_step % s.config.checkpoint_every == 0 && s.last_checkpoint_step != s.global_step)
+    due.push_back({ActionKind::checkpoint, s.mode});
+  if (s.config.max_steps > 0 && s.global_step >= s.config.max_steps) due.push_back({ActionKind::stop, s.mode});
+  // Requests from the control endpoint run after the due events.
+  for (auto& a : s.actions) due.push_back(std::move(a));
+  s.actions = std::move(due);
+  run_actions(self);
+}
+
+void send_result(Self* self) {
+  auto& s = self->state;
+  s.result.steps = s.global_step;
+  s.result.examples = s.examples;
+  s.result.train_seconds = s.train_seconds;
+  s.result.wall_seconds = seconds(Clock::now() - s.t_start);
+  s.result.samples_per_s = s.train_seconds > 0 ? double(s.examples) / s.train_seconds : 0;
+  s.result.final_mode = s.mode;
+  self->send(s.config.listener, s.result);
+}
+
+void finish(Self* self) {
+  auto& s = self->state;
+  if (s.finished) return;
+  s.finished = true;
+  for (auto& a : s.actions) reply(a, 409, s.result.error.empty() ? "the job finished" : "the job failed: " + s.result.error);
+  s.actions.clear();
+  if (!s.result.error.empty()) {
+    send_result(self);
+    return;
+  }
+  s.result.stopped_early = s.epoch < s.config.epochs && !(s.config.max_steps > 0 && s.global_step >= s.config.max_steps);
+  // Counters for the accounting invariant, then the final evaluation unless
+  // the last epoch end just evaluated this very state.
+  self->request(s.config.reducer, s.config.timeout, counters_atom::value)
+      .then(
+          [=](const ServerCounters& c) {
+            self->state.result.server = c;
+            if (!self->state.result.epochs.empty() && self->state.result.final.step == self->state.global_step) {
+              send_result(self);
+              return;
+            }
+            self->state.finished = false;  // evaluate() reports errors through finish()
+            evaluate(self, [=](const models::EpochResult& r) {
+              auto& st = self->state;
+              st.finished = true;
+              st.result.final = r;
+              st.result.final.step = st.global_step;
+              st.result.final.epoch = st.epoch;
+              send_result(self);
+            });
+          },
+          [=](caf::error& e) {
+            self->state.result.error = "reading the server's counters: " + self->system().render(e);
+            send_result(self);
+          });
+}
+
+void enqueue(Self* self, Action a) {
+  auto& s = self->state;
+  s.actions.push_back(std::move(a));
+  s.pausing = true;
+  if (!s.busy && s.started && quiescent(s)) on_quiescent(self);
+}
+
+std::string status_json(const CoordinatorState& s) {
+  char buf[512];
+  std::string clocks;
+  for (std::size_t r = 0; r < s.clocks.size(); ++r) clocks += (r ? "," : "") + std::to_string(s.clocks[r]);
+  const double t = s.train_seconds + (s.busy || !s.started ? 0.0 : seconds(Clock::now() - s.t_resume));
+  std::snprintf(buf, sizeof buf,
+                "{\"step\":%lld,\"epoch\":%lld,\"epochs\":%lld,\"mode\":\"%s\",\"replicas\":%d,"
+                "\"replica_clocks\":[%s],\"samples_per_s\":%.1f,\"last_loss\":%.6g,\"lr\":%.6g,"
+                "\"accuracy\":%.6g,\"pushes\":%lld,\"sync_steps\":%lld,\"state\":\"%s\"}",
+                static_cast<long long>(s.global_step), static_cast<long long>(s.epoch),
+                static_cast<long long>(s.config.epochs), s.mode.str().c_str(), s.config.replicas, clocks.c_str(),
+                t > 0 ? double(s.examples) / t : 0.0, s.last_loss, double(s.last_lr),
+                s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy,
+                static_cast<long long>(s.result.pushes), static_cast<long long>(s.result.sync_steps),
+                s.finished ? "finished" : s.busy ? "at a step boundary" : s.pausing ? "pausing" : "training");
+  return buf;
+}
+
+}  // namespace
+
+caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
+  auto& s = self->state;
+  s.config = std::move(config);
+  s.mode = s.config.mode;
+  s.clocks.assign(static_cast<std::size_t>(s.config.replicas), s.config.start_clock);
+  s.grants = s.clocks;
+  s.global_step = s.config.start.global_step;
+  s.epoch = s.config.start.epoch;
+  s.result.mode_history.push_back(s.mode.str() + "@" + std::to_string(s.global_step));
+  // Scheduled switches already in the past (a resumed job) are skipped.
+  while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step < s.global_step)
+    ++s.next_switch;
+  return {
+      [=](start_atom) {
+        auto& st = self->state;
+        st.t_start = st.t_resume = st.t_epoch = Clock::now();
+        st.started = true;
+        st.busy = true;
+        auto begin = [=]() { run_actions(self); };  // no actions yet: resumes, i.e. starts granting
+        if (st.mode.uses_server()) {
+          // The server starts from the replicas' (identical) initial state.
+          self->request(st.config.devices[0], st.config.timeout, get_state_atom::value)
+              .then(
+                  [=](const ReplicaState& state) {
+                    self->request(self->state.config.reducer, self->state.config.timeout, set_state_atom::value, state)
+                        .then([=](caf::ok_atom) { begin(); },
+                              [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
+                  },
+                  [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
+        } else {
+          begin();
+        }
+      },
+      [=](step_done_atom, const StepReport& r) {
+        auto& st = self->state;
+        if (st.finished) return;
+        const std::int64_t before = min_clock(st);
+        st.clocks[static_cast<std::size_t>(r.rank)] = r.clock;
+        st.examples += r.examples;
+        st.epoch_examples += r.examples;
+        st.epoch_loss_sum += r.loss_sum;
+        if (r.examples) st.last_loss = r.loss_sum / double(r.examples);
+        std::int64_t advanced = 0;
+        if (r.pushed) {
+          ++st.result.pushes;
+          advanced = 1;
+        } else {
+          advanced = min_clock(st) - before;  // a synchronous step completes when every replica reports it
+          st.result.sync_steps += advanced;
+        }
+        st.global_step += advanced;
+        if (advanced && st.config.callbacks.on_step_end) {
+          const double t = st.epoch_train_seconds + seconds(Clock::now() - st.t_resume);
+          st.config.callbacks.on_step_end(st.global_step, min_clock(st) - st.epoch * st.config.batches_per_epoch,
+                                          st.last_loss, t > 0 ? double(st.epoch_examples) / t : 0.0);
+        }
+        extend(self);
+      },
+      [=](failed_atom, int rank, const std::string& message) {
+        (void)rank;
+        if (self->state.result.error.empty()) fail_job(self, message);
+      },
+      [=](status_atom) -> std::string { return status_json(self->state); },
+      [=](mode_atom, const std::string& text) -> caf::result<ControlReply> {
+        Mode to;
+        try {
+          to = Mode::parse(text);
+        } catch (const std::exception& e) {
+          return ControlReply{400, e.what()};
+        }
+        if (self->state.finished) return ControlReply{409, "the job has finished"};
+        auto rp = self->make_response_promise();
+        enqueue(self, Action{ActionKind::switch_mode, to, true, rp});
+        return caf::delegated<ControlReply>{};
+      },
+      [=](checkpoint_atom) -> caf::result<ControlReply> {
+        if (!self->state.config.checkpoints) return ControlReply{409, "no --checkpoint-dir configured"};
+        if (self->state.finished) return ControlReply{409, "the job has finished"};
+        auto rp = self->make_response_promise();
+        enqueue(self, Action{ActionKind::checkpoint, self->state.mode, true, rp});
+        return caf::delegated<ControlReply>{};
+      },
+      [=](stop_atom) -> caf::result<ControlReply> {
+        if (self->state.finished) return ControlReply{409, "the job has finished"};
+        auto rp = self->make_response_promise();
+        enqueue(self, Action{ActionKind::stop, self->state.mode, true, rp});
+        return caf::delegated<ControlReply>{};
+      },
+  };
+}
+
+}  // namespace troupe::actors

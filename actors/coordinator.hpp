@@ -1,0 +1,99 @@
+// Coordinator actor: owns the job's progress. It grants steps to the device
+// actors, counts steps and epochs, and at step boundaries runs evaluation,
+// checkpoints and mode switches. The job's "chief".
+//
+// Grants. A device may run steps until its clock (steps it completed)
+// reaches its grant. The coordinator extends grants as reports arrive:
+//   sync   the same grant for every replica (they meet in the all-reduce);
+//   async  each replica independently, a few steps ahead;
+//   ssp:N  like async, but never beyond the slowest replica's clock + N + 1,
+//          so a replica begins a step only while it is at most N steps ahead.
+// Grants never cross the next event: an epoch end (every replica's clock at
+// a multiple of the batches per epoch), a scheduled switch, a checkpoint
+// interval, the step limit, or a pending request. When every clock equals
+// its grant the job is quiescent: no step is running and no gradient is in
+// flight. That is the step boundary where actions run:
+//
+//   running --(event reached / request queued)--> pausing
+//   pausing --(all clocks == grants)--> quiescent: run actions in order
+//       epoch end: evaluate, report, checkpoint each epoch
+//       switch:    sync -> async/ssp: the server takes replica 0's parameters
+//                  and optimizer state; async/ssp -> sync: every replica
+//                  takes the server's (no update is lost or applied twice)
+//       checkpoint, stop
+//   quiescent --(actions done)--> running (new grants) or finished
+//
+// Protocol:
+//   start                           begin (from the job)
+//   step_done, StepReport           a device finished a step
+//   failed, rank, message           a device failed: the job ends with the error
+//   status                  -> std::string (JSON)
+//   mode, text              -> ControlReply   switch at the next step boundary
+//   checkpoint              -> ControlReply   write one at the next step boundary
+//   stop                    -> ControlReply   checkpoint (if configured), finish
+// When the job ends it sends `JobResult` to the listener.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "models/checkpoint/checkpoint.hpp"
+
+namespace troupe::actors {
+
+struct ControlReply {
+  int status = 200;  // HTTP-style: 200 done, 400 bad request, 409 not possible now
+  std::string message;
+};
+
+struct JobResult {
+  std::vector<models::EpochResult> epochs;
+  models::EpochResult final;
+  std::int64_t steps = 0;             // global steps (updates applied)
+  std::int64_t sync_steps = 0;        // of which synchronous
+  std::int64_t pushes = 0;            // gradients the replicas pushed to the server
+  ServerCounters server;              // what the server applied, and staleness seen
+  std::int64_t examples = 0;
+  double train_seconds = 0, wall_seconds = 0, samples_per_s = 0;
+  std::vector<std::string> mode_history;  // "sync@0", "async@500", ...
+  Mode final_mode;
+  bool stopped_early = false;
+  std::string error;                  // empty on success
+};
+
+struct CoordinatorConfig {
+  int replicas = 1;
+  std::int64_t batches_per_epoch = 1;
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;          // global steps; 0: no limit
+  std::int64_t global_batch = 1;
+  Mode mode;
+  std::vector<ScheduledSwitch> switches;
+  std::int64_t window = 4;             // steps a grant runs ahead
+  std::vector<caf::actor> devices;
+  caf::actor reducer;
+  caf::actor listener;
+  std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none
+  std::int64_t checkpoint_every = 0;   // global steps
+  bool checkpoint_each_epoch = true;
+  std::string model_name, model_spec;
+  models::OptimizerConfig optimizer;
+  std::shared_ptr<const models::LrSchedule> schedule;
+  std::uint64_t seed = 0;
+  Position start;                      // global step and epoch to start from
+  std::int64_t start_clock = 0;        // every replica's clock at the start
+  std::chrono::milliseconds timeout{120000};
+  models::Callbacks callbacks;
+};
+
+struct CoordinatorState;
+caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, CoordinatorConfig config);
+
+}  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ControlReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::JobResult)

@@ -1,0 +1,174 @@
+#include "actors/device.hpp"
+
+#include "kernels/math/random.hpp"
+#include "kernels/ops.hpp"
+#include "kernels/registry.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using Self = caf::stateful_actor<DeviceState>;
+
+const Tensor& on_device(const Tensor& host, Tensor& staging, const kernels::Device& device) {
+  if (device.is_cpu()) return host;
+  if (!staging.defined() || staging.raw() == nullptr || staging.shape() != host.shape() ||
+      staging.dtype() != host.dtype())
+    staging = Tensor::empty(host.shape(), host.dtype(), device);
+  staging.copy_from(host);
+  return staging;
+}
+
+void fail(Self* self, const std::string& what) {
+  auto& s = self->state;
+  if (s.failed) return;
+  s.failed = true;
+  const std::string message = "replica " + std::to_string(s.config.rank) + " on " + s.config.device.str() + ": " + what;
+  if (s.config.collective) s.config.collective->abort(message);
+  if (s.config.coordinator) self->send(s.config.coordinator, failed_atom::value, s.config.rank, message);
+}
+
+void maybe_continue(Self* self) {
+  auto& s = self->state;
+  if (s.failed || s.step_queued || s.clock >= s.grant.up_to) return;
+  s.step_queued = true;
+  self->send(self, step_atom::value);
+}
+
+void report(Self* self, double loss_sum, std::int64_t examples, bool pushed) {
+  auto& s = self->state;
+  StepReport r;
+  r.rank = s.config.rank;
+  r.clock = s.clock;
+  r.loss_sum = loss_sum;
+  r.examples = examples;
+  r.pushed = pushed;
+  self->send(s.config.coordinator, step_done_atom::value, r);
+  maybe_continue(self);
+}
+
+// Forward and backward on one batch; returns the batch's loss sum.
+double compute_gradient(DeviceState& s, const Batch& b, float grad_scale) {
+  std::vector<std::int64_t> xdims = b.features.shape().dims(), ydims = b.labels.shape().dims();
+  xdims[0] = b.examples;
+  ydims[0] = b.examples;
+  const Tensor xb = b.features.slice(0, kernels::Shape(xdims));
+  const Tensor yb = b.labels.slice(0, kernels::Shape(ydims));
+  const Tensor& x = on_device(xb, s.x_dev, s.config.device);
+  const Tensor& y = on_device(yb, s.y_dev, s.config.device);
+  s.model->set_step_seed(kernels::math::random_bits(s.config.seed ^ (0x9e37ULL * (s.config.rank + 1)),
+                                                    static_cast<std::uint64_t>(s.clock)));
+  const Tensor& out = s.model->forward(x, /*training=*/true);
+  if (!s.dout.defined() || s.dout.raw() == nullptr || s.dout.shape() != out.shape())
+    s.dout = Tensor::empty(out.shape(), kernels::DType::f32, s.config.device);
+  const double loss_sum = s.loss->sum(out, y, s.dout, grad_scale);
+  s.model->backward(s.dout);
+  return loss_sum;
+}
+
+void run_step(Self* self, const Batch& b) {
+  auto& s = self->state;
+  if (b.examples == 0) {
+    // An empty batch (the last, partial global batch without
+    // drop_remainder): contribute a zero gradient so the all-reduce matches.
+    kernels::ops::fill(s.model->gradients(), 0.0f);
+  }
+  if (s.grant.mode.kind == Mode::Kind::sync) {
+    const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale) : 0.0;
+    auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
+    work->wait(net::Clock::now() + s.config.timeout);
+    const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
+    s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
+    ++s.clock;
+    report(self, loss_sum, b.examples, false);
+    return;
+  }
+  // async / ssp: the gradient of this replica's own mean loss goes to the server.
+  const double loss_sum = b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1))) : 0.0;
+  GradientPush push;
+  push.rank = s.config.rank;
+  push.clock = s.clock + 1;
+  push.gradient = s.model->gradients().to(kernels::Device::cpu());
+  const std::int64_t examples = b.examples;
+  self->request(s.config.reducer, s.config.timeout, push_atom::value, std::move(push))
+      .await(
+          [=](const Tensor& fresh) {
+            auto& st = self->state;
+            st.model->parameters().copy_from(fresh);
+            ++st.clock;
+            report(self, loss_sum, examples, true);
+          },
+          [=](caf::error& e) { fail(self, "pushing its gradient to the parameter server: " + self->system().render(e)); });
+}
+
+ReplicaState snapshot(const DeviceState& s) {
+  ReplicaState out;
+  out.parameters = s.model->parameters().to(kernels::Device::cpu());
+  for (const auto& [name, buffer] : s.optimizer->buffers()) out.buffers.emplace_back(name, buffer.to(kernels::Device::cpu()));
+  out.scalars = s.optimizer->scalars();
+  return out;
+}
+
+}  // namespace
+
+caf::behavior device_actor(Self* self, DeviceConfig config) {
+  auto& s = self->state;
+  s.config = std::move(config);
+  try {
+    kernels::Registry::instance().for_device(s.config.device).set_threads(s.config.threads);
+    s.model = std::make_unique<models::Model>(s.config.spec, s.config.device);
+    s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
+    s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters());
+    s.loss = std::make_unique<models::Loss>(s.config.test && s.config.test->task == data::Task::regression
+                                                ? models::LossKind::mean_squared_error
+                                                : models::LossKind::sparse_categorical_crossentropy);
+  } catch (const std::exception& e) {
+    fail(self, std::string("cannot build the replica: ") + e.what());
+  }
+  return {
+      [=](grant_atom, const Grant& g) {
+        // Grants come from the coordinator, which is spawned after the
+        // devices: its handle arrives with the first one.
+        if (!self->state.config.coordinator)
+          self->state.config.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+        self->state.grant = g;
+        maybe_continue(self);
+      },
+      [=](step_atom) {
+        auto& st = self->state;
+        st.step_queued = false;
+        if (st.failed || st.clock >= st.grant.up_to) return;
+        self->request(st.config.loader, st.config.timeout, next_batch_atom::value)
+            .await(
+                [=](const Batch& b) {
+                  try {
+                    run_step(self, b);
+                  } catch (const std::exception& e) {
+                    fail(self, std::string("step ") + std::to_string(self->state.clock + 1) + ": " + e.what());
+                  }
+                },
+                [=](caf::error& e) { fail(self, "waiting for its data loader: " + self->system().render(e)); });
+      },
+      [=](get_state_atom) -> ReplicaState { return snapshot(self->state); },
+      [=](set_state_atom, const ReplicaState& state) {
+        restore_state(self->state.model->parameters(), *self->state.optimizer, state);
+        return caf::ok_atom::value;
+      },
+      [=](evaluate_atom) -> models::EpochResult {
+        auto& st = self->state;
+        if (!st.config.test || st.config.test->size() == 0) return models::EpochResult{};
+        return models::evaluate_model(*st.model, *st.config.test, st.config.eval_batch);
+      },
+  };
+}
+
+void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state) {
+  parameters.copy_from(state.parameters);
+  for (const auto& [name, buffer] : optimizer.buffers()) {
+    for (const auto& [saved_name, saved] : state.buffers)
+      if (saved_name == name) buffer.copy_from(saved);
+  }
+  for (const auto& [name, value] : state.scalars) optimizer.set_scalar(name, value);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,74 @@
+// Device actor: owns one model replica on one device (cpu:N or cuda:N) and
+// runs its training steps. Spawned detached, so its compute runs on its own
+// thread and never blocks CAF's scheduler.
+//
+// Protocol (from the coordinator unless noted):
+//   grant, Grant              may run steps until clock == grant.up_to, in grant.mode
+//   (self) step               run one step if the grant allows
+//   get_state                 -> ReplicaState   a copy of parameters and optimizer state
+//   set_state, ReplicaState   -> ok             replace them (mode switches, resume)
+//   evaluate                  -> EpochResult    evaluate the replica on the test split
+//
+// One step: ask the data loader for the next batch, forward and backward
+// (the gradient lands in the model's flat gradient buffer), then
+//   sync:        all-reduce the gradient buffer with the other replicas
+//                (net::Collective) and apply the same optimizer step as every
+//                other replica;
+//   async, ssp:  push a copy of the gradient to the parameter server (the
+//                reducer actor) and take the fresh parameters it returns.
+// After each step it reports StepReport to the coordinator and continues
+// while its grant allows. Any error is reported as `failed` with the reason,
+// and aborts the collective so that no other replica waits for this one.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "models/data/dataset.hpp"
+#include "models/loss.hpp"
+#include "models/model.hpp"
+#include "models/optimizer.hpp"
+#include "models/schedule.hpp"
+#include "net/collective/collective.hpp"
+
+namespace troupe::actors {
+
+struct DeviceConfig {
+  int rank = 0;
+  kernels::Device device;
+  models::ModelSpec spec;
+  models::OptimizerConfig optimizer;
+  std::shared_ptr<const models::LrSchedule> schedule;
+  std::uint64_t seed = 0;
+  int threads = 1;
+  float sync_grad_scale = 1.0f;   // 1 / global batch
+  std::shared_ptr<net::Collective> collective;
+  std::shared_ptr<const data::Dataset> test;
+  std::int64_t eval_batch = 1000;
+  std::chrono::milliseconds timeout{60000};
+  caf::actor loader, reducer;
+  caf::actor coordinator;  // learnt from the first grant
+};
+
+struct DeviceState {
+  DeviceConfig config;
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<models::Optimizer> optimizer;
+  std::unique_ptr<models::Loss> loss;
+  Tensor x_dev, y_dev, dout;
+  std::int64_t clock = 0;
+  Grant grant;
+  bool step_queued = false;
+  bool failed = false;
+  static inline const char* name = "device";
+};
+
+caf::behavior device_actor(caf::stateful_actor<DeviceState>* self, DeviceConfig config);
+
+// Copies parameters, and the optimizer state of the same names, into a
+// replica or the parameter server's master copy.
+void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state);
+
+}  // namespace troupe::actors

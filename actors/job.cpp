@@ -1,0 +1,291 @@
+#include "actors/job.hpp"
+
+#include <caf/all.hpp>
+
+#include <cstdio>
+#include <thread>
+
+#include "actors/data_loader.hpp"
+#include "actors/device.hpp"
+#include "actors/reducer.hpp"
+#include "kernels/registry.hpp"
+#include "net/collective/local.hpp"
+
+namespace troupe::actors {
+
+std::vector<kernels::Device> default_devices() {
+  std::vector<kernels::Device> out;
+  const int gpus = kernels::cuda_device_count();
+  for (int i = 0; i < gpus; ++i) out.push_back(kernels::Device::cuda(i));
+  if (out.empty()) {
+    const unsigned cores = std::thread::hardware_concurrency();
+    out.push_back(kernels::Device::cpu(0));
+    if (cores >= 2) out.push_back(kernels::Device::cpu(1));
+  }
+  return out;
+}
+
+std::vector<kernels::Device> parse_devices(const std::string& text) {
+  std::vector<kernels::Device> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    kernels::Device d = kernels::Device::parse(item);
+    for (const auto& seen : out)
+      if (seen == d) throw std::invalid_argument("--devices names " + d.str() + " twice");
+    out.push_back(d);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Job::Job(JobConfig config) : config_(std::move(config)) {
+  auto& t = config_.train;
+  if (config_.devices.empty()) config_.devices = default_devices();
+  if (t.epochs < 1) throw std::invalid_argument("--epochs must be at least 1");
+  if (t.batch < 1) throw std::invalid_argument("--batch must be at least 1");
+  if (config_.prefetch < 1) throw std::invalid_argument("--prefetch must be at least 1");
+  if (config_.threads_per_device < 1) throw std::invalid_argument("--threads-per-device must be at least 1");
+  bool cpu = false, gpu = false;
+  int cpu_devices = 0;
+  for (const auto& d : config_.devices) {
+    (d.is_cpu() ? cpu : gpu) = true;
+    cpu_devices += d.is_cpu();
+    if (d.is_cuda() && d.index >= kernels::cuda_device_count())
+      throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +
+                                  std::to_string(kernels::cuda_device_count()) + " CUDA device(s)");
+  }
+  if (cpu && gpu)
+    throw std::invalid_argument("--devices mixes CPU and CUDA devices; use one kind per job");
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && unsigned(cpu_devices * config_.threads_per_device) > cores)
+    std::fprintf(stderr, "warning: %d CPU device(s) x %d thread(s) on a machine with %u cores; "
+                         "they will compete for the cores\n",
+                 cpu_devices, config_.threads_per_device, cores);
+  data_ = data::load_dataset(t.data, t.data_options);
+  spec_ = models::resolve_model(t.model, models::data_shape_of(data_.train));
+  {
+    models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
+    parameter_count_ = probe.parameter_count();
+  }
+  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);  // validates the schedule
+  models::make_optimizer(t.optimizer, Tensor::zeros({1}));  // validates the optimizer name
+  data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+  batches_per_epoch_ = data::batches_per_epoch(plan, {0, static_cast<int>(config_.devices.size())});
+  if (batches_per_epoch_ < 1)
+    throw std::invalid_argument("dataset " + t.data + " has " + std::to_string(data_.train.size()) +
+                                " training examples, fewer than one global batch of " +
+                                std::to_string(t.batch * static_cast<std::int64_t>(config_.devices.size())));
+  if (t.resume && t.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
+  if (!t.checkpoint_dir.empty())
+    checkpoints_ = std::make_shared<checkpoint::Directory>(t.checkpoint_dir, t.keep_last);
+}
+
+Job::~Job() = default;
+
+JobResult Job::run(const models::Callbacks& callbacks) {
+  const auto& t = config_.train;
+  const int world = static_cast<int>(config_.devices.size());
+  auto train = std::make_shared<const data::Dataset>(data_.train);
+  auto test = std::make_shared<const data::Dataset>(data_.test);
+  auto schedule = std::make_shared<const models::LrSchedule>(t.schedule, t.lr, t.warmup_steps);
+
+  // Resume: the newest checkpoint's state, position and data cursor.
+  std::optional<checkpoint::State> resumed;
+  std::string resumed_path;
+  if (t.resume && checkpoints_) {
+    if (auto path = checkpoints_->latest()) {
+      resumed = checkpoint::read(*path);
+      checkpoint::check_model(*resumed, *path, spec_.name, static_cast<std::uint64_t>(parameter_count_));
+      resumed_path = *path;
+    }
+  }
+  data::Cursor start_cursor;
+  Position start;
+  if (resumed) {
+    start_cursor.epoch = static_cast<std::int64_t>(resumed->position.cursor.epoch);
+    start_cursor.batch = static_cast<std::int64_t>(resumed->position.cursor.batch_in_epoch);
+    start.global_step = static_cast<std::int64_t>(resumed->position.global_step);
+    start.epoch = static_cast<std::int64_t>(resumed->position.epoch);
+  }
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", std::max(2u, std::min(4u, std::thread::hardware_concurrency())));
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+
+  auto group = net::make_local_group(world, net::CollectiveOptions{config_.timeout});
+  std::vector<std::shared_ptr<net::Collective>> collectives;
+  for (auto& c : group) collectives.emplace_back(std::move(c));
+
+  ReducerConfig rc;
+  rc.parameter_count = parameter_count_;
+  rc.optimizer = t.optimizer;
+  rc.schedule = schedule;
+  rc.replicas = world;
+  caf::actor reducer = system.spawn<caf::detached>(reducer_actor, rc);
+
+  std::vector<caf::actor> loaders, devices;
+  for (int r = 0; r < world; ++r) {
+    LoaderConfig lc;
+    lc.dataset = train;
+    lc.plan = data::PlanOptions{train->size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+    lc.shard = {r, world};
+    lc.start = start_cursor;
+    lc.prefetch = config_.prefetch;
+    loaders.push_back(system.spawn(data_loader, lc));
+    DeviceConfig dc;
+    dc.rank = r;
+    dc.device = config_.devices[static_cast<std::size_t>(r)];
+    dc.spec = spec_;
+    dc.optimizer = t.optimizer;
+    dc.schedule = schedule;
+    dc.seed = t.seed;
+    dc.threads = config_.threads_per_device;
+    dc.sync_grad_scale = 1.0f / static_cast<float>(t.batch * world);
+    dc.collective = collectives[static_cast<std::size_t>(r)];
+    dc.test = r == 0 ? test : nullptr;
+    dc.eval_batch = t.eval_batch;
+    dc.timeout = config_.timeout;
+    dc.loader = loaders.back();
+    dc.reducer = reducer;
+    devices.push_back(system.spawn<caf::detached>(device_actor, dc));
+  }
+
+  auto shutdown = [&]() {
+    for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send_exit(reducer, caf::exit_reason::user_shutdown);
+  };
+
+  JobResult result;
+  try {
+    if (resumed) {
+      ReplicaState state;
+      state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
+      for (const auto& b : resumed->optimizer.buffers)
+        state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
+      for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
+      for (auto& d : devices) {
+        std::string error;
+        self->request(d, config_.timeout, set_state_atom::value, state)
+            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+        if (!error.empty()) throw std::runtime_error("resuming from " + resumed_path + ": " + error);
+      }
+    }
+
+    CoordinatorConfig cc;
+    cc.replicas = world;
+    cc.batches_per_epoch = batches_per_epoch_;
+    cc.epochs = t.epochs;
+    cc.max_steps = t.max_steps;
+    cc.global_batch = t.batch * world;
+    cc.mode = config_.mode;
+    cc.switches = config_.switches;
+    cc.devices = devices;
+    cc.reducer = reducer;
+    cc.listener = caf::actor_cast<caf::actor>(self);
+    cc.checkpoints = checkpoints_;
+    cc.checkpoint_every = t.checkpoint_every;
+    cc.checkpoint_each_epoch = t.checkpoint_each_epoch;
+    cc.model_name = spec_.name;
+    cc.model_spec = spec_.text();
+    cc.optimizer = t.optimizer;
+    cc.schedule = schedule;
+    cc.seed = t.seed;
+    cc.start = start;
+    cc.start_clock = start_cursor.epoch * batches_per_epoch_ + start_cursor.batch;
+    cc.timeout = config_.timeout;
+    cc.callbacks = callbacks;
+    caf::actor coordinator = system.spawn(coordinator_actor, cc);
+    self->monitor(coordinator);
+    {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      system_ = &system;
+      coordinator_ = std::make_unique<caf::actor>(coordinator);
+    }
+    self->send(coordinator, start_atom::value);
+
+    bool stop_requested = false;
+    bool done = false;
+    while (!done) {
+      self->receive(
+          [&](JobResult& r) {
+            result = std::move(r);
+            done = true;
+          },
+          [&](caf::down_msg& down) {
+            result.error = "the coordinator stopped unexpectedly: " + system.render(down.reason);
+            done = true;
+          },
+          caf::after(std::chrono::milliseconds(200)) >> [&] {
+            // Polled, so a stop request from a signal handler needs no lock.
+            if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
+              stop_requested = true;
+              self->send(coordinator, stop_atom::value);
+            }
+          });
+    }
+    result.stopped_early = result.stopped_early || stop_requested;
+    {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      system_ = nullptr;
+      coordinator_.reset();
+    }
+    if (config_.collect_replica_parameters && result.error.empty()) {
+      for (auto& d : devices)
+        self->request(d, config_.timeout, get_state_atom::value)
+            .receive([&](const ReplicaState& s) { replica_parameters_.push_back(s.parameters.to_vector()); },
+                     [&](caf::error& e) { result.error = "collecting parameters: " + system.render(e); });
+    }
+    self->send_exit(coordinator, caf::exit_reason::user_shutdown);
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      system_ = nullptr;
+      coordinator_.reset();
+    }
+    for (auto& c : collectives) c->abort("the job is shutting down");
+    shutdown();
+    throw;
+  }
+  if (!result.error.empty())
+    for (auto& c : collectives) c->abort("the job failed: " + result.error);
+  shutdown();
+  if (!resumed_path.empty()) result.mode_history.insert(result.mode_history.begin(), "resumed from " + resumed_path);
+  return result;
+}
+
+template <class Reply, class... Ts>
+Reply Job::ask(Reply fallback, Ts&&... xs) {
+  std::lock_guard<std::mutex> lock(running_mutex_);
+  if (!system_ || !coordinator_) return fallback;
+  caf::scoped_actor self{*system_};
+  Reply out = fallback;
+  self->request(*coordinator_, std::chrono::seconds(5), std::forward<Ts>(xs)...)
+      .receive([&](Reply& r) { out = std::move(r); }, [&](caf::error&) {});
+  return out;
+}
+
+std::string Job::status() {
+  return ask<std::string>("{\"state\":\"not running\"}", status_atom::value);
+}
+
+ControlReply Job::request_mode(const std::string& mode) {
+  // The switch completes at the next step boundary; the reply waits for it,
+  // up to the 5 s of ask(); a slower boundary still switches.
+  return ask<ControlReply>(ControlReply{409, "the job is not running, or the switch is still pending"}, mode_atom::value, mode);
+}
+
+ControlReply Job::request_checkpoint() {
+  return ask<ControlReply>(ControlReply{409, "the job is not running, or the checkpoint is still pending"}, checkpoint_atom::value);
+}
+
+ControlReply Job::request_stop() {
+  return ask<ControlReply>(ControlReply{409, "the job is not running, or the stop is still pending"}, stop_atom::value);
+}
+
+}  // namespace troupe::actors

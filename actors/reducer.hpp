@@ -1,0 +1,50 @@
+// Reducer actor in its parameter-server role (async and ssp modes): holds
+// the master parameters and the optimizer state, applies each pushed
+// gradient as it arrives, and returns fresh parameters to the pusher. In
+// sync mode it is idle: replicas all-reduce among themselves (net::Collective)
+// and apply identical updates.
+//
+// Protocol:
+//   push, GradientPush        -> Tensor (fresh parameters)   apply one gradient
+//   get_state                 -> ReplicaState                a copy of the master state
+//   set_state, ReplicaState   -> ok                          replace it (mode switches)
+//   position, Position, clocks-> ok                          where training resumes
+//   counters                  -> ServerCounters              accounting, staleness
+//
+// Every push is applied exactly once and counted (`applied`). The staleness
+// bound of ssp is enforced by the coordinator's grants; the reducer measures
+// it independently: for each push it records how far the pusher's starting
+// clock was ahead of the slowest replica's clock as the server has seen it.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "models/optimizer.hpp"
+#include "models/schedule.hpp"
+
+namespace troupe::actors {
+
+struct ReducerConfig {
+  std::int64_t parameter_count = 0;
+  models::OptimizerConfig optimizer;
+  std::shared_ptr<const models::LrSchedule> schedule;
+  int replicas = 1;
+};
+
+struct ReducerState {
+  ReducerConfig config;
+  Tensor master;
+  std::unique_ptr<models::Optimizer> optimizer;
+  Position position;
+  std::int64_t applied_since_position = 0;
+  std::vector<std::int64_t> clocks;
+  ServerCounters counters;
+  static inline const char* name = "reducer";
+};
+
+caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConfig config);
+
+}  // namespace troupe::actors

@@ -1,0 +1,170 @@
+// The single-host actor runtime on real data: synchronous training equals
+// single-replica training, asynchronous and stale-synchronous training keep
+// their accounting and their bound, and modes switch while training without
+// losing or double-applying an update.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "actors/job.hpp"
+#include "models/checkpoint/checkpoint.hpp"
+
+namespace troupe::actors {
+namespace {
+
+using kernels::Device;
+
+JobConfig mlp_job(std::vector<Device> devices, const std::string& mode, std::int64_t batch) {
+  JobConfig c;
+  c.train.model = "mlp";
+  c.train.data = "fashion-mnist";
+  c.train.epochs = 1;
+  c.train.batch = batch;
+  c.train.seed = 11;
+  c.devices = std::move(devices);
+  c.mode = Mode::parse(mode);
+  c.timeout = std::chrono::milliseconds(30000);
+  return c;
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    n += double(b[i]) * b[i];
+  }
+  return std::sqrt(d) / std::sqrt(n);
+}
+
+// Invariants every run must keep, whatever its modes.
+void expect_accounting(const JobResult& r) {
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.pushes, r.server.applied) << "a pushed gradient was lost or applied twice";
+  EXPECT_EQ(r.steps, r.sync_steps + r.server.applied) << "global steps are not the updates applied";
+}
+
+TEST(Job, SyncOnTwoReplicasEqualsOneReplicaWithTheGlobalBatch) {
+  JobConfig two = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  two.train.optimizer.name = "sgd";
+  two.train.lr = 0.05f;
+  two.train.max_steps = 50;
+  two.collect_replica_parameters = true;
+  Job job(two);
+  JobResult r = job.run();
+  expect_accounting(r);
+  EXPECT_EQ(r.steps, 50);
+  EXPECT_EQ(r.sync_steps, 50);
+  ASSERT_EQ(job.replica_parameters().size(), 2u);
+  EXPECT_EQ(job.replica_parameters()[0], job.replica_parameters()[1]) << "replicas diverged";
+
+  models::TrainConfig one = two.train;
+  one.batch = 64;
+  models::Trainer single(one);
+  single.run();
+  EXPECT_LT(rel_diff(job.replica_parameters()[0], single.model().parameters().to_vector()), 1e-5);
+}
+
+TEST(Job, AsyncEpochAppliesEveryPushOnceAndLearns) {
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "async", 64);
+  Job job(c);
+  JobResult r = job.run();
+  expect_accounting(r);
+  EXPECT_EQ(r.sync_steps, 0);
+  EXPECT_EQ(r.pushes, 2 * job.batches_per_epoch());
+  EXPECT_GE(r.final.test_accuracy, 0.84) << "async mlp after one epoch";
+}
+
+TEST(Job, SspNeverExceedsItsBound) {
+  for (int bound : {0, 2}) {
+    SCOPED_TRACE(bound);
+    JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1), Device::cpu(2)}, "ssp:" + std::to_string(bound), 64);
+    c.train.max_steps = 600;
+    Job job(c);
+    JobResult r = job.run();
+    expect_accounting(r);
+    EXPECT_EQ(r.server.applied, 600);
+    EXPECT_LE(r.server.max_lead, bound) << "a replica began a step more than " << bound << " ahead";
+    EXPECT_GE(r.server.max_lead, 0);
+  }
+}
+
+TEST(Job, SwitchStormKeepsAccountingAndAccuracy) {
+  JobConfig sync = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  Job all_sync(sync);
+  JobResult base = all_sync.run();
+  expect_accounting(base);
+
+  JobConfig storm = sync;
+  const char* cycle[] = {"async", "ssp:2", "sync", "ssp:0", "async", "sync"};
+  for (int i = 0; i < 60; ++i) storm.switches.push_back({25 + 25 * i, Mode::parse(cycle[i % 6])});
+  Job job(storm);
+  JobResult r = job.run();
+  expect_accounting(r);
+  EXPECT_GT(r.mode_history.size(), 20u);
+  EXPECT_GT(r.sync_steps, 0);
+  EXPECT_GT(r.server.applied, 0);
+  EXPECT_NEAR(r.final.test_accuracy, base.final.test_accuracy, 0.01)
+      << "switch storm " << r.final.test_accuracy << " vs all-sync " << base.final.test_accuracy;
+}
+
+TEST(Job, ControlSwitchesAndCheckpointsWhileTraining) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "troupe_job_control").string();
+  std::filesystem::remove_all(dir);
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  c.train.checkpoint_dir = dir;
+  c.train.checkpoint_each_epoch = false;
+  c.train.max_steps = 600;
+  Job job(c);
+  ControlReply mode_reply, checkpoint_reply, bad_reply;
+  std::string status;
+  std::thread control([&] {
+    // Wait until training runs, then switch and checkpoint at once.
+    for (int i = 0; i < 100 && job.status().find("\"state\":\"training\"") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    status = job.status();
+    bad_reply = job.request_mode("fast");
+    std::thread ckpt([&] { checkpoint_reply = job.request_checkpoint(); });
+    mode_reply = job.request_mode("async");
+    ckpt.join();
+  });
+  JobResult r = job.run();
+  control.join();
+  expect_accounting(r);
+  EXPECT_NE(status.find("\"mode\":\"sync\""), std::string::npos) << status;
+  EXPECT_EQ(bad_reply.status, 400);
+  EXPECT_NE(bad_reply.message.find("expected sync, async or ssp:N"), std::string::npos);
+  EXPECT_EQ(mode_reply.status, 200) << mode_reply.message;
+  EXPECT_EQ(checkpoint_reply.status, 200) << checkpoint_reply.message;
+  EXPECT_EQ(r.final_mode.str(), "async");
+  EXPECT_GT(r.server.applied, 0);
+  checkpoint::Directory d(dir, 0);
+  ASSERT_FALSE(d.list().empty());
+  EXPECT_EQ(job.request_mode("sync").status, 409);  // not running any more
+}
+
+TEST(Job, BadConfigurationsAreRefusedBeforeTraining) {
+  auto error_of = [](JobConfig c) -> std::string {
+    try {
+      Job j(c);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  JobConfig c = mlp_job({Device::cpu(0), Device::cuda(0)}, "sync", 32);
+  EXPECT_NE(error_of(c), "(no error)");
+  c = mlp_job({Device::cpu(0)}, "sync", 32);
+  c.train.model = "resnet";
+  EXPECT_NE(error_of(c).find("unknown model 'resnet'"), std::string::npos);
+  EXPECT_THROW(parse_devices("cpu:0,gpu:1"), std::invalid_argument);
+  EXPECT_THROW(parse_devices("cpu:0,cpu:0"), std::invalid_argument);
+  EXPECT_EQ(parse_devices("cpu:0,cpu:1").size(), 2u);
+  EXPECT_THROW(Mode::parse("ssp:-1"), std::invalid_argument);
+  EXPECT_THROW(parse_switch_schedule("500:async,400:sync"), std::invalid_argument);
+  EXPECT_EQ(parse_switch_schedule("500:async,1500:ssp:3").at(1).mode.staleness, 3);
+}
+
+}  // namespace
+}  // namespace troupe::actors
