@@ -13,6 +13,8 @@ constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 enum class ActionKind { epoch_end, switch_mode, checkpoint, stop };
 
 struct Action {
+  Action(ActionKind k, Mode m) : kind(k), mode(m) {}
+  Action(ActionKind k, Mode m, caf::response_promise p) : kind(k), mode(m), has_promise(true), promise(std::move(p)) {}
   ActionKind kind;
   Mode mode;
   bool has_promise = false;
@@ -33,6 +35,7 @@ struct CoordinatorState {
   std::deque<Action> actions;
   std::int64_t last_checkpoint_step = -1;
   std::int64_t announced_epoch = -1;
+  int idle_boundaries = 0;  // consecutive boundaries without a step in between
   // Throughput and loss.
   Clock::time_point t_start, t_resume, t_epoch;
   double train_seconds = 0, epoch_train_seconds = 0;
@@ -336,9 +339,36 @@ void run_actions(Self* self) {
   }
 }
 
+// Synchronous steps pair the k-th step of every replica in one all-reduce,
+// so replicas enter sync mode with equal clocks. After an async or ssp
+// phase their clocks differ: before switching to sync, the replicas that
+// are behind catch up, still in the current mode (their gradients still go
+// to the server), so the switch happens at the first boundary where every
+// replica has done the same number of steps. Returns true while catching up.
+bool align_before_sync(Self* self) {
+  auto& s = self->state;
+  if (!s.mode.uses_server()) return false;
+  bool to_sync = false;
+  for (std::size_t i = s.next_switch; i < s.config.switches.size() && s.config.switches[i].step <= s.global_step; ++i)
+    to_sync = to_sync || !s.config.switches[i].mode.uses_server();
+  for (const auto& a : s.actions) to_sync = to_sync || (a.kind == ActionKind::switch_mode && !a.mode.uses_server());
+  if (!to_sync) return false;
+  const std::int64_t ahead = *std::max_element(s.clocks.begin(), s.clocks.end());
+  bool behind = false;
+  for (int r = 0; r < s.config.replicas; ++r) {
+    if (s.grants[r] < ahead) {
+      s.grants[r] = ahead;
+      send_grant(self, r);
+      behind = true;
+    }
+  }
+  return behind;
+}
+
 void on_quiescent(Self* self) {
   auto& s = self->state;
   if (s.busy || s.finished) return;
+  if (align_before_sync(self)) return;
   s.busy = true;
   const double dt = seconds(Clock::now() - s.t_resume);
   s.train_seconds += dt;
@@ -356,6 +386,13 @@ void on_quiescent(Self* self) {
   // Requests from the control endpoint run after the due events.
   for (auto& a : s.actions) due.push_back(std::move(a));
   s.actions = std::move(due);
+  // A boundary with nothing to do and nothing to grant would loop forever:
+  // fail loudly instead (a bug in the grant rules, never expected).
+  if (s.actions.empty() && ++s.idle_boundaries > 3) {
+    fail_job(self, "internal error: no step can be granted at global step " + std::to_string(s.global_step) +
+                       " (mode " + s.mode.str() + ")");
+    return;
+  }
   run_actions(self);
 }
 
@@ -434,6 +471,12 @@ std::string status_json(const CoordinatorState& s) {
 
 }  // namespace
 
+caf::behavior coordinator_actor(Self* self, CoordinatorConfig config);
+
+caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
+  return system.spawn(coordinator_actor, std::move(config));
+}
+
 caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   auto& s = self->state;
   s.config = std::move(config);
@@ -470,6 +513,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
       [=](step_done_atom, const StepReport& r) {
         auto& st = self->state;
         if (st.finished) return;
+        st.idle_boundaries = 0;
         const std::int64_t before = min_clock(st);
         st.clocks[static_cast<std::size_t>(r.rank)] = r.clock;
         st.examples += r.examples;
@@ -506,20 +550,20 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         }
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
-        enqueue(self, Action{ActionKind::switch_mode, to, true, rp});
+        enqueue(self, Action{ActionKind::switch_mode, to, rp});
         return caf::delegated<ControlReply>{};
       },
       [=](checkpoint_atom) -> caf::result<ControlReply> {
         if (!self->state.config.checkpoints) return ControlReply{409, "no --checkpoint-dir configured"};
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
-        enqueue(self, Action{ActionKind::checkpoint, self->state.mode, true, rp});
+        enqueue(self, Action{ActionKind::checkpoint, self->state.mode, rp});
         return caf::delegated<ControlReply>{};
       },
       [=](stop_atom) -> caf::result<ControlReply> {
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
-        enqueue(self, Action{ActionKind::stop, self->state.mode, true, rp});
+        enqueue(self, Action{ActionKind::stop, self->state.mode, rp});
         return caf::delegated<ControlReply>{};
       },
   };

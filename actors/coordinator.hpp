@@ -90,8 +90,8 @@ struct CoordinatorConfig {
   models::Callbacks callbacks;
 };
 
-struct CoordinatorState;
-caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, CoordinatorConfig config);
+// Spawns the coordinator (its state stays private to coordinator.cpp).
+caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
 
 }  // namespace troupe::actors
 

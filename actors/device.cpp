@@ -11,7 +11,12 @@ namespace {
 using Self = caf::stateful_actor<DeviceState>;
 
 const Tensor& on_device(const Tensor& host, Tensor& staging, const kernels::Device& device) {
-  if (device.is_cpu()) return host;
+  if (device == host.device()) return host;
+  if (device.same_memory(host.device())) {
+    // Another CPU device: the same memory, seen as that device's tensor.
+    staging = Tensor::view(host.raw(), host.shape(), host.dtype(), device);
+    return staging;
+  }
   if (!staging.defined() || staging.raw() == nullptr || staging.shape() != host.shape() ||
       staging.dtype() != host.dtype())
     staging = Tensor::empty(host.shape(), host.dtype(), device);

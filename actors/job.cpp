@@ -200,7 +200,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.start_clock = start_cursor.epoch * batches_per_epoch_ + start_cursor.batch;
     cc.timeout = config_.timeout;
     cc.callbacks = callbacks;
-    caf::actor coordinator = system.spawn(coordinator_actor, cc);
+    caf::actor coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
       std::lock_guard<std::mutex> lock(running_mutex_);

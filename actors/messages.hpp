@@ -101,6 +101,7 @@ struct ServerCounters {
 
 }  // namespace troupe::actors
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::kernels::Tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Grant)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepReport)
