@@ -118,7 +118,9 @@ class Collective {
   // Completes when every rank has called it.
   virtual std::shared_ptr<Work> barrier() = 0;
   // Fails every pending and future operation on every rank of the group with
-  // CollectiveError(aborted) naming `reason`. Safe from any thread.
+  // CollectiveError(aborted) naming `reason`. Safe from any thread. The
+  // first failure of a group wins: after a timeout broke it, operations keep
+  // failing with the timeout.
   virtual void abort(const std::string& reason) = 0;
 };
 
