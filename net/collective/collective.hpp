@@ -30,7 +30,11 @@
 //            a peer): every pending and future operation fails, naming the
 //            reason.
 //   invalid  the arguments do not match across ranks or are out of range.
-//            The group stays usable: every rank failed the same operation.
+//            No buffer was touched, and the group stays usable: every rank
+//            failed the same operation.
+// After a timeout or an abort the failed operation's buffers may hold
+// partial results; but once its Work has completed (with or without an
+// error), no other rank reads or writes this rank's buffers any more.
 #pragma once
 
 #include <chrono>
