@@ -116,6 +116,8 @@ class LocalGroup {
       if (verdict_.empty()) {  // every rank enters the operation's phases
         std::fill(inside_.begin(), inside_.end(), 1);
         inside_count_ = world_;
+      } else {  // nobody enters: nobody reads the postings
+        end_operation_locked();
       }
     });
     // verdict_ is rewritten only when the next arrival barrier completes,
