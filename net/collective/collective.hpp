@@ -30,7 +30,11 @@
 //            a peer): every pending and future operation fails, naming the
 //            reason.
 //   invalid  the arguments do not match across ranks or are out of range.
-//            The group stays usable: every rank failed the same operation.
+//            No buffer was touched, and the group stays usable: every rank
+//            failed the same operation.
+// After a timeout or an abort the failed operation's buffers may hold
+// partial results; but once its Work has completed (with or without an
+// error), no other rank reads or writes this rank's buffers any more.
 #pragma once
 
 #include <chrono>
@@ -118,7 +122,9 @@ class Collective {
   // Completes when every rank has called it.
   virtual std::shared_ptr<Work> barrier() = 0;
   // Fails every pending and future operation on every rank of the group with
-  // CollectiveError(aborted) naming `reason`. Safe from any thread.
+  // CollectiveError(aborted) naming `reason`. Safe from any thread. The
+  // first failure of a group wins: after a timeout broke it, operations keep
+  // failing with the timeout.
   virtual void abort(const std::string& reason) = 0;
 };
 

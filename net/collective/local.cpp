@@ -12,6 +12,13 @@
 //   leave    a final barrier: no rank returns, and lets its caller reuse its
 //            buffer or post the next operation, while another still reads.
 //
+// A rank that fails after the arrival barrier (the group broke: a timeout,
+// an abort, a kernel error) still may not return while another rank reads
+// its buffers: it waits, bounded by one more timeout, until every rank that
+// entered the operation has left it. Every rank inside an operation is
+// either computing on buffers (bounded work) or at a barrier, which a broken
+// group wakes, so they all leave promptly.
+//
 // Every barrier wait has the operation's deadline. A rank that times out
 // breaks the group (broken_), naming the ranks that had not arrived; abort()
 // breaks it with a reason. A broken group wakes every waiter and fails every
@@ -93,7 +100,7 @@ class LocalGroup {
  public:
   LocalGroup(int world, CollectiveOptions options)
       : world_(world), options_(options), arrived_(static_cast<std::size_t>(world), 0),
-        postings_(static_cast<std::size_t>(world)) {}
+        postings_(static_cast<std::size_t>(world)), inside_(static_cast<std::size_t>(world), 0) {}
 
   int world() const { return world_; }
   const CollectiveOptions& options() const { return options_; }
@@ -104,7 +111,15 @@ class LocalGroup {
     std::unique_lock<std::mutex> lock(mu_);
     if (broken_) throw broken_error(label);
     postings_[static_cast<std::size_t>(rank)] = std::move(posting);
-    barrier_locked(lock, rank, label, deadline, [this] { verdict_ = check_postings(); });
+    barrier_locked(lock, rank, label, deadline, [this] {
+      verdict_ = check_postings();
+      if (verdict_.empty()) {  // every rank enters the operation's phases
+        std::fill(inside_.begin(), inside_.end(), 1);
+        inside_count_ = world_;
+      } else {  // nobody enters: nobody reads the postings
+        end_operation_locked();
+      }
+    });
     // verdict_ is rewritten only when the next arrival barrier completes,
     // which needs this rank: it is still this operation's.
     if (!verdict_.empty()) throw CollectiveError(CollectiveErrorKind::invalid, label + ": " + verdict_);
@@ -115,9 +130,22 @@ class LocalGroup {
   void sync(int rank, const std::string& label, Deadline deadline, bool last) {
     std::unique_lock<std::mutex> lock(mu_);
     barrier_locked(lock, rank, label, deadline, [this, last] {
-      if (last)
-        for (auto& p : postings_) p = Posting{};
+      if (last) end_operation_locked();
     });
+  }
+
+  // After an operation failed on this rank: leaves it, then waits until no
+  // rank is inside it any more (see the top of this file).
+  void leave_after_error(int rank) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (inside_[static_cast<std::size_t>(rank)]) {
+      inside_[static_cast<std::size_t>(rank)] = 0;
+      if (--inside_count_ == 0) {
+        end_operation_locked();
+        cv_.notify_all();
+      }
+    }
+    cv_.wait_until(lock, Clock::now() + options_.timeout, [&] { return inside_count_ == 0; });
   }
 
   // Read between arrive() and the last sync(): no rank rewrites its posting
@@ -154,6 +182,12 @@ class LocalGroup {
   void barrier_locked(std::unique_lock<std::mutex>& lock, int rank, const std::string& label,
                       Deadline deadline, const std::function<void()>& on_complete);
   std::string check_postings() const;
+  // Nobody reads the posted buffers any more: drop the handles.
+  void end_operation_locked() {
+    for (auto& p : postings_) p = Posting{};
+    std::fill(inside_.begin(), inside_.end(), 0);
+    inside_count_ = 0;
+  }
   void break_locked(CollectiveErrorKind kind, std::string detail) {
     if (broken_) return;  // the first failure is the one to report
     broken_ = true;
@@ -179,6 +213,10 @@ class LocalGroup {
   std::vector<char> arrived_;  // per rank, for this generation
   std::vector<Posting> postings_;
   std::string verdict_;  // of the last arrival barrier; empty when valid
+  // Per rank: inside the current operation's phases, where other ranks may
+  // read its buffers. Set for all when a valid arrival barrier completes.
+  std::vector<char> inside_;
+  int inside_count_ = 0;
   bool broken_ = false;
   CollectiveErrorKind broken_kind_ = CollectiveErrorKind::aborted;
   std::string broken_detail_;
@@ -388,10 +426,12 @@ std::shared_ptr<Work> LocalCollective::run(Posting posting, Body body) {
     group_->sync(rank_, label, deadline, /*last=*/true);
     return completed_work();
   } catch (const CollectiveError&) {
+    group_->leave_after_error(rank_);
     return completed_work(std::current_exception());
   } catch (const std::exception& e) {
     const std::string what = label + ": failed: " + e.what();
     group_->fail(what);
+    group_->leave_after_error(rank_);
     return completed_work(std::make_exception_ptr(CollectiveError(CollectiveErrorKind::aborted, what)));
   }
 }

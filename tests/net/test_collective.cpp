@@ -3,6 +3,7 @@
 // that differ across ranks, a rank that never arrives, abort.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -128,7 +129,7 @@ TEST(LocalCollective, AllreduceMatchesReference) {
 // 100 back-to-back allreduces of changing data: a barrier that is not safely
 // reusable lets a fast rank overwrite a chunk a slow one is still reading.
 TEST(LocalCollective, RepeatedAllreducesStayCorrect) {
-  for (int world : {2, 3, 4}) {
+  for (int world : {2, 3, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(world));
     constexpr std::int64_t n = 1037;
     auto group = make_local_group(world);
@@ -424,6 +425,35 @@ TEST(LocalCollective, AbortWakesBlockedRanks) {
     EXPECT_NE(std::string(e.what()).find("peer on host b died"), std::string::npos) << e.what();
   }
   EXPECT_EQ(error_of(present[0]->send(t, 1, 0)).kind(), CollectiveErrorKind::aborted);
+}
+
+// Abort lands at any point of a stream of allreduces (inside a phase, at a
+// barrier, between operations): every rank stops with the reason, none hangs.
+TEST(LocalCollective, AbortDuringAStreamOfAllreduces) {
+  constexpr int world = 4;
+  auto group = make_local_group(world, CollectiveOptions{10s});
+  std::thread monitor([&] {
+    std::this_thread::sleep_for(20ms);
+    group[1]->abort("stop");
+  });
+  std::vector<std::string> messages(world);
+  run_ranks(group, [&](int r, Collective& c) {
+    Tensor t = Tensor::full(Shape{50000}, 1.0f, Device::cpu(r));
+    for (int step = 0; step < 1000000; ++step) {
+      try {
+        c.allreduce(t, ReduceOp::mean)->wait(Clock::now() + 10s);
+      } catch (const CollectiveError& e) {
+        EXPECT_EQ(e.kind(), CollectiveErrorKind::aborted) << e.what();
+        messages[static_cast<std::size_t>(r)] = e.what();
+        // A failed operation has ended too: no other rank still reads this
+        // buffer (the thread sanitizer checks it).
+        std::fill(t.f32(), t.f32() + t.numel(), 0.0f);
+        return;
+      }
+    }
+  });
+  monitor.join();
+  for (const auto& m : messages) EXPECT_NE(m.find("aborted (on rank 1): stop"), std::string::npos) << m;
 }
 
 TEST(LocalCollective, AbortWakesABlockedRecv) {
