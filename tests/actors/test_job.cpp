@@ -96,13 +96,18 @@ TEST(Job, SwitchStormKeepsAccountingAndAccuracy) {
   JobResult base = all_sync.run();
   expect_accounting(base);
 
+  // A switch every 25 global steps through every transition, 36 of them,
+  // the last back to sync: one evaluation right after an asynchronous phase
+  // is noisy (single-replica Adam steps), so the storm ends synchronous, as
+  // the all-sync run does.
   JobConfig storm = sync;
   const char* cycle[] = {"async", "ssp:2", "sync", "ssp:0", "async", "sync"};
-  for (int i = 0; i < 60; ++i) storm.switches.push_back({25 + 25 * i, Mode::parse(cycle[i % 6])});
+  for (int i = 0; i < 36; ++i) storm.switches.push_back({25 + 25 * i, Mode::parse(cycle[i % 6])});
   Job job(storm);
   JobResult r = job.run();
   expect_accounting(r);
-  EXPECT_GT(r.mode_history.size(), 20u);
+  EXPECT_GE(r.mode_history.size(), 30u);
+  EXPECT_EQ(r.final_mode.str(), "sync");
   EXPECT_GT(r.sync_steps, 0);
   EXPECT_GT(r.server.applied, 0);
   EXPECT_NEAR(r.final.test_accuracy, base.final.test_accuracy, 0.01)
