@@ -41,6 +41,15 @@ struct EvalOptions {
 void add_eval_command(CLI::App& app, EvalOptions& options);
 int run_eval(EvalOptions& options);
 
+struct CtlOptions {
+  std::string at;        // HOST:PORT of the job's control endpoint
+  std::string action;    // status, mode, checkpoint or stop
+  std::string mode;      // for mode: sync, async, ssp:N
+  double timeout_s = 2;  // connect and answer together
+};
+void add_ctl_command(CLI::App& app, CtlOptions& options);
+int run_ctl(CtlOptions& options);
+
 // Applies --threads to this process's CPU kernels.
 void use_threads(int threads);
 

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   troupe::cli::add_train_command(app, train);
   troupe::cli::EvalOptions eval;
   troupe::cli::add_eval_command(app, eval);
+  troupe::cli::CtlOptions ctl;
+  troupe::cli::add_ctl_command(app, ctl);
 
   try {
     app.parse(argc, argv);
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("train")) return troupe::cli::run_train(train);
     if (app.got_subcommand("eval")) return troupe::cli::run_eval(eval);
+    if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);
   } catch (const troupe::cli::UsageError& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 2;

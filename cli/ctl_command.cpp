@@ -1,0 +1,60 @@
+// troupe ctl: talk to a running job's HTTP control endpoint.
+//
+//   troupe ctl --at 127.0.0.1:7070 status
+//   troupe ctl --at 127.0.0.1:7070 mode ssp:3
+//   troupe ctl --at 127.0.0.1:7070 checkpoint
+//   troupe ctl --at 127.0.0.1:7070 stop
+//
+// Prints the job's JSON answer on stdout and exits 0 on a 2xx answer; 1 with
+// the answer on stderr on an HTTP error, or with a message when nothing
+// answers within --timeout; 2 on a usage error.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "net/control/control_client.hpp"
+
+namespace troupe::cli {
+
+void add_ctl_command(CLI::App& app, CtlOptions& o) {
+  auto* cmd = app.add_subcommand("ctl", "Query or steer a running job through its control endpoint");
+  cmd->add_option("--at", o.at, "The job's control address HOST:PORT (its --control)")->required();
+  cmd->add_option("--timeout", o.timeout_s, "Seconds to wait for connect and answer together")
+      ->capture_default_str();
+  cmd->require_subcommand(1);
+  cmd->add_subcommand("status", "Print the job's status (step, epoch, mode, replicas, throughput, loss)")
+      ->callback([&o] { o.action = "status"; });
+  auto* mode = cmd->add_subcommand("mode", "Switch the update mode at the next step boundary");
+  mode->add_option("MODE", o.mode, "sync, async or ssp:N")->required();
+  mode->callback([&o] { o.action = "mode"; });
+  cmd->add_subcommand("checkpoint", "Write a checkpoint now")->callback([&o] { o.action = "checkpoint"; });
+  cmd->add_subcommand("stop", "Stop the job at the next step boundary (checkpointing if configured)")
+      ->callback([&o] { o.action = "stop"; });
+}
+
+int run_ctl(CtlOptions& o) {
+  if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s) || o.timeout_s > 3600)
+    throw UsageError("--timeout must be in (0, 3600] seconds, got " + std::to_string(o.timeout_s));
+  net::ControlClient client(o.at);  // a malformed address is std::invalid_argument: exit 2
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(o.timeout_s * 1000)));
+  net::ControlResponse r;
+  if (o.action == "status")
+    r = client.request("GET", "/status", "", timeout);
+  else if (o.action == "mode")
+    r = client.request("POST", "/mode", o.mode, timeout);
+  else if (o.action == "checkpoint" || o.action == "stop")
+    r = client.request("POST", "/" + o.action, "", timeout);
+  else
+    throw UsageError("ctl: expected status, mode MODE, checkpoint or stop");
+  std::string body = r.body;
+  if (body.empty() || body.back() != '\n') body += '\n';
+  if (r.status / 100 == 2) {
+    std::fputs(body.c_str(), stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "troupe: %s answered HTTP %d: %s", client.address().str().c_str(), r.status, body.c_str());
+  return 1;
+}
+
+}  // namespace troupe::cli

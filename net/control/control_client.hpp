@@ -1,0 +1,40 @@
+// ControlClient: one HTTP request to a job's control endpoint, as `troupe ctl`
+// sends it. Every request has a deadline covering connect, send and answer.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "net/control/address.hpp"
+
+namespace troupe::net {
+
+struct ControlResponse {
+  int status = 0;    // HTTP status
+  std::string body;  // JSON from the server
+};
+
+class ControlClient {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout{2000};
+
+  // Parses "HOST:PORT" (std::invalid_argument when malformed); connects only
+  // in request().
+  explicit ControlClient(const std::string& address);
+
+  // Sends METHOD PATH with `body` (text/plain) and returns the answer, of any
+  // HTTP status. Throws ControlError when there is no answer:
+  //   "nothing is listening at HOST:PORT (is the job running with --control HOST:PORT?)"
+  //   "no answer from HOST:PORT within 2 s"
+  // or another network error naming the address; std::invalid_argument for a
+  // host that does not resolve.
+  ControlResponse request(const std::string& method, const std::string& path, const std::string& body = "",
+                          std::chrono::milliseconds timeout = kDefaultTimeout) const;
+
+  const HostPort& address() const { return address_; }
+
+ private:
+  HostPort address_;
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,314 @@
+#include "net/control/control_server.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+namespace troupe::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::uint32_t kHeaderLimit = 8 * 1024;
+constexpr std::uint64_t kBodyLimit = 64 * 1024;
+// After an answer, bytes the client is still sending are read and dropped (up
+// to this many, for at most a second) before closing, so that closing with
+// unread data does not reset the connection before the client reads the answer.
+constexpr std::size_t kDrainLimit = 1 << 20;
+constexpr const char* kEndpoints = "GET /status, POST /mode, POST /checkpoint, POST /stop";
+
+// Set on the handler thread while a handler runs, so stop() can refuse to be
+// called from inside one (it would wait for itself).
+thread_local bool in_handler = false;
+
+std::string message_json(bool ok, const std::string& message) {
+  return std::string("{\"ok\":") + (ok ? "true" : "false") + ",\"message\":\"" + json_escape(message) + "\"}";
+}
+
+struct Answer {
+  unsigned status = 200;
+  std::string body;   // JSON
+  std::string allow;  // the Allow header of a 405
+};
+
+Answer error_answer(unsigned status, const std::string& message) { return {status, message_json(false, message), {}}; }
+
+enum class Endpoint { status, mode, checkpoint, stop };
+
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+}  // namespace
+
+struct ControlServer::Impl {
+  Handlers handlers;
+  ControlServerOptions options;
+  HostPort bound;
+  std::unique_ptr<asio::io_context> ioc;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::unique_ptr<asio::steady_timer> accept_retry;
+  std::unique_ptr<asio::thread_pool> handler_thread;
+  std::thread io_thread;
+  std::mutex mutex;  // start() and stop()
+  bool started = false;
+  bool stopped = false;
+
+  void accept();
+  Answer call(Endpoint endpoint, const std::string& body);  // on the handler thread
+};
+
+namespace {
+
+// One connection: read one request, answer it, close.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, ControlServer::Impl& server) : stream_(std::move(socket)), server_(server) {}
+
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(kBodyLimit);  // checked against Content-Length before the body is allocated
+    stream_.expires_after(server_.options.io_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+ private:
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == beast::error::timeout)
+      return close();  // the client left, or sent too little in time: nobody to answer
+    if (ec == http::error::body_limit) return answer(error_answer(413, "request body over 64 KiB"));
+    if (ec == http::error::header_limit) return answer(error_answer(431, "request header over 8 KiB"));
+    if (ec && ec.category() == http::make_error_code(http::error::bad_method).category())
+      return answer(error_answer(400, "malformed HTTP request: " + ec.message()));
+    if (ec) return close();  // a socket error
+
+    const auto& req = parser_->get();
+    std::string path(req.target());
+    if (const auto q = path.find('?'); q != std::string::npos) path.resize(q);
+    Endpoint endpoint;
+    http::verb wanted = http::verb::post;
+    if (path == "/status") {
+      endpoint = Endpoint::status;
+      wanted = http::verb::get;
+    } else if (path == "/mode") {
+      endpoint = Endpoint::mode;
+    } else if (path == "/checkpoint") {
+      endpoint = Endpoint::checkpoint;
+    } else if (path == "/stop") {
+      endpoint = Endpoint::stop;
+    } else {
+      return answer(error_answer(404, "no endpoint " + path + "; the endpoints are " + kEndpoints));
+    }
+    if (req.method() != wanted) {
+      Answer a = error_answer(405, std::string(req.method_string()) + " " + path + " is not allowed; use " +
+                                       std::string(http::to_string(wanted)) + " " + path);
+      a.allow = std::string(http::to_string(wanted));
+      return answer(std::move(a));
+    }
+    // The handler runs on the handler thread; the answer comes back to the io
+    // thread. Meanwhile this connection waits and every other one goes on.
+    stream_.expires_never();
+    asio::post(*server_.handler_thread, [self = shared_from_this(), endpoint, body = req.body()] {
+      Answer a = self->server_.call(endpoint, body);
+      asio::post(self->stream_.get_executor(), [self, a = std::move(a)]() mutable { self->answer(std::move(a)); });
+    });
+  }
+
+  void answer(Answer a) {
+    response_.result(a.status);
+    response_.version(11);
+    response_.set(http::field::server, "troupe");
+    response_.set(http::field::content_type, "application/json");
+    if (!a.allow.empty()) response_.set(http::field::allow, a.allow);
+    response_.keep_alive(false);
+    response_.body() = std::move(a.body) + "\n";
+    response_.prepare_payload();
+    stream_.expires_after(server_.options.io_timeout);
+    http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->stream_.expires_after(std::min<std::chrono::milliseconds>(self->server_.options.io_timeout,
+                                                                        std::chrono::seconds(1)));
+      self->drain();
+    });
+  }
+
+  void drain() {
+    stream_.async_read_some(asio::buffer(drain_buffer_),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > kDrainLimit) return self->close();
+                              self->drain();
+                            });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  beast::tcp_stream stream_;
+  ControlServer::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> response_;
+  char drain_buffer_[4096];
+  std::size_t drained_ = 0;
+};
+
+}  // namespace
+
+void ControlServer::Impl::accept() {
+  acceptor->async_accept(*ioc, [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (!ec) {
+      std::make_shared<Session>(std::move(socket), *this)->read();
+      return accept();
+    }
+    // Out of descriptors or similar: try again shortly rather than spin.
+    accept_retry->expires_after(std::chrono::milliseconds(100));
+    accept_retry->async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec) accept();
+    });
+  });
+}
+
+Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
+  static constexpr const char* names[] = {"GET /status", "POST /mode", "POST /checkpoint", "POST /stop"};
+  const char* name = names[static_cast<int>(endpoint)];
+  struct InHandler {
+    InHandler() { in_handler = true; }
+    ~InHandler() { in_handler = false; }
+  } guard;
+  const auto not_available = [&] { return error_answer(501, std::string(name) + " is not available in this job"); };
+  try {
+    Reply reply;
+    switch (endpoint) {
+      case Endpoint::status:
+        if (!handlers.status) return not_available();
+        return {200, handlers.status(), {}};
+      case Endpoint::mode:
+        if (!handlers.mode) return not_available();
+        reply = handlers.mode(trim(body));
+        break;
+      case Endpoint::checkpoint:
+        if (!handlers.checkpoint) return not_available();
+        reply = handlers.checkpoint();
+        break;
+      case Endpoint::stop:
+        if (!handlers.stop) return not_available();
+        reply = handlers.stop();
+        break;
+    }
+    if (reply.status < 100 || reply.status > 599)
+      return error_answer(500, std::string("the handler for ") + name + " returned HTTP status " +
+                                   std::to_string(reply.status) + " (" + reply.message + ")");
+    return {static_cast<unsigned>(reply.status), message_json(reply.status / 100 == 2, reply.message), {}};
+  } catch (const std::exception& e) {
+    return error_answer(500, std::string(name) + " failed: " + e.what());
+  } catch (...) {
+    return error_answer(500, std::string(name) + " failed with an unknown exception");
+  }
+}
+
+ControlServer::ControlServer(const std::string& address, Handlers handlers, ControlServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.handlers = std::move(handlers);
+  s.options = options;
+  const HostPort hp = parse_host_port(address);
+  s.ioc = std::make_unique<asio::io_context>(1);
+  beast::error_code ec;
+  tcp::resolver resolver(*s.ioc);
+  const auto endpoints =
+      resolver.resolve(hp.host, std::to_string(hp.port), tcp::resolver::numeric_service | tcp::resolver::passive, ec);
+  if (ec || endpoints.empty())
+    throw std::invalid_argument("control address '" + address + "': unknown host '" + hp.host + "' (" +
+                                (ec ? ec.message() : std::string("no addresses")) + ")");
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  const auto fail = [&](const char* what) {
+    throw ControlError("control endpoint: cannot " + std::string(what) + " " + address + " (" +
+                       endpoint.address().to_string() + "): " + ec.message());
+  };
+  s.acceptor = std::make_unique<tcp::acceptor>(*s.ioc);
+  s.acceptor->open(endpoint.protocol(), ec);
+  if (ec) fail("open a socket for");
+  // SO_REUSEADDR only lets a restarted job reuse a port in TIME_WAIT; a port
+  // another process listens on still fails to bind (Linux).
+  s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  s.acceptor->bind(endpoint, ec);
+  if (ec) fail("listen on");
+  s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail("listen on");
+  s.bound = {hp.host, s.acceptor->local_endpoint().port()};
+  s.accept_retry = std::make_unique<asio::steady_timer>(*s.ioc);
+}
+
+ControlServer::~ControlServer() {
+  try {
+    stop();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe: control endpoint: %s\n", e.what());
+  }
+}
+
+void ControlServer::start() {
+  Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.started || s.stopped) throw std::logic_error("ControlServer::start: already started or stopped");
+  s.started = true;
+  s.handler_thread = std::make_unique<asio::thread_pool>(1);
+  s.accept();
+  s.io_thread = std::thread([&s] {
+    for (;;) {
+      try {
+        s.ioc->run();  // returns once stop() stops the io_context
+        return;
+      } catch (const std::exception& e) {  // bad_alloc in a session, say: log it and go on serving
+        std::fprintf(stderr, "troupe: control endpoint: %s\n", e.what());
+      }
+    }
+  });
+}
+
+void ControlServer::stop() {
+  Impl& s = *impl_;
+  if (in_handler) throw std::logic_error("ControlServer::stop called from a control handler (it would wait for itself)");
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.stopped) return;
+  s.stopped = true;
+  if (s.started) {
+    s.ioc->stop();
+    s.io_thread.join();
+    s.handler_thread->stop();  // drop handler calls not yet begun
+    s.handler_thread->join();  // and wait for the one running, if any
+    s.handler_thread.reset();
+  }
+  // Destroying the io_context destroys the pending operations, and with them
+  // the sessions and their sockets: every client sees its connection close.
+  s.accept_retry.reset();
+  s.acceptor.reset();
+  s.ioc.reset();
+}
+
+std::uint16_t ControlServer::port() const { return impl_->bound.port; }
+
+std::string ControlServer::address() const { return impl_->bound.str(); }
+
+}  // namespace troupe::net

@@ -1,0 +1,87 @@
+// ControlServer: the HTTP control endpoint of a running troupe job.
+//
+//   GET  /status       -> the job's status object (JSON built by the job)
+//   POST /mode         body "sync" | "async" | "ssp:N" -> {"ok":..,"message":..}
+//   POST /checkpoint   -> {"ok":..,"message":..}
+//   POST /stop         -> {"ok":..,"message":..}
+//
+// Every response is JSON (Content-Type application/json) and closes the
+// connection. Errors: malformed HTTP 400, unknown path 404 (listing the
+// endpoints), wrong method 405, header over 8 KiB 431, body over 64 KiB 413
+// (refused from its Content-Length, never allocated), a handler that throws
+// 500 with its message, a handler the job did not supply 501. A client that
+// sends nothing, or half a request, is dropped after the read timeout (5 s).
+//
+// Threads: one thread runs the io_context (accepts, reads, writes); the
+// handlers run one at a time on a second thread, so a handler that blocks
+// for a few seconds (talking to actors) delays other handlers but never
+// accepts, reads or timeouts.
+//
+// Security: there is no authentication. The job binds to 127.0.0.1 by
+// default; binding to another address (0.0.0.0, a LAN address) lets anyone
+// who can reach that port read the status, switch the mode, checkpoint and
+// stop the job.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "net/control/address.hpp"
+
+namespace troupe::net {
+
+// What a POST handler answers: an HTTP status (200 on success, 400 for a bad
+// request such as an unknown mode, 409/503 when the job cannot do it now) and
+// a message for the user. Sent as {"ok": status is 2xx, "message": message}.
+struct Reply {
+  int status = 200;
+  std::string message;
+};
+
+// The job's side. Each is optional; a missing one answers 501. They run on the
+// server's handler thread, one at a time, and may throw (answered with 500).
+// They must not call ControlServer::stop() (std::logic_error if they do).
+struct Handlers {
+  std::function<std::string()> status;                    // GET /status: a JSON object, sent as is
+  std::function<Reply(const std::string& body)> mode;     // POST /mode: body "sync", "async", "ssp:3"
+  std::function<Reply()> checkpoint;                      // POST /checkpoint
+  std::function<Reply()> stop;                            // POST /stop
+};
+
+struct ControlServerOptions {
+  // A client that has not sent a whole request this long after connecting
+  // (or has not read the response this long after it was sent) is dropped.
+  std::chrono::milliseconds io_timeout{5000};
+};
+
+class ControlServer {
+ public:
+  // Resolves and binds `address` ("HOST:PORT"; port 0 picks a free port) and
+  // listens; serving starts with start(). Throws std::invalid_argument for a
+  // malformed address or an unknown host, ControlError naming the address and
+  // the OS error when it cannot listen there (in use, not a local address).
+  ControlServer(const std::string& address, Handlers handlers, ControlServerOptions options = {});
+  ~ControlServer();  // stop()
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Starts the io thread and the handler thread. Once only.
+  void start();
+  // Closes the listener and every connection and joins both threads. Returns
+  // within milliseconds unless a handler is running, which it lets finish
+  // (handlers keep their own timeouts of a few seconds). Idempotent.
+  void stop();
+
+  std::uint16_t port() const;    // the bound port (the one picked when asked for 0)
+  std::string address() const;   // "HOST:PORT" with the bound port
+
+  struct Impl;  // opaque; public only so the connection code in the .cpp can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::net
