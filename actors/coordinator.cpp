@@ -1,6 +1,7 @@
 #include "actors/coordinator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -287,6 +288,7 @@ void run_actions(Self* self) {
         r.epoch = st.epoch;
         r.step = st.global_step;
         r.train_loss = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : 0;
+        r.train_accuracy = std::nan("");  // replicas report losses only
         r.lr = st.last_lr;
         r.seconds = seconds(Clock::now() - st.t_epoch);
         r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;

@@ -161,6 +161,48 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     self->send_exit(reducer, caf::exit_reason::user_shutdown);
   };
 
+  // Control requests from other threads, answered from this thread.
+  auto forward_control_requests = [&](const caf::actor& coordinator) {
+    std::deque<std::shared_ptr<ControlRequest>> pending;
+    {
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      pending.swap(control_requests_);
+    }
+    for (auto& r : pending) {
+      ControlReply out{504, "no answer from the coordinator"};
+      auto on_error = [&](caf::error& e) { out = ControlReply{504, system.render(e)}; };
+      const auto timeout = std::chrono::seconds(10);
+      switch (r->kind) {
+        case ControlRequest::Kind::status:
+          self->request(coordinator, timeout, status_atom::value)
+              .receive([&](std::string& json) { out = ControlReply{200, std::move(json)}; }, on_error);
+          break;
+        case ControlRequest::Kind::mode:
+          self->request(coordinator, timeout, mode_atom::value, r->argument)
+              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
+          break;
+        case ControlRequest::Kind::checkpoint:
+          self->request(coordinator, timeout, checkpoint_atom::value)
+              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
+          break;
+        case ControlRequest::Kind::stop:
+          self->request(coordinator, timeout, stop_atom::value)
+              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
+          break;
+      }
+      r->reply.set_value(std::move(out));
+    }
+  };
+  auto stop_control = [&]() {
+    std::deque<std::shared_ptr<ControlRequest>> pending;
+    {
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      running_ = false;
+      pending.swap(control_requests_);
+    }
+    for (auto& r : pending) r->reply.set_value(ControlReply{409, "the job has finished"});
+  };
+
   JobResult result;
   try {
     if (resumed) {
@@ -203,9 +245,8 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     caf::actor coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
-      std::lock_guard<std::mutex> lock(running_mutex_);
-      system_ = &system;
-      coordinator_ = std::make_unique<caf::actor>(coordinator);
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      running_ = true;
     }
     self->send(coordinator, start_atom::value);
 
@@ -221,20 +262,17 @@ JobResult Job::run(const models::Callbacks& callbacks) {
             result.error = "the coordinator stopped unexpectedly: " + system.render(down.reason);
             done = true;
           },
-          caf::after(std::chrono::milliseconds(200)) >> [&] {
-            // Polled, so a stop request from a signal handler needs no lock.
-            if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
-              stop_requested = true;
-              self->send(coordinator, stop_atom::value);
-            }
-          });
+          caf::after(std::chrono::milliseconds(50)) >> [] {});
+      if (done) break;
+      // Polled, so a stop request from a signal handler needs no lock.
+      if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
+        stop_requested = true;
+        self->send(coordinator, stop_atom::value);
+      }
+      forward_control_requests(coordinator);
     }
     result.stopped_early = result.stopped_early || stop_requested;
-    {
-      std::lock_guard<std::mutex> lock(running_mutex_);
-      system_ = nullptr;
-      coordinator_.reset();
-    }
+    stop_control();
     if (config_.collect_replica_parameters && result.error.empty()) {
       for (auto& d : devices)
         self->request(d, config_.timeout, get_state_atom::value)
@@ -243,11 +281,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     }
     self->send_exit(coordinator, caf::exit_reason::user_shutdown);
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(running_mutex_);
-      system_ = nullptr;
-      coordinator_.reset();
-    }
+    stop_control();
     for (auto& c : collectives) c->abort("the job is shutting down");
     shutdown();
     throw;
@@ -259,33 +293,37 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   return result;
 }
 
-template <class Reply, class... Ts>
-Reply Job::ask(Reply fallback, Ts&&... xs) {
-  std::lock_guard<std::mutex> lock(running_mutex_);
-  if (!system_ || !coordinator_) return fallback;
-  caf::scoped_actor self{*system_};
-  Reply out = fallback;
-  self->request(*coordinator_, std::chrono::seconds(5), std::forward<Ts>(xs)...)
-      .receive([&](Reply& r) { out = std::move(r); }, [&](caf::error&) {});
-  return out;
+ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback) {
+  auto request = std::make_shared<ControlRequest>();
+  request->kind = kind;
+  request->argument = argument;
+  std::future<ControlReply> reply = request->reply.get_future();
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    if (!running_) return fallback;
+    control_requests_.push_back(request);
+  }
+  // run() forwards requests within 50 ms; a switch or a checkpoint then
+  // waits for the next step boundary.
+  if (reply.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return fallback;
+  return reply.get();
 }
 
 std::string Job::status() {
-  return ask<std::string>("{\"state\":\"not running\"}", status_atom::value);
+  ControlReply r = ask(ControlRequest::Kind::status, "", ControlReply{503, "{\"state\":\"not running\"}"});
+  return r.message;
 }
 
 ControlReply Job::request_mode(const std::string& mode) {
-  // The switch completes at the next step boundary; the reply waits for it,
-  // up to the 5 s of ask(); a slower boundary still switches.
-  return ask<ControlReply>(ControlReply{409, "the job is not running, or the switch is still pending"}, mode_atom::value, mode);
+  return ask(ControlRequest::Kind::mode, mode, ControlReply{409, "the job is not running, or the switch is still pending"});
 }
 
 ControlReply Job::request_checkpoint() {
-  return ask<ControlReply>(ControlReply{409, "the job is not running, or the checkpoint is still pending"}, checkpoint_atom::value);
+  return ask(ControlRequest::Kind::checkpoint, "", ControlReply{409, "the job is not running, or the checkpoint is still pending"});
 }
 
 ControlReply Job::request_stop() {
-  return ask<ControlReply>(ControlReply{409, "the job is not running, or the stop is still pending"}, stop_atom::value);
+  return ask(ControlRequest::Kind::stop, "", ControlReply{409, "the job is not running, or the stop is still pending"});
 }
 
 }  // namespace troupe::actors

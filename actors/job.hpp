@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,8 +69,14 @@ class Job {
   const models::ModelSpec& spec() const { return spec_; }
 
  private:
-  template <class Reply, class... Ts>
-  Reply ask(Reply fallback, Ts&&... xs);
+  // A control request from another thread. run()'s own thread forwards it
+  // to the coordinator, so no CAF actor is ever created on a foreign thread.
+  struct ControlRequest {
+    enum class Kind { status, mode, checkpoint, stop } kind;
+    std::string argument;
+    std::promise<ControlReply> reply;
+  };
+  ControlReply ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback);
 
   JobConfig config_;
   data::Splits data_;
@@ -78,9 +86,9 @@ class Job {
   std::shared_ptr<checkpoint::Directory> checkpoints_;
   std::vector<std::vector<float>> replica_parameters_;
 
-  std::mutex running_mutex_;
-  caf::actor_system* system_ = nullptr;  // while run() is in progress
-  std::unique_ptr<caf::actor> coordinator_;
+  std::mutex control_mutex_;
+  bool running_ = false;
+  std::deque<std::shared_ptr<ControlRequest>> control_requests_;
 };
 
 }  // namespace troupe::actors

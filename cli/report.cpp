@@ -123,12 +123,14 @@ models::Callbacks Report::callbacks() {
   };
   cb.on_epoch_end = [this](const models::EpochResult& r) {
     if (tty_) std::fprintf(stderr, "\n");
+    char train_accuracy[32] = "";
+    if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
     std::fprintf(stderr,
-                 "epoch %lld/%lld: loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f top-5 %.4f | "
+                 "epoch %lld/%lld: loss %.4f%s | test loss %.4f accuracy %.4f top-5 %.4f | "
                  "lr %.3g | %s samples/s, %.1f s\n",
-                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.train_loss,
-                 r.train_accuracy, r.test_loss, r.test_accuracy, r.test_top5, double(r.lr),
-                 human_rate(r.samples_per_s).c_str(), r.seconds);
+                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.train_loss, train_accuracy,
+                 r.test_loss, r.test_accuracy, r.test_top5, double(r.lr), human_rate(r.samples_per_s).c_str(),
+                 r.seconds);
     metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
   };
   cb.on_checkpoint = [this](const std::string& path, std::int64_t step) {

@@ -3,7 +3,15 @@
 // crash or a partial file.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
 
 #include <cstdio>
 #include <filesystem>
@@ -89,7 +97,7 @@ TEST(Cli, UnknownNamesListTheKnownOnes) {
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "imagenet");
   EXPECT_CONTAINS(r.output, "fashion-mnist");
-  r = troupe("train --device tpu:0 --steps 1");
+  r = troupe("train --devices cpu:0,tpu:0 --steps 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_CONTAINS(r.output, "unknown device 'tpu:0'");
   r = troupe("train --schedule linear --steps 1");
@@ -191,6 +199,109 @@ TEST(Cli, ResumingWithAnotherModelIsRefused) {
   Result r = troupe("train --model cnn --steps 4 --resume --checkpoint-dir " + dir);
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "is for model 'mlp', but 'cnn' was requested");
+}
+
+}  // namespace
+
+namespace {
+
+// A port that was free a moment ago (bind to port 0, read it, close).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
+  const std::string dir = temp("job");
+  fs::create_directories(dir);
+  // Start a job with a control endpoint, drive it with `troupe ctl` from
+  // another process, and stop it through the endpoint.
+  const std::string port = std::to_string(free_port());
+  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
+                    " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir +
+                    "/ckpt > " + dir + "/log 2>&1 & echo $!";
+  FILE* p = popen(cmd.c_str(), "r");
+  char pid[32] = {0};
+  ASSERT_TRUE(std::fgets(pid, sizeof pid, p));
+  pclose(p);
+  Result status{1, ""};
+  for (int i = 0; i < 100 && status.output.find("\"replicas\"") == std::string::npos; ++i) {
+    usleep(100 * 1000);
+    status = troupe("ctl --at 127.0.0.1:" + port + " status");
+  }
+  ASSERT_EQ(status.status, 0) << status.output;
+  EXPECT_CONTAINS(status.output, "\"replicas\":2");
+  Result bad = troupe("ctl --at 127.0.0.1:" + port + " mode fast");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_CONTAINS(bad.output, "expected sync, async or ssp:N");
+  Result mode = troupe("ctl --at 127.0.0.1:" + port + " mode ssp:2");
+  EXPECT_EQ(mode.status, 0) << mode.output;
+  Result ckpt = troupe("ctl --at 127.0.0.1:" + port + " checkpoint");
+  EXPECT_EQ(ckpt.status, 0) << ckpt.output;
+  Result stop = troupe("ctl --at 127.0.0.1:" + port + " stop");
+  EXPECT_EQ(stop.status, 0) << stop.output;
+  // The job exits cleanly within a few seconds of the stop.
+  int rc = -1;
+  for (int i = 0; i < 100; ++i) {
+    usleep(100 * 1000);
+    if (kill(std::atoi(pid), 0) != 0) {
+      rc = 0;
+      break;
+    }
+  }
+  std::ifstream log(dir + "/log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(rc, 0) << "the job did not exit within 10 s of /stop:\n" << text;
+  EXPECT_CONTAINS(text, "test accuracy");
+  EXPECT_CONTAINS(text, "ssp:2@");
+  if (rc != 0) kill(std::atoi(pid), SIGKILL);
+  Result gone = troupe("ctl --at 127.0.0.1:" + port + " status");
+  EXPECT_EQ(gone.status, 1);
+  EXPECT_CONTAINS(gone.output, "nothing is listening");
+}
+
+TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
+  const std::string dir = temp("sigterm");
+  fs::create_directories(dir);
+  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --epochs 5 --checkpoint-dir " +
+                    dir + "/ckpt > " + dir + "/log 2>&1 & echo $!";
+  FILE* p = popen(cmd.c_str(), "r");
+  char pid_text[32] = {0};
+  ASSERT_TRUE(std::fgets(pid_text, sizeof pid_text, p));
+  pclose(p);
+  const pid_t pid = std::atoi(pid_text);
+  // Let it load the data and train a little.
+  for (int i = 0; i < 100; ++i) {
+    usleep(100 * 1000);
+    std::ifstream log(dir + "/log");
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    if (text.find("step") != std::string::npos && text.find("epoch 1") != std::string::npos) break;
+  }
+  usleep(500 * 1000);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool exited = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    if (kill(pid, 0) != 0) {
+      exited = true;
+      break;
+    }
+    usleep(50 * 1000);
+  }
+  if (!exited) kill(pid, SIGKILL);
+  std::ifstream log(dir + "/log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_TRUE(exited) << "no exit within 5 s of SIGTERM:\n" << text;
+  EXPECT_CONTAINS(text, "checkpoint: ");
+  EXPECT_CONTAINS(text, "stopped after step");
+  EXPECT_FALSE(fs::is_empty(dir + "/ckpt"));
 }
 
 }  // namespace
