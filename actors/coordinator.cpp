@@ -476,7 +476,7 @@ std::string status_json(const CoordinatorState& s) {
 caf::behavior coordinator_actor(Self* self, CoordinatorConfig config);
 
 caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
-  return system.spawn(coordinator_actor, std::move(config));
+  return system.spawn<caf::detached>(coordinator_actor, std::move(config));
 }
 
 caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {

@@ -73,7 +73,7 @@ struct CoordinatorConfig {
   std::int64_t global_batch = 1;
   Mode mode;
   std::vector<ScheduledSwitch> switches;
-  std::int64_t window = 4;             // steps a grant runs ahead
+  std::int64_t window = 16;            // steps a grant runs ahead
   std::vector<caf::actor> devices;
   caf::actor reducer;
   caf::actor listener;

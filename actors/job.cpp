@@ -112,7 +112,14 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   }
 
   caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", std::max(2u, std::min(4u, std::thread::hardware_concurrency())));
+  // Every actor of a job runs detached (its own thread, sleeping on its
+  // mailbox), because CAF's work-stealing workers poll for work: on a host
+  // whose cores the device threads keep busy, polling workers steal the
+  // devices' time. One worker remains for CAF's own housekeeping, polling
+  // gently.
+  cfg.set("scheduler.max-threads", 1);
+  cfg.set("work-stealing.aggressive-poll-attempts", 0);
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
   cfg.set("logger.verbosity", caf::atom("quiet"));
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
@@ -136,7 +143,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     lc.shard = {r, world};
     lc.start = start_cursor;
     lc.prefetch = config_.prefetch;
-    loaders.push_back(system.spawn(data_loader, lc));
+    loaders.push_back(system.spawn<caf::detached>(data_loader, lc));
     DeviceConfig dc;
     dc.rank = r;
     dc.device = config_.devices[static_cast<std::size_t>(r)];

@@ -73,7 +73,11 @@ TEST(Job, AsyncEpochAppliesEveryPushOnceAndLearns) {
   expect_accounting(r);
   EXPECT_EQ(r.sync_steps, 0);
   EXPECT_EQ(r.pushes, 2 * job.batches_per_epoch());
-  EXPECT_GE(r.final.test_accuracy, 0.84) << "async mlp after one epoch";
+  // Asynchronous training is not deterministic (the interleaving of pushes
+  // varies), so neither is its accuracy: 13 runs of this configuration gave
+  // 83.8% to 85.3%, mean 84.7% (docs/BENCHMARKS.md). The bound leaves room
+  // for that spread; a broken server (lost or stale updates) lands far lower.
+  EXPECT_GE(r.final.test_accuracy, 0.83) << "async mlp after one epoch";
 }
 
 TEST(Job, SspNeverExceedsItsBound) {
