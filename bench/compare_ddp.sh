@@ -6,19 +6,10 @@
 #
 #   bench/compare_ddp.sh mlp      # or cnn
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-mlp}
 steps=${2:-400}
-build=${TROUPE_BUILD_DIR:-$root/build}
-anchor=${TROUPE_ANCHOR:-$root/../shared/anchors/torch_anchor.py}
+source "$(dirname "$0")/anchor.sh"
 
-[ -f "$anchor" ] || { echo "compare_ddp: anchor script not found at $anchor (set TROUPE_ANCHOR)" >&2; exit 1; }
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "compare_ddp: installing python3-torch (Debian) for the anchor" >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3-torch
-fi
-[ -x "$build/cli/troupe" ] || "$root/scripts/build.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

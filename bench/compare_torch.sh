@@ -7,20 +7,10 @@
 #   bench/compare_torch.sh mlp 2 1      # model, epochs, threads
 #   bench/compare_torch.sh cnn 1 1
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-mlp}
 epochs=${2:-1}
 threads=${3:-1}
-build=${TROUPE_BUILD_DIR:-$root/build}
-anchor=${TROUPE_ANCHOR:-$root/../shared/anchors/torch_anchor.py}
-
-[ -f "$anchor" ] || { echo "compare_torch: anchor script not found at $anchor (set TROUPE_ANCHOR)" >&2; exit 1; }
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "compare_torch: installing python3-torch (Debian) for the anchor" >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3-torch
-fi
-[ -x "$build/cli/troupe" ] || "$root/scripts/build.sh"
+source "$(dirname "$0")/anchor.sh"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
