@@ -159,6 +159,8 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD with Nesterov momentum");
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
+      ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
   cmd->add_option("--threads,--threads-per-device", o.threads, "CPU threads for each device's kernels")
       ->capture_default_str();
