@@ -73,6 +73,10 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale) {
 
 void run_step(Self* self, const Batch& b) {
   auto& s = self->state;
+  // The cuda ops run on the calling thread's current GPU; synchronize()
+  // makes this replica's GPU current (and is cheap when it is idle).
+  if (s.config.device.is_cuda())
+    kernels::Registry::instance().for_device(s.config.device).synchronize(s.config.device.index);
   if (b.examples == 0) {
     // An empty batch (the last, partial global batch without
     // drop_remainder): contribute a zero gradient so the all-reduce matches.

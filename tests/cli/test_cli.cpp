@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 
 #include <cstdio>
@@ -265,6 +266,16 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   Result gone = troupe("ctl --at 127.0.0.1:" + port + " status");
   EXPECT_EQ(gone.status, 1);
   EXPECT_CONTAINS(gone.output, "nothing is listening");
+}
+
+TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  std::string devices;
+  for (unsigned i = 0; i <= cores; ++i) devices += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  Result r = troupe("train --model mlp --batch 16 --steps 3 --devices " + devices);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "warning: " + std::to_string(cores + 1) + " CPU device(s)");
+  EXPECT_CONTAINS(r.output, "test accuracy");
 }
 
 TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
