@@ -86,6 +86,17 @@ std::vector<HostPort> read_list(const pt::ptree& cluster, const std::string& nam
   return out;
 }
 
+// JSON objects may repeat a key; property_tree keeps both and find() would
+// silently use the first.
+void refuse_repeated_keys(const pt::ptree& object, const std::string& where, const std::string& source) {
+  std::map<std::string, int> count;
+  for (const auto& [key, value] : object) {
+    (void)value;
+    if (!key.empty() && ++count[key] == 2)
+      throw std::invalid_argument(source + ": \"" + key + "\" appears twice in " + where);
+  }
+}
+
 std::string lower(std::string s) {
   for (char& c : s)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
@@ -105,11 +116,13 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
   }
   ClusterSpec spec;
   spec.source = source;
+  refuse_repeated_keys(root, "the top-level object", source);
   const auto cluster_it = root.find("cluster");
   if (cluster_it == root.not_found() || cluster_it->second.empty())
     throw std::invalid_argument(source + ": missing \"cluster\" object (e.g. {\"cluster\": {\"worker\": "
                                 "[\"host-a:7000\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}})");
   const pt::ptree& cluster = cluster_it->second;
+  refuse_repeated_keys(cluster, "\"cluster\"", source);
   for (const auto& [key, value] : cluster) {
     (void)value;
     if (key != "chief" && key != "worker" && key != "ps")
@@ -143,6 +156,7 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
     throw std::invalid_argument(source + ": missing \"task\" object (e.g. \"task\": {\"type\": \"worker\", "
                                 "\"index\": 0})");
   const pt::ptree& task = task_it->second;
+  refuse_repeated_keys(task, "\"task\"", source);
   for (const auto& [key, value] : task) {
     (void)value;
     if (key != "type" && key != "index")

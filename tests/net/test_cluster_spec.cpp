@@ -143,6 +143,10 @@ TEST(ClusterSpec, UnknownNames) {
                "unknown list cluster.workers (known: chief, worker, ps)");
   EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0, "rank": 1}})",
                "unknown field task.rank");
+  EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}})",
+               "\"worker\" appears twice in \"cluster\"");
+  EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0, "index": 1}})",
+               "\"index\" appears twice in \"task\"");
   EXPECT_ERROR(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}})",
                "cluster.chief has 2 entries");
 }
