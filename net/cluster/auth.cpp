@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -238,7 +240,8 @@ Secret Secret::load(const std::string& secret_file) { return load(secret_file, s
 
 namespace {
 constexpr std::string_view challenge_magic = "TRC1", response_magic = "TRR1";
-constexpr std::string_view join_label = "troupe-join-v1", accept_label = "troupe-accept-v1";
+constexpr std::string_view join_label = "troupe-join-v1", accept_label = "troupe-accept-v1",
+                           session_label = "troupe-session-v1";
 constexpr std::size_t max_field = 4096;
 
 void put_field(std::string& out, std::string_view field) {
@@ -384,6 +387,7 @@ AuthResult Acceptor::verify(const JoinResponse& response) {
   r.ok = true;
   r.identity = response.identity;
   r.proof = accept_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity);
+  r.session_key = proof(session_label, secret_.key_, challenge_.nonce, response.nonce, response.identity);
   return r;
 }
 
@@ -439,6 +443,7 @@ AuthResult Joiner::verify(std::string_view proof_a) {
                   "secret, or an altered message); this node's secret is from " + secret_.origin());
   AuthResult r;
   r.ok = true;
+  r.session_key = proof(session_label, secret_.key_, acceptor_nonce_, nonce_, identity_);
   return r;
 }
 

@@ -34,6 +34,13 @@
 //   AuthResult a = acceptor.verify(r);              // a.ok, else a.reason
 //   AuthResult j = joiner.verify(a.proof);          // the joiner checks the acceptor
 //
+// After a successful handshake with a secret both sides hold the same
+// session_key, HMAC(s, "troupe-session-v1" || nonce_a || nonce_j || identity),
+// fresh per connection, for authenticating later frames. The handshake alone
+// authenticates the peers when the connection is made; it does not protect
+// what follows against an active man in the middle unless those frames are
+// MACed with the session key (or the link is otherwise protected).
+//
 // Without a secret on either side the handshake only agrees that neither has
 // one; the caller must then accept loopback peers only (peer_refusal()).
 #pragma once
@@ -134,6 +141,7 @@ struct AuthResult {
   std::string reason;  // why not; never contains the secret or a proof
   std::string proof;   // Acceptor::verify: proof_a to send when ok
   std::string identity;  // Acceptor::verify: the joiner's identity
+  std::string session_key;  // when ok with a secret: the same 32 bytes on both sides
 };
 
 // The listening side. One per connection.

@@ -104,6 +104,11 @@ TEST(ClusterHandshake, SameSecretSucceedsBothWays) {
   EXPECT_TRUE(o.at_joiner.ok) << o.at_joiner.reason;
   EXPECT_EQ(o.at_acceptor.identity, "worker/b");
   EXPECT_EQ(o.at_acceptor.proof.size(), proof_bytes);
+  EXPECT_EQ(o.at_acceptor.session_key.size(), 32u);
+  EXPECT_EQ(o.at_acceptor.session_key, o.at_joiner.session_key);
+  EXPECT_NE(o.at_acceptor.session_key, o.at_acceptor.proof);
+  const Outcome again = handshake(Secret::from_text(secret_text), Secret::from_text(secret_text));
+  EXPECT_NE(again.at_acceptor.session_key, o.at_acceptor.session_key);  // per connection
 }
 
 TEST(ClusterHandshake, WrongSecretFailsOnBothSidesWithoutRevealingIt) {
