@@ -1,0 +1,198 @@
+// The cluster secret and the challenge-response handshake nodes use to prove
+// they hold it, without ever sending it.
+//
+// Every byte string here is a std::string (raw bytes, not text), so that a
+// message travels as it is in a CAF message or, encode()d, as one frame of
+// the TCP data plane.
+//
+// The handshake (mutual; the secret s is the HMAC key):
+//
+//   acceptor (listening node)                 joiner (connecting node)
+//   ── Challenge{has_secret, nonce_a} ──────►
+//                                             nonce_j = 32 random bytes
+//                                             proof_j = HMAC(s, "troupe-join-v1" || nonce_a || nonce_j || identity)
+//   ◄── JoinResponse{nonce_j, identity, proof_j}
+//   recompute proof_j, compare in constant time
+//   proof_a = HMAC(s, "troupe-accept-v1" || nonce_a || nonce_j || identity)
+//   ── AcceptProof{proof_a} ─────────────────►
+//                                             recompute proof_a, compare in constant time
+//
+// Nonces are exactly 32 bytes, so the concatenation is unambiguous (the
+// identity, "ROLE/NAME", comes last). The two labels differ, so the acceptor
+// cannot answer by reflecting the joiner's own proof back. A fresh nonce_a
+// per connection means a response recorded on one connection proves nothing
+// on another; each Acceptor and Joiner verifies once, so a replay within one
+// connection is refused too.
+//
+// Example (both sides in one process, as the tests do):
+//
+//   Secret s = Secret::load(secret_file);           // or Secret::from_text("...")
+//   Acceptor acceptor(s);
+//   Joiner joiner(s, "worker/host-b");
+//   Challenge c = acceptor.challenge();             // send c.encode()
+//   JoinResponse r = joiner.respond(c);             // error() set when it refuses
+//   AuthResult a = acceptor.verify(r);              // a.ok, else a.reason
+//   AuthResult j = joiner.verify(a.proof);          // the joiner checks the acceptor
+//
+// After a successful handshake with a secret both sides hold the same
+// session_key, HMAC(s, "troupe-session-v1" || nonce_a || nonce_j || identity),
+// fresh per connection, for authenticating later frames. The handshake alone
+// authenticates the peers when the connection is made; it does not protect
+// what follows against an active man in the middle unless those frames are
+// MACed with the session key (or the link is otherwise protected).
+//
+// Without a secret on either side the handshake only agrees that neither has
+// one; the caller must then accept loopback peers only (peer_refusal()).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+
+namespace troupe::net {
+
+// ---------------------------------------------------------------------------
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), plain C++.
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(std::string_view bytes);
+  // The 32-byte digest. The object is spent afterwards.
+  std::string finish();
+
+ private:
+  void block(const unsigned char* p);
+  std::array<std::uint32_t, 8> h_;
+  std::array<unsigned char, 64> buffer_{};
+  std::size_t buffered_ = 0;
+  std::uint64_t length_ = 0;  // bytes so far
+};
+
+std::string sha256(std::string_view bytes);                               // 32 raw bytes
+std::string hmac_sha256(std::string_view key, std::string_view message);  // 32 raw bytes
+std::string to_hex(std::string_view bytes);                               // lower case
+// Compares in time that depends on the lengths only, not on where they differ.
+bool constant_time_equal(std::string_view a, std::string_view b);
+// `count` bytes from the kernel's CSPRNG (getrandom(2), else /dev/urandom).
+// Throws std::runtime_error when neither is available.
+std::string random_bytes(std::size_t count);
+
+// ---------------------------------------------------------------------------
+// The cluster secret.
+
+class Secret {
+ public:
+  Secret() = default;  // no secret
+
+  // The whole file, less one trailing newline ("\n" or "\r\n"). Throws
+  // std::runtime_error naming the path when it cannot be read or is empty.
+  // Writes a warning to `warnings` when group or others have any access to
+  // the file (as ssh does for private keys).
+  static Secret from_file(const std::string& path, std::ostream& warnings);
+  static Secret from_file(const std::string& path);  // warnings to stderr
+  // Throws std::invalid_argument for empty text.
+  static Secret from_text(std::string text);
+  // `secret_file` when not empty, else $TROUPE_SECRET when set (an empty one
+  // is an error), else no secret.
+  static Secret load(const std::string& secret_file, std::ostream& warnings);
+  static Secret load(const std::string& secret_file);
+
+  bool configured() const { return !key_.empty(); }
+  // Where it came from, for messages: "file F", "TROUPE_SECRET", "none".
+  // Never the secret itself.
+  const std::string& origin() const { return origin_; }
+
+ private:
+  friend class Acceptor;
+  friend class Joiner;
+  std::string key_;
+  std::string origin_ = "none";
+};
+
+// ---------------------------------------------------------------------------
+// Handshake messages. encode() gives one self-describing byte string;
+// decode() throws std::invalid_argument saying what is malformed.
+
+constexpr std::size_t nonce_bytes = 32;
+constexpr std::size_t proof_bytes = 32;
+
+struct Challenge {
+  bool has_secret = false;  // whether the acceptor requires the secret
+  std::string nonce;        // nonce_bytes when has_secret, else empty
+  std::string encode() const;
+  static Challenge decode(std::string_view bytes);
+};
+
+struct JoinResponse {
+  bool has_secret = false;  // whether the joiner has a secret
+  std::string nonce;        // nonce_j
+  std::string identity;     // "ROLE/NAME", e.g. "worker/host-b"
+  std::string proof;        // proof_j
+  std::string error;        // set (and nothing sent) when the joiner refuses
+  std::string encode() const;
+  static JoinResponse decode(std::string_view bytes);
+};
+
+struct AuthResult {
+  bool ok = false;
+  std::string reason;  // why not; never contains the secret or a proof
+  std::string proof;   // Acceptor::verify: proof_a to send when ok
+  std::string identity;  // Acceptor::verify: the joiner's identity
+  std::string session_key;  // when ok with a secret: the same 32 bytes on both sides
+};
+
+// The listening side. One per connection.
+class Acceptor {
+ public:
+  explicit Acceptor(Secret secret);
+  const Challenge& challenge() const { return challenge_; }
+  // Checks the joiner's response; when ok, result.proof is the AcceptProof
+  // to send back. Only the first call can succeed.
+  AuthResult verify(const JoinResponse& response);
+
+ private:
+  Secret secret_;
+  Challenge challenge_;
+  bool used_ = false;
+};
+
+// The connecting side. One per connection.
+class Joiner {
+ public:
+  Joiner(Secret secret, std::string identity);
+  // The response to a challenge; response.error is set when this node
+  // refuses (secret on one side only, malformed challenge).
+  JoinResponse respond(const Challenge& challenge);
+  // Checks the acceptor's proof (AuthResult::proof of Acceptor::verify).
+  // Only one call, after respond(), can succeed.
+  AuthResult verify(std::string_view accept_proof);
+
+ private:
+  Secret secret_;
+  std::string identity_;
+  std::string acceptor_nonce_, nonce_, refusal_;
+  bool responded_ = false, used_ = false, has_secret_on_both_ = false;
+};
+
+// The two proofs, exposed for tests and for other transports.
+std::string join_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
+                       std::string_view identity);
+std::string accept_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
+                         std::string_view identity);
+
+// ---------------------------------------------------------------------------
+// Without a secret nodes accept loopback peers only.
+
+// Whether `host` (an address without port; IPv6 with or without brackets) is
+// a loopback address: 127.0.0.0/8, ::1, ::ffff:127.x.y.z, or the name
+// "localhost" (any case, optional trailing dot). Names are not resolved.
+bool is_loopback(std::string_view host);
+
+// Empty when a peer at `host` may connect to a node with `secret`;
+// otherwise the reason to log and refuse.
+std::string peer_refusal(const Secret& secret, std::string_view host);
+
+}  // namespace troupe::net

@@ -1,0 +1,66 @@
+// A static cluster spec in TF_CONFIG's shape, from `--cluster FILE` or the
+// environment variable TROUPE_CLUSTER (which holds the JSON itself, as
+// TF_CONFIG does):
+//
+//   {"cluster": {"worker": ["host-a:7000", "host-b:7000"],
+//                "chief":  ["host-c:7000"],          (optional)
+//                "ps":     ["host-d:7001"]},         (optional)
+//    "task": {"type": "worker", "index": 0}}
+//
+// How the lists map onto troupe:
+//   chief   the coordinator (TF's chief owns checkpoints and membership, as
+//           troupe's coordinator does). At most one entry. It also trains.
+//   worker  training nodes. Without a chief, worker[0] is the coordinator.
+//   ps      hosts for parameter-server (reducer) shards in async/ssp mode;
+//           they train nothing. Without a ps list the reducer runs on the
+//           coordinator.
+// Training nodes are ranked chief first, then the workers in list order;
+// rank 0 is the coordinator.
+//
+// Errors (std::invalid_argument) begin with the source ("cluster spec FILE"
+// or "TROUPE_CLUSTER") and say what is wrong: malformed JSON with its line,
+// a missing "cluster" or "task", an address without a port or with a bad
+// port (naming the entry, e.g. cluster.worker[1]), an index out of range
+// (with the range), a duplicate address (naming both entries), an unknown
+// task type (listing the known ones), a key repeated in an object.
+// property_tree reads every JSON scalar as text, so "index": "1" is taken as
+// 1 and a string where a list belongs is caught, but not a number in place
+// of an address string (it fails as an address without a port).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "net/control/address.hpp"
+
+namespace troupe::net {
+
+struct ClusterSpec {
+  std::vector<HostPort> chief;    // zero or one
+  std::vector<HostPort> workers;
+  std::vector<HostPort> ps;
+  std::string task_type;          // "chief", "worker" or "ps"
+  int task_index = 0;
+  std::string source;             // "cluster spec FILE" or "TROUPE_CLUSTER"
+
+  // The training nodes in rank order: chief (if any), then workers.
+  std::vector<HostPort> nodes() const;
+  const HostPort& coordinator() const;   // nodes()[0]
+  const HostPort& self() const;          // this task's address
+  bool is_coordinator() const;           // this task is rank 0
+  // This task's rank among nodes(); -1 for a ps task.
+  int rank() const;
+};
+
+// `json` read from `source` (used in messages).
+ClusterSpec parse_cluster_spec(const std::string& json, const std::string& source);
+// The file when `path` is not empty, else $TROUPE_CLUSTER when set, else
+// nothing. Throws std::invalid_argument / std::runtime_error (unreadable file).
+std::optional<ClusterSpec> load_cluster_spec(const std::string& path);
+
+// Splits "HOST:PORT" (IPv6 in brackets) of the cluster entry `what`, with
+// errors naming it. Port 0 is refused: peers must know where to connect.
+HostPort parse_cluster_address(const std::string& address, const std::string& what);
+
+}  // namespace troupe::net

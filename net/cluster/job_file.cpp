@@ -1,0 +1,469 @@
+#include "net/cluster/job_file.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "kernels/config.hpp"
+#include "models/schedule.hpp"
+#include "net/cluster/auth.hpp"
+
+namespace troupe::net {
+
+namespace {
+
+// A value as written. Integers keep sign and magnitude so the seed can use
+// all of uint64.
+struct Value {
+  enum class Kind { string, integer, floating, boolean } kind = Kind::string;
+  std::string text;  // the string, or the token as written
+  bool negative = false;
+  std::uint64_t magnitude = 0;
+  double number = 0;
+  bool flag = false;
+};
+
+const char* kind_name(Value::Kind k) {
+  switch (k) {
+    case Value::Kind::string: return "a string";
+    case Value::Kind::integer: return "an integer";
+    case Value::Kind::floating: return "a float";
+    case Value::Kind::boolean: return "true or false";
+  }
+  return "?";
+}
+
+enum class Type { string, integer, unsigned_integer, floating, boolean };
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::string: return "a string in double quotes";
+    case Type::integer: return "an integer";
+    case Type::unsigned_integer: return "a non-negative integer";
+    case Type::floating: return "a number";
+    case Type::boolean: return "true or false";
+  }
+  return "?";
+}
+
+// Thrown inside a setter; the parser adds FILE:LINE and the key.
+struct BadValue : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+std::int64_t as_int(const Value& v, std::int64_t min, std::int64_t max) {
+  const bool fits = v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
+                               : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const std::int64_t x = !fits ? 0 : v.negative ? static_cast<std::int64_t>(0 - v.magnitude) : static_cast<std::int64_t>(v.magnitude);
+  if (!fits || x < min || x > max)
+    throw BadValue(v.text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
+  return x;
+}
+
+float as_float(const Value& v, double min, bool min_inclusive, double max = std::numeric_limits<double>::infinity(),
+               bool max_inclusive = true) {
+  const double x = v.number;
+  const float f = static_cast<float>(x);
+  const bool above = min_inclusive ? x >= min : x > min;
+  const bool below = max_inclusive ? x <= max : x < max;
+  if (!std::isfinite(f) || !above || !below) {
+    auto text = [](double d) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", d);
+      return std::string(buf);
+    };
+    std::string range = std::string(min_inclusive ? "[" : "(") + text(min) + ", ";
+    range += std::isinf(max) ? std::string("inf)") : text(max) + (max_inclusive ? "]" : ")");
+    throw BadValue(v.text + " is out of range " + range);
+  }
+  return f;
+}
+
+struct Key {
+  const char* table;  // "" for training keys, "optimizer"
+  const char* name;
+  Type type;
+  std::function<void(const Value&, actors::JobConfig&)> set;
+};
+
+const std::vector<Key>& keys() {
+  using C = actors::JobConfig;
+  constexpr auto max64 = std::numeric_limits<std::int64_t>::max();
+  constexpr auto max_int = std::numeric_limits<int>::max();
+  static const std::vector<Key> table = {
+      {"", "model", Type::string, [](const Value& v, C& c) {
+         if (v.text.empty()) throw BadValue("must not be empty");
+         c.train.model = v.text;
+       }},
+      {"", "data", Type::string, [](const Value& v, C& c) {
+         if (v.text.empty()) throw BadValue("must not be empty");
+         c.train.data = v.text;
+       }},
+      {"", "epochs", Type::integer, [](const Value& v, C& c) { c.train.epochs = as_int(v, 1, max64); }},
+      {"", "batch", Type::integer, [](const Value& v, C& c) { c.train.batch = as_int(v, 1, max64); }},
+      {"", "steps", Type::integer, [](const Value& v, C& c) { c.train.max_steps = as_int(v, 0, max64); }},
+      {"", "lr", Type::floating, [](const Value& v, C& c) { c.train.lr = as_float(v, 0, false); }},
+      {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
+      {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
+      {"", "seed", Type::unsigned_integer, [](const Value& v, C& c) {
+         if (v.negative && v.magnitude != 0) throw BadValue(v.text + " is negative (a seed is 0..2^64-1)");
+         c.train.seed = v.magnitude;
+       }},
+      {"", "mode", Type::string, [](const Value& v, C& c) {
+         try {
+           c.mode = actors::Mode::parse(v.text);
+         } catch (const std::invalid_argument& e) {
+           throw BadValue(e.what());
+         }
+       }},
+      {"", "switch", Type::string, [](const Value& v, C& c) {
+         try {
+           c.switches = actors::parse_switch_schedule(v.text);
+         } catch (const std::invalid_argument& e) {
+           throw BadValue(e.what());
+         }
+       }},
+      {"", "prefetch", Type::integer, [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "threads_per_device", Type::integer,
+       [](const Value& v, C& c) { c.threads_per_device = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
+      {"", "checkpoint_every", Type::integer,
+       [](const Value& v, C& c) { c.train.checkpoint_every = as_int(v, 0, max64); }},
+      {"", "keep", Type::integer,
+       [](const Value& v, C& c) { c.train.keep_last = static_cast<std::size_t>(as_int(v, 0, max64)); }},
+      {"", "eval_batch", Type::integer, [](const Value& v, C& c) { c.train.eval_batch = as_int(v, 1, max64); }},
+      {"optimizer", "name", Type::string, [](const Value& v, C& c) {
+         const auto names = models::optimizer_names();
+         std::string known;
+         for (const auto& n : names) {
+           if (n == v.text) {
+             c.train.optimizer.name = v.text;
+             return;
+           }
+           known += (known.empty() ? "" : ", ") + n;
+         }
+         throw BadValue("unknown optimizer '" + v.text + "' (known: " + known + ")");
+       }},
+      {"optimizer", "momentum", Type::floating,
+       [](const Value& v, C& c) { c.train.optimizer.momentum = as_float(v, 0, true, 1, false); }},
+      {"optimizer", "nesterov", Type::boolean, [](const Value& v, C& c) { c.train.optimizer.nesterov = v.flag; }},
+      {"optimizer", "weight_decay", Type::floating,
+       [](const Value& v, C& c) { c.train.optimizer.weight_decay = as_float(v, 0, true); }},
+      {"optimizer", "epsilon", Type::floating,
+       [](const Value& v, C& c) { c.train.optimizer.epsilon = as_float(v, 0, false); }},
+      {"optimizer", "beta1", Type::floating,
+       [](const Value& v, C& c) { c.train.optimizer.beta1 = as_float(v, 0, true, 1, false); }},
+      {"optimizer", "beta2", Type::floating,
+       [](const Value& v, C& c) { c.train.optimizer.beta2 = as_float(v, 0, true, 1, false); }},
+  };
+  return table;
+}
+
+std::string known_keys(const std::string& table) {
+  std::string out;
+  for (const auto& k : keys())
+    if (table == k.table) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+bool is_bare_key_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+// Parses an integer or float token. Returns false when it is neither.
+bool parse_number(const std::string& token, Value& v) {
+  if (token.empty()) return false;
+  // Underscores only between digits, as TOML.
+  std::string plain;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    const char c = token[i];
+    if (c == '_') {
+      const bool ok = i > 0 && i + 1 < token.size() && std::isdigit(static_cast<unsigned char>(token[i - 1])) &&
+                      std::isdigit(static_cast<unsigned char>(token[i + 1]));
+      if (!ok) return false;
+      continue;
+    }
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E'))
+      return false;
+    plain += c;
+  }
+  v.text = token;
+  const bool is_float = plain.find_first_of(".eE") != std::string::npos;
+  std::size_t pos = 0;
+  if (plain[0] == '+' || plain[0] == '-') {
+    v.negative = plain[0] == '-';
+    pos = 1;
+  }
+  if (pos >= plain.size() || !std::isdigit(static_cast<unsigned char>(plain[pos]))) return false;
+  if (!is_float) {
+    if (plain.size() - pos > 1 && plain[pos] == '0') return false;  // no leading zeros (TOML)
+    std::uint64_t m = 0;
+    for (std::size_t i = pos; i < plain.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(plain[i]))) return false;
+      const unsigned d = static_cast<unsigned>(plain[i] - '0');
+      if (m > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
+        v.kind = Value::Kind::integer;
+        v.magnitude = std::numeric_limits<std::uint64_t>::max();  // out of every range below
+        v.negative = false;
+        return true;
+      }
+      m = m * 10 + d;
+    }
+    v.kind = Value::Kind::integer;
+    v.magnitude = m;
+    v.number = v.negative ? -static_cast<double>(m) : static_cast<double>(m);
+    return true;
+  }
+  char* end = nullptr;
+  v.number = std::strtod(plain.c_str(), &end);
+  if (end != plain.c_str() + plain.size() || plain.back() == '.' || plain.find(".e") != std::string::npos ||
+      plain.find(".E") != std::string::npos)
+    return false;
+  v.kind = Value::Kind::floating;
+  return true;
+}
+
+}  // namespace
+
+actors::JobConfig parse_job_text(const std::string& text, const std::string& source) {
+  actors::JobConfig config;
+  std::map<std::string, int> set_on;       // "table.key" -> line
+  std::map<std::string, int> tables_seen;  // header -> line
+  std::string table;                       // current: "" or "optimizer"
+  int schedule_line = 0;
+
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::string at = source + ":" + std::to_string(number) + ": ";
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::size_t i = 0;
+    auto skip_space = [&] {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    };
+    auto rest_is_comment = [&](const std::string& what) {
+      skip_space();
+      if (i < line.size() && line[i] != '#')
+        throw JobFileError(at + "unexpected '" + line.substr(i) + "' after " + what);
+    };
+    skip_space();
+    if (i == line.size() || line[i] == '#') continue;
+
+    if (line[i] == '[') {  // [table]
+      const auto close = line.find(']', i);
+      if (close == std::string::npos) throw JobFileError(at + "unclosed table header '" + line.substr(i) + "'");
+      std::string name = line.substr(i + 1, close - i - 1);
+      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.erase(0, 1);
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+      if (name != "training" && name != "optimizer")
+        throw JobFileError(at + "unknown table [" + name + "] (known: [training], [optimizer])");
+      if (const auto it = tables_seen.find(name); it != tables_seen.end())
+        throw JobFileError(at + "duplicate table [" + name + "] (first on line " + std::to_string(it->second) + ")");
+      tables_seen[name] = number;
+      table = name == "training" ? "" : name;
+      i = close + 1;
+      rest_is_comment("the table header");
+      continue;
+    }
+
+    // key = value
+    const std::size_t key_start = i;
+    while (i < line.size() && is_bare_key_char(line[i])) ++i;
+    const std::string key = line.substr(key_start, i - key_start);
+    if (key.empty()) throw JobFileError(at + "expected KEY = VALUE, got '" + line.substr(key_start) + "'");
+    skip_space();
+    if (i < line.size() && line[i] == '.')
+      throw JobFileError(at + "key '" + key + "': dotted keys are not supported; use a [table] header");
+    if (i == line.size() || line[i] != '=')
+      throw JobFileError(at + "key '" + key + "': expected '=' after the key");
+    ++i;
+    skip_space();
+    const std::string where = at + "key '" + (table.empty() ? "" : table + ".") + key + "': ";
+    if (i == line.size() || line[i] == '#') throw JobFileError(where + "missing value");
+
+    Value v;
+    if (line[i] == '"') {
+      ++i;
+      bool closed = false;
+      while (i < line.size()) {
+        const char c = line[i++];
+        if (c == '"') {
+          closed = true;
+          break;
+        }
+        if (c == '\\') {
+          if (i == line.size()) break;
+          const char e = line[i++];
+          if (e == '"' || e == '\\') v.text += e;
+          else if (e == 'n') v.text += '\n';
+          else if (e == 't') v.text += '\t';
+          else throw JobFileError(where + "unsupported escape '\\" + std::string(1, e) + "' (use \\\" \\\\ \\n \\t)");
+        } else {
+          v.text += c;
+        }
+      }
+      if (!closed) throw JobFileError(where + "unterminated string");
+      v.kind = Value::Kind::string;
+    } else if (line[i] == '\'' || line[i] == '[' || line[i] == '{') {
+      throw JobFileError(where + "'" + std::string(1, line[i]) +
+                         "' values (literal strings, arrays, inline tables) are not supported in job files");
+    } else {
+      const std::size_t start = i;
+      while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '#') ++i;
+      const std::string token = line.substr(start, i - start);
+      if (token == "true" || token == "false") {
+        v.kind = Value::Kind::boolean;
+        v.flag = token == "true";
+        v.text = token;
+      } else if (!parse_number(token, v)) {
+        throw JobFileError(where + "'" + token + "' is not a value (strings need double quotes)");
+      }
+    }
+    rest_is_comment("the value");
+
+    const Key* spec = nullptr;
+    for (const auto& k : keys())
+      if (table == k.table && key == k.name) spec = &k;
+    if (!spec) {
+      std::string hint;
+      for (const auto& k : keys())
+        if (key == k.name && table != k.table)
+          hint = " (it belongs in " + std::string(*k.table ? "[optimizer]" : "[training] or before any table") + ")";
+      if (table.empty() && key == "optimizer") hint = " (write [optimizer] then name = \"...\")";
+      throw JobFileError(at + "unknown key '" + key + "'" + hint + " (known" +
+                         (table.empty() ? "" : " in [" + table + "]") + ": " + known_keys(table) + ")");
+    }
+    const std::string full = table + "." + key;
+    if (const auto it = set_on.find(full); it != set_on.end())
+      throw JobFileError(where + "duplicate key (first set on line " + std::to_string(it->second) + ")");
+    set_on[full] = number;
+
+    const bool type_ok = spec->type == Type::string ? v.kind == Value::Kind::string
+                         : spec->type == Type::boolean ? v.kind == Value::Kind::boolean
+                         : spec->type == Type::floating
+                             ? (v.kind == Value::Kind::floating || v.kind == Value::Kind::integer)
+                             : v.kind == Value::Kind::integer;
+    if (!type_ok)
+      throw JobFileError(where + "expected " + type_name(spec->type) + ", got " + kind_name(v.kind) +
+                         (v.kind == Value::Kind::string ? " \"" + v.text + "\"" : " " + v.text));
+    try {
+      spec->set(v, config);
+    } catch (const BadValue& e) {
+      throw JobFileError(where + e.what());
+    }
+    if (full == ".schedule") schedule_line = number;
+  }
+
+  // The schedule needs lr and warmup, which may come later in the file.
+  try {
+    models::LrSchedule check(config.train.schedule, config.train.lr, config.train.warmup_steps);
+  } catch (const std::invalid_argument& e) {
+    throw JobFileError(source + ":" + std::to_string(schedule_line) + ": key 'schedule': " + e.what());
+  }
+  return config;
+}
+
+actors::JobConfig load_job_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw JobFileError("job file '" + path + "': cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_job_text(text.str(), path);
+}
+
+namespace {
+
+std::string quoted(const std::string& s, const char* key) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+          throw std::invalid_argument(std::string("job key '") + key + "' holds a control character");
+        out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// The shortest decimal form that reads back to the same float.
+std::string float_text(float x) {
+  char buf[32];
+  for (int precision = 1; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";  // a float, also to a strict TOML reader
+  return s;
+}
+
+}  // namespace
+
+std::string to_job_text(const actors::JobConfig& c) {
+  const auto& t = c.train;
+  std::string switches;
+  for (const auto& s : c.switches)
+    switches += (switches.empty() ? "" : ",") + std::to_string(s.step) + ":" + s.mode.str();
+  std::ostringstream out;
+  out << "# troupe job\n";
+  out << "model = " << quoted(t.model, "model") << "\n";
+  out << "data = " << quoted(t.data, "data") << "\n";
+  out << "epochs = " << t.epochs << "\n";
+  out << "batch = " << t.batch << "\n";
+  out << "steps = " << t.max_steps << "\n";
+  out << "lr = " << float_text(t.lr) << "\n";
+  out << "schedule = " << quoted(t.schedule, "schedule") << "\n";
+  out << "warmup = " << t.warmup_steps << "\n";
+  out << "seed = " << t.seed << "\n";
+  out << "mode = " << quoted(c.mode.str(), "mode") << "\n";
+  out << "switch = " << quoted(switches, "switch") << "\n";
+  out << "prefetch = " << c.prefetch << "\n";
+  out << "threads_per_device = " << c.threads_per_device << "\n";
+  out << "checkpoint_dir = " << quoted(t.checkpoint_dir, "checkpoint_dir") << "\n";
+  out << "checkpoint_every = " << t.checkpoint_every << "\n";
+  out << "keep = " << t.keep_last << "\n";
+  out << "eval_batch = " << t.eval_batch << "\n";
+  out << "\n[optimizer]\n";
+  out << "name = " << quoted(t.optimizer.name, "optimizer.name") << "\n";
+  out << "momentum = " << float_text(t.optimizer.momentum) << "\n";
+  out << "nesterov = " << (t.optimizer.nesterov ? "true" : "false") << "\n";
+  out << "weight_decay = " << float_text(t.optimizer.weight_decay) << "\n";
+  out << "epsilon = " << float_text(t.optimizer.epsilon) << "\n";
+  out << "beta1 = " << float_text(t.optimizer.beta1) << "\n";
+  out << "beta2 = " << float_text(t.optimizer.beta2) << "\n";
+  return out.str();
+}
+
+JobIdentity job_identity(const actors::JobConfig& config, const std::string& troupe_version) {
+  JobIdentity id;
+  id.troupe_version = troupe_version;
+  id.fingerprint = to_hex(sha256("troupe-job-v1\ntroupe " + troupe_version + "\n" + to_job_text(config)));
+  return id;
+}
+
+JobIdentity job_identity(const actors::JobConfig& config) { return job_identity(config, TROUPE_VERSION); }
+
+std::string job_incompatibility(const JobIdentity& local, const JobIdentity& remote) {
+  if (local.troupe_version != remote.troupe_version)
+    return "troupe versions differ: the peer runs troupe " + remote.troupe_version + ", this node troupe " +
+           local.troupe_version + " (run the same version on every node)";
+  if (local.fingerprint != remote.fingerprint)
+    return "job fingerprints differ: the peer's job " + remote.fingerprint.substr(0, 12) + " is not this node's " +
+           local.fingerprint.substr(0, 12) + " (a different job file, or a job text altered on the way)";
+  return {};
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,348 @@
+// net/cluster/auth: SHA-256 and HMAC-SHA256 against the published vectors,
+// the secret, the mutual handshake, loopback detection.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "net/cluster/auth.hpp"
+
+namespace troupe::net {
+namespace {
+
+std::string hex_of(const std::string& bytes) { return to_hex(bytes); }
+
+// ---------------------------------------------------------------------------
+// FIPS 180-4 examples (and the NIST "one million a" vector).
+
+TEST(ClusterSha256, FipsVectors) {
+  EXPECT_EQ(hex_of(sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex_of(sha256("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex_of(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(hex_of(sha256("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlm"
+                          "nopqrsmnopqrstnopqrstu")),
+            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  EXPECT_EQ(hex_of(sha256(std::string(1000000, 'a'))),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(ClusterSha256, IncrementalUpdatesMatchOneShot) {
+  std::string message;
+  for (int i = 0; i < 300; ++i) message += static_cast<char>(i * 7);
+  for (std::size_t split : {0u, 1u, 55u, 56u, 63u, 64u, 65u, 128u, 299u}) {
+    Sha256 h;
+    h.update(std::string_view(message).substr(0, split));
+    h.update(std::string_view(message).substr(split));
+    EXPECT_EQ(h.finish(), sha256(message)) << "split at " << split;
+  }
+  // Lengths around the padding boundary (55/56/64 bytes).
+  EXPECT_EQ(hex_of(sha256(std::string(55, 'a'))), "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+  EXPECT_EQ(hex_of(sha256(std::string(56, 'a'))), "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+  EXPECT_EQ(hex_of(sha256(std::string(64, 'a'))), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+// RFC 4231 section 4, test cases 1-7.
+TEST(ClusterHmac, Rfc4231) {
+  EXPECT_EQ(hex_of(hmac_sha256(std::string(20, '\x0b'), "Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(hex_of(hmac_sha256("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hex_of(hmac_sha256(std::string(20, '\xaa'), std::string(50, '\xdd'))),
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  std::string key4;
+  for (int i = 1; i <= 25; ++i) key4 += static_cast<char>(i);
+  EXPECT_EQ(hex_of(hmac_sha256(key4, std::string(50, '\xcd'))),
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+  // Case 5 is published truncated to 128 bits.
+  EXPECT_EQ(hex_of(hmac_sha256(std::string(20, '\x0c'), "Test With Truncation")).substr(0, 32),
+            "a3b6167473100ee06e0c796c2955552b");
+  EXPECT_EQ(hex_of(hmac_sha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_EQ(hex_of(hmac_sha256(std::string(131, '\xaa'),
+                               "This is a test using a larger than block-size key and a larger than block-size data. "
+                               "The key needs to be hashed before being used by the HMAC algorithm.")),
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+TEST(ClusterHmac, ConstantTimeEqual) {
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "ab"));
+  EXPECT_FALSE(constant_time_equal(std::string("a\0b", 3), std::string("a\0c", 3)));
+}
+
+// ---------------------------------------------------------------------------
+// Handshake.
+
+constexpr const char* secret_text = "correct horse battery staple";
+
+struct Outcome {
+  AuthResult at_acceptor, at_joiner;
+};
+
+// The whole exchange, through encode()/decode() as on the wire.
+Outcome handshake(const Secret& acceptor_secret, const Secret& joiner_secret, const std::string& identity = "worker/b") {
+  Acceptor acceptor(acceptor_secret);
+  Joiner joiner(joiner_secret, identity);
+  const Challenge c = Challenge::decode(acceptor.challenge().encode());
+  const JoinResponse r = JoinResponse::decode(joiner.respond(c).encode());
+  Outcome o;
+  o.at_acceptor = acceptor.verify(r);
+  o.at_joiner = joiner.verify(o.at_acceptor.proof);
+  return o;
+}
+
+TEST(ClusterHandshake, SameSecretSucceedsBothWays) {
+  const Outcome o = handshake(Secret::from_text(secret_text), Secret::from_text(secret_text));
+  EXPECT_TRUE(o.at_acceptor.ok) << o.at_acceptor.reason;
+  EXPECT_TRUE(o.at_joiner.ok) << o.at_joiner.reason;
+  EXPECT_EQ(o.at_acceptor.identity, "worker/b");
+  EXPECT_EQ(o.at_acceptor.proof.size(), proof_bytes);
+  EXPECT_EQ(o.at_acceptor.session_key.size(), 32u);
+  EXPECT_EQ(o.at_acceptor.session_key, o.at_joiner.session_key);
+  EXPECT_NE(o.at_acceptor.session_key, o.at_acceptor.proof);
+  const Outcome again = handshake(Secret::from_text(secret_text), Secret::from_text(secret_text));
+  EXPECT_NE(again.at_acceptor.session_key, o.at_acceptor.session_key);  // per connection
+}
+
+TEST(ClusterHandshake, WrongSecretFailsOnBothSidesWithoutRevealingIt) {
+  const std::string other = "incorrect horse";
+  const Outcome o = handshake(Secret::from_text(secret_text), Secret::from_text(other));
+  EXPECT_FALSE(o.at_acceptor.ok);
+  EXPECT_FALSE(o.at_joiner.ok);
+  EXPECT_NE(o.at_acceptor.reason.find("'worker/b' did not prove the cluster secret"), std::string::npos)
+      << o.at_acceptor.reason;
+  EXPECT_TRUE(o.at_acceptor.proof.empty());  // nothing to send back
+  for (const auto& reason : {o.at_acceptor.reason, o.at_joiner.reason}) {
+    EXPECT_FALSE(reason.empty());
+    EXPECT_EQ(reason.find(secret_text), std::string::npos) << reason;
+    EXPECT_EQ(reason.find(other), std::string::npos) << reason;
+  }
+
+  // The joiner also catches an acceptor with a different secret: a fake
+  // acceptor that accepts anything but can only sign with its own key.
+  Acceptor fake(Secret::from_text(other));
+  Joiner joiner(Secret::from_text(secret_text), "worker/c");
+  const JoinResponse r = joiner.respond(fake.challenge());
+  const std::string forged = accept_proof(other, fake.challenge().nonce, r.nonce, r.identity);
+  const AuthResult at_joiner = joiner.verify(forged);
+  EXPECT_FALSE(at_joiner.ok);
+  EXPECT_NE(at_joiner.reason.find("the acceptor did not prove the cluster secret"), std::string::npos)
+      << at_joiner.reason;
+  EXPECT_EQ(at_joiner.reason.find(secret_text), std::string::npos);
+}
+
+TEST(ClusterHandshake, ReplayedResponseIsRefused) {
+  const Secret s = Secret::from_text(secret_text);
+  Acceptor first(s);
+  Joiner joiner(s, "worker/b");
+  const JoinResponse recorded = joiner.respond(first.challenge());
+  ASSERT_TRUE(first.verify(recorded).ok);
+  // On the same connection: only one verify.
+  EXPECT_FALSE(first.verify(recorded).ok);
+  // On a new connection the acceptor's nonce differs, so the recording fails.
+  Acceptor second(s);
+  const AuthResult replay = second.verify(recorded);
+  EXPECT_FALSE(replay.ok);
+  EXPECT_NE(replay.reason.find("replayed or altered"), std::string::npos) << replay.reason;
+}
+
+TEST(ClusterHandshake, TamperedMessagesAreRefused) {
+  const Secret s = Secret::from_text(secret_text);
+  // Every field of the response, one bit at a time.
+  for (int field = 0; field < 3; ++field) {
+    Acceptor acceptor(s);
+    Joiner joiner(s, "worker/b");
+    JoinResponse r = joiner.respond(acceptor.challenge());
+    std::string& target = field == 0 ? r.proof : field == 1 ? r.nonce : r.identity;
+    target[0] = static_cast<char>(target[0] ^ 1);
+    EXPECT_FALSE(acceptor.verify(r).ok) << "field " << field;
+  }
+  // The acceptor's proof, one bit flipped.
+  Acceptor acceptor(s);
+  Joiner joiner(s, "worker/b");
+  AuthResult a = acceptor.verify(joiner.respond(acceptor.challenge()));
+  ASSERT_TRUE(a.ok);
+  a.proof[31] = static_cast<char>(a.proof[31] ^ 0x80);
+  EXPECT_FALSE(joiner.verify(a.proof).ok);
+  // The joiner's own proof reflected back is not the acceptor's proof.
+  Acceptor acceptor2(s);
+  Joiner joiner2(s, "worker/b");
+  const JoinResponse r2 = joiner2.respond(acceptor2.challenge());
+  EXPECT_FALSE(joiner2.verify(r2.proof).ok);
+}
+
+TEST(ClusterHandshake, FreshNoncesEachTime) {
+  const Secret s = Secret::from_text(secret_text);
+  std::set<std::string> nonces;
+  for (int i = 0; i < 50; ++i) {
+    Acceptor acceptor(s);
+    Joiner joiner(s, "worker/b");
+    const auto& c = acceptor.challenge();
+    EXPECT_EQ(c.nonce.size(), nonce_bytes);
+    const JoinResponse r = joiner.respond(c);
+    EXPECT_EQ(r.nonce.size(), nonce_bytes);
+    nonces.insert(c.nonce);
+    nonces.insert(r.nonce);
+  }
+  EXPECT_EQ(nonces.size(), 100u);
+}
+
+TEST(ClusterHandshake, SecretOnOneSideOnly) {
+  const Outcome joiner_lacks = handshake(Secret::from_text(secret_text), Secret());
+  EXPECT_FALSE(joiner_lacks.at_acceptor.ok);
+  EXPECT_FALSE(joiner_lacks.at_joiner.ok);
+  EXPECT_NE(joiner_lacks.at_acceptor.reason.find("the joiner has none"), std::string::npos)
+      << joiner_lacks.at_acceptor.reason;
+
+  const Outcome acceptor_lacks = handshake(Secret(), Secret::from_text(secret_text));
+  EXPECT_FALSE(acceptor_lacks.at_acceptor.ok);
+  EXPECT_FALSE(acceptor_lacks.at_joiner.ok);
+  EXPECT_NE(acceptor_lacks.at_acceptor.reason.find("the acceptor has none"), std::string::npos)
+      << acceptor_lacks.at_acceptor.reason;
+
+  // Neither: the handshake agrees there is no secret (loopback only, below).
+  const Outcome neither = handshake(Secret(), Secret());
+  EXPECT_TRUE(neither.at_acceptor.ok) << neither.at_acceptor.reason;
+  EXPECT_TRUE(neither.at_joiner.ok) << neither.at_joiner.reason;
+}
+
+TEST(ClusterHandshake, MalformedMessagesAreRejected) {
+  Acceptor acceptor(Secret::from_text(secret_text));
+  const std::string wire = acceptor.challenge().encode();
+  EXPECT_THROW(Challenge::decode(wire.substr(0, wire.size() - 1)), std::invalid_argument);
+  EXPECT_THROW(Challenge::decode(wire + "x"), std::invalid_argument);
+  EXPECT_THROW(Challenge::decode("XXXX"), std::invalid_argument);
+  EXPECT_THROW(JoinResponse::decode(wire), std::invalid_argument);  // a challenge is not a response
+  try {
+    Challenge::decode(wire.substr(0, 10));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed handshake challenge: truncated"), std::string::npos) << e.what();
+  }
+  // A short nonce from the joiner.
+  JoinResponse r;
+  r.has_secret = true;
+  r.nonce = "short";
+  r.identity = "worker/b";
+  r.proof = std::string(32, 'x');
+  const AuthResult a = acceptor.verify(r);
+  EXPECT_FALSE(a.ok);
+  EXPECT_NE(a.reason.find("nonce of 5 bytes"), std::string::npos) << a.reason;
+}
+
+// ---------------------------------------------------------------------------
+// Secret files.
+
+class ClusterSecretFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/troupe-secret-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const auto& p : files_) ::unlink(p.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string write(const std::string& name, const std::string& content, mode_t mode = 0600) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << content;
+    ::chmod(path.c_str(), mode);
+    files_.push_back(path);
+    return path;
+  }
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(ClusterSecretFile, MissingFileNamesThePath) {
+  std::ostringstream warnings;
+  try {
+    Secret::from_file(dir_ + "/nope", warnings);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir_ + "/nope': cannot open"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ClusterSecretFile, EmptyFileIsRefused) {
+  std::ostringstream warnings;
+  EXPECT_THROW(Secret::from_file(write("empty", ""), warnings), std::runtime_error);
+  EXPECT_THROW(Secret::from_file(write("newline", "\n"), warnings), std::runtime_error);
+  EXPECT_THROW(Secret::from_text(""), std::invalid_argument);
+}
+
+TEST_F(ClusterSecretFile, OneTrailingNewlineIsStripped) {
+  std::ostringstream warnings;
+  const Secret plain = Secret::from_text("s3cret");
+  // "s3cret\n" (echo) and "s3cret\r\n" are the same secret as "s3cret" ...
+  for (const char* content : {"s3cret", "s3cret\n", "s3cret\r\n"}) {
+    const Secret from_file = Secret::from_file(write("a", content), warnings);
+    ASSERT_TRUE(from_file.configured());
+    EXPECT_TRUE(handshake(from_file, plain).at_acceptor.ok) << content;
+  }
+  // ... but only one newline is stripped.
+  const Secret two = Secret::from_file(write("b", "s3cret\n\n"), warnings);
+  EXPECT_FALSE(handshake(two, plain).at_acceptor.ok);
+  EXPECT_EQ(warnings.str(), "");
+  EXPECT_EQ(two.origin(), "file " + dir_ + "/b");
+}
+
+TEST_F(ClusterSecretFile, WarnsWhenGroupOrOthersCanRead) {
+  std::ostringstream quiet, loud, group;
+  Secret::from_file(write("private", "x", 0600), quiet);
+  EXPECT_EQ(quiet.str(), "");
+  const std::string path = write("public", "x", 0644);
+  Secret::from_file(path, loud);
+  EXPECT_NE(loud.str().find("warning: secret file '" + path + "' has mode 0644"), std::string::npos) << loud.str();
+  EXPECT_NE(loud.str().find("chmod 600"), std::string::npos);
+  Secret::from_file(write("group", "x", 0640), group);
+  EXPECT_NE(group.str().find("0640"), std::string::npos) << group.str();
+}
+
+TEST_F(ClusterSecretFile, LoadPrefersTheFileThenTheEnvironment) {
+  std::ostringstream warnings;
+  ::unsetenv("TROUPE_SECRET");
+  EXPECT_FALSE(Secret::load("", warnings).configured());
+  EXPECT_EQ(Secret::load("", warnings).origin(), "none");
+  ::setenv("TROUPE_SECRET", "from-env", 1);
+  const Secret env = Secret::load("", warnings);
+  EXPECT_TRUE(env.configured());
+  EXPECT_EQ(env.origin(), "TROUPE_SECRET");
+  EXPECT_TRUE(handshake(env, Secret::from_text("from-env")).at_acceptor.ok);
+  const Secret file = Secret::load(write("f", "from-file\n"), warnings);
+  EXPECT_EQ(file.origin(), "file " + dir_ + "/f");
+  EXPECT_TRUE(handshake(file, Secret::from_text("from-file")).at_acceptor.ok);
+  ::setenv("TROUPE_SECRET", "", 1);
+  EXPECT_THROW(Secret::load("", warnings), std::runtime_error);
+  ::unsetenv("TROUPE_SECRET");
+}
+
+// ---------------------------------------------------------------------------
+// Loopback.
+
+TEST(ClusterLoopback, Addresses) {
+  for (const char* yes : {"127.0.0.1", "127.255.3.4", "::1", "[::1]", "0:0:0:0:0:0:0:1", "localhost", "LocalHost",
+                          "localhost.", "::ffff:127.0.0.1"})
+    EXPECT_TRUE(is_loopback(yes)) << yes;
+  for (const char* no : {"128.0.0.1", "10.0.0.1", "0.0.0.0", "::", "::2", "[::2]", "::ffff:10.0.0.1",
+                         "localhost.example.com", "mylocalhost", "127.0.0.1.nip.io", "", "host-a"})
+    EXPECT_FALSE(is_loopback(no)) << no;
+}
+
+TEST(ClusterLoopback, PeerRefusalWithoutSecret) {
+  EXPECT_EQ(peer_refusal(Secret(), "127.0.0.1"), "");
+  const std::string reason = peer_refusal(Secret(), "10.1.2.3");
+  EXPECT_NE(reason.find("refusing peer 10.1.2.3"), std::string::npos) << reason;
+  EXPECT_EQ(peer_refusal(Secret::from_text("x"), "10.1.2.3"), "");
+}
+
+}  // namespace
+}  // namespace troupe::net
