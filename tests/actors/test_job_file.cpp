@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "kernels/config.hpp"
-#include "net/cluster/job_file.hpp"
+#include "actors/job_file.hpp"
 
-namespace troupe::net {
+namespace troupe::actors {
 namespace {
 
 std::string error_of(const std::string& text) {
@@ -278,4 +278,4 @@ TEST(ClusterJobFile, FingerprintTracksJobAndVersion) {
 }
 
 }  // namespace
-}  // namespace troupe::net
+}  // namespace troupe::actors

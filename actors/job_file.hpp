@@ -42,7 +42,7 @@
 
 #include "actors/job.hpp"
 
-namespace troupe::net {
+namespace troupe::actors {
 
 struct JobFileError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -72,4 +72,4 @@ JobIdentity job_identity(const actors::JobConfig& config, const std::string& tro
 // the reason to refuse, naming both versions or saying that the jobs differ.
 std::string job_incompatibility(const JobIdentity& local, const JobIdentity& remote);
 
-}  // namespace troupe::net
+}  // namespace troupe::actors

@@ -1,4 +1,4 @@
-#include "net/cluster/job_file.hpp"
+#include "actors/job_file.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "models/schedule.hpp"
 #include "net/cluster/auth.hpp"
 
-namespace troupe::net {
+namespace troupe::actors {
 
 namespace {
 
@@ -450,7 +450,7 @@ std::string to_job_text(const actors::JobConfig& c) {
 JobIdentity job_identity(const actors::JobConfig& config, const std::string& troupe_version) {
   JobIdentity id;
   id.troupe_version = troupe_version;
-  id.fingerprint = to_hex(sha256("troupe-job-v1\ntroupe " + troupe_version + "\n" + to_job_text(config)));
+  id.fingerprint = net::to_hex(net::sha256("troupe-job-v1\ntroupe " + troupe_version + "\n" + to_job_text(config)));
   return id;
 }
 
@@ -466,4 +466,4 @@ std::string job_incompatibility(const JobIdentity& local, const JobIdentity& rem
   return {};
 }
 
-}  // namespace troupe::net
+}  // namespace troupe::actors
