@@ -95,6 +95,11 @@ struct RecvJob {
   char* dest = nullptr;  // null: the next staging slot
   std::uint64_t staged_index = 0;
   Deadline deadline;
+  // Receive only once this many sends are done: an all-gather receives into
+  // the bytes the reduce-scatter sent from. (The peer cannot send them before
+  // it had ours, so this never waits in practice; it makes the order explicit,
+  // for ThreadSanitizer too.)
+  std::uint64_t after_sends = 0;
 };
 
 // Float sums, vectorised by the compiler.
@@ -148,8 +153,8 @@ class TcpGroup final : public Collective {
     f.length = length;
     return f;
   }
-  void post_send(const FrameFields& f, const char* data, Deadline deadline);
-  std::uint64_t post_recv(const FrameFields& expect, char* dest, Deadline deadline);
+  std::uint64_t post_send(const FrameFields& f, const char* data, Deadline deadline);
+  std::uint64_t post_recv(const FrameFields& expect, char* dest, Deadline deadline, std::uint64_t after_sends = 0);
   void wait_recv(std::uint64_t index, const FrameFields& expect, Deadline deadline);
   void wait_sends(Deadline deadline);
   char* staging(std::uint64_t staged_index) { return staging_[staged_index % kStagingSlots].data(); }
@@ -165,11 +170,14 @@ class TcpGroup final : public Collective {
     return {s.offset + off, std::min(chunk_bytes_, s.bytes - off)};
   }
 
-  // The ring algorithms on a host buffer of bytes `base`.
-  void ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
+  // The ring algorithms on a host buffer of bytes `base`. The reduce-scatter
+  // returns the index of each of its sends, [step][chunk], for the
+  // all-gather that follows it on the same buffer.
+  using SendIndex = std::vector<std::vector<std::uint64_t>>;
+  SendIndex ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
                            const std::vector<Segment>& segs, ReduceOp op, bool gather_after, Deadline deadline);
   void ring_allgather(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
-                      const std::vector<Segment>& segs, std::uint32_t step_base, bool first_sends_posted,
+                      const std::vector<Segment>& segs, std::uint32_t step_base, const SendIndex* after,
                       Deadline deadline);
 
   // ---- failure
@@ -288,6 +296,13 @@ void TcpGroup::receiver_loop() {
     RecvJob job = recv_queue_.front();
     recv_queue_.pop_front();
     if (broken_) continue;
+    if (job.after_sends > sends_done_) {
+      if (!cv_.wait_until(lock, job.deadline,
+                          [&] { return broken_ || stopping_ || sends_done_ >= job.after_sends; }))
+        break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
+                                                       " waiting for " + peer(next()) + " to take this rank's frames");
+      if (broken_ || stopping_) continue;
+    }
     if (!job.dest) {  // wait for a free staging slot
       if (!cv_.wait_until(lock, job.deadline, [&] {
             return broken_ || stopping_ || staged_released_ + kStagingSlots > job.staged_index;
@@ -367,18 +382,19 @@ void TcpGroup::receive_one(const RecvJob& job) {
 
 // ------------------------------------------------------- calling thread
 
-void TcpGroup::post_send(const FrameFields& f, const char* data, Deadline deadline) {
+std::uint64_t TcpGroup::post_send(const FrameFields& f, const char* data, Deadline deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) throw_broken_locked();
   send_queue_.push_back({f, data, deadline});
-  ++sends_posted_;
   cv_.notify_all();
+  return sends_posted_++;
 }
 
-std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadline deadline) {
+std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadline deadline,
+                                  std::uint64_t after_sends) {
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) throw_broken_locked();
-  RecvJob job{expect, dest, 0, deadline};
+  RecvJob job{expect, dest, 0, deadline, after_sends};
   if (!dest) job.staged_index = staged_posted_++;
   recv_queue_.push_back(job);
   cv_.notify_all();
@@ -444,7 +460,7 @@ std::shared_ptr<Work> TcpGroup::run(const std::string& label, Body body) {
 // holds the sum over all ranks (each rank adds its own contribution to the
 // partial sum it received and passes it on). Step s sends segment r-1-s and
 // receives segment r-2-s, which is the one step s+1 sends, chunk by chunk.
-void TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
+TcpGroup::SendIndex TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
                                    const std::vector<Segment>& segs, ReduceOp op, bool gather_after,
                                    Deadline deadline) {
   const int w = world_;
@@ -460,10 +476,12 @@ void TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::u
       ids.push_back(post_recv(expects.back(), nullptr, deadline));
     }
   }
+  SendIndex sent(static_cast<std::size_t>(w - 1));
   const Segment first = send_seg(0);
   for (std::size_t c = 0; c < chunks_of(first.bytes); ++c) {
     const Segment ch = chunk_in(first, c);
-    post_send(frame(kind, seq, total, 0, static_cast<std::uint32_t>(c), ch.bytes), base + ch.offset, deadline);
+    sent[0].push_back(
+        post_send(frame(kind, seq, total, 0, static_cast<std::uint32_t>(c), ch.bytes), base + ch.offset, deadline));
   }
   std::size_t k = 0;
   std::uint64_t staged = 0;
@@ -481,18 +499,22 @@ void TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::u
       release_staging();
       const bool last = s == w - 2;
       if (last && op == ReduceOp::mean) scale(dst, ch.bytes / sizeof(float), 1.0f / static_cast<float>(w));
-      if (!last || gather_after)
-        post_send(frame(kind, seq, total, static_cast<std::uint32_t>(s + 1), static_cast<std::uint32_t>(c), ch.bytes),
-                  base + ch.offset, deadline);
+      if (!last || gather_after) {
+        const auto index = post_send(
+            frame(kind, seq, total, static_cast<std::uint32_t>(s + 1), static_cast<std::uint32_t>(c), ch.bytes),
+            base + ch.offset, deadline);
+        if (!last) sent[static_cast<std::size_t>(s + 1)].push_back(index);
+      }
     }
   }
+  return sent;
 }
 
 // All-gather on the ring: rank r starts with segment r; step t sends segment
 // r-t and receives segment r-t-1 straight into the buffer, which step t+1
 // forwards. Frames are numbered from step_base.
 void TcpGroup::ring_allgather(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
-                              const std::vector<Segment>& segs, std::uint32_t step_base, bool first_sends_posted,
+                              const std::vector<Segment>& segs, std::uint32_t step_base, const SendIndex* after,
                               Deadline deadline) {
   const int w = world_;
   auto recv_seg = [&](int t) { return segs[static_cast<std::size_t>(mod(rank_ - t - 1, w))]; };
@@ -504,10 +526,12 @@ void TcpGroup::ring_allgather(std::uint16_t kind, std::uint64_t seq, std::uint64
       const Segment ch = chunk_in(seg, c);
       expects.push_back(frame(kind, seq, total, step_base + static_cast<std::uint32_t>(t),
                               static_cast<std::uint32_t>(c), ch.bytes));
-      ids.push_back(post_recv(expects.back(), base + ch.offset, deadline));
+      // The reduce-scatter's step t sent from this very chunk.
+      const std::uint64_t after_sends = after ? (*after)[static_cast<std::size_t>(t)][c] + 1 : 0;
+      ids.push_back(post_recv(expects.back(), base + ch.offset, deadline, after_sends));
     }
   }
-  if (!first_sends_posted) {
+  if (!after) {  // else the reduce-scatter already posted step 0's sends
     const Segment mine = segs[static_cast<std::size_t>(rank_)];
     for (std::size_t c = 0; c < chunks_of(mine.bytes); ++c) {
       const Segment ch = chunk_in(mine, c);
@@ -571,9 +595,10 @@ std::shared_ptr<Work> TcpGroup::allreduce(const Tensor& buffer, ReduceOp op) {
     if (world_ == 1 || buffer.numel() == 0) return;
     char* base = static_cast<char*>(buffer.raw());
     const auto segs = aligned_segments(buffer.bytes(), world_);
-    ring_reduce_scatter(kAllreduce, seq, buffer.bytes(), base, segs, op, /*gather_after=*/true, deadline);
-    ring_allgather(kAllreduce, seq, buffer.bytes(), base, segs, static_cast<std::uint32_t>(world_ - 1),
-                   /*first_sends_posted=*/true, deadline);
+    const auto sent = ring_reduce_scatter(kAllreduce, seq, buffer.bytes(), base, segs, op, /*gather_after=*/true,
+                                          deadline);
+    ring_allgather(kAllreduce, seq, buffer.bytes(), base, segs, static_cast<std::uint32_t>(world_ - 1), &sent,
+                   deadline);
     wait_sends(deadline);
   });
 }
@@ -627,7 +652,7 @@ std::shared_ptr<Work> TcpGroup::allgather(const Tensor& input, const Tensor& out
     char* mine = base + each * static_cast<std::size_t>(rank_);
     if (mine != input.raw()) std::memmove(mine, input.raw(), each);
     if (world_ == 1) return;
-    ring_allgather(kAllgather, seq, output.bytes(), base, equal_segments(each, world_), 0, false, deadline);
+    ring_allgather(kAllgather, seq, output.bytes(), base, equal_segments(each, world_), 0, nullptr, deadline);
     wait_sends(deadline);
   });
 }
@@ -680,7 +705,7 @@ std::shared_ptr<Work> TcpGroup::barrier() {
     std::vector<std::uint32_t> words(static_cast<std::size_t>(world_), 0);
     words[static_cast<std::size_t>(rank_)] = static_cast<std::uint32_t>(rank_);
     ring_allgather(kBarrier, seq, words.size() * 4, reinterpret_cast<char*>(words.data()), equal_segments(4, world_),
-                   0, false, deadline);
+                   0, nullptr, deadline);
     wait_sends(deadline);
   });
 }
