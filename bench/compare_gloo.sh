@@ -18,7 +18,7 @@ bench=$build/bench/bench_tcp_allreduce
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-busbw() { sed -n "s/.*world=$2 size_MB=$3 .*busbw_GBps=\([0-9.]*\).*/\1/p" "$1" | tail -1; }
+busbw() { sed -n "s/.*world=$2 size_MB=$3\(\.0\)\{0,1\} .*busbw_GBps=\([0-9.]*\).*/\2/p" "$1" | tail -1; }
 
 echo "== troupe tcp, 2 ranks"; "$bench" --world 2 --sizes 4,64 | tee "$out/t2.txt"
 echo "== troupe tcp, 3 ranks"; "$bench" --world 3 --sizes 4,64 | tee "$out/t3.txt"

@@ -161,7 +161,7 @@ class TcpGroup final : public Collective {
   void release_staging() {
     std::lock_guard<std::mutex> lock(mu_);
     ++staged_released_;
-    cv_.notify_all();
+    recv_cv_.notify_one();  // a staging slot is free
   }
   void quiesce();
   std::size_t chunks_of(std::size_t bytes) const { return (bytes + chunk_bytes_ - 1) / chunk_bytes_; }
@@ -189,11 +189,16 @@ class TcpGroup final : public Collective {
     // Wakes every poll() on these sockets, here and (by EOF) on the peers.
     if (send_fd_ >= 0) ::shutdown(send_fd_, SHUT_RDWR);
     if (recv_fd_ >= 0) ::shutdown(recv_fd_, SHUT_RDWR);
-    cv_.notify_all();
+    notify_all_locked();
   }
   void fail(CollectiveErrorKind kind, std::string detail) {
     std::lock_guard<std::mutex> lock(mu_);
     break_locked(kind, std::move(detail));
+  }
+  void notify_all_locked() {
+    send_cv_.notify_all();
+    recv_cv_.notify_all();
+    done_cv_.notify_all();
   }
   [[noreturn]] void throw_broken_locked() { throw Broken{broken_kind_, broken_detail_}; }
 
@@ -213,7 +218,10 @@ class TcpGroup final : public Collective {
   std::uint64_t next_seq_ = 0;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  // One condition variable per waiter, so a chunk wakes only the thread it
+  // concerns: the sender (send_cv_), the receiver (recv_cv_), the caller
+  // (done_cv_).
+  std::condition_variable send_cv_, recv_cv_, done_cv_;
   std::deque<SendJob> send_queue_;
   std::uint64_t sends_posted_ = 0, sends_done_ = 0;
   bool send_busy_ = false;
@@ -245,7 +253,7 @@ TcpGroup::~TcpGroup() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    cv_.notify_all();
+    notify_all_locked();
   }
   if (sender_.joinable()) sender_.join();
   if (receiver_.joinable()) receiver_.join();
@@ -261,7 +269,7 @@ TcpGroup::~TcpGroup() {
 void TcpGroup::sender_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !send_queue_.empty(); });
+    send_cv_.wait(lock, [&] { return stopping_ || !send_queue_.empty(); });
     if (stopping_) return;
     SendJob job = send_queue_.front();
     send_queue_.pop_front();
@@ -284,27 +292,28 @@ void TcpGroup::sender_loop() {
     lock.lock();
     send_busy_ = false;
     ++sends_done_;
-    cv_.notify_all();
+    done_cv_.notify_all();
+    recv_cv_.notify_one();  // the receiver may wait for this send (after_sends)
   }
 }
 
 void TcpGroup::receiver_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !recv_queue_.empty(); });
+    recv_cv_.wait(lock, [&] { return stopping_ || !recv_queue_.empty(); });
     if (stopping_) return;
     RecvJob job = recv_queue_.front();
     recv_queue_.pop_front();
     if (broken_) continue;
     if (job.after_sends > sends_done_) {
-      if (!cv_.wait_until(lock, job.deadline,
+      if (!recv_cv_.wait_until(lock, job.deadline,
                           [&] { return broken_ || stopping_ || sends_done_ >= job.after_sends; }))
         break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
                                                        " waiting for " + peer(next()) + " to take this rank's frames");
       if (broken_ || stopping_) continue;
     }
     if (!job.dest) {  // wait for a free staging slot
-      if (!cv_.wait_until(lock, job.deadline, [&] {
+      if (!recv_cv_.wait_until(lock, job.deadline, [&] {
             return broken_ || stopping_ || staged_released_ + kStagingSlots > job.staged_index;
           })) {
         break_locked(CollectiveErrorKind::timeout,
@@ -332,7 +341,7 @@ void TcpGroup::receiver_loop() {
     lock.lock();
     recv_busy_ = false;
     ++recvs_done_;
-    cv_.notify_all();
+    done_cv_.notify_all();
   }
 }
 
@@ -386,7 +395,7 @@ std::uint64_t TcpGroup::post_send(const FrameFields& f, const char* data, Deadli
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) throw_broken_locked();
   send_queue_.push_back({f, data, deadline});
-  cv_.notify_all();
+  send_cv_.notify_one();
   return sends_posted_++;
 }
 
@@ -397,13 +406,13 @@ std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadlin
   RecvJob job{expect, dest, 0, deadline, after_sends};
   if (!dest) job.staged_index = staged_posted_++;
   recv_queue_.push_back(job);
-  cv_.notify_all();
+  recv_cv_.notify_one();
   return recvs_posted_++;
 }
 
 void TcpGroup::wait_recv(std::uint64_t index, const FrameFields& x, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [&] { return broken_ || recvs_done_ > index; }))
+  if (!done_cv_.wait_until(lock, deadline, [&] { return broken_ || recvs_done_ > index; }))
     break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
                                                    " waiting for " + peer(prev()) + " to send " + kind_name(x.kind) +
                                                    " step " + std::to_string(x.step) + " chunk " +
@@ -413,7 +422,7 @@ void TcpGroup::wait_recv(std::uint64_t index, const FrameFields& x, Deadline dea
 
 void TcpGroup::wait_sends(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [&] { return broken_ || sends_done_ == sends_posted_; }))
+  if (!done_cv_.wait_until(lock, deadline, [&] { return broken_ || sends_done_ == sends_posted_; }))
     break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
                                                    " waiting for " + peer(next()) + " to take this rank's frames");
   if (broken_) throw_broken_locked();
@@ -428,7 +437,7 @@ void TcpGroup::quiesce() {
   recvs_posted_ -= recv_queue_.size();
   recv_queue_.clear();
   staged_posted_ = staged_released_ = 0;
-  cv_.wait_until(lock, Clock::now() + options_.timeout, [&] { return !send_busy_ && !recv_busy_; });
+  done_cv_.wait_until(lock, Clock::now() + options_.timeout, [&] { return !send_busy_ && !recv_busy_; });
   recvs_done_ = recvs_posted_;
   sends_done_ = sends_posted_;
 }

@@ -25,7 +25,9 @@
 //                   CollectiveError(invalid): direct connections, opened
 //                   lazily, are left for later.
 // Every operation runs inside the call on the calling thread and returns an
-// already completed Work (net::completed_work).
+// already completed Work (net::completed_work). Operations are issued one at
+// a time (from one thread, or serialised by the caller: the invariant's
+// order); abort() is safe from any thread.
 //
 // Devices: host tensors only (cpu devices). A cuda tensor fails with
 // CollectiveError(invalid): GPU buffers are staged to the host by the caller,
