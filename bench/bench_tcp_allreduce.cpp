@@ -1,0 +1,149 @@
+// The tcp backend's allreduce bandwidth on loopback, with real processes:
+// forks W ranks (one TcpGroup each) and reports, per size, NCCL's figures:
+// algbw = bytes / time and busbw = algbw * 2 (W - 1) / W (the bandwidth each
+// ring link carries, comparable across world sizes and with Gloo's busbw
+// from ../shared/anchors/torch_anchor.py, which uses the same MB = 2^20
+// bytes).
+//
+//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024]
+//
+// Each repetition: barrier, then one allreduce (sum) timed on rank 0, which
+// finishes with the last all-gather step like every other rank. The figure
+// is the median over the repetitions, after the warm-up ones. Prints one
+// RESULT line per size.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "net/tcp/tcp.hpp"
+
+using troupe::kernels::Shape;
+using troupe::kernels::Tensor;
+using namespace troupe::net;
+
+namespace {
+
+struct Options {
+  int world = 2;
+  std::vector<double> sizes_mb{4, 64};
+  int reps = 15;
+  int warmup = 3;
+  std::size_t chunk_kb = 1024;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--world") o.world = std::stoi(value());
+    else if (a == "--reps") o.reps = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
+    else if (a == "--sizes") {
+      o.sizes_mb.clear();
+      std::stringstream s(value());
+      std::string item;
+      while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
+    } else {
+      throw std::invalid_argument("unknown argument " + a +
+                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb)");
+    }
+  }
+  if (o.world < 2 || o.reps < 1) throw std::invalid_argument("--world must be >= 2 and --reps >= 1");
+  return o;
+}
+
+int run_rank(const Options& o, int rank, const std::vector<std::string>& addresses, int listen_fd) {
+  TcpGroupConfig config;
+  config.rank = rank;
+  config.addresses = addresses;
+  config.job_id = 0xbe4c;
+  config.options.timeout = std::chrono::seconds(60);
+  config.chunk_bytes = o.chunk_kb * 1024;
+  config.listen_fd = listen_fd;
+  auto group = make_tcp_group(config);
+  const auto wait = [](const std::shared_ptr<Work>& w) { w->wait(Clock::now() + std::chrono::seconds(60)); };
+  for (double mb : o.sizes_mb) {
+    const auto n = static_cast<std::int64_t>(mb * 1024 * 1024 / 4);
+    Tensor t = Tensor::full(Shape{n}, 1.0f);
+    std::vector<double> seconds;
+    for (int k = 0; k < o.warmup + o.reps; ++k) {
+      wait(group->barrier());
+      const auto start = Clock::now();
+      wait(group->allreduce(t, ReduceOp::mean));  // mean: the values stay 1
+      const std::chrono::duration<double> took = Clock::now() - start;
+      if (k >= o.warmup) seconds.push_back(took.count());
+    }
+    if (t.f32()[n - 1] != 1.0f) {
+      std::cerr << "rank " << rank << ": wrong result " << t.f32()[n - 1] << "\n";
+      return 1;
+    }
+    if (rank == 0) {
+      std::sort(seconds.begin(), seconds.end());
+      const double median = seconds[seconds.size() / 2];
+      const double algbw = static_cast<double>(n) * 4 / median / 1e9;
+      const double busbw = algbw * 2.0 * (o.world - 1) / o.world;
+      std::printf("RESULT troupe tcp-allreduce world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
+                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f\n",
+                  o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
+                  seconds.back() * 1e3);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    std::vector<int> fds;
+    std::vector<std::string> addresses;
+    for (int r = 0; r < o.world; ++r) {
+      std::uint16_t port = 0;
+      fds.push_back(listen_tcp("127.0.0.1:0", &port));
+      addresses.push_back("127.0.0.1:" + std::to_string(port));
+    }
+    std::vector<pid_t> pids;
+    for (int r = 0; r < o.world; ++r) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        for (int q = 0; q < o.world; ++q)
+          if (q != r) ::close(fds[static_cast<std::size_t>(q)]);
+        int code = 1;
+        try {
+          code = run_rank(o, r, addresses, fds[static_cast<std::size_t>(r)]);
+        } catch (const std::exception& e) {
+          std::cerr << "rank " << r << ": " << e.what() << "\n";
+        }
+        std::fflush(stdout);
+        ::_exit(code);
+      }
+      pids.push_back(pid);
+    }
+    for (int fd : fds) ::close(fd);
+    int failures = 0;
+    for (pid_t pid : pids) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+    }
+    return failures ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_tcp_allreduce: " << e.what() << "\n";
+    return 2;
+  }
+}

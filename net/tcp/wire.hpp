@@ -1,0 +1,88 @@
+// The tcp backend's wire format and its deadline-bounded socket I/O.
+// Exposed for the tests, which play a peer with raw sockets.
+//
+// Handshake (both directions, right after connect and the optional
+// authentication hook): a fixed 24-byte little-endian Hello
+//
+//   u32 magic 'TRPD' (0x44505254)   u16 protocol version   u16 zero
+//   u64 job id                      u32 sender rank        u32 world size
+//
+// The connecting rank (r) sends its Hello; the accepting rank (r+1) checks
+// magic, version, job id, rank == its predecessor and world, and answers
+// with its own Hello, which the connecting rank checks the same way.
+//
+// Frames: see net/schema/frame.capnp. After a send frame the receiver answers
+// on the same connection with an 8-byte Ack (u32 magic 'TACK', i32 tag).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "net/collective/collective.hpp"
+
+namespace troupe::net::wire {
+
+constexpr std::uint32_t kHelloMagic = 0x44505254;  // "TRPD"
+constexpr std::uint16_t kProtocolVersion = 1;
+constexpr std::size_t kHelloBytes = 24;
+constexpr std::uint32_t kAckMagic = 0x4b434154;  // "TACK"
+constexpr std::size_t kAckBytes = 8;
+// The largest frame header a receiver reads (and its traversal limit).
+constexpr std::size_t kMaxHeaderBytes = 1024;
+
+struct Hello {
+  std::uint32_t magic = kHelloMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint64_t job_id = 0;
+  std::uint32_t rank = 0;
+  std::uint32_t world = 0;
+};
+void encode_hello(const Hello& hello, unsigned char out[kHelloBytes]);
+Hello decode_hello(const unsigned char in[kHelloBytes]);
+
+// The fields of schema::FrameHeader (kind as its enum's number).
+struct FrameFields {
+  std::uint64_t job_id = 0;
+  std::uint16_t kind = 0;
+  std::uint64_t op_seq = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint32_t step = 0;
+  std::uint32_t chunk = 0;
+  std::uint64_t length = 0;
+  std::uint32_t crc32c = 0;
+};
+// The length prefix and the Cap'n Proto header, ready to write before the
+// payload.
+std::vector<unsigned char> encode_frame_header(const FrameFields& fields);
+// Parses a header of `bytes` bytes (already length-checked); throws
+// std::runtime_error saying what is wrong.
+FrameFields decode_frame_header(const void* data, std::size_t bytes);
+
+// CRC-32C (Castagnoli), with SSE4.2 where the CPU has it.
+std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
+
+// A failed socket operation. `timed_out` when the deadline passed first.
+struct IoError : std::runtime_error {
+  IoError(const std::string& what, bool timed_out_)
+      : std::runtime_error(what), timed_out(timed_out_) {}
+  bool timed_out;
+};
+
+// On a non-blocking socket, bounded by `deadline`; throw IoError ("end of
+// stream", "connection reset by peer", "timed out").
+void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
+               Deadline deadline);
+void read_all(int fd, void* data, std::size_t bytes, Deadline deadline);
+
+// "host:port" -> a connected non-blocking socket, retrying while nothing
+// listens, until `deadline` (IoError). Sets TCP_NODELAY.
+int connect_tcp(const std::string& address, Deadline deadline);
+// Makes fd non-blocking with TCP_NODELAY.
+void prepare_socket(int fd);
+// "127.0.0.1:45678" for the peer of a connected socket.
+std::string peer_address(int fd);
+
+}  // namespace troupe::net::wire
