@@ -10,20 +10,6 @@ namespace {
 
 using Self = caf::stateful_actor<DeviceState>;
 
-const Tensor& on_device(const Tensor& host, Tensor& staging, const kernels::Device& device) {
-  if (device == host.device()) return host;
-  if (device.same_memory(host.device())) {
-    // Another CPU device: the same memory, seen as that device's tensor.
-    staging = Tensor::view(host.raw(), host.shape(), host.dtype(), device);
-    return staging;
-  }
-  if (!staging.defined() || staging.raw() == nullptr || staging.shape() != host.shape() ||
-      staging.dtype() != host.dtype())
-    staging = Tensor::empty(host.shape(), host.dtype(), device);
-  staging.copy_from(host);
-  return staging;
-}
-
 void fail(Self* self, const std::string& what) {
   auto& s = self->state;
   if (s.failed) return;
@@ -59,8 +45,8 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale) {
   ydims[0] = b.examples;
   const Tensor xb = b.features.slice(0, kernels::Shape(xdims));
   const Tensor yb = b.labels.slice(0, kernels::Shape(ydims));
-  const Tensor& x = on_device(xb, s.x_dev, s.config.device);
-  const Tensor& y = on_device(yb, s.y_dev, s.config.device);
+  const Tensor& x = models::on_device(xb, s.x_dev, s.config.device);
+  const Tensor& y = models::on_device(yb, s.y_dev, s.config.device);
   s.model->set_step_seed(kernels::math::random_bits(s.config.seed ^ (0x9e37ULL * (s.config.rank + 1)),
                                                     static_cast<std::uint64_t>(s.clock)));
   const Tensor& out = s.model->forward(x, /*training=*/true);

@@ -38,7 +38,9 @@ void check_config(const TrainConfig& c) {
     throw std::invalid_argument("--resume needs --checkpoint-dir to resume from");
 }
 
-// Copies a host tensor to `device` when it lives elsewhere; reuses `staging`.
+
+}  // namespace
+
 const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& device) {
   if (device == host.device()) return host;
   if (device.same_memory(host.device())) {
@@ -52,8 +54,6 @@ const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& devic
   staging.copy_from(host);
   return staging;
 }
-
-}  // namespace
 
 DataShape data_shape_of(const data::Dataset& d) {
   DataShape s;

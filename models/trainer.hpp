@@ -135,6 +135,11 @@ class Trainer {
   std::string resumed_from_;
 };
 
+// A host batch as a tensor of `device`: the tensor itself when it is
+// already there, a view when `device` shares host memory (another CPU
+// device), else a copy into `staging`, which is reused from call to call.
+const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& device);
+
 // Evaluates `model` on every example of `dataset`, `batch` at a time:
 // mean loss, accuracy and top-5 accuracy (classification).
 EpochResult evaluate_model(Model& model, const data::Dataset& dataset, std::int64_t batch = 1000);
