@@ -11,7 +11,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-enum class ActionKind { epoch_end, switch_mode, checkpoint, stop };
+enum class ActionKind { epoch_end, evaluate, switch_mode, checkpoint, stop };
 
 struct Action {
   Action(ActionKind k, Mode m) : kind(k), mode(m) {}
@@ -35,6 +35,7 @@ struct CoordinatorState {
   bool started = false, busy = false, pausing = false, finished = false;
   std::deque<Action> actions;
   std::int64_t last_checkpoint_step = -1;
+  std::int64_t last_eval_step = -1;
   std::int64_t announced_epoch = -1;
   int idle_boundaries = 0;  // consecutive boundaries without a step in between
   // Throughput and loss.
@@ -65,8 +66,15 @@ std::int64_t next_event_global(const CoordinatorState& s) {
   std::int64_t next = kNever;
   if (s.next_switch < s.config.switches.size()) next = std::min(next, s.config.switches[s.next_switch].step);
   if (s.config.max_steps > 0) next = std::min(next, s.config.max_steps);
+  // A periodic event due at exactly the current step and not yet done is
+  // the next event (the grant must stop here), not the following multiple.
+  auto periodic = [&](std::int64_t every, std::int64_t last_done) {
+    if (s.global_step > 0 && s.global_step % every == 0 && last_done != s.global_step) return s.global_step;
+    return (s.global_step / every + 1) * every;
+  };
   if (s.config.checkpoint_every > 0 && s.config.checkpoints)
-    next = std::min(next, (s.global_step / s.config.checkpoint_every + 1) * s.config.checkpoint_every);
+    next = std::min(next, periodic(s.config.checkpoint_every, s.last_checkpoint_step));
+  if (s.config.eval_every > 0) next = std::min(next, periodic(s.config.eval_every, s.last_eval_step));
   return next;
 }
 
@@ -294,6 +302,12 @@ void run_actions(Self* self) {
         r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
         st.result.epochs.push_back(r);
         st.result.final = r;
+        st.last_eval_step = st.global_step;
+        if (st.config.callbacks.on_evaluate) {
+          models::EpochResult e = r;
+          e.seconds = st.train_seconds;
+          st.config.callbacks.on_evaluate(e);
+        }
         ++st.epoch;
         st.epoch_examples = 0;
         st.epoch_loss_sum = 0;
@@ -306,6 +320,21 @@ void run_actions(Self* self) {
           checkpoint_now(self, [=](const std::string&) { next(); });
         else
           next();
+      });
+      return;
+    case ActionKind::evaluate:
+      evaluate(self, [=](const models::EpochResult& eval) {
+        auto& st = self->state;
+        models::EpochResult r = eval;
+        r.epoch = st.epoch;
+        r.step = st.global_step;
+        r.train_loss = st.last_loss;
+        r.train_accuracy = std::nan("");
+        r.lr = current_lr(st);
+        r.seconds = st.train_seconds;
+        st.last_eval_step = st.global_step;
+        if (st.config.callbacks.on_evaluate) st.config.callbacks.on_evaluate(r);
+        next();
       });
       return;
     case ActionKind::switch_mode: {
@@ -376,7 +405,11 @@ void on_quiescent(Self* self) {
   s.train_seconds += dt;
   s.epoch_train_seconds += dt;
   std::deque<Action> due;
-  if (min_clock(s) >= next_boundary(s)) due.push_back({ActionKind::epoch_end, s.mode});
+  const bool epoch_end = min_clock(s) >= next_boundary(s);
+  if (epoch_end) due.push_back({ActionKind::epoch_end, s.mode});
+  else if (s.config.eval_every > 0 && s.global_step > 0 && s.global_step % s.config.eval_every == 0 &&
+           s.last_eval_step != s.global_step)
+    due.push_back({ActionKind::evaluate, s.mode});
   while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step <= s.global_step) {
     const Mode to = s.config.switches[s.next_switch++].mode;
     if (to != s.mode) due.push_back({ActionKind::switch_mode, to});

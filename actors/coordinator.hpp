@@ -17,6 +17,7 @@
 //   running --(event reached / request queued)--> pausing
 //   pausing --(all clocks == grants)--> quiescent: run actions in order
 //       epoch end: evaluate, report, checkpoint each epoch
+//       evaluation every `eval_every` global steps (Callbacks::on_evaluate)
 //       switch:    sync -> async/ssp: the server takes replica 0's parameters
 //                  and optimizer state; async/ssp -> sync: every replica
 //                  takes the server's (no update is lost or applied twice)
@@ -80,6 +81,7 @@ struct CoordinatorConfig {
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none
   std::int64_t checkpoint_every = 0;   // global steps
   bool checkpoint_each_epoch = true;
+  std::int64_t eval_every = 0;         // global steps between evaluations (0: epoch ends only)
   std::string model_name, model_spec;
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;

@@ -240,6 +240,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.checkpoints = checkpoints_;
     cc.checkpoint_every = t.checkpoint_every;
     cc.checkpoint_each_epoch = t.checkpoint_each_epoch;
+    cc.eval_every = t.eval_every;
     cc.model_name = spec_.name;
     cc.model_spec = spec_.text();
     cc.optimizer = t.optimizer;

@@ -138,6 +138,7 @@ const std::vector<Key>& keys() {
       {"", "keep", Type::integer,
        [](const Value& v, C& c) { c.train.keep_last = static_cast<std::size_t>(as_int(v, 0, max64)); }},
       {"", "eval_batch", Type::integer, [](const Value& v, C& c) { c.train.eval_batch = as_int(v, 1, max64); }},
+      {"", "eval_every", Type::integer, [](const Value& v, C& c) { c.train.eval_every = as_int(v, 0, max64); }},
       {"optimizer", "name", Type::string, [](const Value& v, C& c) {
          const auto names = models::optimizer_names();
          std::string known;
@@ -436,6 +437,7 @@ std::string to_job_text(const actors::JobConfig& c) {
   out << "checkpoint_every = " << t.checkpoint_every << "\n";
   out << "keep = " << t.keep_last << "\n";
   out << "eval_batch = " << t.eval_batch << "\n";
+  out << "eval_every = " << t.eval_every << "\n";
   out << "\n[optimizer]\n";
   out << "name = " << quoted(t.optimizer.name, "optimizer.name") << "\n";
   out << "momentum = " << float_text(t.optimizer.momentum) << "\n";

@@ -28,7 +28,7 @@
 //     beta1, beta2. A header may appear once.
 // Training keys: model, data, epochs, batch, steps, lr, schedule, warmup,
 // seed, mode, switch, prefetch, threads_per_device, checkpoint_dir,
-// checkpoint_every, keep, eval_batch. Every key is optional (the defaults of
+// checkpoint_every, keep, eval_batch, eval_every. Every key is optional (the defaults of
 // `troupe train`). Devices are not part of a job: each node names its own.
 //
 // Errors (JobFileError, a std::invalid_argument) read "FILE:LINE: key 'K':

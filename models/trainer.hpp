@@ -56,6 +56,10 @@ struct TrainConfig {
   std::string update_mode = "sync";    // recorded in checkpoints
 
   std::int64_t eval_batch = 1000;
+  // Evaluate on the test split every this many global steps as well as at
+  // epoch ends (0: epoch ends only). The actor runtime (actors::Job) honours
+  // it; each result goes to Callbacks::on_evaluate.
+  std::int64_t eval_every = 0;
 };
 
 struct EpochResult {
@@ -78,6 +82,10 @@ struct Callbacks {
   std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)>
       on_step_end;
   std::function<void(const EpochResult&)> on_epoch_end;
+  // Every evaluation of the actor runtime, mid-epoch ones (eval_every) and
+  // epoch ends alike: step, epoch, test metrics, lr, and `seconds` = training
+  // time so far (evaluations and other step-boundary work excluded).
+  std::function<void(const EpochResult&)> on_evaluate;
   std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
   // Polled between steps; returning true stops training (after a checkpoint
   // when a directory is configured).

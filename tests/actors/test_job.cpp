@@ -94,6 +94,26 @@ TEST(Job, SspNeverExceedsItsBound) {
   }
 }
 
+TEST(Job, EvaluatesEveryNStepsAcrossAModeSwitch) {
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 64);
+  c.train.max_steps = 250;
+  c.train.eval_every = 100;
+  c.switches = parse_switch_schedule("150:async");
+  std::vector<models::EpochResult> seen;
+  models::Callbacks callbacks;
+  callbacks.on_evaluate = [&](const models::EpochResult& r) { seen.push_back(r); };
+  Job job(c);
+  JobResult r = job.run(callbacks);
+  expect_accounting(r);
+  ASSERT_EQ(seen.size(), 2u) << "evaluations at steps 100 and 200 (250 is the step limit, evaluated as the final result)";
+  EXPECT_EQ(seen[0].step, 100);
+  EXPECT_EQ(seen[1].step, 200);
+  EXPECT_GT(seen[1].seconds, seen[0].seconds);
+  EXPECT_GT(seen[0].test_accuracy, 0.5) << "the model learns in 100 steps";
+  EXPECT_EQ(seen[0].test_examples, 10000);
+  EXPECT_EQ(r.steps, 250);
+}
+
 TEST(Job, SwitchStormKeepsAccountingAndAccuracy) {
   JobConfig sync = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
   Job all_sync(sync);
