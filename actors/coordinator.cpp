@@ -36,6 +36,7 @@ struct CoordinatorState {
   std::deque<Action> actions;
   std::int64_t last_checkpoint_step = -1;
   std::int64_t last_eval_step = -1;
+  std::vector<std::int64_t> rank_examples;  // examples each replica trained on
   std::int64_t announced_epoch = -1;
   int idle_boundaries = 0;  // consecutive boundaries without a step in between
   // Throughput and loss.
@@ -157,7 +158,11 @@ void fail_job(Self* self, const std::string& what) {
   finish(self);
 }
 
-void checkpoint_now(Self* self, std::function<void(const std::string& path)> then) {
+// after_failure: the job is failing (a replica or a node is lost), so the
+// clocks the coordinator saw may lag what the state holds: in sync a replica
+// may have completed a step whose report never arrived. The position is then
+// taken from the state itself (replica 0's clock, or the server's step).
+void checkpoint_now(Self* self, std::function<void(const std::string& path)> then, bool after_failure = false) {
   auto& s = self->state;
   fetch_state(self, [=](const ReplicaState& state) {
     auto& st = self->state;
@@ -169,15 +174,24 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
     c.optimizer.spec = st.config.optimizer.text();
     for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
     for (const auto& [name, value] : state.scalars) c.optimizer.scalars[name] = value;
-    c.position.global_step = static_cast<std::uint64_t>(st.global_step);
-    c.position.epoch = static_cast<std::uint64_t>(st.epoch);
+    std::int64_t global_step = st.global_step;
     // Replica 0's place in its shard; in sync mode every replica is there.
-    const std::int64_t clock = st.clocks[0];
+    std::int64_t clock = st.clocks[0];
+    if (after_failure && state.clock >= 0) {
+      if (st.mode.uses_server()) {
+        global_step = state.clock;
+      } else {
+        clock = state.clock;
+        global_step = st.global_at_base + (clock - st.clock_at_base);
+      }
+    }
+    c.position.global_step = static_cast<std::uint64_t>(global_step);
+    c.position.epoch = static_cast<std::uint64_t>(st.epoch);
     c.position.cursor.epoch = static_cast<std::uint64_t>(clock / st.config.batches_per_epoch);
     c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(clock % st.config.batches_per_epoch);
     c.position.cursor.shuffle_seed = st.config.seed;
     c.schedule.spec = st.config.schedule->spec();
-    c.schedule.evaluated_at_step = static_cast<std::uint64_t>(st.global_step);
+    c.schedule.evaluated_at_step = static_cast<std::uint64_t>(global_step);
     c.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(st.epoch);
     c.schedule.learning_rate = current_lr(st);
     c.rng.seed = st.config.seed;
@@ -501,7 +515,29 @@ std::string status_json(const CoordinatorState& s) {
                 s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy,
                 static_cast<long long>(s.result.pushes), static_cast<long long>(s.result.sync_steps),
                 s.finished ? "finished" : s.busy ? "at a step boundary" : s.pausing ? "pausing" : "training");
-  return buf;
+  std::string out = buf;
+  if (s.config.nodes.empty()) return out;
+  // Every node of a cluster: its devices, its step (its slowest replica's
+  // clock) and its samples/s.
+  std::string nodes = ",\"nodes\":[";
+  for (std::size_t n = 0; n < s.config.nodes.size(); ++n) {
+    const NodeInfo& node = s.config.nodes[n];
+    std::int64_t step = kNever, examples = 0;
+    std::string devices;
+    for (int r = node.first_rank; r < node.first_rank + node.replicas; ++r) {
+      step = std::min(step, s.clocks[static_cast<std::size_t>(r)]);
+      examples += s.rank_examples[static_cast<std::size_t>(r)];
+    }
+    for (std::size_t d = 0; d < node.devices.size(); ++d) devices += (d ? ",\"" : "\"") + node.devices[d] + "\"";
+    char line[256];
+    std::snprintf(line, sizeof line, "\"ranks\":[%d,%d],\"step\":%lld,\"samples_per_s\":%.1f}",
+                  node.first_rank, node.first_rank + node.replicas - 1,
+                  static_cast<long long>(node.replicas ? step : 0), t > 0 ? double(examples) / t : 0.0);
+    nodes += std::string(n ? "," : "") + "{\"name\":\"" + node.name + "\",\"address\":\"" + node.address +
+             "\",\"devices\":[" + devices + "]," + line;
+  }
+  out.insert(out.size() - 1, nodes + "]");
+  return out;
 }
 
 }  // namespace
@@ -517,6 +553,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.config = std::move(config);
   s.mode = s.config.mode;
   s.clocks.assign(static_cast<std::size_t>(s.config.replicas), s.config.start_clock);
+  s.rank_examples.assign(static_cast<std::size_t>(s.config.replicas), 0);
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;
   s.epoch = s.config.start.epoch;
@@ -551,6 +588,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.idle_boundaries = 0;
         const std::int64_t before = min_clock(st);
         st.clocks[static_cast<std::size_t>(r.rank)] = r.clock;
+        st.rank_examples[static_cast<std::size_t>(r.rank)] += r.examples;
         st.examples += r.examples;
         st.epoch_examples += r.examples;
         st.epoch_loss_sum += r.loss_sum;
@@ -571,9 +609,26 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         }
         extend(self);
       },
+      // A replica failed (rank >= 0), or a node of the cluster was lost
+      // (rank -1). The job ends with the error, after a checkpoint of the
+      // last consistent state when checkpoints are configured.
       [=](failed_atom, int rank, const std::string& message) {
         (void)rank;
-        if (self->state.result.error.empty()) fail_job(self, message);
+        auto& st = self->state;
+        if (!st.result.error.empty() || st.finished) return;
+        st.result.error = message;
+        if (!st.config.checkpoints || !st.started) {
+          finish(self);
+          return;
+        }
+        checkpoint_now(
+            self,
+            [=](const std::string& path) {
+              std::fprintf(stderr, "coordinator: wrote %s before stopping (resume with --resume)\n", path.c_str());
+              self->state.result.error = message;
+              finish(self);
+            },
+            /*after_failure=*/true);
       },
       [=](status_atom) -> std::string { return status_json(self->state); },
       [=](mode_atom, const std::string& text) -> caf::result<ControlReply> {

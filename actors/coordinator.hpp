@@ -66,6 +66,14 @@ struct JobResult {
   std::string error;                  // empty on success
 };
 
+// One node of a cluster, for /status.
+struct NodeInfo {
+  std::string name;                  // "coordinator", "worker/HOST:PORT", ...
+  std::string address;               // its data-plane address
+  int first_rank = 0, replicas = 0;  // its replicas' global ranks
+  std::vector<std::string> devices;
+};
+
 struct CoordinatorConfig {
   int replicas = 1;
   std::int64_t batches_per_epoch = 1;
@@ -76,6 +84,7 @@ struct CoordinatorConfig {
   std::vector<ScheduledSwitch> switches;
   std::int64_t window = 16;            // steps a grant runs ahead
   std::vector<caf::actor> devices;
+  std::vector<NodeInfo> nodes;         // a cluster's nodes (empty on one host)
   caf::actor reducer;
   caf::actor listener;
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none

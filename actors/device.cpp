@@ -98,6 +98,7 @@ void run_step(Self* self, const Batch& b) {
 
 ReplicaState snapshot(const DeviceState& s) {
   ReplicaState out;
+  out.clock = s.clock;
   out.parameters = s.model->parameters().to(kernels::Device::cpu());
   for (const auto& [name, buffer] : s.optimizer->buffers()) out.buffers.emplace_back(name, buffer.to(kernels::Device::cpu()));
   out.scalars = s.optimizer->scalars();

@@ -8,6 +8,7 @@
 #include "actors/data_loader.hpp"
 #include "actors/device.hpp"
 #include "actors/reducer.hpp"
+#include "actors/replica.hpp"
 #include "kernels/registry.hpp"
 #include "net/collective/local.hpp"
 
@@ -85,12 +86,49 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
 
 Job::~Job() = default;
 
+ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) {
+  const auto& t = plan.train;
+  LoaderConfig lc;
+  lc.dataset = plan.train_data;
+  lc.plan = data::PlanOptions{plan.train_data->size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+  lc.shard = {plan.rank, plan.world};
+  lc.start = plan.start;
+  lc.prefetch = plan.prefetch;
+  ReplicaActors out;
+  out.loader = system.spawn<caf::detached>(data_loader, lc);
+  DeviceConfig dc;
+  dc.rank = plan.rank;
+  dc.device = plan.device;
+  dc.spec = plan.spec;
+  dc.optimizer = t.optimizer;
+  dc.schedule = plan.schedule;
+  dc.seed = t.seed;
+  dc.threads = plan.threads;
+  dc.sync_grad_scale = 1.0f / static_cast<float>(t.batch * plan.world);
+  dc.collective = plan.collective;
+  dc.test = plan.test_data;
+  dc.eval_batch = t.eval_batch;
+  dc.timeout = plan.timeout;
+  dc.loader = out.loader;
+  dc.reducer = plan.reducer;
+  out.device = system.spawn<caf::detached>(device_actor, dc);
+  return out;
+}
+
+void configure_actor_system(caf::actor_system_config& cfg) {
+  cfg.set("scheduler.max-threads", 1);
+  cfg.set("work-stealing.aggressive-poll-attempts", 0);
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+}
+
 JobResult Job::run(const models::Callbacks& callbacks) {
   const auto& t = config_.train;
-  const int world = static_cast<int>(config_.devices.size());
+  const int local = static_cast<int>(config_.devices.size());
   auto train = std::make_shared<const data::Dataset>(data_.train);
   auto test = std::make_shared<const data::Dataset>(data_.test);
   auto schedule = std::make_shared<const models::LrSchedule>(t.schedule, t.lr, t.warmup_steps);
+  ClusterHooks* cluster = config_.cluster.get();
 
   // Resume: the newest checkpoint's state, position and data cursor.
   std::optional<checkpoint::State> resumed;
@@ -112,61 +150,80 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   }
 
   caf::actor_system_config cfg;
-  // Every actor of a job runs detached (its own thread, sleeping on its
-  // mailbox), because CAF's work-stealing workers poll for work: on a host
-  // whose cores the device threads keep busy, polling workers steal the
-  // devices' time. One worker remains for CAF's own housekeeping, polling
-  // gently.
-  cfg.set("scheduler.max-threads", 1);
-  cfg.set("work-stealing.aggressive-poll-attempts", 0);
-  cfg.set("work-stealing.moderate-poll-attempts", 0);
-  cfg.set("logger.verbosity", caf::atom("quiet"));
+  configure_actor_system(cfg);
+  if (cluster) cluster->configure(cfg);
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
 
-  auto group = net::make_local_group(world, net::CollectiveOptions{config_.timeout});
+  caf::actor reducer;
   std::vector<std::shared_ptr<net::Collective>> collectives;
-  for (auto& c : group) collectives.emplace_back(std::move(c));
-
-  ReducerConfig rc;
-  rc.parameter_count = parameter_count_;
-  rc.optimizer = t.optimizer;
-  rc.schedule = schedule;
-  rc.replicas = world;
-  caf::actor reducer = system.spawn<caf::detached>(reducer_actor, rc);
-
-  std::vector<caf::actor> loaders, devices;
-  for (int r = 0; r < world; ++r) {
-    LoaderConfig lc;
-    lc.dataset = train;
-    lc.plan = data::PlanOptions{train->size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
-    lc.shard = {r, world};
-    lc.start = start_cursor;
-    lc.prefetch = config_.prefetch;
-    loaders.push_back(system.spawn<caf::detached>(data_loader, lc));
-    DeviceConfig dc;
-    dc.rank = r;
-    dc.device = config_.devices[static_cast<std::size_t>(r)];
-    dc.spec = spec_;
-    dc.optimizer = t.optimizer;
-    dc.schedule = schedule;
-    dc.seed = t.seed;
-    dc.threads = config_.threads_per_device;
-    dc.sync_grad_scale = 1.0f / static_cast<float>(t.batch * world);
-    dc.collective = collectives[static_cast<std::size_t>(r)];
-    dc.test = r == 0 ? test : nullptr;
-    dc.eval_batch = t.eval_batch;
-    dc.timeout = config_.timeout;
-    dc.loader = loaders.back();
-    dc.reducer = reducer;
-    devices.push_back(system.spawn<caf::detached>(device_actor, dc));
-  }
-
+  std::vector<caf::actor> loaders, devices, all_devices;
   auto shutdown = [&]() {
     for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
-    self->send_exit(reducer, caf::exit_reason::user_shutdown);
+    if (reducer) self->send_exit(reducer, caf::exit_reason::user_shutdown);
   };
+  int world = local;
+  // Anything failing before training starts must still stop what was
+  // spawned (~actor_system waits for every live actor) and tell the nodes.
+  try {
+    // A cluster first gathers its nodes: the world is every node's devices.
+    std::vector<int> remote_counts;
+    if (cluster) remote_counts = cluster->gather(self);
+    for (int n : remote_counts) world += n;
+    if (world != local) {
+      data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+      batches_per_epoch_ = data::batches_per_epoch(plan, {0, world});
+      if (batches_per_epoch_ < 1) {
+        const std::string why = "dataset " + t.data + " has " + std::to_string(data_.train.size()) +
+                                " training examples, fewer than one global batch of " +
+                                std::to_string(t.batch * static_cast<std::int64_t>(world));
+        throw std::invalid_argument(why);
+      }
+    }
+
+    ReducerConfig rc;
+    rc.parameter_count = parameter_count_;
+    rc.optimizer = t.optimizer;
+    rc.schedule = schedule;
+    rc.replicas = world;
+    reducer = system.spawn<caf::detached>(reducer_actor, rc);
+
+    if (cluster) {
+      collectives = cluster->form(self, reducer, local, world, start_cursor);
+    } else {
+      for (auto& c : net::make_local_group(world, net::CollectiveOptions{config_.timeout})) collectives.emplace_back(std::move(c));
+    }
+
+    for (int r = 0; r < local; ++r) {
+      ReplicaPlan plan;
+      plan.rank = r;
+      plan.world = world;
+      plan.device = config_.devices[static_cast<std::size_t>(r)];
+      plan.train = t;
+      plan.spec = spec_;
+      plan.train_data = train;
+      plan.test_data = r == 0 ? test : nullptr;
+      plan.schedule = schedule;
+      plan.collective = collectives[static_cast<std::size_t>(r)];
+      plan.reducer = reducer;
+      plan.start = start_cursor;
+      plan.prefetch = config_.prefetch;
+      plan.threads = config_.threads_per_device;
+      plan.timeout = config_.timeout;
+      ReplicaActors a = spawn_replica(system, plan);
+      loaders.push_back(a.loader);
+      devices.push_back(a.device);
+    }
+    // Every replica of the job in rank order: this host's, then the nodes'.
+    all_devices = devices;
+  } catch (const std::exception& e) {
+    for (auto& c : collectives) c->abort("the job could not start");
+    if (cluster) cluster->finish(self, e.what());
+    shutdown();
+    throw;
+  }
+
 
   // Control requests from other threads, answered from this thread.
   auto forward_control_requests = [&](const caf::actor& coordinator) {
@@ -212,13 +269,28 @@ JobResult Job::run(const models::Callbacks& callbacks) {
 
   JobResult result;
   try {
+    if (cluster) {
+      for (auto& d : cluster->remote_devices(self)) all_devices.push_back(d);
+      // The nodes' replicas start from this host's parameters (identical
+      // by seed anyway: this makes sure, and carries a resumed state).
+      if (!resumed) {
+        ReplicaState initial;
+        std::string error;
+        self->request(devices[0], config_.timeout, get_state_atom::value)
+            .receive([&](ReplicaState& s) { initial = std::move(s); }, [&](caf::error& e) { error = system.render(e); });
+        for (std::size_t r = devices.size(); r < all_devices.size() && error.empty(); ++r)
+          self->request(all_devices[r], config_.timeout, set_state_atom::value, initial)
+              .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+        if (!error.empty()) throw std::runtime_error("sending the initial parameters to the nodes: " + error);
+      }
+    }
     if (resumed) {
       ReplicaState state;
       state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
       for (const auto& b : resumed->optimizer.buffers)
         state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
       for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
-      for (auto& d : devices) {
+      for (auto& d : all_devices) {
         std::string error;
         self->request(d, config_.timeout, set_state_atom::value, state)
             .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
@@ -234,7 +306,8 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.global_batch = t.batch * world;
     cc.mode = config_.mode;
     cc.switches = config_.switches;
-    cc.devices = devices;
+    cc.devices = all_devices;
+    if (cluster) cc.nodes = cluster->nodes();
     cc.reducer = reducer;
     cc.listener = caf::actor_cast<caf::actor>(self);
     cc.checkpoints = checkpoints_;
@@ -270,6 +343,12 @@ JobResult Job::run(const models::Callbacks& callbacks) {
             result.error = "the coordinator stopped unexpectedly: " + system.render(down.reason);
             done = true;
           },
+          [&](node_lost_atom, std::int32_t, const std::string& what) {
+            // A node of the cluster is gone: no collective can complete. The
+            // coordinator checkpoints what is consistent and ends the job.
+            for (auto& c : collectives) c->abort(what);
+            self->send(coordinator, failed_atom::value, -1, what);
+          },
           caf::after(std::chrono::milliseconds(50)) >> [] {});
       if (done) break;
       // Polled, so a stop request from a signal handler needs no lock.
@@ -282,20 +361,22 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     result.stopped_early = result.stopped_early || stop_requested;
     stop_control();
     if (config_.collect_replica_parameters && result.error.empty()) {
-      for (auto& d : devices)
+      for (auto& d : all_devices)
         self->request(d, config_.timeout, get_state_atom::value)
             .receive([&](const ReplicaState& s) { replica_parameters_.push_back(s.parameters.to_vector()); },
                      [&](caf::error& e) { result.error = "collecting parameters: " + system.render(e); });
     }
     self->send_exit(coordinator, caf::exit_reason::user_shutdown);
-  } catch (...) {
+  } catch (const std::exception& e) {
     stop_control();
     for (auto& c : collectives) c->abort("the job is shutting down");
+    if (cluster) cluster->finish(self, e.what());
     shutdown();
     throw;
   }
   if (!result.error.empty())
     for (auto& c : collectives) c->abort("the job failed: " + result.error);
+  if (cluster) cluster->finish(self, result.error);
   shutdown();
   if (!resumed_path.empty()) result.mode_history.insert(result.mode_history.begin(), "resumed from " + resumed_path);
   return result;

@@ -21,15 +21,38 @@
 #include <string>
 #include <vector>
 
+#include <caf/all.hpp>
+
 #include "actors/coordinator.hpp"
 #include "actors/mode.hpp"
 #include "models/trainer.hpp"
-
-namespace caf {
-class actor_system;
-}
+#include "net/collective/collective.hpp"
 
 namespace troupe::actors {
+
+// What a cluster adds to a job on its coordinator node (actors/node.cpp
+// implements it; a single-host job has none). Job::run calls these in this
+// order, all on run()'s thread.
+class ClusterHooks {
+ public:
+  virtual ~ClusterHooks() = default;
+  // Before the actor system starts: remoting, heartbeats, message types.
+  virtual void configure(caf::actor_system_config& config) = 0;
+  // Admits nodes until the job can start; returns each other node's number
+  // of replicas, in node order (their ranks follow this host's).
+  virtual std::vector<int> gather(caf::scoped_actor& self) = 0;
+  // Asks every node to connect the data plane and spawn its replicas, and
+  // returns the collectives of this host's `local` replicas (ranks 0..local-1).
+  virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& reducer,
+                                                              int local, int world, const data::Cursor& start) = 0;
+  // The other nodes' device actors, in rank order.
+  virtual std::vector<caf::actor> remote_devices(caf::scoped_actor& self) = 0;
+  virtual std::vector<NodeInfo> nodes() const = 0;
+  // Tells every node the job is over (error empty: done; else why it failed).
+  virtual void finish(caf::scoped_actor& self, const std::string& error) = 0;
+  // While the job runs, the hooks send `node_lost, what` to run()'s actor
+  // when a node is gone; run() aborts the collectives and fails the job.
+};
 
 struct JobConfig {
   models::TrainConfig train;           // model, data, epochs, per-replica batch, optimizer, ...
@@ -40,6 +63,7 @@ struct JobConfig {
   int threads_per_device = 1;
   std::chrono::milliseconds timeout{60000};  // any single wait between actors
   bool collect_replica_parameters = false;   // fill JobResult-side copies (tests)
+  std::shared_ptr<ClusterHooks> cluster;     // null: this host only
 };
 
 // The devices troupe uses when none are named: every GPU when there are

@@ -1,16 +1,25 @@
 // Every message the actors of one job exchange, and the one place where
 // their types are made known to CAF.
 //
-// These messages stay inside one process: CAF passes them by reference
-// counting and never serialises them, so Tensor handles travel as they are
-// (CAF_ALLOW_UNSAFE_MESSAGE_TYPE). Float payloads must never go through CAF's
-// own float serialisation (../shared/CAF-0.17.md: NaN becomes 1 and +inf
-// hangs); what crosses hosts goes through net/ instead.
+// Inside one process CAF passes messages by reference counting and never
+// serialises them: Tensor handles travel as they are. Between the nodes of a
+// cluster (actors/node.hpp) the messages a coordinator exchanges with remote
+// device actors are serialised: Grant, StepReport, GradientPush,
+// ReplicaState, Tensor and Mode have their own serialize() below, registered
+// with CAF by register_message_types(). Every float and double in them goes
+// as raw bytes (apply_raw), never through CAF's own float serialisation
+// (../shared/CAF-0.17.md: NaN becomes 1 and +inf hangs the sender). Raw bytes
+// are in host byte order: every node of a cluster must share it (x86-64 and
+// aarch64 are both little-endian). Types marked CAF_ALLOW_UNSAFE_MESSAGE_TYPE
+// at the end never leave their process: CAF would silently send them empty.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +52,13 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using counters_atom = caf::atom_constant<caf::atom("counters")>;
+// Cluster membership (actors/node.hpp).
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+using form_atom = caf::atom_constant<caf::atom("form")>;
+using formed_atom = caf::atom_constant<caf::atom("formed")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 
 // A batch from a data loader, on the host.
 struct Batch {
@@ -82,6 +98,9 @@ struct GradientPush {
 // Parameters and optimizer state: what moves between the replicas and the
 // parameter server at a mode switch, and what a checkpoint holds.
 struct ReplicaState {
+  // A device's clock when it was taken (steps it had completed), or, from
+  // the parameter server, the global step its parameters are at; -1 unknown.
+  std::int64_t clock = -1;
   Tensor parameters;
   std::vector<std::pair<std::string, Tensor>> buffers;
   std::vector<std::pair<std::string, double>> scalars;
@@ -99,16 +118,116 @@ struct ServerCounters {
   std::int64_t max_lead = 0;    // largest observed (pusher's start clock - slowest clock)
 };
 
+
+// ---- serialisation for the messages that cross nodes ----
+
+namespace detail {
+// Throws on a CAF serialisation error, which a message handler turns into an
+// error reply (CAF catches it) instead of a half-read message.
+inline void check(caf::error e, const char* what) {
+  if (e) throw std::runtime_error(std::string("serialising ") + what + " failed");
+}
+template <class P, class T>
+void raw(P& p, T& value, const char* what) {
+  static_assert(std::is_trivially_copyable<T>::value, "raw bytes only for plain values");
+  check(p.apply_raw(sizeof(T), &value), what);
+}
+}  // namespace detail
+
+template <class P>
+void serialize(P& p, Mode& m, const unsigned int) {
+  auto kind = static_cast<std::uint8_t>(m.kind);
+  detail::check(p(kind, m.staleness), "Mode");
+  if constexpr (P::writes_state) {
+    if (kind > static_cast<std::uint8_t>(Mode::Kind::ssp) || m.staleness < 0)
+      throw std::runtime_error("a received Mode is out of range");
+    m.kind = static_cast<Mode::Kind>(kind);
+  }
+}
+
+template <class P>
+void serialize(P& p, Grant& g, const unsigned int) {
+  detail::check(p(g.up_to, g.mode, g.clock_at_base, g.global_at_base, g.epoch), "Grant");
+}
+
+template <class P>
+void serialize(P& p, StepReport& r, const unsigned int) {
+  detail::check(p(r.rank, r.clock, r.examples, r.pushed), "StepReport");
+  detail::raw(p, r.loss_sum, "StepReport");
+}
+
+template <class P>
+void serialize(P& p, GradientPush& g, const unsigned int) {
+  detail::check(p(g.rank, g.clock, g.gradient), "GradientPush");
+}
+
+template <class P>
+void serialize(P& p, ReplicaState& s, const unsigned int) {
+  detail::check(p(s.clock, s.parameters), "ReplicaState");
+  std::size_t n = s.buffers.size();
+  detail::check(p.begin_sequence(n), "ReplicaState");
+  if constexpr (P::writes_state) s.buffers.resize(n);
+  for (auto& [name, buffer] : s.buffers) detail::check(p(name, buffer), "ReplicaState");
+  detail::check(p.end_sequence(), "ReplicaState");
+  n = s.scalars.size();
+  detail::check(p.begin_sequence(n), "ReplicaState");
+  if constexpr (P::writes_state) s.scalars.resize(n);
+  for (auto& [name, value] : s.scalars) {
+    detail::check(p(name), "ReplicaState");
+    detail::raw(p, value, "ReplicaState");
+  }
+  detail::check(p.end_sequence(), "ReplicaState");
+}
+
+// Registers every type above with CAF (both ends of a connection need it).
+void register_message_types(caf::actor_system_config& config);
+
 }  // namespace troupe::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::kernels::Tensor)
+namespace troupe::kernels {
+
+// A tensor crosses nodes as dtype, dims and raw bytes; it arrives on the host.
+// A received shape is checked before anything is allocated (the peer passed
+// the cluster handshake, but a bug must not become a huge allocation).
+template <class P>
+void serialize(P& p, Tensor& t, const unsigned int) {
+  std::uint8_t defined = 0, dtype = 0;
+  std::vector<std::int64_t> dims;
+  Tensor host;
+  if constexpr (P::reads_state) {
+    defined = t.defined() && t.raw() != nullptr ? 1 : 0;
+    if (defined) {
+      host = t.device().is_cpu() ? t : t.to(Device::cpu());
+      dtype = static_cast<std::uint8_t>(t.dtype());
+      dims = t.shape().dims();
+    }
+  }
+  actors::detail::check(p(defined, dtype, dims), "Tensor");
+  if (!defined) {
+    if constexpr (P::writes_state) t = Tensor();
+    return;
+  }
+  if constexpr (P::writes_state) {
+    if (dtype > static_cast<std::uint8_t>(DType::i32)) throw std::runtime_error("a received tensor has an unknown dtype");
+    std::int64_t numel = 1;
+    for (auto d : dims) {
+      if (d < 0 || d > (std::int64_t{1} << 31) || numel > (std::int64_t{1} << 31) / std::max<std::int64_t>(d, 1))
+        throw std::runtime_error("a received tensor has an implausible shape");
+      numel *= d;
+    }
+    host = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
+  }
+  if (host.bytes()) actors::detail::check(p.apply_raw(host.bytes(), host.raw()), "Tensor");
+  if constexpr (P::writes_state) t = host;
+}
+
+}  // namespace troupe::kernels
+
+namespace troupe::actors {
+}  // namespace troupe::actors
+
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Grant)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::GradientPush)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ReplicaState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Position)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ServerCounters)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Mode)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::models::EpochResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::data::Cursor)

@@ -28,6 +28,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
       [=](get_state_atom) -> ReplicaState {
         auto& st = self->state;
         ReplicaState out;
+        out.clock = st.position.global_step + st.applied_since_position;
         out.parameters = st.master.clone();
         for (const auto& [name, buffer] : st.optimizer->buffers()) out.buffers.emplace_back(name, buffer.clone());
         out.scalars = st.optimizer->scalars();

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "actors/job.hpp"
+#include "actors/node.hpp"
 #include "models/trainer.hpp"
 
 namespace troupe::cli {
@@ -30,6 +32,18 @@ struct TrainOptions {
 };
 void add_train_command(CLI::App& app, TrainOptions& options);
 int run_train(TrainOptions& options);
+// Runs a job on the actor runtime (one host, or a cluster's coordinator)
+// with train's reporting options (metrics, log, summary, control endpoint).
+int run_actor_job(const actors::JobConfig& job, const TrainOptions& reporting);
+
+struct NodeOptions {
+  actors::NodeOptions node;
+  std::string cluster;        // --cluster FILE (else $TROUPE_CLUSTER)
+  std::string devices;
+  TrainOptions reporting;     // --control, --metrics, --log-every, --summary-json
+};
+void add_node_command(CLI::App& app, NodeOptions& options);
+int run_node(NodeOptions& options);
 
 struct EvalOptions {
   std::string checkpoint;

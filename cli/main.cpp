@@ -2,6 +2,8 @@
 //
 //   troupe train --model cnn --data fashion-mnist --epochs 2
 //   troupe eval --checkpoint runs/ckpt/ckpt-000000001874.troupe
+//   troupe node --listen 127.0.0.1:7000 --job job.toml --min-nodes 3
+//   troupe node --join 127.0.0.1:7000
 //
 // Exit status: 0 success, 1 a runtime error (missing data, a corrupt
 // checkpoint, ...), 2 a usage error (bad flags or values). Errors are one
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   troupe::cli::add_eval_command(app, eval);
   troupe::cli::CtlOptions ctl;
   troupe::cli::add_ctl_command(app, ctl);
+  troupe::cli::NodeOptions node;
+  troupe::cli::add_node_command(app, node);
 
   try {
     app.parse(argc, argv);
@@ -39,6 +43,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return troupe::cli::run_train(train);
     if (app.got_subcommand("eval")) return troupe::cli::run_eval(eval);
     if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);
+    if (app.got_subcommand("node")) return troupe::cli::run_node(node);
   } catch (const troupe::cli::UsageError& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 2;

@@ -61,15 +61,25 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
   jc.switches = actors::parse_switch_schedule(o.switches);
   jc.prefetch = o.prefetch;
   jc.threads_per_device = o.threads;
-  Report report(o.config.epochs, o.log_every, o.metrics);
+  return run_actor_job(jc, o);
+}
+
+}  // namespace
+
+int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
+  Report report(jc.train.epochs, o.log_every, o.metrics);
   actors::Job job(jc);  // every configuration error surfaces here
 
   std::string devices_text;
   for (const auto& d : job.config().devices) devices_text += (devices_text.empty() ? "" : ", ") + d.str();
-  std::fprintf(stderr, "devices: %s | mode %s | batch %lld per replica, %lld global | %lld steps per epoch\n",
-               devices_text.c_str(), jc.mode.str().c_str(), static_cast<long long>(o.config.batch),
-               static_cast<long long>(o.config.batch * static_cast<std::int64_t>(job.config().devices.size())),
-               static_cast<long long>(job.batches_per_epoch()));
+  if (!jc.cluster)
+    std::fprintf(stderr, "devices: %s | mode %s | batch %lld per replica, %lld global | %lld steps per epoch\n",
+                 devices_text.c_str(), jc.mode.str().c_str(), static_cast<long long>(jc.train.batch),
+                 static_cast<long long>(jc.train.batch * static_cast<std::int64_t>(job.config().devices.size())),
+                 static_cast<long long>(job.batches_per_epoch()));
+  else
+    std::fprintf(stderr, "devices here: %s | mode %s | batch %lld per replica\n", devices_text.c_str(),
+                 jc.mode.str().c_str(), static_cast<long long>(jc.train.batch));
   std::fprintf(stderr, "%s", models::Model(job.spec(), kernels::Device::cpu()).summary().c_str());
 
   std::unique_ptr<net::ControlServer> control;
@@ -115,11 +125,9 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
                static_cast<long long>(r.server.applied));
   print_result(result);
-  if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, o.config);
+  if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return 0;
 }
-
-}  // namespace
 
 void use_threads(int threads) {
   if (threads < 1) throw UsageError("--threads must be at least 1, got " + std::to_string(threads));

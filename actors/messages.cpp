@@ -1,0 +1,14 @@
+#include "actors/messages.hpp"
+
+namespace troupe::actors {
+
+void register_message_types(caf::actor_system_config& config) {
+  config.add_message_type<kernels::Tensor>("troupe::Tensor");
+  config.add_message_type<Mode>("troupe::Mode");
+  config.add_message_type<Grant>("troupe::Grant");
+  config.add_message_type<StepReport>("troupe::StepReport");
+  config.add_message_type<GradientPush>("troupe::GradientPush");
+  config.add_message_type<ReplicaState>("troupe::ReplicaState");
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,78 @@
+// `troupe node`: the same actors spanning hosts.
+//
+// The coordinator node (TF's "chief") runs the Job: it owns the job spec,
+// membership, step grants, evaluation and checkpoints, and the parameter
+// server. Worker nodes join it by address, receive the job text and the
+// current parameters, and run replicas (a data loader and a device actor per
+// device) that the coordinator drives exactly as it drives its own:
+//
+//   coordinator node                              worker node k
+//   ┌───────────────────────────────┐            ┌──────────────────────────┐
+//   │ membership ◄── join/ready ────┼── CAF ─────┼─ worker (this file)      │
+//   │ coordinator ── grant ─────────┼────────────┼► device ◄─ data loader   │
+//   │   ▲   ◄──── step_done ────────┼────────────┼─ device                  │
+//   │ reducer ◄──── push (async) ───┼────────────┼─ device                  │
+//   │ devices ═ local ═╗            │            │ devices ═ local ═╗       │
+//   └══════════════════╬════════════┘            └══════════════════╬═══════┘
+//                      ╚═══════ tcp ring (data plane, leaders) ═════╝
+//
+// Control plane: CAF remoting, published on 127.0.0.1 only, behind the gate
+// (net/cluster/gate.hpp): the public --listen port runs the cluster-secret
+// handshake and the version check with bounded frames before any byte
+// reaches CAF, whose BASP trusts its length fields. Heartbeats every second
+// and a 5 s connection timeout on every node; every remote actor is
+// monitored; every remote request has a finite timeout.
+//
+// Data plane: sync all-reduce is hierarchical (net/collective/hierarchical):
+// inside a node through the `local` backend, across nodes on the `tcp` ring
+// between node leaders. Async and ssp push gradients to the parameter
+// server over CAF as raw bytes (messages.hpp).
+//
+// Membership is fixed once training starts: a node that joins later is
+// refused with the reason. A lost node (its process killed, its host gone:
+// CAF's down message at once on a closed connection, within the heartbeat
+// timeout on a silent one) stops the job with an error naming the node,
+// after a checkpoint of the last consistent state when a checkpoint
+// directory is configured; resume with --resume.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/job.hpp"
+
+namespace troupe::actors {
+
+struct NodeOptions {
+  std::string listen;              // coordinator: HOST:PORT of the gate
+  std::string join;                // worker: the coordinator's HOST:PORT
+  int min_nodes = 1;               // coordinator: nodes (itself included) before training starts
+  std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
+  std::string job_file;            // worker: optional; refused when it differs from the coordinator's
+  std::vector<kernels::Device> devices;  // this node's (default: actors::default_devices())
+  int threads_per_device = 1;
+  int prefetch = 2;
+  // This node's data-plane address HOST[:PORT] (port 0 or none: a free
+  // one). Default: the coordinator's --listen host (or, for 0.0.0.0, this
+  // host's first non-loopback IPv4 address); a worker's own address on the
+  // connection to the coordinator.
+  std::string data_address;
+  std::chrono::milliseconds join_timeout{30000};     // worker: reaching the coordinator
+  std::chrono::milliseconds wait_timeout{600000};    // waiting for nodes / for the job to start
+  std::chrono::milliseconds timeout{60000};          // any one collective or remote request
+  std::function<void(const std::string&)> log;       // default: stderr, "troupe node: ..."
+};
+
+// The coordinator's side: hooks for JobConfig::cluster. Throws
+// std::invalid_argument for bad options (addresses, secret file).
+std::shared_ptr<ClusterHooks> make_coordinator_cluster(const NodeOptions& options, const JobConfig& job);
+
+// A worker node: joins, trains until the coordinator says the job is done.
+// Returns the process exit status: 0 when the job completed, 1 when it
+// failed, was refused or lost the coordinator (the reason is logged).
+int run_worker(const NodeOptions& options);
+
+}  // namespace troupe::actors

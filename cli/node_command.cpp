@@ -1,0 +1,85 @@
+// `troupe node`: one process per host of a cluster (actors/node.hpp).
+//
+//   troupe node --listen 0.0.0.0:7000 --job job.toml --min-nodes 3 --control 127.0.0.1:8080
+//   troupe node --join host-a:7000
+//   TROUPE_CLUSTER='{"cluster":{"worker":["a:7000","b:7001"]},"task":{"type":"worker","index":1}}' troupe node
+#include <cstdio>
+
+#include "actors/job_file.hpp"
+#include "cli/commands.hpp"
+#include "net/cluster/cluster_spec.hpp"
+
+namespace troupe::cli {
+
+void add_node_command(CLI::App& app, NodeOptions& o) {
+  auto* cmd = app.add_subcommand("node", "Run one node of a cluster: the coordinator (--listen) or a worker (--join)");
+  auto& n = o.node;
+  cmd->add_option("--listen", n.listen, "Be the coordinator, accepting nodes at HOST:PORT");
+  cmd->add_option("--join", n.join, "Be a worker, joining the coordinator at HOST:PORT");
+  cmd->add_option("--cluster", o.cluster,
+                  "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER); index 0 is the coordinator");
+  cmd->add_option("--job", n.job_file,
+                  "Job file (coordinator: required; worker: optional, refused if it differs from the coordinator's)");
+  cmd->add_option("--min-nodes", n.min_nodes, "Nodes, this one included, before training starts")
+      ->capture_default_str();
+  cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1 (default: every GPU, else 2 CPU devices)");
+  cmd->add_option("--secret-file", n.secret_file,
+                  "File holding the cluster secret (else TROUPE_SECRET; without one only loopback peers are accepted)");
+  cmd->add_option("--data-address", n.data_address,
+                  "This node's data-plane address HOST[:PORT] (default: the address peers reach it by, a free port)");
+  cmd->add_option("--threads,--threads-per-device", n.threads_per_device, "CPU threads for each device's kernels")
+      ->capture_default_str();
+  cmd->add_option("--prefetch", n.prefetch, "Batches each data loader keeps ready")->capture_default_str();
+  cmd->add_option("--control", o.reporting.control,
+                  "Coordinator: serve the HTTP control endpoint at HOST:PORT (troupe ctl --at HOST:PORT)");
+  cmd->add_option("--metrics", o.reporting.metrics, "Coordinator: write metrics rows here (CSV, or JSON lines)");
+  cmd->add_option("--log-every", o.reporting.log_every, "Coordinator: steps between log lines")->capture_default_str();
+  cmd->add_option("--summary-json", o.reporting.summary_json, "Coordinator: write the final figures here as JSON");
+  cmd->add_option_function<double>(
+      "--wait-timeout", [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+      "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker) (default 600)");
+  cmd->add_option_function<double>(
+      "--timeout", [&n](double s) { n.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+      "Seconds any one collective or remote request may take (default 60)");
+}
+
+int run_node(NodeOptions& o) {
+  auto& n = o.node;
+  if (auto spec = net::load_cluster_spec(o.cluster)) {
+    if (!n.listen.empty() || !n.join.empty())
+      throw UsageError("give either --listen / --join or a cluster spec (" + spec->source + "), not both");
+    if (spec->task_type == "ps")
+      throw UsageError(spec->source + ": task type \"ps\": troupe keeps the parameter server on the coordinator; "
+                       "start this host as a worker instead");
+    if (spec->is_coordinator()) {
+      n.listen = spec->self().str();
+      n.min_nodes = static_cast<int>(spec->nodes().size());
+    } else {
+      n.join = spec->coordinator().str();
+      if (n.data_address.empty()) n.data_address = spec->self().str();
+    }
+  }
+  if (n.listen.empty() == n.join.empty())
+    throw UsageError("troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
+                     "or --cluster FILE");
+  if (n.threads_per_device < 1) throw UsageError("--threads must be at least 1");
+  if (n.prefetch < 1) throw UsageError("--prefetch must be at least 1");
+  if (n.timeout.count() <= 0 || n.wait_timeout.count() <= 0) throw UsageError("timeouts must be positive");
+  if (!o.devices.empty()) n.devices = actors::parse_devices(o.devices);
+  use_threads(n.threads_per_device);
+  if (!n.join.empty()) {
+    if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty())
+      throw UsageError("--control, --metrics and --summary-json belong to the coordinator (--listen)");
+    return actors::run_worker(n);
+  }
+  if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");
+  actors::JobConfig jc = actors::load_job_file(n.job_file);
+  jc.devices = n.devices.empty() ? actors::default_devices() : n.devices;
+  jc.threads_per_device = n.threads_per_device;
+  jc.prefetch = n.prefetch;
+  jc.timeout = n.timeout;
+  jc.cluster = actors::make_coordinator_cluster(n, jc);
+  return run_actor_job(jc, o.reporting);
+}
+
+}  // namespace troupe::cli
