@@ -1,0 +1,684 @@
+// net/cluster/gate: the gate and the join relay on real loopback sockets,
+// with an echo server playing CAF's local port. Round trips (20 MB both ways,
+// many small messages), every refusal (wrong secret, secret on one side,
+// version, admit hook), misbehaving clients that must never reach the echo
+// server, stop() with live connections, and the handshake as the tcp
+// backend's authentication hook.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <list>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/cluster/gate.hpp"
+#include "net/tcp/tcp.hpp"
+#include "net/tcp/wire.hpp"
+
+namespace troupe::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kSecretText = "correct horse battery staple";
+
+// ---------------------------------------------------------------------------
+// Helpers: an echo server, blocking clients, a log that tests can search.
+
+// Plays CAF's port on 127.0.0.1: echoes every byte back on every
+// connection, counting what it received.
+class EchoServer {
+ public:
+  EchoServer() {
+    listen_fd_ = listen_tcp("127.0.0.1:0", &port_);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~EchoServer() {
+    stopping_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    close_connections();
+    for (auto& t : threads_) t.join();
+    ::close(listen_fd_);
+  }
+  std::uint16_t port() const { return port_; }
+  std::size_t bytes_received() const { return received_; }
+  std::size_t connections() const { return connections_; }
+  // Closes every connection from the server's side.
+  void close_connections() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  void accept_loop() {
+    while (!stopping_) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) {
+        if (stopping_) return;
+        continue;
+      }
+      ++connections_;
+      std::lock_guard<std::mutex> lock(mutex_);
+      fds_.push_back(fd);
+      threads_.emplace_back([this, fd] { echo(fd); });
+    }
+  }
+  void echo(int fd) {
+    std::vector<char> buffer(64 << 10);
+    for (;;) {
+      const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
+      if (n <= 0) break;
+      received_ += static_cast<std::size_t>(n);
+      std::size_t done = 0;
+      while (done < static_cast<std::size_t>(n)) {
+        const ssize_t put = ::send(fd, buffer.data() + done, static_cast<std::size_t>(n) - done, MSG_NOSIGNAL);
+        if (put <= 0) break;
+        done += static_cast<std::size_t>(put);
+      }
+      if (done < static_cast<std::size_t>(n)) break;
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    // closed by the destructor (after the threads are joined)
+  }
+
+  int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> received_{0}, connections_{0};
+  std::mutex mutex_;
+  std::vector<int> fds_;
+  std::list<std::thread> threads_;
+  std::thread acceptor_;
+};
+
+// A blocking client socket with a receive timeout (so a broken test fails
+// instead of hanging).
+int connect_blocking(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+bool send_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (put <= 0) return false;
+    p += put;
+    n -= static_cast<std::size_t>(put);
+  }
+  return true;
+}
+
+bool recv_all(int fd, char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::recv(fd, p, n, 0);
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+// Whether the peer closes fd (EOF or reset) within `limit`, reading and
+// discarding anything before that.
+bool sees_eof(int fd, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char buffer[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+  }
+}
+
+// Waits up to 5 s for `condition`.
+template <typename F>
+bool eventually(F condition) {
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < end) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return condition();
+}
+
+// Collects log lines from any thread.
+struct Log {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mutex);
+      lines.push_back(line);
+    };
+  }
+  // Whether some line contains every one of `parts`.
+  bool has(std::initializer_list<std::string> parts) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& line : lines) {
+      bool all = true;
+      for (const auto& part : parts) all = all && line.find(part) != std::string::npos;
+      if (all) return true;
+    }
+    return false;
+  }
+  std::string all() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+  }
+};
+
+HandshakeConfig handshake(const std::string& identity, const std::string& secret = "",
+                          const std::string& version = "1.2.3") {
+  HandshakeConfig c;
+  if (!secret.empty()) c.secret = Secret::from_text(secret);
+  c.version = version;
+  c.identity = identity;
+  return c;
+}
+
+GateConfig gate_config(std::uint16_t forward_port, HandshakeConfig h, Log* log = nullptr) {
+  GateConfig c;
+  c.listen_address = "127.0.0.1:0";
+  c.forward_port = forward_port;
+  c.handshake = std::move(h);
+  c.handshake_timeout = 2s;
+  if (log) c.log = log->sink();
+  return c;
+}
+
+JoinRelayConfig relay_config(std::uint16_t gate_port, HandshakeConfig h, Log* log = nullptr) {
+  JoinRelayConfig c;
+  c.gate_address = "127.0.0.1:" + std::to_string(gate_port);
+  c.handshake = std::move(h);
+  c.timeout = 3s;
+  if (log) c.log = log->sink();
+  return c;
+}
+
+// The message of the exception `make` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F make) {
+  try {
+    make();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string random_payload(std::size_t bytes, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(bytes, '\0');
+  for (std::size_t i = 0; i + 8 <= bytes; i += 8) {
+    const std::uint64_t v = rng();
+    std::memcpy(&out[i], &v, 8);
+  }
+  return out;
+}
+
+// Sends `payload` through fd on one thread while reading the echo on this
+// one; whether it came back exactly.
+bool echo_round_trip(int fd, const std::string& payload) {
+  std::thread writer([&] { send_all(fd, payload.data(), payload.size()); });
+  std::string back(payload.size(), '\0');
+  const bool got = recv_all(fd, back.data(), back.size());
+  writer.join();
+  return got && back == payload;
+}
+
+// Through one relay: 20 MB both ways, then 1000 small messages.
+void check_round_trips(JoinRelay& relay) {
+  const int fd = connect_blocking(relay.local_port());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(echo_round_trip(fd, random_payload(20 << 20, 1))) << "20 MB did not come back exactly";
+  for (int i = 0; i < 1000; ++i) {
+    const std::string message = "message " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 97), 'x');
+    ASSERT_TRUE(send_all(fd, message.data(), message.size()));
+    std::string back(message.size(), '\0');
+    ASSERT_TRUE(recv_all(fd, back.data(), back.size())) << "message " << i;
+    ASSERT_EQ(back, message);
+  }
+  ::close(fd);
+}
+
+// ---------------------------------------------------------------------------
+// Round trips.
+
+TEST(ClusterGate, RoundTripsWithoutSecretOnLoopback) {
+  EchoServer echo;
+  Log log;
+  Gate gate(gate_config(echo.port(), handshake("coordinator"), &log));
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a")));
+  EXPECT_EQ(relay.local_host(), "127.0.0.1");
+  EXPECT_EQ(relay.gate_identity(), "coordinator");
+  check_round_trips(relay);
+  EXPECT_EQ(gate.admitted(), 1u);
+  EXPECT_EQ(gate.refused(), 0u);
+  EXPECT_TRUE(log.has({"admitted", "127.0.0.1:", "'worker/a'"})) << log.all();
+}
+
+TEST(ClusterGate, RoundTripsWithSecretAndLaterConnectionsHandshakeAgain) {
+  EchoServer echo;
+  Log log;
+  Gate gate(gate_config(echo.port(), handshake("coordinator", kSecretText), &log));
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a", kSecretText), &log));
+  check_round_trips(relay);
+  // A second local connection: a fresh connection to the gate and handshake.
+  const int fd = connect_blocking(relay.local_port());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(echo_round_trip(fd, "second connection"));
+  ::close(fd);
+  EXPECT_EQ(gate.admitted(), 2u);
+  EXPECT_EQ(echo.connections(), 2u);
+  EXPECT_EQ(log.all().find(kSecretText), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// Refusals.
+
+TEST(ClusterGate, WrongSecretIsRefusedAndTheGateKeepsServing) {
+  EchoServer echo;
+  Log log;
+  Gate gate(gate_config(echo.port(), handshake("coordinator", kSecretText), &log));
+  const std::string error =
+      error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a", "another secret"))); });
+  EXPECT_NE(error.find("did not prove the cluster secret"), std::string::npos) << error;
+  EXPECT_NE(error.find("does not match"), std::string::npos) << error;
+  EXPECT_NE(error.find("127.0.0.1:" + std::to_string(gate.port())), std::string::npos) << error;
+  ASSERT_TRUE(eventually([&] { return gate.refused() == 1; }));
+  EXPECT_TRUE(log.has({"refused", "127.0.0.1:", "'worker/a'", "did not prove the cluster secret"})) << log.all();
+  EXPECT_EQ(echo.bytes_received(), 0u);
+  EXPECT_EQ(echo.connections(), 0u);
+
+  JoinRelay good(relay_config(gate.port(), handshake("worker/b", kSecretText)));
+  const int fd = connect_blocking(good.local_port());
+  EXPECT_TRUE(echo_round_trip(fd, "after a refusal"));
+  ::close(fd);
+  EXPECT_EQ(gate.admitted(), 1u);
+  EXPECT_EQ(log.all().find(kSecretText), std::string::npos);
+  EXPECT_EQ(log.all().find("another secret"), std::string::npos);
+}
+
+TEST(ClusterGate, SecretOnOneSideOnlyIsRefusedEitherWay) {
+  EchoServer echo;
+  {
+    Gate gate(gate_config(echo.port(), handshake("coordinator", kSecretText)));
+    const std::string error =
+        error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a"))); });
+    EXPECT_NE(error.find("requires a cluster secret but the joiner has none"), std::string::npos) << error;
+    EXPECT_TRUE(eventually([&] { return gate.refused() == 1; }));
+  }
+  {
+    Log log;
+    Gate gate(gate_config(echo.port(), handshake("coordinator"), &log));
+    const std::string error =
+        error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a", kSecretText))); });
+    EXPECT_NE(error.find("has a cluster secret"), std::string::npos) << error;
+    EXPECT_NE(error.find("the acceptor has none"), std::string::npos) << error;
+    EXPECT_TRUE(eventually([&] { return gate.refused() == 1; }));
+    EXPECT_TRUE(log.has({"refused", "'worker/a'", "has a cluster secret"})) << log.all();
+  }
+  EXPECT_EQ(echo.bytes_received(), 0u);
+}
+
+TEST(ClusterGate, VersionMismatchNamesBothVersions) {
+  EchoServer echo;
+  Gate gate(gate_config(echo.port(), handshake("coordinator", kSecretText, "0.4.0")));
+  const std::string error =
+      error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a", kSecretText, "0.3.9"))); });
+  EXPECT_NE(error.find("version mismatch"), std::string::npos) << error;
+  EXPECT_NE(error.find("0.4.0"), std::string::npos) << error;
+  EXPECT_NE(error.find("0.3.9"), std::string::npos) << error;
+  EXPECT_EQ(echo.bytes_received(), 0u);
+}
+
+TEST(ClusterGate, AdmitHookRefusalReachesTheJoiner) {
+  EchoServer echo;
+  GateConfig c = gate_config(echo.port(), handshake("coordinator", kSecretText));
+  std::mutex asked_mutex;
+  std::vector<std::string> asked;
+  c.admit = [&](const std::string& identity) -> std::string {
+    std::lock_guard<std::mutex> lock(asked_mutex);
+    asked.push_back(identity);
+    return identity == "worker/late" ? "the job has started; restart it to add workers" : "";
+  };
+  Gate gate(std::move(c));
+  const std::string error =
+      error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/late", kSecretText))); });
+  EXPECT_NE(error.find("the job has started; restart it to add workers"), std::string::npos) << error;
+  JoinRelay early(relay_config(gate.port(), handshake("worker/early", kSecretText)));
+  EXPECT_TRUE(eventually([&] { return gate.admitted() == 1 && gate.refused() == 1; }));
+  std::lock_guard<std::mutex> lock(asked_mutex);
+  EXPECT_EQ(asked, (std::vector<std::string>{"worker/late", "worker/early"}));
+}
+
+// The hook is asked about authenticated peers only: a wrong secret never
+// reaches it.
+TEST(ClusterGate, AdmitHookSeesAuthenticatedPeersOnly) {
+  EchoServer echo;
+  GateConfig c = gate_config(echo.port(), handshake("coordinator", kSecretText));
+  std::atomic<int> asked{0};
+  c.admit = [&](const std::string&) -> std::string {
+    ++asked;
+    return "";
+  };
+  Gate gate(std::move(c));
+  EXPECT_FALSE(error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a", "wrong"))); }).empty());
+  EXPECT_EQ(asked, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Misbehaving clients: dropped, logged, and the echo server sees nothing.
+
+TEST(ClusterGate, MisbehavingClientsAreDroppedAndNeverReachThePort) {
+  EchoServer echo;
+  Log log;
+  GateConfig c = gate_config(echo.port(), handshake("coordinator", kSecretText), &log);
+  c.handshake_timeout = 300ms;
+  Gate gate(std::move(c));
+
+  struct Case {
+    const char* name;
+    std::string bytes;
+    bool close_after;  // close our side at once (else wait for the gate to drop us)
+    const char* logged;
+  };
+  std::string huge = "\xff\xff\xff\xff";
+  std::string truncated("\x00\x00\x00\x64", 4);
+  truncated += "only ten b";
+  const Case cases[] = {
+      {"garbage", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, "bytes, more than the 4096"},
+      {"length 0xFFFFFFFF", huge + std::string(64, 'A'), false, "4294967295 bytes, more than the 4096"},
+      {"truncated frame, then close", truncated, true, "end of stream"},
+      {"silent", "", false, "timed out"},
+      {"a frame that is not a response", std::string("\x00\x00\x00\x05hello", 9), false, "the frame has a field of"},
+  };
+  std::size_t expected_refusals = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const int fd = connect_blocking(gate.port());
+    ASSERT_GE(fd, 0);
+    if (!k.bytes.empty()) {
+      ASSERT_TRUE(send_all(fd, k.bytes.data(), k.bytes.size()));
+    }
+    if (k.close_after) ::shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(sees_eof(fd, 3s)) << "the gate did not drop the connection";
+    ::close(fd);
+    ++expected_refusals;
+    EXPECT_TRUE(eventually([&] { return gate.refused() == expected_refusals; }));
+    EXPECT_TRUE(log.has({"dropped", "127.0.0.1:", k.logged})) << log.all();
+  }
+  EXPECT_EQ(echo.bytes_received(), 0u);
+  EXPECT_EQ(echo.connections(), 0u);
+  EXPECT_EQ(gate.admitted(), 0u);
+
+  // Still serving.
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a", kSecretText)));
+  const int fd = connect_blocking(relay.local_port());
+  EXPECT_TRUE(echo_round_trip(fd, "still serving"));
+  ::close(fd);
+}
+
+TEST(ClusterGate, SilentClientsDoNotHoldUpOthers) {
+  EchoServer echo;
+  GateConfig c = gate_config(echo.port(), handshake("coordinator"));
+  c.handshake_timeout = 2s;
+  Gate gate(std::move(c));
+  std::vector<int> silent;
+  for (int i = 0; i < 5; ++i) silent.push_back(connect_blocking(gate.port()));
+  const auto start = std::chrono::steady_clock::now();
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  for (int fd : silent) ::close(fd);
+}
+
+TEST(ClusterGate, TooManyHandshakingConnectionsAreDropped) {
+  EchoServer echo;
+  Log log;
+  GateConfig c = gate_config(echo.port(), handshake("coordinator"), &log);
+  c.max_handshaking = 2;
+  Gate gate(std::move(c));
+  const int a = connect_blocking(gate.port()), b = connect_blocking(gate.port());
+  std::this_thread::sleep_for(50ms);  // both accepted and handshaking
+  const int third = connect_blocking(gate.port());
+  EXPECT_TRUE(sees_eof(third, 2s));
+  EXPECT_TRUE(eventually([&] { return log.has({"dropped", "2 connections are already handshaking"}); })) << log.all();
+  for (int fd : {a, b, third}) ::close(fd);
+}
+
+// ---------------------------------------------------------------------------
+// Closing.
+
+TEST(ClusterGate, StopIsPromptWithLiveConnections) {
+  EchoServer echo;
+  auto gate = std::make_unique<Gate>(gate_config(echo.port(), handshake("coordinator", kSecretText)));
+  JoinRelay relay(relay_config(gate->port(), handshake("worker/a", kSecretText)));
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(connect_blocking(relay.local_port()));
+    ASSERT_TRUE(echo_round_trip(clients.back(), "live " + std::to_string(i)));
+  }
+  const int handshaking = connect_blocking(gate->port());  // silent, mid-handshake
+  // A big transfer in flight in one of them.
+  std::thread busy([fd = clients[0]] { send_all(fd, std::string(8 << 20, 'z').data(), 8 << 20); });
+
+  const auto start = std::chrono::steady_clock::now();
+  gate->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  gate->stop();  // idempotent
+  for (int fd : clients) EXPECT_TRUE(sees_eof(fd, 3s));
+  EXPECT_TRUE(sees_eof(handshaking, 3s));
+  for (int fd : clients) ::shutdown(fd, SHUT_RDWR);
+  busy.join();
+
+  const auto relay_start = std::chrono::steady_clock::now();
+  relay.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - relay_start, 1s);
+  gate.reset();
+  for (int fd : clients) ::close(fd);
+  ::close(handshaking);
+}
+
+TEST(ClusterGate, RelayStopIsPromptWithLiveConnections) {
+  EchoServer echo;
+  Gate gate(gate_config(echo.port(), handshake("coordinator")));
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a")));
+  const int fd = connect_blocking(relay.local_port());
+  ASSERT_TRUE(echo_round_trip(fd, "live"));
+  const auto start = std::chrono::steady_clock::now();
+  relay.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_TRUE(sees_eof(fd, 3s));
+  ::close(fd);
+}
+
+TEST(ClusterGate, PeerClosePropagates) {
+  EchoServer echo;
+  Gate gate(gate_config(echo.port(), handshake("coordinator")));
+  JoinRelay relay(relay_config(gate.port(), handshake("worker/a")));
+  const int fd = connect_blocking(relay.local_port());
+  ASSERT_TRUE(echo_round_trip(fd, "before the close"));
+  echo.close_connections();  // CAF's side closes
+  EXPECT_TRUE(sees_eof(fd, 3s));
+  ::close(fd);
+
+  // And the other way: the local client closes, the echo server's
+  // connection ends (its thread exits after reading EOF).
+  const int second = connect_blocking(relay.local_port());
+  ASSERT_TRUE(echo_round_trip(second, "second"));
+  ::close(second);
+  EXPECT_TRUE(eventually([&] { return gate.admitted() == 2; }));
+}
+
+TEST(ClusterGate, RelayWaitsForAGateThatStartsLater) {
+  // A free port: bind one, note it, release it.
+  std::uint16_t port = 0;
+  ::close(listen_tcp("127.0.0.1:0", &port));
+  EchoServer echo;
+  auto relay = std::async(std::launch::async, [&] {
+    return std::make_unique<JoinRelay>(relay_config(port, handshake("worker/a")));
+  });
+  std::this_thread::sleep_for(300ms);
+  GateConfig c = gate_config(echo.port(), handshake("coordinator"));
+  c.listen_address = "127.0.0.1:" + std::to_string(port);
+  Gate gate(std::move(c));
+  auto r = relay.get();
+  const int fd = connect_blocking(r->local_port());
+  EXPECT_TRUE(echo_round_trip(fd, "late gate"));
+  ::close(fd);
+}
+
+TEST(ClusterGate, NoGateIsAConnectionErrorAfterTheTimeout) {
+  std::uint16_t port = 0;
+  ::close(listen_tcp("127.0.0.1:0", &port));
+  JoinRelayConfig c = relay_config(port, handshake("worker/a"));
+  c.timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { JoinRelay relay(c); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_NE(error.find("cannot reach the troupe gate at 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << error;
+}
+
+TEST(ClusterGate, AddressInUseSaysSoAndHowToFindTheHolder) {
+  EchoServer echo;
+  Gate first(gate_config(echo.port(), handshake("coordinator")));
+  GateConfig c = gate_config(echo.port(), handshake("coordinator"));
+  c.listen_address = "127.0.0.1:" + std::to_string(first.port());
+  const std::string error = error_of([&] { Gate second(c); });
+  EXPECT_NE(error.find(c.listen_address), std::string::npos) << error;
+  EXPECT_NE(error.find("already in use"), std::string::npos) << error;
+  EXPECT_NE(error.find("ss -ltnp"), std::string::npos) << error;
+  c.forward_port = 0;
+  c.listen_address = "127.0.0.1:0";
+  EXPECT_THROW(Gate bad(c), std::invalid_argument);
+  c.forward_port = echo.port();
+  c.listen_address = "no port";
+  EXPECT_THROW(Gate bad(c), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------
+// The handshake itself, and as the tcp backend's authentication hook.
+
+TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
+  std::uint16_t port = 0;
+  const int listener = listen_tcp("127.0.0.1:0", &port);
+  HandshakeResult accepted;
+  std::thread acceptor([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    wire::prepare_socket(fd);
+    accepted = accept_handshake(fd, handshake("coordinator", kSecretText), Clock::now() + 2s);
+    ::close(fd);
+  });
+  const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
+  const HandshakeResult joined = join_handshake(fd, handshake("worker/h:1", kSecretText), Clock::now() + 2s);
+  acceptor.join();
+  ::close(fd);
+  ::close(listener);
+  EXPECT_TRUE(accepted.ok) << accepted.reason;
+  EXPECT_TRUE(joined.ok) << joined.reason;
+  EXPECT_EQ(accepted.peer_identity, "worker/h:1");
+  EXPECT_EQ(joined.peer_identity, "coordinator");
+  EXPECT_EQ(accepted.peer_host, "127.0.0.1");
+  EXPECT_TRUE(accepted.verdict);
+}
+
+// A joiner that talks to something that is not a gate says so.
+TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
+  std::uint16_t port = 0;
+  const int listener = listen_tcp("127.0.0.1:0", &port);
+  std::thread fake([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    const std::string frame("\x00\x00\x00\x05HELLO", 9);
+    send_all(fd, frame.data(), frame.size());
+    sees_eof(fd, 2s);
+    ::close(fd);
+  });
+  const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
+  const HandshakeResult r = join_handshake(fd, handshake("worker/a"), Clock::now() + 2s);
+  ::close(fd);
+  fake.join();
+  ::close(listener);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.reason.find("is not a troupe gate"), std::string::npos) << r.reason;
+}
+
+// Two ranks as threads, each with the hook and its own secret; the errors
+// of make_tcp_group (and a barrier), "" for none.
+std::vector<std::string> tcp_ring_errors(const std::string& secret0, const std::string& secret1) {
+  std::vector<int> fds;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < 2; ++r) {
+    std::uint16_t port = 0;
+    fds.push_back(listen_tcp("127.0.0.1:0", &port));
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      TcpGroupConfig c;
+      c.rank = r;
+      c.addresses = addresses;
+      c.job_id = 42;
+      c.options.timeout = 2s;
+      c.connect_timeout = 1500ms;
+      c.listen_fd = fds[static_cast<std::size_t>(r)];
+      c.authenticate = handshake_hook(handshake("rank/" + std::to_string(r), r == 0 ? secret0 : secret1));
+      try {
+        auto group = make_tcp_group(c);
+        group->barrier()->wait(Clock::now() + 5s);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(ClusterGate, HandshakeHookAuthenticatesATcpGroup) {
+  const auto same = tcp_ring_errors(kSecretText, kSecretText);
+  EXPECT_EQ(same[0], "");
+  EXPECT_EQ(same[1], "");
+  // Each accepting rank drops the other's connections (and says why on
+  // stderr) until the connect timeout, so both fail.
+  ::testing::internal::CaptureStderr();
+  const auto different = tcp_ring_errors(kSecretText, "something else");
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(different[0], "");
+  EXPECT_NE(different[1], "");
+  EXPECT_NE(logged.find("authentication failed"), std::string::npos) << logged.substr(0, 2000);
+  EXPECT_NE(logged.find("did not prove the cluster secret"), std::string::npos) << logged.substr(0, 2000);
+  EXPECT_EQ(logged.find(kSecretText), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe::net
