@@ -108,7 +108,6 @@ Accounting accounting(const std::string& out) {
 
 const char* kMlpJob = R"(model = "mlp"
 data = "fashion-mnist"
-epochs = 1
 seed = 5
 )";
 
@@ -163,27 +162,28 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
   for (const char* mode : {"async", "ssp:2"}) {
     SCOPED_TRACE(mode);
     Cluster c(std::string("learn-") + (mode[0] == 'a' ? "async" : "ssp"),
-              std::string(kMlpJob) + "batch = 64\nmode = \"" + mode + "\"\n", 2);
+              std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode + "\"\n", 2);
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0, 0})) << c.logs();
     const Accounting a = accounting(c.coordinator->output());
     EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
     EXPECT_EQ(a.steps, a.applied) << c.logs();
     EXPECT_EQ(a.sync, 0);
-    // One epoch: 60000 / 64 pushes from three replicas. Asynchronous
-    // training is not deterministic; see docs/BENCHMARKS.md for the spread.
-    EXPECT_GE(a.accuracy, 0.83) << c.logs();
+    // One epoch: 60000 / 32 = 1875 pushes from three replicas, the learning
+    // rate decaying to 0 over them. Asynchronous training is not
+    // deterministic: 3 seeds x {async, ssp:2} gave 85.1-85.3% (with a
+    // constant rate the last iterate scatters over 82.9-85.6%).
+    EXPECT_GE(a.accuracy, 0.84) << c.logs();
   }
 }
 
 TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode) {
   const int control = free_port();
   Cluster c("switch",
-            std::string(kMlpJob) + "batch = 32\nsteps = 400\nmode = \"sync\"\nswitch = \"60:async,160:sync\"\n", 2,
+            std::string(kMlpJob) + "epochs = 5\nbatch = 32\nsteps = 3000\nmode = \"sync\"\nswitch = \"60:async,160:sync\"\n", 2,
             {"--control", "127.0.0.1:" + std::to_string(control)});
-  ASSERT_TRUE(c.coordinator->wait_for_output("starting with 3 node(s)", 60s)) << c.logs();
+  ASSERT_TRUE(c.coordinator->wait_for_output("epoch 2 step", 60s)) << c.logs();
   const std::string ctl = std::string(TROUPE_BINARY) + " ctl --timeout 20 --at 127.0.0.1:" + std::to_string(control);
   // A switch by hand while training, then the status of every node.
-  std::this_thread::sleep_for(500ms);
   const int switched = std::system((ctl + " mode ssp:1 > " + c.dir + "/ctl-mode.out 2>&1").c_str());
   const int status = std::system((ctl + " status > " + c.dir + "/ctl-status.out 2>&1").c_str());
   ASSERT_EQ(c.wait_all(240s), (std::vector<int>{0, 0, 0})) << c.logs();
@@ -203,7 +203,7 @@ TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode)
                                             << status_text.str();
   const Accounting a = accounting(c.coordinator->output());
   EXPECT_EQ(a.pushed, a.applied) << c.logs();
-  EXPECT_EQ(a.steps, 400) << c.logs();
+  EXPECT_EQ(a.steps, 3000) << c.logs();
   EXPECT_EQ(a.steps, a.sync + a.applied) << "global steps are not the updates applied";
   EXPECT_GT(a.sync, 0);
   EXPECT_GT(a.applied, 0);
@@ -277,12 +277,18 @@ TEST(Node, GarbageOnTheClusterAndDataPortsIsDroppedAndTheNodeKeepsRunning) {
   std::smatch m;
   const std::string out = c.coordinator->output();
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(data plane 127\.0\.0\.1:(\d+))"))) << out;
-  EXPECT_TRUE(send_garbage(std::stoi(m[1]), oversized + std::string(64, '\x01')));
+  // The ring accepts once every node has joined: the bytes wait in the
+  // listen backlog until then, and are dropped before the ring forms.
+  std::thread data_garbage([port = std::stoi(m[1]), oversized] { send_garbage(port, oversized + std::string(64, '\x01')); });
+  std::this_thread::sleep_for(200ms);
   c.add_worker();
   c.add_worker();
   const auto status = c.wait_all(240s);
+  data_garbage.join();
   EXPECT_EQ(status, (std::vector<int>{0, 0, 0})) << c.logs();
-  EXPECT_NE(c.coordinator->output().find("dropped"), std::string::npos) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("gate 127.0.0.1:" + std::to_string(gate) + ": dropped"), std::string::npos)
+      << c.logs();
+  EXPECT_NE(c.coordinator->output().find("rank 0 of 3 dropped a connection"), std::string::npos) << c.logs();
 }
 
 TEST(Node, AKilledWorkerIsReportedWithinSecondsAndTheJobStopsAfterACheckpoint) {
