@@ -169,9 +169,12 @@ void ProgressLogger::on_step_end(const StepLogs& l) {
 }
 
 void ProgressLogger::on_epoch_end(const EpochResult& r) {
-  std::printf("epoch %lld  step %lld  loss %.4f  accuracy %.4f  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
+  // The actor runtime does not measure training accuracy (NaN): left out then.
+  char train_accuracy[48] = "";
+  if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, "  accuracy %.4f", r.train_accuracy);
+  std::printf("epoch %lld  step %lld  loss %.4f%s  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
               "lr %g  %.1f s  %.0f samples/s\n",
-              static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, r.train_accuracy,
+              static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy,
               r.test_loss, r.test_accuracy, r.test_top5, double(r.lr), r.seconds, r.samples_per_s);
   std::fflush(stdout);
 }
