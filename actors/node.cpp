@@ -348,6 +348,9 @@ class CoordinatorCluster final : public ClusterHooks {
     if (finished_) return;
     finished_ = true;
     started_->store(true);
+    // From here on, nodes that leave are not lost: they were told to go.
+    if (membership_)
+      self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
     // Tell every node, and wait (bounded) for their acknowledgements so the
     // message is out before the gate closes the connections.
     std::size_t asked = 0;
@@ -362,8 +365,6 @@ class CoordinatorCluster final : public ClusterHooks {
  private:
   void release(caf::scoped_actor& self) {
     auto& system = self->system();
-    if (membership_)
-      self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
     if (gate_) gate_->stop();
     if (membership_) {
       if (caf_port_) system.middleman().unpublish(membership_, caf_port_);

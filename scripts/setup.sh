@@ -18,6 +18,7 @@ packages=(
   zlib1g-dev                      # gzipped IDX files
   dataset-fashion-mnist           # the default training data
   wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
+  gnuplot-nox                     # examples/mode_switch_experiment: the accuracy-against-time plot
 )
 
 missing=()

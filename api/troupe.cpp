@@ -1,0 +1,346 @@
+// The public API's strategies (fit and control of a running actors::Job),
+// callbacks and model utilities. The custom training loop is in
+// custom_loop.cpp.
+#include "troupe/troupe.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <stdexcept>
+
+#include "actors/job.hpp"
+#include "actors/mode.hpp"
+#include "kernels/registry.hpp"
+#include "models/checkpoint/checkpoint.hpp"
+
+namespace troupe {
+
+namespace {
+
+// True on a thread while it runs one of the user's fit() callbacks: the
+// coordinator's thread, which a blocking control request would deadlock.
+thread_local bool in_fit_callback = false;
+
+struct CallbackScope {
+  CallbackScope() { in_fit_callback = true; }
+  ~CallbackScope() { in_fit_callback = false; }
+};
+
+}  // namespace
+
+// ---- vocabulary ---------------------------------------------------------------
+
+std::vector<Device> parse_devices(const std::string& text) { return actors::parse_devices(text); }
+std::vector<Device> default_devices() { return actors::default_devices(); }
+int cuda_device_count() { return kernels::cuda_device_count(); }
+
+void set_cpu_threads(int threads) {
+  if (threads < 1) throw std::invalid_argument("set_cpu_threads: threads must be at least 1, got " + std::to_string(threads));
+  kernels::Registry::instance().for_device(Device::cpu()).set_threads(threads);
+}
+
+Splits load_data(const std::string& name_or_path, const data::LoadOptions& options) {
+  return data::load_dataset(name_or_path, options);
+}
+
+namespace {
+void put_u32(std::ofstream& out, std::uint32_t v) {
+  const char b[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  out.write(b, 4);
+}
+
+void write_idx_split(const Dataset& d, const std::string& dir, const std::string& prefix, std::int64_t max) {
+  const Shape f = d.feature_shape();
+  if (d.task != data::Task::classification || f.rank() != 3 || f[0] != 1 || d.features.dtype() != kernels::DType::f32 ||
+      d.num_classes > 256)
+    throw std::invalid_argument("write_idx_subset: " + d.describe() + " is not a set of 1-channel images with <= 256 classes");
+  const std::int64_t n = std::min(max, d.size());
+  const std::string images = dir + "/" + prefix + "-images-idx3-ubyte", labels = dir + "/" + prefix + "-labels-idx1-ubyte";
+  std::ofstream xi(images, std::ios::binary | std::ios::trunc), yi(labels, std::ios::binary | std::ios::trunc);
+  if (!xi) throw std::runtime_error("write_idx_subset: cannot create " + images);
+  if (!yi) throw std::runtime_error("write_idx_subset: cannot create " + labels);
+  const std::int64_t pixels = f.numel();
+  const std::vector<float> x = d.features.slice(0, Shape{n * pixels}).to_vector();
+  const auto* y = static_cast<const std::int32_t*>(d.labels.raw());  // host memory
+  put_u32(xi, 0x803);
+  put_u32(xi, std::uint32_t(n));
+  put_u32(xi, std::uint32_t(f[1]));
+  put_u32(xi, std::uint32_t(f[2]));
+  std::string bytes(static_cast<std::size_t>(n * pixels), '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(static_cast<unsigned char>(std::lround(std::clamp(x[i], 0.0f, 1.0f) * 255.0f)));
+  xi.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  put_u32(yi, 0x801);
+  put_u32(yi, std::uint32_t(n));
+  for (std::int64_t i = 0; i < n; ++i) yi.put(static_cast<char>(y[i]));
+  if (!xi.flush()) throw std::runtime_error("write_idx_subset: writing " + images + " failed");
+  if (!yi.flush()) throw std::runtime_error("write_idx_subset: writing " + labels + " failed");
+}
+}  // namespace
+
+std::string write_idx_subset(const Splits& splits, const std::string& dir, std::int64_t max_train,
+                             std::int64_t max_test) {
+  if (max_train < 1 || max_test < 1) throw std::invalid_argument("write_idx_subset: max_train and max_test must be >= 1");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("write_idx_subset: cannot create " + dir + ": " + ec.message());
+  write_idx_split(splits.train, dir, "train", max_train);
+  write_idx_split(splits.test, dir, "t10k", max_test);
+  return dir;
+}
+
+ModelSpec model_spec(const std::string& name_or_path, const Dataset& dataset) {
+  return models::resolve_model(name_or_path, models::data_shape_of(dataset));
+}
+
+// ---- saving, loading, evaluating ------------------------------------------------
+
+void save_model(const Model& model, const std::string& path) {
+  checkpoint::State s;
+  s.model.name = model.spec().name;
+  s.model.spec = model.spec().text();
+  s.parameters = model.parameters().to_vector();
+  s.metrics_note = "saved by troupe::save_model";
+  checkpoint::write(path, s);
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, Device device) {
+  return models::load_model(checkpoint::read(path), path, device);
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  return checkpoint::Directory(dir, 0).latest();
+}
+
+EpochResult evaluate(Model& model, const Dataset& dataset, std::int64_t batch) {
+  if (batch < 1) throw std::invalid_argument("evaluate: batch must be at least 1");
+  return models::evaluate_model(model, dataset, batch);
+}
+
+// ---- callbacks --------------------------------------------------------------------
+
+void PrintLR::on_epoch_end(const EpochResult& r) {
+  std::printf("Learning rate for epoch %lld is %g\n", static_cast<long long>(r.epoch + 1), double(r.lr));
+  std::fflush(stdout);
+}
+
+struct CsvLogger::File {
+  std::ofstream out;
+};
+
+CsvLogger::CsvLogger(const std::string& path, bool every_evaluation)
+    : file_(std::make_unique<File>()), every_evaluation_(every_evaluation) {
+  file_->out.open(path, std::ios::trunc);
+  if (!file_->out) throw std::runtime_error("CsvLogger: cannot create " + path);
+  file_->out << (every_evaluation_ ? "kind," : "")
+             << "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,test_top5,lr,seconds,samples_per_s\n";
+  file_->out.flush();
+}
+
+CsvLogger::~CsvLogger() = default;
+
+namespace {
+void csv_row(std::ofstream& out, const char* kind, const EpochResult& r) {
+  if (kind) out << kind << ',';
+  out << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ',' << r.test_loss << ','
+      << r.test_accuracy << ',' << r.test_top5 << ',' << r.lr << ',' << r.seconds << ',' << r.samples_per_s << '\n';
+  out.flush();
+}
+}  // namespace
+
+void CsvLogger::on_epoch_end(const EpochResult& r) {
+  csv_row(file_->out, every_evaluation_ ? "epoch" : nullptr, r);
+}
+
+void CsvLogger::on_evaluate(const EpochResult& r) {
+  // Epoch ends arrive through on_epoch_end too; log only the others here.
+  if (every_evaluation_) csv_row(file_->out, "eval", r);
+}
+
+void ProgressLogger::on_step_end(const StepLogs& l) {
+  if (log_every_ > 0 && l.step % log_every_ == 0) {
+    std::printf("step %lld  loss %.4f  %.0f samples/s\n", static_cast<long long>(l.step), l.loss, l.samples_per_s);
+    std::fflush(stdout);
+  }
+}
+
+void ProgressLogger::on_epoch_end(const EpochResult& r) {
+  // The actor runtime does not measure training accuracy (NaN): left out then.
+  char train_accuracy[48] = "";
+  if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, "  accuracy %.4f", r.train_accuracy);
+  std::printf("epoch %lld  step %lld  loss %.4f%s  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
+              "lr %g  %.1f s  %.0f samples/s\n",
+              static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy,
+              r.test_loss, r.test_accuracy, r.test_top5, double(r.lr), r.seconds, r.samples_per_s);
+  std::fflush(stdout);
+}
+
+// ---- strategies -------------------------------------------------------------------
+
+Strategy::Strategy(std::vector<Device> devices, const std::string& mode)
+    : devices_(devices.empty() ? actors::default_devices() : std::move(devices)),
+      mode_(actors::Mode::parse(mode).str()) {
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (devices_[i] == devices_[j]) throw std::invalid_argument("strategy: device " + devices_[i].str() + " named twice");
+}
+
+Strategy::~Strategy() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& t : pending_)
+    if (t.joinable()) t.join();
+}
+
+std::string Strategy::mode() const { return mode_; }
+
+History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
+  actors::JobConfig jc;
+  jc.train = static_cast<const models::TrainConfig&>(config);
+  jc.train.update_mode = mode_;
+  jc.devices = devices_;
+  jc.mode = actors::Mode::parse(mode_);
+  jc.switches = actors::parse_switch_schedule(config.switches);
+  jc.threads_per_device = config.threads_per_device;
+  jc.prefetch = config.prefetch;
+  jc.collect_replica_parameters = true;  // History::model
+  auto job = std::make_shared<actors::Job>(jc);  // configuration errors surface here
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_) throw std::logic_error("Strategy::fit: a fit() is already running on this strategy");
+    job_ = job;
+  }
+  struct Clear {
+    Strategy* s;
+    ~Clear() {
+      std::vector<std::thread> pending;
+      {
+        std::lock_guard<std::mutex> lock(s->mutex_);
+        s->job_.reset();
+        pending.swap(s->pending_);
+      }
+      for (auto& t : pending) t.join();  // each ends within seconds once the job stopped
+    }
+  } clear{this};
+
+  History h;
+  std::exception_ptr callback_error;
+  std::atomic<bool> callback_failed{false};
+  std::int64_t last_step = 0;
+  // Every user callback runs through here: marked as "inside a callback"
+  // (so switch_mode does not block), and an exception stops the job instead
+  // of taking the coordinator down; fit() rethrows it.
+  auto each = [&](auto&& call) {
+    if (callback_failed.load()) return;
+    CallbackScope scope;
+    try {
+      for (const auto& c : callbacks)
+        if (c) call(*c);
+    } catch (...) {
+      callback_error = std::current_exception();
+      callback_failed.store(true);
+    }
+  };
+  models::Callbacks cb;
+  cb.on_epoch_begin = [&](std::int64_t epoch, std::int64_t, float lr) {
+    each([&](Callback& c) { c.on_epoch_begin(epoch, lr); });
+    each([&](Callback& c) { c.on_step_begin(last_step + 1); });
+  };
+  cb.on_step_end = [&](std::int64_t step, std::int64_t in_epoch, double loss, double sps) {
+    last_step = step;
+    const StepLogs logs{step, in_epoch, loss, sps};
+    each([&](Callback& c) { c.on_step_end(logs); });
+    each([&](Callback& c) { c.on_step_begin(step + 1); });
+  };
+  cb.on_epoch_end = [&](const EpochResult& r) {
+    h.epochs.push_back(r);
+    each([&](Callback& c) { c.on_epoch_end(r); });
+  };
+  cb.on_evaluate = [&](const EpochResult& r) {
+    h.evaluations.push_back(r);
+    each([&](Callback& c) { c.on_evaluate(r); });
+  };
+  cb.on_checkpoint = [&](const std::string& path, std::int64_t step) {
+    each([&](Callback& c) { c.on_checkpoint(path, step); });
+  };
+  stop_requested_.store(false);
+  cb.should_stop = [&] { return callback_failed.load() || stop_requested_.load(); };
+
+  each([&](Callback& c) { c.on_train_begin(); });
+  actors::JobResult r = job->run(cb);
+  if (callback_error) std::rethrow_exception(callback_error);
+  if (!r.error.empty()) throw std::runtime_error("fit: " + r.error);
+
+  h.final = r.final;
+  h.steps = r.steps;
+  h.sync_steps = r.sync_steps;
+  h.pushes = r.pushes;
+  h.train_seconds = r.train_seconds;
+  h.wall_seconds = r.wall_seconds;
+  h.samples_per_s = r.samples_per_s;
+  h.mode_history = r.mode_history;
+  h.final_mode = r.final_mode.str();
+  h.stopped_early = r.stopped_early;
+  if (!job->replica_parameters().empty()) {
+    h.model = std::make_shared<Model>(job->spec(), Device::cpu());
+    const std::vector<float>& p = job->replica_parameters()[0];
+    h.model->parameters().copy_from(Tensor::view(const_cast<float*>(p.data()), h.model->parameters().shape(),
+                                                 kernels::DType::f32, Device::cpu()));
+  }
+  each([&](Callback& c) { c.on_train_end(h); });
+  if (callback_error) std::rethrow_exception(callback_error);
+  return h;
+}
+
+ControlReply Strategy::switch_mode(const std::string& mode) {
+  try {
+    actors::Mode::parse(mode);
+  } catch (const std::exception& e) {
+    return ControlReply{400, e.what()};
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::shared_ptr<actors::Job> job = job_;
+  if (!job) return ControlReply{409, "no fit() is running on this strategy"};
+  if (in_fit_callback) {
+    // Job::request_mode waits until run()'s thread forwarded the request and
+    // the coordinator reached a step boundary; the coordinator is this
+    // thread, so ask from another one and return at once.
+    pending_.emplace_back([job, mode] { job->request_mode(mode); });
+    return ControlReply{202, "switch to " + mode + " queued for the next step boundary"};
+  }
+  // Not holding the lock while waiting: fit() may finish meanwhile (the job
+  // stays alive through `job`, and then answers 409).
+  lock.unlock();
+  actors::ControlReply r = job->request_mode(mode);
+  return ControlReply{r.status, r.message};
+}
+
+std::string Strategy::status() {
+  std::shared_ptr<actors::Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job = job_;
+  }
+  if (!job) return "{\"state\":\"not running\"}";
+  if (in_fit_callback) return "{\"state\":\"unavailable inside a fit() callback\"}";
+  return job->status();
+}
+
+ControlReply Strategy::stop() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!job_) return ControlReply{409, "no fit() is running on this strategy"};
+  stop_requested_.store(true);  // polled by the job's own thread: safe from callbacks too
+  return ControlReply{202, "stopping at the next step boundary"};
+}
+
+ParameterServerStrategy::ParameterServerStrategy(const std::string& mode, std::vector<Device> devices)
+    : Strategy(std::move(devices), mode) {
+  if (!actors::Mode::parse(mode).uses_server())
+    throw std::invalid_argument("ParameterServerStrategy: mode must be \"async\" or \"ssp:N\", got \"" + mode +
+                                "\" (for synchronous training use MirroredStrategy)");
+}
+
+}  // namespace troupe

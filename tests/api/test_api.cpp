@@ -1,0 +1,117 @@
+// The public API (api/troupe/troupe.hpp) on real data: mode switches of a
+// running fit() from another thread and from inside a callback, bad
+// strategy arguments, and the custom loop's loss scaling (2 replicas with
+// batch b train like 1 replica with batch 2b).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <troupe/troupe.hpp>
+
+namespace {
+
+troupe::FitConfig small_mlp(std::int64_t steps) {
+  troupe::FitConfig c;
+  c.model = "mlp";
+  c.data = "fashion-mnist";
+  c.epochs = 1;
+  c.max_steps = steps;
+  c.batch = 32;
+  return c;
+}
+
+TEST(Api, SwitchModeFromAnotherThreadWhileFitRuns) {
+  troupe::MirroredStrategy strategy(troupe::parse_devices("cpu:0,cpu:1"));
+  EXPECT_EQ(strategy.switch_mode("async").status, 409);  // nothing running
+  std::atomic<bool> stepping{false};
+  auto cb = std::make_shared<troupe::LambdaCallback>();
+  cb->step_end = [&](const troupe::StepLogs& l) {
+    if (l.step >= 20) stepping = true;
+  };
+  troupe::ControlReply reply;
+  std::thread controller([&] {
+    while (!stepping) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    reply = strategy.switch_mode("async");
+  });
+  troupe::History h = strategy.fit(small_mlp(400), {cb});
+  controller.join();
+  EXPECT_EQ(reply.status, 200) << reply.message;
+  ASSERT_EQ(h.mode_history.size(), 2u);
+  EXPECT_EQ(h.mode_history[0], "sync@0");
+  EXPECT_EQ(h.mode_history[1].rfind("async@", 0), 0u) << h.mode_history[1];
+  EXPECT_EQ(h.final_mode, "async");
+  EXPECT_EQ(h.steps, 400);
+  ASSERT_TRUE(h.model);
+}
+
+TEST(Api, SwitchModeFromACallbackIsQueuedNotDeadlocked) {
+  troupe::ParameterServerStrategy strategy("ssp:1", troupe::parse_devices("cpu:0,cpu:1"));
+  troupe::ControlReply reply;
+  auto cb = std::make_shared<troupe::LambdaCallback>();
+  cb->step_end = [&](const troupe::StepLogs& l) {
+    if (l.step == 30) reply = strategy.switch_mode("sync");
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  troupe::History h = strategy.fit(small_mlp(200), {cb});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
+  EXPECT_EQ(reply.status, 202) << reply.message;
+  EXPECT_EQ(h.final_mode, "sync");
+}
+
+TEST(Api, BadStrategyArguments) {
+  EXPECT_THROW(troupe::ParameterServerStrategy("sync"), std::invalid_argument);
+  EXPECT_THROW(troupe::ParameterServerStrategy("ssp:-1"), std::invalid_argument);
+  EXPECT_THROW(troupe::MirroredStrategy(troupe::parse_devices("cpu:0,cpu:0")), std::invalid_argument);
+  troupe::MirroredStrategy strategy(troupe::parse_devices("cpu:0,cpu:1"));
+  EXPECT_EQ(strategy.switch_mode("fast").status, 400);
+  troupe::FitConfig c = small_mlp(10);
+  c.model = "no-such-model";
+  EXPECT_THROW(strategy.fit(c), std::invalid_argument);
+  EXPECT_THROW(strategy.run([](troupe::ReplicaContext&) { return 0.0; }, 1e-3f), std::logic_error);
+}
+
+// sum_r (1/G) sum_{i in shard r} grad l_i is the mean gradient over the
+// global batch: 2 replicas of batch 32 take the same SGD steps as 1 replica
+// of batch 64 (up to float summation order).
+TEST(Api, CustomLoopScalesByTheGlobalBatch) {
+  troupe::Splits data = troupe::load_data("fashion-mnist");
+  troupe::OptimizerConfig sgd;
+  sgd.name = "sgd";
+  auto train = [&](const char* devices) {
+    troupe::MirroredStrategy s(troupe::parse_devices(devices));
+    s.create_replicas(troupe::model_spec("mlp", data.train), sgd, 7);
+    s.distribute(data.train, 64, 7);
+    double loss = 0;
+    for (int step = 0; step < 10; ++step)
+      loss = troupe::MirroredStrategy::reduce(troupe::ReduceOp::SUM, s.run([](troupe::ReplicaContext& ctx) {
+        const double l = ctx.compute_average_loss(ctx.model.forward(ctx.features, true));
+        ctx.model.backward(ctx.output_gradient());
+        return l;
+      }, 0.1f));
+    return std::make_pair(s.replica(0).parameters().to_vector(), loss);
+  };
+  auto [two, loss_two] = train("cpu:0,cpu:1");
+  auto [one, loss_one] = train("cpu:0");
+  ASSERT_EQ(two.size(), one.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) worst = std::max(worst, double(std::abs(two[i] - one[i])));
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_NEAR(loss_two, loss_one, 1e-4);
+}
+
+TEST(Api, SaveLoadEvaluateWithoutAStrategy) {
+  troupe::Splits data = troupe::load_data("fashion-mnist");
+  troupe::Model m(troupe::model_spec("mlp", data.train), troupe::Device::cpu());
+  m.initialize(3);
+  const std::string path = ::testing::TempDir() + "/troupe_api_model.troupe";
+  troupe::save_model(m, path);
+  auto back = troupe::load_model(path);
+  EXPECT_EQ(back->parameters().to_vector(), m.parameters().to_vector());
+  EXPECT_EQ(troupe::evaluate(*back, data.test).test_accuracy, troupe::evaluate(m, data.test).test_accuracy);
+  EXPECT_THROW(troupe::load_model(path + ".missing"), std::runtime_error);
+}
+
+}  // namespace
