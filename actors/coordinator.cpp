@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace troupe::actors {
@@ -121,16 +122,29 @@ void extend(Self* self) {
       for (int r = 0; r < s.config.replicas; ++r) outstanding += s.grants[r] - s.clocks[r];
       std::int64_t budget = event == kNever ? kNever : event - s.global_step - outstanding;
       const std::int64_t slowest = min_clock(s);
-      for (int r = 0; r < s.config.replicas && budget > 0; ++r) {
-        std::int64_t limit = std::min(boundary, s.clocks[r] + s.config.window);
-        if (s.mode.kind == Mode::Kind::ssp) limit = std::min(limit, slowest + s.mode.staleness + 1);
-        const std::int64_t more = std::min(limit - s.grants[r], budget);
-        if (more > 0) {
-          s.grants[r] += more;
-          if (budget != kNever) budget -= more;
-          send_grant(self, r);
-        }
+      const std::size_t n = static_cast<std::size_t>(s.config.replicas);
+      std::vector<std::int64_t> limit(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        limit[r] = std::min(boundary, s.clocks[r] + s.config.window);
+        if (s.mode.kind == Mode::Kind::ssp) limit[r] = std::min(limit[r], slowest + s.mode.staleness + 1);
       }
+      // The budget goes one step at a time to the replica with the fewest
+      // steps granted: handed out in rank order, a budget smaller than the
+      // window (frequent evaluations or checkpoints) would all go to replica
+      // 0 and starve the others, which then have to catch up before a
+      // switch to sync.
+      std::vector<bool> extended(n, false);
+      while (budget > 0) {
+        std::size_t best = n;
+        for (std::size_t r = 0; r < n; ++r)
+          if (s.grants[r] < limit[r] && (best == n || s.grants[r] < s.grants[best])) best = r;
+        if (best == n) break;
+        ++s.grants[best];
+        extended[best] = true;
+        if (budget != kNever) --budget;
+      }
+      for (std::size_t r = 0; r < n; ++r)
+        if (extended[r]) send_grant(self, static_cast<int>(r));
     }
   }
   if (quiescent(s)) on_quiescent(self);

@@ -50,6 +50,7 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !exited_; }
   void signal(int sig) const {
     if (running()) ::kill(pid_, sig);
