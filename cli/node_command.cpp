@@ -30,6 +30,8 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--threads,--threads-per-device", n.threads_per_device, "CPU threads for each device's kernels")
       ->capture_default_str();
   cmd->add_option("--prefetch", n.prefetch, "Batches each data loader keeps ready")->capture_default_str();
+  cmd->add_flag("--resume", o.reporting.config.resume,
+                "Coordinator: resume from the newest checkpoint in the job's checkpoint_dir (workers join as usual)");
   cmd->add_option("--control", o.reporting.control,
                   "Coordinator: serve the HTTP control endpoint at HOST:PORT (troupe ctl --at HOST:PORT)");
   cmd->add_option("--metrics", o.reporting.metrics, "Coordinator: write metrics rows here (CSV, or JSON lines)");
@@ -68,8 +70,9 @@ int run_node(NodeOptions& o) {
   if (!o.devices.empty()) n.devices = actors::parse_devices(o.devices);
   use_threads(n.threads_per_device);
   if (!n.join.empty()) {
-    if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty())
-      throw UsageError("--control, --metrics and --summary-json belong to the coordinator (--listen)");
+    if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty() ||
+        o.reporting.config.resume)
+      throw UsageError("--control, --metrics, --summary-json and --resume belong to the coordinator (--listen)");
     return actors::run_worker(n);
   }
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");
@@ -78,6 +81,7 @@ int run_node(NodeOptions& o) {
   jc.threads_per_device = n.threads_per_device;
   jc.prefetch = n.prefetch;
   jc.timeout = n.timeout;
+  jc.train.resume = o.reporting.config.resume;
   jc.cluster = actors::make_coordinator_cluster(n, jc);
   return run_actor_job(jc, o.reporting);
 }
