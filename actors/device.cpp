@@ -115,7 +115,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
     s.model = std::make_unique<models::Model>(s.config.spec, s.config.device);
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
     s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters());
-    s.loss = std::make_unique<models::Loss>(s.config.test && s.config.test->task == data::Task::regression
+    s.loss = std::make_unique<models::Loss>(s.config.regression
                                                 ? models::LossKind::mean_squared_error
                                                 : models::LossKind::sparse_categorical_crossentropy);
   } catch (const std::exception& e) {

@@ -46,6 +46,9 @@ struct DeviceConfig {
   float sync_grad_scale = 1.0f;   // 1 / global batch
   std::shared_ptr<net::Collective> collective;
   std::shared_ptr<const data::Dataset> test;
+  // The loss: mean squared error for regression data, else cross-entropy.
+  // From the training data: only rank 0 has `test`.
+  bool regression = false;
   std::int64_t eval_batch = 1000;
   std::chrono::milliseconds timeout{60000};
   caf::actor loader, reducer;

@@ -107,6 +107,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.sync_grad_scale = 1.0f / static_cast<float>(t.batch * plan.world);
   dc.collective = plan.collective;
   dc.test = plan.test_data;
+  dc.regression = plan.train_data && plan.train_data->task == data::Task::regression;
   dc.eval_batch = t.eval_batch;
   dc.timeout = plan.timeout;
   dc.loader = out.loader;

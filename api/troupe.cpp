@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -14,8 +15,10 @@
 
 #include "actors/job.hpp"
 #include "actors/mode.hpp"
+#include "actors/node.hpp"
 #include "kernels/registry.hpp"
 #include "models/checkpoint/checkpoint.hpp"
+#include "net/cluster/cluster_spec.hpp"
 
 namespace troupe {
 
@@ -197,7 +200,12 @@ Strategy::~Strategy() {
 
 std::string Strategy::mode() const { return mode_; }
 
+History Strategy::fit_as_worker(const FitConfig&) {
+  throw std::logic_error("Strategy::fit_as_worker: not a cluster strategy");
+}
+
 History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
+  if (is_worker_node()) return fit_as_worker(config);
   actors::JobConfig jc;
   jc.train = static_cast<const models::TrainConfig&>(config);
   jc.train.update_mode = mode_;
@@ -207,6 +215,7 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
   jc.threads_per_device = config.threads_per_device;
   jc.prefetch = config.prefetch;
   jc.collect_replica_parameters = true;  // History::model
+  configure_job(jc);
   auto job = std::make_shared<actors::Job>(jc);  // configuration errors surface here
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -341,6 +350,124 @@ ParameterServerStrategy::ParameterServerStrategy(const std::string& mode, std::v
   if (!actors::Mode::parse(mode).uses_server())
     throw std::invalid_argument("ParameterServerStrategy: mode must be \"async\" or \"ssp:N\", got \"" + mode +
                                 "\" (for synchronous training use MirroredStrategy)");
+}
+
+// ---- MultiWorkerMirroredStrategy ------------------------------------------------
+
+namespace {
+
+std::chrono::milliseconds millis(double seconds, const char* what) {
+  if (!(seconds > 0)) throw std::invalid_argument(std::string("MultiWorkerMirroredStrategy: ") + what + " must be positive");
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+// Fills listen / join / min_nodes from the spec, when there is one; returns
+// (is coordinator, rank, nodes).
+struct Role {
+  bool coordinator = false;
+  int rank = 0, nodes = 1;
+};
+
+Role resolve_role(ClusterOptions& o) {
+  std::optional<net::ClusterSpec> spec;
+  if (!o.cluster_spec_file.empty() && !o.cluster_spec_json.empty())
+    throw std::invalid_argument("MultiWorkerMirroredStrategy: give a cluster spec file or its JSON, not both");
+  if (!o.cluster_spec_json.empty())
+    spec = net::parse_cluster_spec(o.cluster_spec_json, "cluster spec");
+  else if (!o.cluster_spec_file.empty() || (o.listen.empty() && o.join.empty()))
+    spec = net::load_cluster_spec(o.cluster_spec_file);  // the file, else $TROUPE_CLUSTER, else none
+  Role role;
+  if (spec) {
+    if (!o.listen.empty() || !o.join.empty())
+      throw std::invalid_argument("MultiWorkerMirroredStrategy: give either listen / join or a cluster spec (" +
+                                  spec->source + "), not both");
+    if (spec->task_type == "ps")
+      throw std::invalid_argument(spec->source + ": task type \"ps\": troupe keeps the parameter server on the "
+                                  "coordinator; start this process as a worker instead");
+    role.nodes = static_cast<int>(spec->nodes().size());
+    role.rank = spec->rank();
+    role.coordinator = spec->is_coordinator();
+    if (role.coordinator) {
+      o.listen = spec->self().str();
+      o.min_nodes = role.nodes;
+    } else {
+      o.join = spec->coordinator().str();
+      if (o.data_address.empty()) o.data_address = spec->self().str();
+    }
+    return role;
+  }
+  if (o.listen.empty() == o.join.empty())
+    throw std::invalid_argument("MultiWorkerMirroredStrategy needs a cluster spec (a file, its JSON, or "
+                                "$TROUPE_CLUSTER) or exactly one of listen (coordinator) and join (worker)");
+  if (o.min_nodes < 1) throw std::invalid_argument("MultiWorkerMirroredStrategy: min_nodes must be at least 1");
+  role.coordinator = !o.listen.empty();
+  role.rank = role.coordinator ? 0 : 1;  // a worker's rank is assigned on joining; not 0
+  role.nodes = o.min_nodes;
+  if (!role.coordinator) {
+    // The address is checked here rather than on joining.
+    (void)net::parse_cluster_address(o.join, "join");
+  } else {
+    (void)net::parse_cluster_address(o.listen, "listen");
+  }
+  return role;
+}
+
+actors::NodeOptions node_options(const ClusterOptions& o, const std::vector<Device>& devices) {
+  actors::NodeOptions n;
+  n.listen = o.listen;
+  n.join = o.join;
+  n.min_nodes = o.min_nodes;
+  n.secret_file = o.secret_file;
+  n.data_address = o.data_address;
+  n.devices = devices;
+  n.join_timeout = millis(o.join_timeout_s, "join_timeout_s");
+  n.wait_timeout = millis(o.wait_timeout_s, "wait_timeout_s");
+  n.timeout = millis(o.timeout_s, "timeout_s");
+  return n;
+}
+
+ClusterOptions resolved(ClusterOptions o, Role& role) {
+  role = resolve_role(o);
+  return o;
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(ClusterOptions options)
+    : Strategy(options.devices, options.mode) {
+  Role role;
+  options_ = resolved(std::move(options), role);
+  coordinator_ = role.coordinator;
+  task_index_ = role.rank;
+  num_workers_ = role.nodes;
+  node_options(options_, devices());  // checks the timeouts now
+}
+
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+
+void MultiWorkerMirroredStrategy::configure_job(actors::JobConfig& job) {
+  actors::NodeOptions n = node_options(options_, devices());
+  n.threads_per_device = job.threads_per_device;
+  n.prefetch = job.prefetch;
+  job.timeout = n.timeout;
+  job.cluster = actors::make_coordinator_cluster(n, job);
+}
+
+History MultiWorkerMirroredStrategy::fit_as_worker(const FitConfig& config) {
+  actors::NodeOptions n = node_options(options_, devices());
+  if (config.threads_per_device < 1) throw std::invalid_argument("fit: threads_per_device must be at least 1");
+  if (config.prefetch < 1) throw std::invalid_argument("fit: prefetch must be at least 1");
+  n.threads_per_device = config.threads_per_device;
+  n.prefetch = config.prefetch;
+  const auto start = std::chrono::steady_clock::now();
+  const int status = actors::run_worker(n);
+  if (status != 0)
+    throw std::runtime_error("fit: worker node (joining " + n.join + ") ended with status " + std::to_string(status) +
+                             "; the reason is logged above");
+  History h;
+  h.worker = true;
+  h.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return h;
 }
 
 }  // namespace troupe

@@ -10,7 +10,7 @@
 //   TensorFlow                                 troupe
 //   tf.distribute.MirroredStrategy()           troupe::MirroredStrategy strategy;          (local devices, sync)
 //   tf.distribute.ParameterServerStrategy      troupe::ParameterServerStrategy ps("async"); (local devices, async / ssp:N)
-//   MultiWorkerMirroredStrategy                (cluster runtime; see the marked place below)
+//   MultiWorkerMirroredStrategy (TF_CONFIG)    troupe::MultiWorkerMirroredStrategy mw;      (a cluster spec, $TROUPE_CLUSTER)
 //   strategy.num_replicas_in_sync              strategy.num_replicas_in_sync()
 //   model.fit(ds, epochs, callbacks=[...])     strategy.fit(config, {callbacks...}) -> History
 //   LearningRateScheduler(decay)               config.schedule = "piecewise:3=1e-4,7=1e-5"
@@ -52,6 +52,7 @@
 
 namespace troupe::actors {
 class Job;
+struct JobConfig;
 }
 namespace troupe::net {
 class Collective;
@@ -210,8 +211,13 @@ struct History {
   std::vector<std::string> mode_history; // "sync@0", "async@300", ...
   std::string final_mode;
   bool stopped_early = false;
+  // True when fit() ran on a worker node of a MultiWorkerMirroredStrategy:
+  // the coordinator ran the job, so everything above is empty / zero
+  // except wall_seconds.
+  bool worker = false;
   // The trained model (replica 0 at the end; in async / ssp it holds the
   // server's parameters, which the final evaluation used), on the CPU.
+  // Null on a worker node.
   std::shared_ptr<Model> model;
 };
 
@@ -259,6 +265,13 @@ class Strategy {
 
  protected:
   Strategy(std::vector<Device> devices, const std::string& mode);
+  // For strategies over a cluster: fills the job's cluster hooks
+  // (JobConfig::cluster) before fit() builds the job.
+  virtual void configure_job(actors::JobConfig& /*job*/) {}
+  // True when this process is a worker node: fit() calls fit_as_worker
+  // instead of running a job.
+  virtual bool is_worker_node() const { return false; }
+  virtual History fit_as_worker(const FitConfig& config);
 
  private:
   std::vector<Device> devices_;
@@ -369,10 +382,76 @@ class ParameterServerStrategy : public Strategy {
   explicit ParameterServerStrategy(const std::string& mode = "async", std::vector<Device> devices = {});
 };
 
-// ---- MultiWorkerMirroredStrategy: reserved for the cluster runtime ----------
-// A strategy over several hosts (troupe node, a TF_CONFIG-shaped cluster spec
-// or --join HOST:PORT) belongs here, with the same fit() / switch_mode(). The
-// integrator adds it with the multi-host runtime; it is not part of this
-// single-host API yet.
+// ---- MultiWorkerMirroredStrategy: several hosts (or processes) ------------
+//
+// tf.distribute.MultiWorkerMirroredStrategy on troupe's cluster runtime (the
+// same as `troupe node`, actors/node.hpp). Every process of the cluster
+// builds the strategy and calls fit() with the same FitConfig; TF_CONFIG's
+// role is played by a cluster spec in its shape (net/cluster/cluster_spec.hpp):
+//
+//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},
+//                    "task":{"type":"worker","index":1}}'
+//   troupe::MultiWorkerMirroredStrategy strategy;   // reads $TROUPE_CLUSTER
+//   troupe::History h = strategy.fit(config, callbacks);
+//   if (h.worker) ...                                // this process was a worker
+//
+// Task 0 (the chief, else worker[0]) is the coordinator: its fit() runs the
+// job (callbacks, checkpoints, evaluations, the parameter server in
+// async / ssp, switch_mode / status / stop) exactly as MirroredStrategy does,
+// over the replicas of every node, once all nodes of the spec have joined.
+// Every other task is a worker node: its fit() joins the coordinator,
+// receives the job (its own FitConfig's model/data/... are NOT used: the
+// coordinator's are; only threads_per_device and prefetch apply), trains
+// until the coordinator ends the job, and returns a History with
+// worker = true and only wall_seconds filled; its callbacks are not called.
+// A worker whose job failed, was refused or lost the coordinator throws
+// std::runtime_error from fit() (the reason is logged on stderr).
+//
+// Batches: config.batch is per replica (per device); with one device per
+// node the global batch is config.batch x num_workers().
+struct ClusterOptions {
+  // One of: a TF_CONFIG-shaped spec file, or its JSON text, or neither and
+  // then $TROUPE_CLUSTER; or instead (no spec at all) listen / join below.
+  std::string cluster_spec_file;
+  std::string cluster_spec_json;
+  std::string listen;            // coordinator: accept nodes at HOST:PORT
+  std::string join;              // worker: join the coordinator at HOST:PORT
+  int min_nodes = 1;             // with listen: nodes before training, this one included
+  std::vector<Device> devices;   // this node's (default: default_devices())
+  // The coordinator's update mode: "sync" (MultiWorkerMirroredStrategy) or
+  // "async" / "ssp:N" (TF's ParameterServerStrategy on a cluster; the
+  // parameter server runs on the coordinator). Ignored on a worker.
+  std::string mode = "sync";
+  // This node's data-plane address HOST[:PORT] (default: with a spec, a
+  // worker's own entry; else chosen by the runtime, a free port).
+  std::string data_address;
+  std::string secret_file;       // else $TROUPE_SECRET, else none (loopback peers only)
+  double join_timeout_s = 30;    // worker: reaching the coordinator
+  double wait_timeout_s = 600;   // waiting for the nodes / for the job to start
+  double timeout_s = 60;         // any one collective or remote request
+};
+
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  // Throws std::invalid_argument naming what is wrong: no spec and no
+  // listen/join, both, a malformed address, a task index out of range, a
+  // "ps" task (troupe keeps the parameter server on the coordinator).
+  explicit MultiWorkerMirroredStrategy(ClusterOptions options = {});
+  ~MultiWorkerMirroredStrategy() override;
+
+  bool is_coordinator() const { return coordinator_; }
+  int task_index() const { return task_index_; }      // rank: 0 is the coordinator
+  int num_workers() const { return num_workers_; }    // nodes of the cluster (min_nodes with listen)
+
+ protected:
+  void configure_job(actors::JobConfig& job) override;
+  bool is_worker_node() const override { return !coordinator_; }
+  History fit_as_worker(const FitConfig& config) override;
+
+ private:
+  ClusterOptions options_;
+  bool coordinator_ = false;
+  int task_index_ = 0, num_workers_ = 1;
+};
 
 }  // namespace troupe

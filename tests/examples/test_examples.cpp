@@ -3,7 +3,10 @@
 // status 2 and a one-line error naming what was wrong.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +140,69 @@ TEST(Examples, ModeSwitchExperimentShort) {
   } else {
     EXPECT_CONTAINS(r.output, "gnuplot is not installed");
   }
+}
+
+TEST(Examples, MultiworkerShort) {
+  Result r = run(EXAMPLE_MULTIWORKER, "--short");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "total batch 64 = 32 x 2 workers");
+  EXPECT_CONTAINS(r.output, "[worker 0] worker 0 (chief): 2 workers; total batch 64 = 32 x 2 workers");
+  EXPECT_CONTAINS(r.output, "[worker 1] worker 1: the job is done (the chief ran it)");
+  EXPECT_CONTAINS(r.output, "[worker 0] worker 0 (chief): 30 steps");
+  EXPECT_GT(number_after(r.output, "test accuracy "), 0.5);
+  EXPECT_CONTAINS(r.output, "multiworker: both workers finished");
+}
+
+TEST(Examples, PsLinearRegressionKilledAndResumed) {
+  const std::string dir = temp("ps");
+  Result r = run(EXAMPLE_PS_LINEAR_REGRESSION, "--short --kill-and-resume --dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "killed the chief (SIGKILL) at checkpoint step ");
+  EXPECT_GT(number_after(r.output, "killed the chief (SIGKILL) at checkpoint step "), 0);
+  EXPECT_CONTAINS(r.output, "chief: checkpoint at step 50: w = ");
+  EXPECT_CONTAINS(r.output, "(resumed)");
+  // The resumed chief starts past the checkpoint it was killed after, not at step 1.
+  EXPECT_GT(number_after(r.output, "[resumed worker 0] chief: first step counted: "), 1);
+  EXPECT_CONTAINS(r.output, "[resumed worker 0] chief: 400 steps");
+  const std::size_t at = r.output.find("ps_linear_regression: final checkpoint");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string tail = r.output.substr(at);
+  EXPECT_NEAR(number_after(tail, ": w = "), 2.0, 0.1) << r.output;
+  EXPECT_NEAR(number_after(tail, "b = "), 0.0, 0.1) << r.output;
+}
+
+TEST(Examples, ClusterExamplesRefuseBadArguments) {
+  for (const char* example : {EXAMPLE_MULTIWORKER, EXAMPLE_PS_LINEAR_REGRESSION}) {
+    Result r = run(example, "--workers 127.0.0.1,127.0.0.1:9");
+    EXPECT_EQ(r.status, 2) << example << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, "cluster.worker[0]");
+    r = run(example, "--workers 127.0.0.1:1,127.0.0.1:2 --task 2");
+    EXPECT_EQ(r.status, 2) << example << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, "index");
+    EXPECT_CONTAINS(r.output, "range");
+    r = run(example, "--no-such-option");
+    EXPECT_EQ(r.status, 2) << example << "\n" << r.output;
+    r = run(example, "--help");
+    EXPECT_EQ(r.status, 0) << example << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, "--short");
+  }
+  // A port somebody holds: named, with the command that shows who.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  for (const char* example : {EXAMPLE_MULTIWORKER, EXAMPLE_PS_LINEAR_REGRESSION}) {
+    Result r = run(example, "--short --workers 127.0.0.1:" + port + ",127.0.0.1:1");
+    EXPECT_EQ(r.status, 2) << example << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, "port " + port + " (127.0.0.1:" + port + ") is in use");
+    EXPECT_CONTAINS(r.output, "ss -ltnp 'sport = :" + port + "'");
+  }
+  ::close(fd);
 }
 
 TEST(Examples, BadArgumentsFailWithStatus2AndAMessage) {
