@@ -125,7 +125,11 @@ TEST(Examples, ModeSwitchExperimentShort) {
   Result r = run(EXAMPLE_MODE_SWITCH_EXPERIMENT, "--short --dir " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* row : {"| sync |", "| async |", "| ssp:2 |", "| sync->async->sync |"}) EXPECT_CONTAINS(r.output, row);
-  EXPECT_CONTAINS(r.output, "sync@0, async@21, sync@83");
+  // Back to sync at the first step boundary from step 63 on where every
+  // replica has done the same number of steps (the slower one catches up
+  // in async first), so the exact step depends on timing.
+  EXPECT_CONTAINS(r.output, "sync@0, async@21, sync@");
+  EXPECT_GE(number_after(r.output, "sync@0, async@21, sync@"), 63);
   for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) {
     const std::string csv = dir + "/" + file + ".csv";
     std::ifstream in(csv);

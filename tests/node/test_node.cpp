@@ -120,6 +120,21 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(d) / std::sqrt(n);
 }
 
+// What sync_job() reaches on 3 replicas, in one process with the global batch.
+std::vector<float> single_process_parameters() {
+  models::TrainConfig one;
+  one.model = "mlp";
+  one.data = "fashion-mnist";
+  one.seed = 5;
+  one.batch = 96;
+  one.max_steps = 30;
+  one.optimizer.name = "sgd";
+  one.lr = 0.02f;
+  models::Trainer single(one);
+  single.run();
+  return single.model().parameters().to_vector();
+}
+
 // Three nodes in sync equal one process with the global batch: checked on
 // the checkpoint the coordinator writes when the step limit stops the job.
 // lr 0.02: see Job.SyncOnThreeReplicasEqualsOneReplicaWithTheGlobalBatch
@@ -132,17 +147,7 @@ void expect_sync_equals_single_process(Cluster& c, const std::string& checkpoint
   const checkpoint::State state = checkpoint::read(*latest);
   EXPECT_EQ(state.position.global_step, 30u);
 
-  models::TrainConfig one;
-  one.model = "mlp";
-  one.data = "fashion-mnist";
-  one.seed = 5;
-  one.batch = 96;
-  one.max_steps = 30;
-  one.optimizer.name = "sgd";
-  one.lr = 0.02f;
-  models::Trainer single(one);
-  single.run();
-  EXPECT_LT(rel_diff(state.parameters, single.model().parameters().to_vector()), 1e-5);
+  EXPECT_LT(rel_diff(state.parameters, single_process_parameters()), 1e-5);
 }
 
 std::string sync_job(const std::string& checkpoints) {
@@ -365,17 +370,7 @@ TEST(Node, ThreeNodesInThreeNetworkNamespaces) {
   EXPECT_NE(logs.find("data plane " + subnet), std::string::npos) << logs;
   auto latest = checkpoint::Directory(checkpoints, 0).latest();
   ASSERT_TRUE(latest.has_value()) << logs;
-  models::TrainConfig one;
-  one.model = "mlp";
-  one.data = "fashion-mnist";
-  one.seed = 5;
-  one.batch = 96;
-  one.max_steps = 30;
-  one.optimizer.name = "sgd";
-  one.lr = 0.02f;
-  models::Trainer single(one);
-  single.run();
-  EXPECT_LT(rel_diff(checkpoint::read(*latest).parameters, single.model().parameters().to_vector()), 1e-5);
+  EXPECT_LT(rel_diff(checkpoint::read(*latest).parameters, single_process_parameters()), 1e-5);
 }
 
 }  // namespace
