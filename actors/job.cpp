@@ -270,19 +270,27 @@ JobResult Job::run(const models::Callbacks& callbacks) {
 
   JobResult result;
   try {
+    // One state onto the replicas from `first` on (resume, or the nodes'
+    // initial parameters).
+    auto install = [&](const ReplicaState& state, std::size_t first, const std::string& what) {
+      for (std::size_t r = first; r < all_devices.size(); ++r) {
+        std::string error;
+        self->request(all_devices[r], config_.timeout, set_state_atom::value, state)
+            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+        if (!error.empty()) throw std::runtime_error(what + ": " + error);
+      }
+    };
     if (cluster) {
       for (auto& d : cluster->remote_devices(self)) all_devices.push_back(d);
       // The nodes' replicas start from this host's parameters (identical
-      // by seed anyway: this makes sure, and carries a resumed state).
+      // by seed anyway: this makes sure). A resumed state goes to all below.
       if (!resumed) {
         ReplicaState initial;
         std::string error;
         self->request(devices[0], config_.timeout, get_state_atom::value)
             .receive([&](ReplicaState& s) { initial = std::move(s); }, [&](caf::error& e) { error = system.render(e); });
-        for (std::size_t r = devices.size(); r < all_devices.size() && error.empty(); ++r)
-          self->request(all_devices[r], config_.timeout, set_state_atom::value, initial)
-              .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
-        if (!error.empty()) throw std::runtime_error("sending the initial parameters to the nodes: " + error);
+        if (!error.empty()) throw std::runtime_error("reading the initial parameters: " + error);
+        install(initial, devices.size(), "sending the initial parameters to the nodes");
       }
     }
     if (resumed) {
@@ -291,12 +299,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       for (const auto& b : resumed->optimizer.buffers)
         state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
       for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
-      for (auto& d : all_devices) {
-        std::string error;
-        self->request(d, config_.timeout, set_state_atom::value, state)
-            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
-        if (!error.empty()) throw std::runtime_error("resuming from " + resumed_path + ": " + error);
-      }
+      install(state, 0, "resuming from " + resumed_path);
     }
 
     CoordinatorConfig cc;
