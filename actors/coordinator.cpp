@@ -43,8 +43,10 @@ struct CoordinatorState {
   // Throughput and loss.
   Clock::time_point t_start, t_resume, t_epoch;
   double train_seconds = 0, epoch_train_seconds = 0;
-  std::int64_t examples = 0, epoch_examples = 0;
+  std::int64_t examples = 0, epoch_examples = 0, epoch_correct = 0;
   double epoch_loss_sum = 0;
+  Clock::time_point last_checkpoint_time;
+  bool timed_checkpoint_queued = false;
   double last_loss = 0;
   float last_lr = 0;
   JobResult result;
@@ -189,16 +191,21 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
     for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
     for (const auto& [name, value] : state.scalars) c.optimizer.scalars[name] = value;
     std::int64_t global_step = st.global_step;
-    // Replica 0's place in its shard; in sync mode every replica is there.
-    std::int64_t clock = st.clocks[0];
+    // Every replica's place in its shard (equal in sync mode).
+    std::vector<std::int64_t> clocks = st.clocks;
     if (after_failure && state.clock >= 0) {
       if (st.mode.uses_server()) {
+        // The server's parameters reflect exactly the pushes it applied:
+        // its step, and each replica's clock as of its last applied push.
         global_step = state.clock;
+        if (state.replica_clocks.size() == clocks.size()) clocks = state.replica_clocks;
       } else {
-        clock = state.clock;
-        global_step = st.global_at_base + (clock - st.clock_at_base);
+        clocks.assign(clocks.size(), state.clock);
+        global_step = st.global_at_base + (state.clock - st.clock_at_base);
       }
     }
+    const std::int64_t clock = clocks[0];
+    for (std::int64_t r : clocks) c.position.replica_clocks.push_back(static_cast<std::uint64_t>(r));
     c.position.global_step = static_cast<std::uint64_t>(global_step);
     c.position.epoch = static_cast<std::uint64_t>(st.epoch);
     c.position.cursor.epoch = static_cast<std::uint64_t>(clock / st.config.batches_per_epoch);
@@ -219,6 +226,8 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
       return;
     }
     st.last_checkpoint_step = st.global_step;
+    st.last_checkpoint_time = Clock::now();
+    st.timed_checkpoint_queued = false;
     if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, st.global_step);
     then(path);
   });
@@ -324,7 +333,9 @@ void run_actions(Self* self) {
         r.epoch = st.epoch;
         r.step = st.global_step;
         r.train_loss = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : 0;
-        r.train_accuracy = std::nan("");  // replicas report losses only
+        r.train_accuracy = st.config.classification && st.epoch_examples
+                               ? double(st.epoch_correct) / double(st.epoch_examples)
+                               : std::nan("");
         r.lr = st.last_lr;
         r.seconds = seconds(Clock::now() - st.t_epoch);
         r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
@@ -338,6 +349,7 @@ void run_actions(Self* self) {
         }
         ++st.epoch;
         st.epoch_examples = 0;
+        st.epoch_correct = 0;
         st.epoch_loss_sum = 0;
         st.epoch_train_seconds = 0;
         st.t_epoch = Clock::now();
@@ -566,7 +578,8 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   auto& s = self->state;
   s.config = std::move(config);
   s.mode = s.config.mode;
-  s.clocks.assign(static_cast<std::size_t>(s.config.replicas), s.config.start_clock);
+  s.clocks = s.config.start_clocks;
+  s.clocks.resize(static_cast<std::size_t>(s.config.replicas), 0);
   s.rank_examples.assign(static_cast<std::size_t>(s.config.replicas), 0);
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;
@@ -578,7 +591,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   return {
       [=](start_atom) {
         auto& st = self->state;
-        st.t_start = st.t_resume = st.t_epoch = Clock::now();
+        st.t_start = st.t_resume = st.t_epoch = st.last_checkpoint_time = Clock::now();
         st.started = true;
         st.busy = true;
         auto begin = [=]() { run_actions(self); };  // no actions yet: resumes, i.e. starts granting
@@ -605,6 +618,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.rank_examples[static_cast<std::size_t>(r.rank)] += r.examples;
         st.examples += r.examples;
         st.epoch_examples += r.examples;
+        st.epoch_correct += r.correct;
         st.epoch_loss_sum += r.loss_sum;
         if (r.examples) st.last_loss = r.loss_sum / double(r.examples);
         std::int64_t advanced = 0;
@@ -618,8 +632,19 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.global_step += advanced;
         if (advanced && st.config.callbacks.on_step_end) {
           const double t = st.epoch_train_seconds + seconds(Clock::now() - st.t_resume);
+          // The epoch's mean loss so far, as Keras shows it: the bar and the
+          // epoch's summary line then agree.
+          const double mean = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : st.last_loss;
           st.config.callbacks.on_step_end(st.global_step, min_clock(st) - st.epoch * st.config.batches_per_epoch,
-                                          st.last_loss, t > 0 ? double(st.epoch_examples) / t : 0.0);
+                                          mean, t > 0 ? double(st.epoch_examples) / t : 0.0);
+        }
+        // A checkpoint by time bounds what a crash loses when no step-based
+        // interval is set: ask for one at the next step boundary.
+        if (st.config.checkpoints && st.config.checkpoint_interval.count() > 0 && !st.timed_checkpoint_queued &&
+            Clock::now() - st.last_checkpoint_time >= st.config.checkpoint_interval) {
+          st.timed_checkpoint_queued = true;
+          enqueue(self, Action{ActionKind::checkpoint, st.mode});
+          return;
         }
         extend(self);
       },

@@ -63,6 +63,10 @@ struct JobResult {
   std::vector<std::string> mode_history;  // "sync@0", "async@500", ...
   Mode final_mode;
   bool stopped_early = false;
+  // Resumed from a checkpoint of a job that had already trained every epoch
+  // (or reached max_steps): nothing was trained.
+  bool already_finished = false;
+  std::string resumed_from;           // the checkpoint resumed from, if any
   std::string error;                  // empty on success
 };
 
@@ -96,7 +100,13 @@ struct CoordinatorConfig {
   std::shared_ptr<const models::LrSchedule> schedule;
   std::uint64_t seed = 0;
   Position start;                      // global step and epoch to start from
-  std::int64_t start_clock = 0;        // every replica's clock at the start
+  // Each replica's clock at the start (by rank; empty: all 0). On resume the
+  // replicas were moved to these clocks and data positions beforehand.
+  std::vector<std::int64_t> start_clocks;
+  // Checkpoint at the next step boundary once this much time has passed
+  // since the last one (0: never by time). Bounds what a crash loses.
+  std::chrono::milliseconds checkpoint_interval{0};
+  bool classification = true;          // training accuracy is measured (else NaN)
   std::chrono::milliseconds timeout{120000};
   models::Callbacks callbacks;
 };

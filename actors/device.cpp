@@ -1,5 +1,7 @@
 #include "actors/device.hpp"
 
+#include <cmath>
+
 #include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/registry.hpp"
@@ -14,9 +16,12 @@ void fail(Self* self, const std::string& what) {
   auto& s = self->state;
   if (s.failed) return;
   s.failed = true;
-  const std::string message = "replica " + std::to_string(s.config.rank) + " on " + s.config.device.str() + ": " + what;
-  if (s.config.collective) s.config.collective->abort(message);
-  if (s.config.coordinator) self->send(s.config.coordinator, failed_atom::value, s.config.rank, message);
+  s.failure = "replica " + std::to_string(s.config.rank) + " on " + s.config.device.str() + ": " + what;
+  if (s.config.collective) s.config.collective->abort(s.failure);
+  // Before the first grant the coordinator is not known yet: the grant
+  // handler reports the failure then (a replica that cannot be built must
+  // never leave the job waiting for its steps).
+  if (s.config.coordinator) self->send(s.config.coordinator, failed_atom::value, s.config.rank, s.failure);
 }
 
 void maybe_continue(Self* self) {
@@ -26,20 +31,22 @@ void maybe_continue(Self* self) {
   self->send(self, step_atom::value);
 }
 
-void report(Self* self, double loss_sum, std::int64_t examples, bool pushed) {
+void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, bool pushed) {
   auto& s = self->state;
   StepReport r;
   r.rank = s.config.rank;
   r.clock = s.clock;
   r.loss_sum = loss_sum;
   r.examples = examples;
+  r.correct = correct;
   r.pushed = pushed;
   self->send(s.config.coordinator, step_done_atom::value, r);
   maybe_continue(self);
 }
 
-// Forward and backward on one batch; returns the batch's loss sum.
-double compute_gradient(DeviceState& s, const Batch& b, float grad_scale) {
+// Forward and backward on one batch; returns the batch's loss sum and sets
+// `correct` to the examples whose top-1 prediction was right.
+double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::int64_t& correct) {
   std::vector<std::int64_t> xdims = b.features.shape().dims(), ydims = b.labels.shape().dims();
   xdims[0] = b.examples;
   ydims[0] = b.examples;
@@ -53,8 +60,27 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale) {
   if (!s.dout.defined() || s.dout.raw() == nullptr || s.dout.shape() != out.shape())
     s.dout = Tensor::empty(out.shape(), kernels::DType::f32, s.config.device);
   const double loss_sum = s.loss->sum(out, y, s.dout, grad_scale);
+  if (s.classification) {
+    s.metrics.reset();
+    s.metrics.add(out, y, loss_sum, /*classification=*/true);
+    correct = static_cast<std::int64_t>(s.metrics.accuracy() * double(s.metrics.examples()) + 0.5);
+  }
   s.model->backward(s.dout);
   return loss_sum;
+}
+
+// A diverged step must not be applied: the state before it is the last
+// finite one, and the job stops there with a checkpoint (the coordinator's
+// failure path). `gradient` is the one about to be applied (after the
+// all-reduce in sync, so every replica decides alike).
+void check_finite(const DeviceState& s, double loss_sum, const Tensor& gradient) {
+  if (!std::isfinite(loss_sum))
+    throw std::runtime_error("the training loss is not finite (" + std::to_string(loss_sum) + ") at step " +
+                    std::to_string(s.clock + 1) + " of replica " + std::to_string(s.config.rank));
+  const double sum = kernels::ops::sum(gradient);
+  if (!std::isfinite(sum))
+    throw std::runtime_error("the gradient is not finite at step " + std::to_string(s.clock + 1) + " of replica " +
+                    std::to_string(s.config.rank));
 }
 
 void run_step(Self* self, const Batch& b) {
@@ -68,18 +94,23 @@ void run_step(Self* self, const Batch& b) {
     // drop_remainder): contribute a zero gradient so the all-reduce matches.
     kernels::ops::fill(s.model->gradients(), 0.0f);
   }
+  std::int64_t correct = 0;
   if (s.grant.mode.kind == Mode::Kind::sync) {
-    const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale) : 0.0;
+    const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale, correct) : 0.0;
+    if (!std::isfinite(loss_sum)) check_finite(s, loss_sum, s.model->gradients());  // aborts the all-reduce
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
     work->wait(net::Clock::now() + s.config.timeout);
+    check_finite(s, loss_sum, s.model->gradients());
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
     ++s.clock;
-    report(self, loss_sum, b.examples, false);
+    report(self, loss_sum, b.examples, correct, false);
     return;
   }
   // async / ssp: the gradient of this replica's own mean loss goes to the server.
-  const double loss_sum = b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1))) : 0.0;
+  const double loss_sum =
+      b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1)), correct) : 0.0;
+  check_finite(s, loss_sum, s.model->gradients());
   GradientPush push;
   push.rank = s.config.rank;
   push.clock = s.clock + 1;
@@ -91,7 +122,7 @@ void run_step(Self* self, const Batch& b) {
             auto& st = self->state;
             st.model->parameters().copy_from(fresh);
             ++st.clock;
-            report(self, loss_sum, examples, true);
+            report(self, loss_sum, examples, correct, true);
           },
           [=](caf::error& e) { fail(self, "pushing its gradient to the parameter server: " + self->system().render(e)); });
 }
@@ -115,6 +146,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
     s.model = std::make_unique<models::Model>(s.config.spec, s.config.device);
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
     s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters());
+    s.classification = !s.config.regression;
     s.loss = std::make_unique<models::Loss>(s.config.regression
                                                 ? models::LossKind::mean_squared_error
                                                 : models::LossKind::sparse_categorical_crossentropy);
@@ -125,8 +157,11 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       [=](grant_atom, const Grant& g) {
         // Grants come from the coordinator, which is spawned after the
         // devices: its handle arrives with the first one.
-        if (!self->state.config.coordinator)
+        if (!self->state.config.coordinator) {
           self->state.config.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+          if (self->state.failed)
+            self->send(self->state.config.coordinator, failed_atom::value, self->state.config.rank, self->state.failure);
+        }
         self->state.grant = g;
         maybe_continue(self);
       },
@@ -145,10 +180,33 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
                 },
                 [=](caf::error& e) { fail(self, "waiting for its data loader: " + self->system().render(e)); });
       },
-      [=](get_state_atom) -> ReplicaState { return snapshot(self->state); },
-      [=](set_state_atom, const ReplicaState& state) {
+      [=](get_state_atom) -> caf::result<ReplicaState> {
+        if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        return snapshot(self->state);
+      },
+      [=](set_state_atom, const ReplicaState& state) -> caf::result<caf::ok_atom> {
+        if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
         restore_state(self->state.model->parameters(), *self->state.optimizer, state);
         return caf::ok_atom::value;
+      },
+      // Resume (and joins): the state, and the replica's own clock and data
+      // position. The loader drops what it prefetched from its old cursor;
+      // the reply waits until it has moved, so the first step after it reads
+      // the right batch.
+      [=](set_state_atom, const ReplicaState& state, const ReplicaPosition& at) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
+        if (st.clock != st.grant.up_to && st.grant.up_to > 0)
+          return caf::make_error(caf::sec::runtime_error, "replica " + std::to_string(st.config.rank) +
+                                                              " was moved while it had steps granted");
+        restore_state(st.model->parameters(), *st.optimizer, state);
+        st.clock = at.clock;
+        st.grant.up_to = at.clock;
+        auto rp = self->make_response_promise<caf::ok_atom>();
+        self->request(st.config.loader, st.config.timeout, seek_atom::value, data::Cursor{at.epoch, at.batch})
+            .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
       [=](evaluate_atom) -> models::EpochResult {
         auto& st = self->state;

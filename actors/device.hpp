@@ -6,7 +6,10 @@
 //   grant, Grant              may run steps until clock == grant.up_to, in grant.mode
 //   (self) step               run one step if the grant allows
 //   get_state                 -> ReplicaState   a copy of parameters and optimizer state
-//   set_state, ReplicaState   -> ok             replace them (mode switches, resume)
+//   set_state, ReplicaState   -> ok             replace them (mode switches)
+//   set_state, ReplicaState, ReplicaPosition
+//                             -> ok             replace them and move the replica to that
+//                                               clock and data position (resume, joins)
 //   evaluate                  -> EpochResult    evaluate the replica on the test split
 //
 // One step: ask the data loader for the next batch, forward and backward
@@ -65,6 +68,9 @@ struct DeviceState {
   Grant grant;
   bool step_queued = false;
   bool failed = false;
+  std::string failure;           // why, kept until the coordinator is known
+  bool classification = true;
+  models::Metrics metrics;       // per step: top-1 correct for the training accuracy
   static inline const char* name = "device";
 };
 

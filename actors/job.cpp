@@ -60,6 +60,17 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   }
   if (cpu && gpu)
     throw std::invalid_argument("--devices mixes CPU and CUDA devices; use one kind per job");
+  // A program linked without the backends object library has no kernels:
+  // say so now, not as a replica that never reports its first step.
+  for (const auto& d : config_.devices) {
+    try {
+      kernels::Registry::instance().for_device(d);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("no compute backend for " + d.str() + " (" + e.what() +
+                               "); a program using troupe must link troupe_backends, the object library that "
+                               "registers them");
+    }
+  }
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores > 0 && unsigned(cpu_devices * config_.threads_per_device) > cores)
     std::fprintf(stderr, "warning: %d CPU device(s) x %d thread(s) on a machine with %u cores; "
@@ -131,23 +142,29 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   auto schedule = std::make_shared<const models::LrSchedule>(t.schedule, t.lr, t.warmup_steps);
   ClusterHooks* cluster = config_.cluster.get();
 
-  // Resume: the newest checkpoint's state, position and data cursor.
+  // Resume: the newest checkpoint that verifies (older ones when the
+  // newest is damaged), its state, position and every replica's clock.
   std::optional<checkpoint::State> resumed;
   std::string resumed_path;
   if (t.resume && checkpoints_) {
-    if (auto path = checkpoints_->latest()) {
-      resumed = checkpoint::read(*path);
-      checkpoint::check_model(*resumed, *path, spec_.name, static_cast<std::uint64_t>(parameter_count_));
-      resumed_path = *path;
+    if (auto found = models::find_resume_checkpoint(*checkpoints_, t.resume_or_start)) {
+      models::check_resumable(found->state, found->path, spec_, parameter_count_, t.optimizer.name, t.seed);
+      resumed = std::move(found->state);
+      resumed_path = found->path;
     }
   }
-  data::Cursor start_cursor;
   Position start;
   if (resumed) {
-    start_cursor.epoch = static_cast<std::int64_t>(resumed->position.cursor.epoch);
-    start_cursor.batch = static_cast<std::int64_t>(resumed->position.cursor.batch_in_epoch);
     start.global_step = static_cast<std::int64_t>(resumed->position.global_step);
     start.epoch = static_cast<std::int64_t>(resumed->position.epoch);
+    if (models::training_finished(t, start.epoch, start.global_step)) {
+      // Nothing to train: say so instead of running a negative step count.
+      JobResult done;
+      done.already_finished = true;
+      done.steps = start.global_step;
+      done.resumed_from = resumed_path;
+      return done;
+    }
   }
 
   caf::actor_system_config cfg;
@@ -165,6 +182,35 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     if (reducer) self->send_exit(reducer, caf::exit_reason::user_shutdown);
   };
   int world = local;
+  std::vector<std::int64_t> start_clocks;  // by rank; empty: every replica starts at 0
+  auto cursor_of = [this](std::int64_t clock) { return data::Cursor{clock / batches_per_epoch_, clock % batches_per_epoch_}; };
+  // The replicas' clocks from a checkpoint. Written by as many replicas as
+  // this job has: each continues exactly where it was. Written by another
+  // number (or by the single-replica trainer, which records none): every
+  // replica continues at the same fraction of the checkpoint's epoch, in the
+  // new world's data order, and the user is told.
+  auto resume_clocks = [&](const checkpoint::State& c, const std::string& path, int w) {
+    std::vector<std::int64_t> clocks;
+    const auto& saved = c.position.replica_clocks;
+    if (static_cast<int>(saved.size()) == w) {
+      for (std::uint64_t v : saved) clocks.push_back(static_cast<std::int64_t>(v));
+      return clocks;
+    }
+    const int w_old = std::max<int>(1, static_cast<int>(saved.size()));
+    data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+    const std::int64_t from = data::batches_per_epoch(plan, {0, w_old});
+    const std::int64_t batch = static_cast<std::int64_t>(c.position.cursor.batch_in_epoch);
+    const std::int64_t clock = static_cast<std::int64_t>(c.position.cursor.epoch) * batches_per_epoch_ +
+                               (from > 0 ? batch * batches_per_epoch_ / from : 0);
+    std::fprintf(stderr,
+                 "resume: %s was written by %d replica(s), resuming on %d: every replica continues at batch %lld "
+                 "of epoch %lld in the new data order (some examples of this epoch may be seen twice or not at "
+                 "all)\n",
+                 path.c_str(), w_old, w, static_cast<long long>(clock % batches_per_epoch_),
+                 static_cast<long long>(clock / batches_per_epoch_ + 1));
+    clocks.assign(static_cast<std::size_t>(w), clock);
+    return clocks;
+  };
   // Anything failing before training starts must still stop what was
   // spawned (~actor_system waits for every live actor) and tell the nodes.
   try {
@@ -190,6 +236,10 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     rc.replicas = world;
     reducer = system.spawn<caf::detached>(reducer_actor, rc);
 
+    // Where each replica resumes (its clock and data cursor), now that the
+    // world size is known.
+    if (resumed) start_clocks = resume_clocks(*resumed, resumed_path, world);
+    const data::Cursor start_cursor = cursor_of(start_clocks.empty() ? 0 : start_clocks[0]);
     if (cluster) {
       collectives = cluster->form(self, reducer, local, world, start_cursor);
     } else {
@@ -208,7 +258,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       plan.schedule = schedule;
       plan.collective = collectives[static_cast<std::size_t>(r)];
       plan.reducer = reducer;
-      plan.start = start_cursor;
+      plan.start = cursor_of(start_clocks.empty() ? 0 : start_clocks[static_cast<std::size_t>(r)]);
       plan.prefetch = config_.prefetch;
       plan.threads = config_.threads_per_device;
       plan.timeout = config_.timeout;
@@ -299,7 +349,16 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       for (const auto& b : resumed->optimizer.buffers)
         state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
       for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
-      install(state, 0, "resuming from " + resumed_path);
+      // Each replica gets the state with its own clock and data cursor.
+      for (std::size_t r = 0; r < all_devices.size(); ++r) {
+        const std::int64_t clock = start_clocks[r];
+        const data::Cursor at = cursor_of(clock);
+        std::string error;
+        self->request(all_devices[r], config_.timeout, set_state_atom::value, state,
+                      ReplicaPosition{clock, at.epoch, at.batch})
+            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+        if (!error.empty()) throw std::runtime_error("resuming from " + resumed_path + ": " + error);
+      }
     }
 
     CoordinatorConfig cc;
@@ -324,7 +383,9 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.schedule = schedule;
     cc.seed = t.seed;
     cc.start = start;
-    cc.start_clock = start_cursor.epoch * batches_per_epoch_ + start_cursor.batch;
+    cc.start_clocks = start_clocks;
+    cc.checkpoint_interval = std::chrono::milliseconds(static_cast<std::int64_t>(t.checkpoint_minutes * 60000.0));
+    cc.classification = data_.train.task == data::Task::classification;
     cc.timeout = config_.timeout;
     cc.callbacks = callbacks;
     caf::actor coordinator = spawn_coordinator(system, cc);
@@ -382,6 +443,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     for (auto& c : collectives) c->abort("the job failed: " + result.error);
   if (cluster) cluster->finish(self, result.error);
   shutdown();
+  result.resumed_from = resumed_path;
   if (!resumed_path.empty()) result.mode_history.insert(result.mode_history.begin(), "resumed from " + resumed_path);
   return result;
 }

@@ -9,6 +9,7 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<StepReport>("troupe::StepReport");
   config.add_message_type<GradientPush>("troupe::GradientPush");
   config.add_message_type<ReplicaState>("troupe::ReplicaState");
+  config.add_message_type<ReplicaPosition>("troupe::ReplicaPosition");
 }
 
 }  // namespace troupe::actors

@@ -85,6 +85,7 @@ struct StepReport {
   std::int64_t clock = 0;      // steps this replica has completed
   double loss_sum = 0;
   std::int64_t examples = 0;
+  std::int64_t correct = 0;    // examples whose top-1 prediction was right (classification)
   bool pushed = false;         // the gradient went to the parameter server
 };
 
@@ -104,6 +105,19 @@ struct ReplicaState {
   Tensor parameters;
   std::vector<std::pair<std::string, Tensor>> buffers;
   std::vector<std::pair<std::string, double>> scalars;
+  // From the parameter server: each replica's clock as of the last push it
+  // applied (by rank), i.e. the data positions its parameters reflect.
+  std::vector<std::int64_t> replica_clocks;
+};
+
+// Where a replica stands in the job: the steps it has completed (its clock)
+// and so the next batch of its shard. Sent with a state on resume (and, for
+// elastic membership, when a replica joins): a replica handed parameters
+// without its clock would count from 0 and redo every step.
+struct ReplicaPosition {
+  std::int64_t clock = 0;
+  std::int64_t epoch = 0;      // data cursor: clock / batches per epoch
+  std::int64_t batch = 0;      //              clock % batches per epoch
 };
 
 // Where the job is: set on the parameter server whenever training resumes.
@@ -152,7 +166,7 @@ void serialize(P& p, Grant& g, const unsigned int) {
 
 template <class P>
 void serialize(P& p, StepReport& r, const unsigned int) {
-  detail::check(p(r.rank, r.clock, r.examples, r.pushed), "StepReport");
+  detail::check(p(r.rank, r.clock, r.examples, r.correct, r.pushed), "StepReport");
   detail::raw(p, r.loss_sum, "StepReport");
 }
 
@@ -177,6 +191,15 @@ void serialize(P& p, ReplicaState& s, const unsigned int) {
     detail::raw(p, value, "ReplicaState");
   }
   detail::check(p.end_sequence(), "ReplicaState");
+  detail::check(p(s.replica_clocks), "ReplicaState");
+}
+
+template <class P>
+void serialize(P& p, ReplicaPosition& r, const unsigned int) {
+  detail::check(p(r.clock, r.epoch, r.batch), "ReplicaPosition");
+  if constexpr (P::writes_state) {
+    if (r.clock < 0 || r.epoch < 0 || r.batch < 0) throw std::runtime_error("a received ReplicaPosition is negative");
+  }
 }
 
 // Registers every type above with CAF (both ends of a connection need it).

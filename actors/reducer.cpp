@@ -32,6 +32,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         out.parameters = st.master.clone();
         for (const auto& [name, buffer] : st.optimizer->buffers()) out.buffers.emplace_back(name, buffer.clone());
         out.scalars = st.optimizer->scalars();
+        out.replica_clocks = st.clocks;
         return out;
       },
       [=](set_state_atom, const ReplicaState& state) {

@@ -31,6 +31,17 @@ void print_result(const models::TrainResult& result) {
               models::peak_memory_mib());
 }
 
+// A resumed job that had already trained everything it was asked to: say
+// so, and how to train further.
+void print_finished(const std::string& checkpoint, std::int64_t steps, const models::TrainConfig& c) {
+  std::fprintf(stderr,
+               "resume: %s is the end of a finished job (step %lld; %lld epoch(s)%s): nothing to train. "
+               "Raise --epochs%s to train further.\n",
+               checkpoint.c_str(), static_cast<long long>(steps), static_cast<long long>(c.epochs),
+               c.max_steps > 0 ? (", --steps " + std::to_string(c.max_steps)).c_str() : "",
+               c.max_steps > 0 ? " or --steps" : "");
+}
+
 // One device, synchronous, nothing to control: the plain single-replica trainer.
 int run_single(TrainOptions& o, kernels::Device device) {
   o.config.device = device;
@@ -39,13 +50,13 @@ int run_single(TrainOptions& o, kernels::Device device) {
   install_stop_handlers();
   models::Callbacks cb = report.callbacks();
   cb.should_stop = [] { return stop_signal.load() != 0; };
-  if (trainer.config().resume) {
-    if (trainer.global_step() == 0)
-      std::fprintf(stderr, "resume: no checkpoint in %s yet; starting fresh\n", trainer.config().checkpoint_dir.c_str());
-    else
-      std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
-  }
+  if (trainer.global_step() > 0)
+    std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
   models::TrainResult result = trainer.run(cb);
+  if (result.already_finished) {
+    print_finished(result.resumed_from, result.steps, trainer.config());
+    return 0;
+  }
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
   return 0;
@@ -111,6 +122,10 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
   if (!r.error.empty()) throw std::runtime_error(r.error);
+  if (r.already_finished) {
+    print_finished(r.resumed_from, r.steps, jc.train);
+    return 0;
+  }
 
   models::TrainResult result;
   result.epochs = r.epochs;
@@ -176,7 +191,13 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "Also checkpoint every N steps")
       ->capture_default_str();
   cmd->add_option("--keep", c.keep_last, "Checkpoints to keep (0: all)")->capture_default_str();
-  cmd->add_flag("--resume", c.resume, "Resume from the newest checkpoint in --checkpoint-dir");
+  cmd->add_flag("--resume", c.resume,
+                "Resume from the newest checkpoint in --checkpoint-dir that verifies (an error when there is none)");
+  cmd->add_flag("--resume-or-start", c.resume_or_start,
+                "With --resume: start from step 0 when --checkpoint-dir holds no checkpoint");
+  cmd->add_option("--checkpoint-minutes", c.checkpoint_minutes,
+                  "With --checkpoint-dir: also checkpoint when this many minutes passed since the last (0: never)")
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "Write metrics rows here (CSV, or JSON lines for *.jsonl)");
   cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics rows")->capture_default_str();
   cmd->add_option("--summary-json", o.summary_json, "Write the final figures here as JSON");

@@ -3,9 +3,12 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "kernels/math/random.hpp"
+#include "kernels/ops.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/data/epoch_plan.hpp"
 
@@ -87,7 +90,8 @@ Trainer::Trainer(TrainConfig config)
   if (!config_.checkpoint_dir.empty()) {
     checkpoints_ = std::make_unique<checkpoint::Directory>(config_.checkpoint_dir, config_.keep_last);
     if (config_.resume) {
-      if (auto path = checkpoints_->latest()) restore(checkpoint::read(*path), *path);
+      if (auto found = find_resume_checkpoint(*checkpoints_, config_.resume_or_start))
+        restore(found->state, found->path);
     }
   }
 }
@@ -108,7 +112,15 @@ TrainResult Trainer::run(const Callbacks& cb) {
   Tensor x_dev, y_dev, dout;
   Metrics epoch_metrics;
 
+  if (!resumed_from_.empty() && training_finished(config_, cursor_.epoch, step_)) {
+    result.already_finished = true;
+    result.steps = step_;
+    return result;
+  }
+
   const auto t_all = Clock::now();
+  auto t_checkpoint = Clock::now();
+  const auto checkpoint_interval = std::chrono::duration<double>(config_.checkpoint_minutes * 60.0);
   double train_seconds = 0;
   std::int64_t trained_examples = 0;
   auto t_epoch = Clock::now();
@@ -142,6 +154,18 @@ TrainResult Trainer::run(const Callbacks& cb) {
       dout = Tensor::empty(out.shape(), kernels::DType::f32, config_.device);
     const double loss_sum = loss_.sum(out, y, dout, 1.0f / static_cast<float>(n));
     model_->backward(dout);
+    // A diverged step is never applied: the parameters stay the last finite
+    // ones, which the checkpoint below keeps, and training stops.
+    const char* non_finite = !std::isfinite(loss_sum)                            ? "training loss"
+                             : !std::isfinite(kernels::ops::sum(model_->gradients())) ? "gradient"
+                                                                                       : nullptr;
+    if (non_finite) {
+      std::string message = std::string("the ") + non_finite + " is not finite (loss " + std::to_string(loss_sum) +
+                            ") at step " + std::to_string(step_ + 1) +
+                            ": training diverged (try a lower --lr or a warm-up)";
+      if (checkpoints_ && last_saved_step_ != step_) message += "; the last finite state is in " + save_checkpoint();
+      throw std::runtime_error(message);
+    }
     optimizer_->step(model_->parameters(), model_->gradients(), lr);
     ++step_;
     cursor_ = batches.cursor();
@@ -153,10 +177,12 @@ TrainResult Trainer::run(const Callbacks& cb) {
     epoch_examples += n;
     const double epoch_elapsed = seconds_since(t_epoch);
     if (cb.on_step_end)
-      cb.on_step_end(step_, batch.cursor.batch + 1, loss_sum / double(n),
+      cb.on_step_end(step_, batch.cursor.batch + 1, epoch_metrics.mean_loss(),
                      epoch_elapsed > 0 ? double(epoch_examples) / epoch_elapsed : 0.0);
 
-    if (checkpoints_ && config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) {
+    const bool due_by_time = config_.checkpoint_minutes > 0 && Clock::now() - t_checkpoint >= checkpoint_interval;
+    if (checkpoints_ && ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || due_by_time)) {
+      t_checkpoint = Clock::now();
       std::string path = save_checkpoint();
       if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
     }
@@ -254,16 +280,46 @@ checkpoint::State Trainer::state() const {
   return s;
 }
 
-void Trainer::restore(const checkpoint::State& s, const std::string& path) {
-  checkpoint::check_model(s, path, model_->spec().name, static_cast<std::uint64_t>(model_->parameter_count()));
-  if (s.model.spec != model_->spec().text())
+std::optional<checkpoint::Directory::Loaded> find_resume_checkpoint(const checkpoint::Directory& dir, bool or_start) {
+  std::vector<checkpoint::Directory::Skipped> skipped;
+  std::optional<checkpoint::Directory::Loaded> found = dir.newest_valid(&skipped);
+  for (const auto& s : skipped)
+    std::fprintf(stderr, "resume: skipping %s: %s\n", s.path.c_str(), s.reason.c_str());
+  if (found) {
+    if (!skipped.empty()) std::fprintf(stderr, "resume: using the newest good checkpoint, %s\n", found->path.c_str());
+    return found;
+  }
+  if (or_start) {
+    std::fprintf(stderr, "resume: no usable checkpoint in %s; starting from step 0 (--resume-or-start)\n",
+                 dir.dir().c_str());
+    return std::nullopt;
+  }
+  throw std::invalid_argument("--resume: " + dir.dir() +
+                              (skipped.empty() ? std::string(" holds no checkpoint")
+                                               : " holds no checkpoint that verifies (" +
+                                                     std::to_string(skipped.size()) + " skipped, above)") +
+                              "; use --resume-or-start to start from step 0 when there is none");
+}
+
+void check_resumable(const checkpoint::State& s, const std::string& path, const ModelSpec& spec,
+                     std::int64_t parameter_count, const std::string& optimizer, std::uint64_t seed) {
+  checkpoint::check_model(s, path, spec.name, static_cast<std::uint64_t>(parameter_count));
+  if (s.model.spec != spec.text())
     throw checkpoint::CheckpointError(path, "was written for a model with another architecture:\n" + s.model.spec);
-  if (s.optimizer.name != config_.optimizer.name)
-    throw checkpoint::CheckpointError(path, "holds optimizer '" + s.optimizer.name + "' state, but '" +
-                                                config_.optimizer.name + "' was requested");
-  if (s.position.cursor.shuffle_seed != config_.seed)
+  if (s.optimizer.name != optimizer)
+    throw checkpoint::CheckpointError(path, "holds optimizer '" + s.optimizer.name + "' state, but '" + optimizer +
+                                                "' was requested");
+  if (s.position.cursor.shuffle_seed != seed)
     throw checkpoint::CheckpointError(path, "was written with --seed " + std::to_string(s.position.cursor.shuffle_seed) +
                                                 "; resume with the same seed to continue the same data order");
+}
+
+bool training_finished(const TrainConfig& c, std::int64_t epochs_done, std::int64_t global_step) {
+  return epochs_done >= c.epochs || (c.max_steps > 0 && global_step >= c.max_steps);
+}
+
+void Trainer::restore(const checkpoint::State& s, const std::string& path) {
+  check_resumable(s, path, model_->spec(), model_->parameter_count(), config_.optimizer.name, config_.seed);
   model_->parameters().copy_from(
       Tensor::view(const_cast<float*>(s.parameters.data()), model_->parameters().shape(), kernels::DType::f32, Device::cpu()));
   for (const auto& [name, buffer] : optimizer_->buffers()) {
@@ -280,6 +336,20 @@ void Trainer::restore(const checkpoint::State& s, const std::string& path) {
   step_ = static_cast<std::int64_t>(s.position.global_step);
   cursor_.epoch = static_cast<std::int64_t>(s.position.cursor.epoch);
   cursor_.batch = static_cast<std::int64_t>(s.position.cursor.batch_in_epoch);
+  if (s.position.replica_clocks.size() > 1) {
+    // Written by W replicas: the cursor counts W-replica global batches.
+    // One replica continues at the same fraction of the epoch; the data
+    // order within it differs, so say so.
+    const auto plan = plan_options(config_, data_.train.size());
+    const std::int64_t from = data::batches_per_epoch(plan, {0, static_cast<int>(s.position.replica_clocks.size())});
+    const std::int64_t to = data::batches_per_epoch(plan, {0, 1});
+    if (from > 0) cursor_.batch = cursor_.batch * to / from;
+    std::fprintf(stderr,
+                 "resume: %s was written by %zu replicas, resuming on 1: continuing at batch %lld of epoch %lld "
+                 "in the 1-replica data order (some examples of this epoch may be seen twice or not at all)\n",
+                 path.c_str(), s.position.replica_clocks.size(), static_cast<long long>(cursor_.batch),
+                 static_cast<long long>(cursor_.epoch + 1));
+  }
   resumed_from_ = path;
 }
 

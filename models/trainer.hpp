@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/checkpoint/checkpoint.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/data/load.hpp"
 #include "models/loss.hpp"
@@ -53,6 +54,15 @@ struct TrainConfig {
   bool checkpoint_each_epoch = true;
   std::size_t keep_last = 3;
   bool resume = false;                 // continue from the newest checkpoint in checkpoint_dir
+  // With resume: start from step 0 when the directory holds no checkpoint
+  // (without it, that is an error: a typo in the path must not silently
+  // restart a long job).
+  bool resume_or_start = false;
+  // With a checkpoint_dir: also checkpoint when this many minutes have
+  // passed since the last one (0: never by time). Young's rule for the
+  // interval that loses least: sqrt(2 x mean time between failures x time
+  // to save one), e.g. 10 minutes for a 3-day MTBF and a 1 s save.
+  double checkpoint_minutes = 10;
   std::string update_mode = "sync";    // recorded in checkpoints
 
   std::int64_t eval_batch = 1000;
@@ -78,7 +88,8 @@ struct Callbacks {
   std::function<void(const Model&, const data::Splits&)> on_train_begin;
   std::function<void(std::int64_t epoch, std::int64_t steps_in_epoch, float lr)> on_epoch_begin;
   // After each step: global step (1-based count), step within epoch, the
-  // batch's mean loss, samples/s so far this epoch.
+  // mean loss over the epoch so far (Keras' running average, so a progress
+  // bar and the epoch's summary line agree), samples/s so far this epoch.
   std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)>
       on_step_end;
   std::function<void(const EpochResult&)> on_epoch_end;
@@ -100,6 +111,9 @@ struct TrainResult {
   EpochResult final;                   // the last evaluation
   bool stopped_early = false;
   std::string resumed_from;            // checkpoint path, when resumed
+  // Resumed from a checkpoint of a job that had already trained every epoch
+  // (or reached max_steps): nothing was trained.
+  bool already_finished = false;
 };
 
 class Trainer {
@@ -142,6 +156,23 @@ class Trainer {
   data::Cursor cursor_;
   std::string resumed_from_;
 };
+
+// The checkpoint a resume starts from: the newest in `dir` that fully
+// verifies. Each newer file that does not is named on stderr with the
+// reason ("resume: skipping ... : ..."), so a corrupt newest checkpoint falls
+// back to an older good one. None only when `or_start` allows starting from
+// step 0; otherwise a directory without a usable checkpoint throws
+// std::invalid_argument naming it.
+std::optional<checkpoint::Directory::Loaded> find_resume_checkpoint(const checkpoint::Directory& dir, bool or_start);
+
+// Throws CheckpointError unless `state` can continue a job of this model
+// (same architecture and parameter count), optimizer and seed.
+void check_resumable(const checkpoint::State& state, const std::string& path, const ModelSpec& spec,
+                     std::int64_t parameter_count, const std::string& optimizer, std::uint64_t seed);
+
+// True when a job resumed at `global_step` after `epochs_done` epochs has
+// nothing left to train under `config` (epochs, max_steps).
+bool training_finished(const TrainConfig& config, std::int64_t epochs_done, std::int64_t global_step);
 
 // A host batch as a tensor of `device`: the tensor itself when it is
 // already there, a view when `device` shares host memory (another CPU

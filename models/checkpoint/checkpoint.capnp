@@ -140,7 +140,20 @@ struct Position {
   # Completed epochs.
 
   cursor @2 :DataCursor;
-  # Where in the data the next batch comes from.
+  # Where in the data the next batch comes from (replica 0's place in its
+  # shard when several replicas trained).
+
+  replicaClocks @3 :List(UInt64);
+  # Steps each replica had completed, by global rank, when the file was
+  # written by the actor runtime (empty from the single-replica trainer and
+  # in older files). Replica r's data cursor is its clock: epoch =
+  # clock / batchesPerEpoch, batch = clock % batchesPerEpoch. In sync mode all
+  # are equal; in async and ssp they differ, and a resume must restore each
+  # one, or replicas redo (or skip) batches.
+
+  replicaClocksCrc32 @4 :UInt32;
+  # zlib crc32 over replicaClocks (count, then each value, as 8 little-endian
+  # bytes); added after format version 1, so it has its own check.
 }
 
 struct DataCursor {

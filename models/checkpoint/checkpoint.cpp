@@ -258,6 +258,13 @@ std::uint32_t metadata_crc32(const State& s, std::uint32_t format_version,
   return crc.value();
 }
 
+std::uint32_t replica_clocks_crc32(const std::vector<std::uint64_t>& clocks) {
+  MetadataCrc crc;
+  crc.add(std::uint64_t{clocks.size()});
+  for (std::uint64_t c : clocks) crc.add(c);
+  return crc.value();
+}
+
 std::int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -298,6 +305,11 @@ void build_message(capnp::MessageBuilder& message, const State& s) {
   cursor.setEpoch(s.position.cursor.epoch);
   cursor.setBatchInEpoch(s.position.cursor.batch_in_epoch);
   cursor.setShuffleSeed(s.position.cursor.shuffle_seed);
+  if (!s.position.replica_clocks.empty()) {
+    auto clocks = position.initReplicaClocks(static_cast<unsigned>(s.position.replica_clocks.size()));
+    for (unsigned i = 0; i < s.position.replica_clocks.size(); ++i) clocks.set(i, s.position.replica_clocks[i]);
+    position.setReplicaClocksCrc32(replica_clocks_crc32(s.position.replica_clocks));
+  }
 
   auto schedule = root.initSchedule();
   schedule.setSpec(s.schedule.spec);
@@ -531,6 +543,11 @@ State decode(const std::string& path, const FileBytes& file) {
   s.position.cursor.epoch = cursor.getEpoch();
   s.position.cursor.batch_in_epoch = cursor.getBatchInEpoch();
   s.position.cursor.shuffle_seed = cursor.getShuffleSeed();
+  if (position.hasReplicaClocks()) {
+    for (std::uint64_t c : position.getReplicaClocks()) s.position.replica_clocks.push_back(c);
+    if (replica_clocks_crc32(s.position.replica_clocks) != position.getReplicaClocksCrc32())
+      fail(path, "replica clocks CRC mismatch (the replicas' data positions are damaged)");
+  }
 
   auto schedule = root.getSchedule();
   s.schedule.spec = schedule.getSpec();
@@ -728,6 +745,21 @@ std::optional<std::string> Directory::latest() const {
   std::vector<Entry> entries = list();
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (looks_complete(it->path)) return it->path;
+  }
+  return std::nullopt;
+}
+
+std::optional<Directory::Loaded> Directory::newest_valid(std::vector<Skipped>* skipped) const {
+  std::vector<Entry> entries = list();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    try {
+      Loaded out;
+      out.state = read(it->path);
+      out.path = it->path;
+      return out;
+    } catch (const CheckpointError& e) {
+      if (skipped) skipped->push_back({it->path, e.what()});
+    }
   }
   return std::nullopt;
 }

@@ -65,6 +65,9 @@ struct Position {
   std::uint64_t global_step = 0;  // also names the file in Directory::save
   std::uint64_t epoch = 0;
   DataCursor cursor;
+  // Steps each replica had completed, by rank (the actor runtime writes it;
+  // empty from the single-replica trainer and in older files).
+  std::vector<std::uint64_t> replica_clocks;
 };
 
 struct ScheduleState {
@@ -142,6 +145,19 @@ class Directory {
   // segment table and it carries the checkpoint magic. A cheap check (no
   // CRCs); read() verifies everything. None when there is no such file.
   std::optional<std::string> latest() const;
+
+  // The newest checkpoint that read() fully verifies (CRCs included), read.
+  // Each newer file that fails is appended to `skipped` with the reason, so
+  // a resume can fall back past a corrupt or truncated newest file and say
+  // which one it skipped and why. None when no file verifies.
+  struct Loaded {
+    State state;
+    std::string path;
+  };
+  struct Skipped {
+    std::string path, reason;
+  };
+  std::optional<Loaded> newest_valid(std::vector<Skipped>* skipped = nullptr) const;
 
   // All files named like checkpoints, oldest step first (not verified).
   std::vector<Entry> list() const;

@@ -165,7 +165,7 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
                          {"v", special},
                          {"velocity", {}}};
   s.optimizer.scalars = {{"adam_step", 1234.0}, {"m_schedule", 0.987654321}};
-  s.position = {1234, 3, {3, 17, 0xdeadbeefcafef00dull}};
+  s.position = {1234, 3, {3, 17, 0xdeadbeefcafef00dull}, {1234, 1233, 1235}};
   s.schedule = {"cosine base=0.1 warmup=500", 1233, 3, 0.0421};
   s.rng = {42, 987654321987ull};
   s.update_mode = "ssp:4";
@@ -195,6 +195,7 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
   EXPECT_EQ(r.position.cursor.epoch, 3u);
   EXPECT_EQ(r.position.cursor.batch_in_epoch, 17u);
   EXPECT_EQ(r.position.cursor.shuffle_seed, 0xdeadbeefcafef00dull);
+  EXPECT_EQ(r.position.replica_clocks, (std::vector<std::uint64_t>{1234, 1233, 1235}));
   EXPECT_EQ(r.schedule.spec, s.schedule.spec);
   EXPECT_EQ(r.schedule.evaluated_at_step, 1233u);
   EXPECT_EQ(r.schedule.evaluated_at_epoch, 3u);
