@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -100,7 +101,7 @@ models::Callbacks Report::callbacks() {
     epoch_start_ = std::chrono::steady_clock::now();
   };
   cb.on_step_end = [this](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
-    loss_avg_ = in_epoch == 1 ? loss : 0.98 * loss_avg_ + 0.02 * loss;  // smoothed, as Keras' bar
+    loss_avg_ = loss;  // the epoch's mean so far (Callbacks::on_step_end), as Keras' bar
     const bool log_now = log_every_ > 0 && step % log_every_ == 0;
     if (log_now) metrics_row("step", epoch_, step, loss, std::nan(""), rate, lr_, nullptr);
     if (tty_) {
@@ -123,14 +124,18 @@ models::Callbacks Report::callbacks() {
   };
   cb.on_epoch_end = [this](const models::EpochResult& r) {
     if (tty_) std::fprintf(stderr, "\n");
+    // Keras' epoch line: steps, time per step, the epoch's mean loss and
+    // accuracy (the same figures the bar ended on), then the evaluation.
     char train_accuracy[32] = "";
     if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
+    const std::int64_t steps = std::max<std::int64_t>(steps_in_epoch_, 1);
     std::fprintf(stderr,
-                 "epoch %lld/%lld: loss %.4f%s | test loss %.4f accuracy %.4f top-5 %.4f | "
-                 "lr %.3g | %s samples/s, %.1f s\n",
-                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.train_loss, train_accuracy,
-                 r.test_loss, r.test_accuracy, r.test_top5, double(r.lr), human_rate(r.samples_per_s).c_str(),
-                 r.seconds);
+                 "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | test loss %.4f accuracy %.4f "
+                 "top-5 %.4f | lr %.3g | %s samples/s\n",
+                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_),
+                 static_cast<long long>(steps_in_epoch_), static_cast<long long>(steps_in_epoch_), r.seconds,
+                 1000.0 * r.seconds / double(steps), r.train_loss, train_accuracy, r.test_loss, r.test_accuracy,
+                 r.test_top5, double(r.lr), human_rate(r.samples_per_s).c_str());
     metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
   };
   cb.on_checkpoint = [this](const std::string& path, std::int64_t step) {

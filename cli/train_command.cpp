@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -25,6 +26,8 @@ void install_stop_handlers() {
 void print_result(const models::TrainResult& result) {
   if (result.stopped_early)
     std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
+  if (!std::isfinite(result.final.test_loss))
+    std::fprintf(stderr, "warning: the test loss is not finite: the model has diverged and its accuracy means nothing\n");
   std::printf("test accuracy %.4f  top-5 %.4f  loss %.4f  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n",
               result.final.test_accuracy, result.final.test_top5, result.final.test_loss,
               static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,

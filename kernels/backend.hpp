@@ -161,7 +161,9 @@ class Backend {
                    float* loss, float* dpred, float grad_scale) = 0;
   // correct[i] = 1 when labels[i] is among the k largest logits of row i
   // (ties count against: a label is in the top k when fewer than k logits
-  // are strictly greater), else 0.
+  // are strictly greater), else 0. A NaN logit counts as greater than any
+  // other, and a NaN label logit is never correct: a diverged model must not
+  // score as accurate.
   virtual void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits,
                             const std::int32_t* labels, float* correct) = 0;
   // Sum of n floats, accumulated in double, returned to the host.

@@ -163,8 +163,10 @@ void CpuBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, co
     const float* row = logits + i * c;
     const float label_logit = row[labels[i]];
     std::int32_t greater = 0;
-    for (std::int64_t j = 0; j < c; ++j) greater += row[j] > label_logit ? 1 : 0;
-    correct[i] = greater < k ? 1.0f : 0.0f;
+    // !(a <= b): a is greater, or either is NaN. A NaN logit never makes a
+    // prediction right: it outranks the label, and a NaN label logit is wrong.
+    for (std::int64_t j = 0; j < c; ++j) greater += !(row[j] <= label_logit) ? 1 : 0;
+    correct[i] = greater < k && label_logit == label_logit ? 1.0f : 0.0f;
   }
 }
 

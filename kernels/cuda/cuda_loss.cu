@@ -122,9 +122,10 @@ __global__ void topk_correct_kernel(std::int64_t n, std::int64_t c, std::int64_t
     // logits are strictly greater than its own.
     const float own = x[label];
     long long greater = 0;
-    for (std::int64_t j = w.lane; j < c; j += 32) greater += x[j] > own ? 1 : 0;
+    // !(a <= b): a NaN logit counts as greater, so a diverged row is never right.
+    for (std::int64_t j = w.lane; j < c; j += 32) greater += !(x[j] <= own) ? 1 : 0;
     greater = warp_sum(greater);
-    if (w.lane == 0) correct[row] = greater < k ? 1.0f : 0.0f;
+    if (w.lane == 0) correct[row] = greater < k && own == own ? 1.0f : 0.0f;
   }
 }
 

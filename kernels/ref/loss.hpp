@@ -79,8 +79,8 @@ void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const T* logit
     const T label_logit = row[labels[i]];
     std::int64_t greater = 0;
     for (std::int64_t j = 0; j < c; ++j)
-      if (row[j] > label_logit) ++greater;
-    correct[i] = greater < k ? T(1) : T(0);
+      if (row[j] > label_logit || std::isnan(row[j])) ++greater;  // a NaN logit outranks everything
+    correct[i] = greater < k && !std::isnan(label_logit) ? T(1) : T(0);
   }
 }
 

@@ -266,6 +266,31 @@ TEST(TopkCorrect, Top1IsArgmaxAndTopCIsAlwaysRight) {
   }
 }
 
+// A diverged model's NaN logits must never count as correct predictions
+// (they did: NaN compares false, so no logit was "greater" than the label's).
+TEST(TopkCorrect, NaNLogitsAreNeverRight) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows: all NaN; the label's logit NaN; another logit NaN above a finite
+  // label logit that would otherwise be top-1; a clean row (still right).
+  const Tensor logits = Tensor::from_vector({4, 3}, std::vector<float>{nan, nan, nan, 1, nan, 0, 2, 0, nan, 0, 5, 1});
+  const Tensor labels = Tensor::from_vector({4}, std::vector<std::int32_t>{0, 1, 0, 1});
+  for (const auto& backend : ref_and_backends_under_test()) {
+    SCOPED_TRACE(backend.name);
+    backend.run([&](Device d) {
+      for (std::int64_t k : {1, 2, 3}) {
+        Tensor correct = Tensor::empty({4}, DType::f32, d);
+        ops::topk_correct(logits.to(d), labels.to(d), correct, k);
+        const std::vector<float> got = correct.to_vector();
+        EXPECT_EQ(got[0], 0.0f) << "all-NaN row, k = " << k;
+        EXPECT_EQ(got[1], 0.0f) << "NaN label logit, k = " << k;
+        EXPECT_EQ(got[2], k >= 2 ? 1.0f : 0.0f) << "a NaN logit outranks the label, k = " << k;
+        EXPECT_EQ(got[3], 1.0f) << "clean row, k = " << k;
+      }
+      return 0;
+    });
+  }
+}
+
 TEST(Sum, MatchesRefAndAccumulatesInDouble) {
   for (const auto& backend : ref_and_backends_under_test()) {
     SCOPED_TRACE(backend.name);
