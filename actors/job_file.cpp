@@ -25,6 +25,7 @@ struct Value {
   std::string text;  // the string, or the token as written
   bool negative = false;
   std::uint64_t magnitude = 0;
+  bool overflow = false;  // an integer beyond 2^64 - 1 (magnitude then holds the maximum)
   double number = 0;
   bool flag = false;
 };
@@ -58,8 +59,9 @@ struct BadValue : std::invalid_argument {
 };
 
 std::int64_t as_int(const Value& v, std::int64_t min, std::int64_t max) {
-  const bool fits = v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
-                               : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const bool fits = v.overflow  ? false
+                    : v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
+                                 : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   const std::int64_t x = !fits ? 0 : v.negative ? static_cast<std::int64_t>(0 - v.magnitude) : static_cast<std::int64_t>(v.magnitude);
   if (!fits || x < min || x > max)
     throw BadValue(v.text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
@@ -112,7 +114,9 @@ const std::vector<Key>& keys() {
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
       {"", "seed", Type::unsigned_integer, [](const Value& v, C& c) {
-         if (v.negative && v.magnitude != 0) throw BadValue(v.text + " is negative (a seed is 0..2^64-1)");
+         if (v.overflow || (v.negative && v.magnitude != 0))
+           throw BadValue(v.text + " is out of range (a seed is an integer in 0.." +
+                          std::to_string(std::numeric_limits<std::uint64_t>::max()) + ")");
          c.train.seed = v.magnitude;
        }},
       {"", "mode", Type::string, [](const Value& v, C& c) {
@@ -211,7 +215,8 @@ bool parse_number(const std::string& token, Value& v) {
       if (m > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
         v.kind = Value::Kind::integer;
         v.magnitude = std::numeric_limits<std::uint64_t>::max();  // out of every range below
-        v.negative = false;
+        v.overflow = true;
+        v.number = std::strtod(plain.c_str(), nullptr);  // still a number for a float key
         return true;
       }
       m = m * 10 + d;

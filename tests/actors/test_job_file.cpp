@@ -155,11 +155,26 @@ TEST(ClusterJobFile, BadValues) {
   EXPECT_JOB_ERROR("batch = -4\n", "key 'batch': -4 is out of range");
   EXPECT_JOB_ERROR("prefetch = 99999999999\n", "key 'prefetch': 99999999999 is out of range (1..2147483647)");
   EXPECT_JOB_ERROR("steps = 99999999999999999999999\n", "key 'steps': 99999999999999999999999 is out of range");
-  EXPECT_JOB_ERROR("seed = -1\n", "key 'seed': -1 is negative");
+  EXPECT_JOB_ERROR("seed = -1\n", "key 'seed': -1 is out of range (a seed is an integer in 0..18446744073709551615)");
   EXPECT_JOB_ERROR("lr = 0\n", "key 'lr': 0 is out of range (0, inf)");
   EXPECT_JOB_ERROR("lr = 1e39\n", "key 'lr': 1e39 is out of range");
   EXPECT_JOB_ERROR("[optimizer]\nmomentum = 1.0\n", "JOB.toml:2: key 'optimizer.momentum': 1.0 is out of range [0, 1)");
   EXPECT_JOB_ERROR("model = \"\"\n", "key 'model': must not be empty");
+}
+
+// Above 2^64 - 1 a seed used to be taken as 2^64 - 1 and changed results.
+TEST(ClusterJobFile, SeedsOutsideUint64AreRefused) {
+  EXPECT_JOB_ERROR("epochs = 1\nseed = 99999999999999999999\n",
+                   "JOB.toml:2: key 'seed': 99999999999999999999 is out of range (a seed is an integer in "
+                   "0..18446744073709551615)");
+  EXPECT_JOB_ERROR("seed = 18446744073709551616\n", "key 'seed': 18446744073709551616 is out of range");
+  EXPECT_JOB_ERROR("seed = -99999999999999999999\n", "key 'seed': -99999999999999999999 is out of range");
+  EXPECT_JOB_ERROR("seed = 1e3\n", "JOB.toml:1: key 'seed': expected a non-negative integer, got a float 1e3");
+  EXPECT_JOB_ERROR("seed = \"7\"\n", "key 'seed': expected a non-negative integer, got a string");
+  EXPECT_EQ(parse_job_text("seed = 18446744073709551615\n", "JOB.toml").train.seed, 18446744073709551615ull);
+  EXPECT_EQ(parse_job_text("seed = 0\n", "JOB.toml").train.seed, 0u);
+  // A float key still reads an integer too long for 64 bits as a number.
+  EXPECT_EQ(parse_job_text("lr = 100000000000000000000\n", "JOB.toml").train.lr, 1e20f);
 }
 
 TEST(ClusterJobFile, FileErrorsUseThePath) {
