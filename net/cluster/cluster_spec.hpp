@@ -22,7 +22,9 @@
 // a missing "cluster" or "task", an address without a port or with a bad
 // port (naming the entry, e.g. cluster.worker[1]), an index out of range
 // (with the range), a duplicate address (naming both entries), an unknown
-// task type (listing the known ones), a key repeated in an object.
+// task type (listing the known ones), a key repeated in an object, JSON
+// nested more than 32 levels deep (the reader recurses per level; a spec
+// needs 3).
 // property_tree reads every JSON scalar as text, so "index": "1" is taken as
 // 1 and a string where a list belongs is caught, but not a number in place
 // of an address string (it fails as an address without a port).
