@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -13,6 +12,7 @@
 #include "kernels/config.hpp"
 #include "models/schedule.hpp"
 #include "net/cluster/auth.hpp"
+#include "util/config_file.hpp"
 
 namespace troupe::actors {
 
@@ -445,11 +445,13 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
 }
 
 actors::JobConfig load_job_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw JobFileError("job file '" + path + "': cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_job_text(text.str(), path);
+  std::string text;
+  try {
+    text = util::read_config_file(path, "job file");
+  } catch (const util::ConfigFileError& e) {
+    throw JobFileError(e.what());
+  }
+  return parse_job_text(text, path);
 }
 
 namespace {

@@ -51,6 +51,9 @@
 // file goes on to 2^64-1, as --seed does); anything else is refused.
 // User documentation: docs/USER-GUIDE.md ("The job file").
 //
+// The file is read with util::read_config_file: a regular file of at most
+// 1 MiB (util/config_file.hpp).
+//
 // Errors (JobFileError, a std::invalid_argument) read "FILE:LINE: key 'K':
 // what is wrong": unknown keys and tables, wrong types, duplicates (with the
 // first line), bad values (a mode, a switch schedule, a learning-rate

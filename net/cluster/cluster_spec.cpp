@@ -3,10 +3,11 @@
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+
+#include "util/config_file.hpp"
 
 namespace troupe::net {
 
@@ -225,11 +226,7 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
 
 std::optional<ClusterSpec> load_cluster_spec(const std::string& path) {
   if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cluster spec '" + path + "': cannot open");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return parse_cluster_spec(text.str(), "cluster spec " + path);
+    return parse_cluster_spec(util::read_config_file(path, "cluster spec"), "cluster spec " + path);
   }
   if (const char* env = std::getenv("TROUPE_CLUSTER")) return parse_cluster_spec(env, "TROUPE_CLUSTER");
   return std::nullopt;

@@ -1,6 +1,7 @@
 // net/cluster/job_file: the TOML-subset job file, its canonical text and
 // fingerprint.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -236,6 +237,32 @@ TEST(ClusterJobFile, SeedsOutsideUint64AreRefused) {
   EXPECT_EQ(parse_job_text("seed = 0\n", "JOB.toml").train.seed, 0u);
   // A float key still reads an integer too long for 64 bits as a number.
   EXPECT_EQ(parse_job_text("lr = 100000000000000000000\n", "JOB.toml").train.lr, 1e20f);
+}
+
+TEST(ClusterJobFile, OnlyRegularFilesOfBoundedSize) {
+  const std::string dir = ::testing::TempDir() + "troupe-job-dir";
+  ::mkdir(dir.c_str(), 0700);
+  for (const std::string& path : {std::string("/dev/zero"), std::string("/dev/urandom"), dir}) {
+    try {
+      load_job_file(path);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const JobFileError& e) {
+      EXPECT_NE(std::string(e.what()).find("job file '" + path + "' is a "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 1 MiB"), std::string::npos)
+          << e.what();
+    }
+  }
+  ::rmdir(dir.c_str());
+  const std::string big = ::testing::TempDir() + "troupe-job-big.toml";
+  std::ofstream(big) << std::string((1 << 20) + 1, '#');
+  try {
+    load_job_file(big);
+    ADD_FAILURE() << "a 1 MiB + 1 byte job file was accepted";
+  } catch (const JobFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 1048577 bytes, more than the limit of 1 MiB"), std::string::npos)
+        << e.what();
+  }
+  ::unlink(big.c_str());
 }
 
 TEST(ClusterJobFile, FileErrorsUseThePath) {

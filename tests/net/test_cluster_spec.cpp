@@ -193,7 +193,7 @@ TEST(ClusterSpec, FromFileOrEnvironment) {
   EXPECT_EQ(file->source, "cluster spec " + path);
   EXPECT_EQ(file->rank(), 1);
   ::unlink(path.c_str());
-  EXPECT_THROW(load_cluster_spec(path), std::runtime_error);
+  EXPECT_THROW(load_cluster_spec(path), std::invalid_argument);  // a configuration error: exit 2
   ::unsetenv("TROUPE_CLUSTER");
 }
 
