@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -13,6 +12,7 @@
 #include "kernels/config.hpp"
 #include "models/schedule.hpp"
 #include "net/cluster/auth.hpp"
+#include "util/config_file.hpp"
 
 namespace troupe::actors {
 
@@ -25,6 +25,7 @@ struct Value {
   std::string text;  // the string, or the token as written
   bool negative = false;
   std::uint64_t magnitude = 0;
+  bool overflow = false;  // an integer beyond 2^64 - 1 (magnitude then holds the maximum)
   double number = 0;
   bool flag = false;
 };
@@ -58,8 +59,9 @@ struct BadValue : std::invalid_argument {
 };
 
 std::int64_t as_int(const Value& v, std::int64_t min, std::int64_t max) {
-  const bool fits = v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
-                               : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const bool fits = v.overflow  ? false
+                    : v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
+                                 : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   const std::int64_t x = !fits ? 0 : v.negative ? static_cast<std::int64_t>(0 - v.magnitude) : static_cast<std::int64_t>(v.magnitude);
   if (!fits || x < min || x > max)
     throw BadValue(v.text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
@@ -90,12 +92,37 @@ struct Key {
   const char* name;
   Type type;
   std::function<void(const Value&, actors::JobConfig&)> set;
+  // The setting it writes, when two spellings write the same one (the flat
+  // `momentum` and [optimizer] `momentum`; `threads` and
+  // `threads_per_device`); null: "table.name".
+  const char* setting = nullptr;
 };
 
 const std::vector<Key>& keys() {
   using C = actors::JobConfig;
   constexpr auto max64 = std::numeric_limits<std::int64_t>::max();
   constexpr auto max_int = std::numeric_limits<int>::max();
+  const auto set_optimizer_name = [](const Value& v, C& c) {
+    const auto names = models::optimizer_names();
+    std::string known;
+    for (const auto& n : names) {
+      if (n == v.text) {
+        c.train.optimizer.name = v.text;
+        return;
+      }
+      known += (known.empty() ? "" : ", ") + n;
+    }
+    throw BadValue("unknown optimizer '" + v.text + "' (known: " + known + ")");
+  };
+  const auto set_momentum = [](const Value& v, C& c) { c.train.optimizer.momentum = as_float(v, 0, true, 1, false); };
+  const auto set_nesterov = [](const Value& v, C& c) { c.train.optimizer.nesterov = v.flag; };
+  const auto set_weight_decay = [](const Value& v, C& c) { c.train.optimizer.weight_decay = as_float(v, 0, true); };
+  const auto set_epsilon = [](const Value& v, C& c) { c.train.optimizer.epsilon = as_float(v, 0, false); };
+  const auto set_beta1 = [](const Value& v, C& c) { c.train.optimizer.beta1 = as_float(v, 0, true, 1, false); };
+  const auto set_beta2 = [](const Value& v, C& c) { c.train.optimizer.beta2 = as_float(v, 0, true, 1, false); };
+  const auto set_threads = [](const Value& v, C& c) {
+    c.threads_per_device = static_cast<int>(as_int(v, 1, std::numeric_limits<int>::max()));
+  };
   static const std::vector<Key> table = {
       {"", "model", Type::string, [](const Value& v, C& c) {
          if (v.text.empty()) throw BadValue("must not be empty");
@@ -112,7 +139,9 @@ const std::vector<Key>& keys() {
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
       {"", "seed", Type::unsigned_integer, [](const Value& v, C& c) {
-         if (v.negative && v.magnitude != 0) throw BadValue(v.text + " is negative (a seed is 0..2^64-1)");
+         if (v.overflow || (v.negative && v.magnitude != 0))
+           throw BadValue(v.text + " is out of range (a seed is an integer in 0.." +
+                          std::to_string(std::numeric_limits<std::uint64_t>::max()) + ")");
          c.train.seed = v.magnitude;
        }},
       {"", "mode", Type::string, [](const Value& v, C& c) {
@@ -130,8 +159,8 @@ const std::vector<Key>& keys() {
          }
        }},
       {"", "prefetch", Type::integer, [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
-      {"", "threads_per_device", Type::integer,
-       [](const Value& v, C& c) { c.threads_per_device = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "threads_per_device", Type::integer, set_threads},
+      {"", "threads", Type::integer, set_threads, "threads_per_device"},  // as --threads
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
       {"", "checkpoint_every", Type::integer,
        [](const Value& v, C& c) { c.train.checkpoint_every = as_int(v, 0, max64); }},
@@ -139,29 +168,21 @@ const std::vector<Key>& keys() {
        [](const Value& v, C& c) { c.train.keep_last = static_cast<std::size_t>(as_int(v, 0, max64)); }},
       {"", "eval_batch", Type::integer, [](const Value& v, C& c) { c.train.eval_batch = as_int(v, 1, max64); }},
       {"", "eval_every", Type::integer, [](const Value& v, C& c) { c.train.eval_every = as_int(v, 0, max64); }},
-      {"optimizer", "name", Type::string, [](const Value& v, C& c) {
-         const auto names = models::optimizer_names();
-         std::string known;
-         for (const auto& n : names) {
-           if (n == v.text) {
-             c.train.optimizer.name = v.text;
-             return;
-           }
-           known += (known.empty() ? "" : ", ") + n;
-         }
-         throw BadValue("unknown optimizer '" + v.text + "' (known: " + known + ")");
-       }},
-      {"optimizer", "momentum", Type::floating,
-       [](const Value& v, C& c) { c.train.optimizer.momentum = as_float(v, 0, true, 1, false); }},
-      {"optimizer", "nesterov", Type::boolean, [](const Value& v, C& c) { c.train.optimizer.nesterov = v.flag; }},
-      {"optimizer", "weight_decay", Type::floating,
-       [](const Value& v, C& c) { c.train.optimizer.weight_decay = as_float(v, 0, true); }},
-      {"optimizer", "epsilon", Type::floating,
-       [](const Value& v, C& c) { c.train.optimizer.epsilon = as_float(v, 0, false); }},
-      {"optimizer", "beta1", Type::floating,
-       [](const Value& v, C& c) { c.train.optimizer.beta1 = as_float(v, 0, true, 1, false); }},
-      {"optimizer", "beta2", Type::floating,
-       [](const Value& v, C& c) { c.train.optimizer.beta2 = as_float(v, 0, true, 1, false); }},
+      {"optimizer", "name", Type::string, set_optimizer_name},
+      {"optimizer", "momentum", Type::floating, set_momentum},
+      {"optimizer", "nesterov", Type::boolean, set_nesterov},
+      {"optimizer", "weight_decay", Type::floating, set_weight_decay},
+      {"optimizer", "epsilon", Type::floating, set_epsilon},
+      {"optimizer", "beta1", Type::floating, set_beta1},
+      {"optimizer", "beta2", Type::floating, set_beta2},
+      // The flat spellings of `troupe train --optimizer ... --momentum ...`.
+      {"", "optimizer", Type::string, set_optimizer_name, "optimizer.name"},
+      {"", "momentum", Type::floating, set_momentum, "optimizer.momentum"},
+      {"", "nesterov", Type::boolean, set_nesterov, "optimizer.nesterov"},
+      {"", "weight_decay", Type::floating, set_weight_decay, "optimizer.weight_decay"},
+      {"", "epsilon", Type::floating, set_epsilon, "optimizer.epsilon"},
+      {"", "beta1", Type::floating, set_beta1, "optimizer.beta1"},
+      {"", "beta2", Type::floating, set_beta2, "optimizer.beta2"},
   };
   return table;
 }
@@ -171,6 +192,50 @@ std::string known_keys(const std::string& table) {
   for (const auto& k : keys())
     if (table == k.table) out += (out.empty() ? "" : ", ") + std::string(k.name);
   return out;
+}
+
+std::string setting_of(const Key& k) {
+  if (k.setting) return k.setting;
+  return *k.table ? std::string(k.table) + "." + k.name : std::string(k.name);
+}
+
+// TOML itself refuses a key and a table of the same name.
+std::string both_optimizer_spellings(int key_line, int table_line) {
+  return "key 'optimizer' (line " + std::to_string(key_line) + ") and table [optimizer] (line " +
+         std::to_string(table_line) +
+         ") both name the optimizer; give either optimizer = \"adam\" with flat keys (momentum = 0.9), or an "
+         "[optimizer] table with name = \"adam\", not both";
+}
+
+// What `troupe train` takes on its command line but a job does not: each
+// node gives it on its own command line.
+const char* node_option(const std::string& key) {
+  static const char* const options[] = {"devices", "control", "metrics", "log_every", "summary_json", "resume"};
+  for (const char* o : options)
+    if (key == o) return o;
+  return nullptr;
+}
+
+std::string unknown_key_message(const std::string& key, const std::string& table) {
+  std::string hint;
+  for (const auto& k : keys())
+    if (key == k.name && table != k.table)
+      hint = " (it belongs in " + std::string(*k.table ? "[optimizer]" : "[training] or before any table") + ")";
+  std::string underscored = key;
+  for (char& c : underscored)
+    if (c == '-') c = '_';
+  if (underscored != key)
+    for (const auto& k : keys())
+      if (underscored == k.name) hint = " (did you mean '" + underscored + "'? job keys use '_' where flags use '-')";
+  if (const char* option = node_option(underscored)) {
+    std::string flag = option;
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    return "key '" + key + "' is not part of a job: each node gives it on its own command line (troupe node --" +
+           flag + ")";
+  }
+  return "unknown key '" + key + "'" + hint + " (known" + (table.empty() ? "" : " in [" + table + "]") + ": " +
+         known_keys(table) + ")";
 }
 
 bool is_bare_key_char(char c) {
@@ -211,7 +276,8 @@ bool parse_number(const std::string& token, Value& v) {
       if (m > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
         v.kind = Value::Kind::integer;
         v.magnitude = std::numeric_limits<std::uint64_t>::max();  // out of every range below
-        v.negative = false;
+        v.overflow = true;
+        v.number = std::strtod(plain.c_str(), nullptr);  // still a number for a float key
         return true;
       }
       m = m * 10 + d;
@@ -234,9 +300,10 @@ bool parse_number(const std::string& token, Value& v) {
 
 actors::JobConfig parse_job_text(const std::string& text, const std::string& source) {
   actors::JobConfig config;
-  std::map<std::string, int> set_on;       // "table.key" -> line
-  std::map<std::string, int> tables_seen;  // header -> line
-  std::string table;                       // current: "" or "optimizer"
+  std::map<std::string, std::pair<int, std::string>> set_on;  // setting -> line, key as spelled there
+  std::map<std::string, int> tables_seen;                       // header -> line
+  std::string table;                                            // current: "" or "optimizer"
+  int optimizer_key_line = 0;                                   // the flat `optimizer = "..."`
   int schedule_line = 0;
 
   std::istringstream in(text);
@@ -268,6 +335,8 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
         throw JobFileError(at + "unknown table [" + name + "] (known: [training], [optimizer])");
       if (const auto it = tables_seen.find(name); it != tables_seen.end())
         throw JobFileError(at + "duplicate table [" + name + "] (first on line " + std::to_string(it->second) + ")");
+      if (name == "optimizer" && optimizer_key_line != 0)
+        throw JobFileError(at + both_optimizer_spellings(optimizer_key_line, number));
       tables_seen[name] = number;
       table = name == "training" ? "" : name;
       i = close + 1;
@@ -333,19 +402,22 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
     const Key* spec = nullptr;
     for (const auto& k : keys())
       if (table == k.table && key == k.name) spec = &k;
-    if (!spec) {
-      std::string hint;
-      for (const auto& k : keys())
-        if (key == k.name && table != k.table)
-          hint = " (it belongs in " + std::string(*k.table ? "[optimizer]" : "[training] or before any table") + ")";
-      if (table.empty() && key == "optimizer") hint = " (write [optimizer] then name = \"...\")";
-      throw JobFileError(at + "unknown key '" + key + "'" + hint + " (known" +
-                         (table.empty() ? "" : " in [" + table + "]") + ": " + known_keys(table) + ")");
+    if (!spec) throw JobFileError(at + unknown_key_message(key, table));
+    const std::string spelled = (table.empty() ? "" : table + ".") + key;
+    if (table.empty() && key == "optimizer") {
+      if (const auto it = tables_seen.find("optimizer"); it != tables_seen.end())
+        throw JobFileError(where + both_optimizer_spellings(number, it->second));
+      optimizer_key_line = number;
     }
-    const std::string full = table + "." + key;
-    if (const auto it = set_on.find(full); it != set_on.end())
-      throw JobFileError(where + "duplicate key (first set on line " + std::to_string(it->second) + ")");
-    set_on[full] = number;
+    const std::string setting = setting_of(*spec);
+    if (const auto it = set_on.find(setting); it != set_on.end()) {
+      const auto& [first_line, first_spelled] = it->second;
+      if (first_spelled == spelled)
+        throw JobFileError(where + "duplicate key (first set on line " + std::to_string(first_line) + ")");
+      throw JobFileError(where + "sets what key '" + first_spelled + "' on line " + std::to_string(first_line) +
+                         " already set; give one of the two");
+    }
+    set_on[setting] = {number, spelled};
 
     const bool type_ok = spec->type == Type::string ? v.kind == Value::Kind::string
                          : spec->type == Type::boolean ? v.kind == Value::Kind::boolean
@@ -360,7 +432,7 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
     } catch (const BadValue& e) {
       throw JobFileError(where + e.what());
     }
-    if (full == ".schedule") schedule_line = number;
+    if (setting == "schedule") schedule_line = number;
   }
 
   // The schedule needs lr and warmup, which may come later in the file.
@@ -373,11 +445,13 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
 }
 
 actors::JobConfig load_job_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw JobFileError("job file '" + path + "': cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_job_text(text.str(), path);
+  std::string text;
+  try {
+    text = util::read_config_file(path, "job file");
+  } catch (const util::ConfigFileError& e) {
+    throw JobFileError(e.what());
+  }
+  return parse_job_text(text, path);
 }
 
 namespace {

@@ -11,6 +11,12 @@
 //   mode = "sync"
 //   switch = "500:async"
 //
+//   optimizer = "sgd"           # as --optimizer sgd
+//   momentum = 0.9
+//   nesterov = true
+//
+// or, the same, with the optimizer in a table:
+//
 //   [optimizer]
 //   name = "sgd"
 //   momentum = 0.9
@@ -26,10 +32,27 @@
 //   - tables: keys before any header, or under [training], are training keys;
 //     [optimizer] holds name, momentum, nesterov, weight_decay, epsilon,
 //     beta1, beta2. A header may appear once.
-// Training keys: model, data, epochs, batch, steps, lr, schedule, warmup,
-// seed, mode, switch, prefetch, threads_per_device, checkpoint_dir,
-// checkpoint_every, keep, eval_batch, eval_every. Every key is optional (the defaults of
-// `troupe train`). Devices are not part of a job: each node names its own.
+// Parsed here rather than with toml++ (Debian 12 has libtomlplusplus-dev
+// 3.3): toml++ holds integers as int64, so it could not read back a seed in
+// 2^63..2^64-1 that --seed takes and to_job_text writes, and the subset
+// needs no more than this file.
+// Training keys (one per flag of `troupe train`, '-' written '_'): model,
+// data, epochs, batch, steps, lr, schedule, warmup, seed, mode, switch,
+// prefetch, threads_per_device (or threads), checkpoint_dir,
+// checkpoint_every, keep, eval_batch, eval_every, and the optimizer flat:
+// optimizer (the name), momentum, nesterov, weight_decay, epsilon, beta1,
+// beta2. A setting given twice (momentum and [optimizer] momentum, threads
+// and threads_per_device) is an error naming both lines, and so is a flat
+// `optimizer = "..."` beside an [optimizer] table (TOML refuses a key and a
+// table of one name). Every key is optional (the defaults of `troupe
+// train`). Devices, the control endpoint, metrics, logging and --resume are
+// not part of a job: each node names its own on its command line.
+// seed is an integer in 0..2^64-1 (TOML integers stop at 2^63-1; the job
+// file goes on to 2^64-1, as --seed does); anything else is refused.
+// User documentation: docs/USER-GUIDE.md ("The job file").
+//
+// The file is read with util::read_config_file: a regular file of at most
+// 1 MiB (util/config_file.hpp).
 //
 // Errors (JobFileError, a std::invalid_argument) read "FILE:LINE: key 'K':
 // what is wrong": unknown keys and tables, wrong types, duplicates (with the

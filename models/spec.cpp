@@ -1,11 +1,11 @@
 #include "models/spec.hpp"
 
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "models/layers/layers.hpp"
+#include "util/config_file.hpp"
 
 namespace troupe::models {
 
@@ -237,11 +237,7 @@ ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data) 
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".spec");
   if (!is_path) return zoo_spec(name_or_path, data);
-  std::ifstream in(name_or_path);
-  if (!in) throw std::invalid_argument("model spec " + name_or_path + ": cannot open file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ModelSpec::parse(text.str(), name_or_path);
+  return ModelSpec::parse(util::read_config_file(name_or_path, "model spec"), name_or_path);
 }
 
 }  // namespace troupe::models

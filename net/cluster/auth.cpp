@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <stdexcept>
+
+#include "util/config_file.hpp"
 
 namespace troupe::net {
 
@@ -194,12 +194,8 @@ Secret Secret::from_text(std::string text) {
 }
 
 Secret Secret::from_file(const std::string& path, std::ostream& warnings) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("secret file '" + path + "': cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("secret file '" + path + "': read error");
-  std::string key = text.str();
+  // A secret is a key, not a document: 64 KiB is far more than any key needs.
+  std::string key = util::read_config_file(path, "secret file", 64 << 10);
   if (!key.empty() && key.back() == '\n') {
     key.pop_back();
     if (!key.empty() && key.back() == '\r') key.pop_back();

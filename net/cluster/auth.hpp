@@ -88,7 +88,9 @@ class Secret {
   Secret() = default;  // no secret
 
   // The whole file, less one trailing newline ("\n" or "\r\n"). Throws
-  // std::runtime_error naming the path when it cannot be read or is empty.
+  // util::ConfigFileError (a std::invalid_argument) naming the path when it
+  // cannot be read, is not a regular file or holds more than 64 KiB, and
+  // std::runtime_error when it is empty.
   // Writes a warning to `warnings` when group or others have any access to
   // the file (as ssh does for private keys).
   static Secret from_file(const std::string& path, std::ostream& warnings);

@@ -3,10 +3,11 @@
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+
+#include "util/config_file.hpp"
 
 namespace troupe::net {
 
@@ -103,9 +104,41 @@ std::string lower(std::string s) {
   return s;
 }
 
+// property_tree's JSON reader descends one call per '[' or '{', so a spec
+// nested 100,000 levels deep overflows the stack. A TF_CONFIG needs 3
+// levels; refuse anything past kMaxJsonDepth before the reader sees it.
+constexpr int kMaxJsonDepth = 32;
+
+void refuse_deep_nesting(const std::string& json, const std::string& source) {
+  int depth = 0;
+  int line = 1;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : json) {
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw std::invalid_argument(source + ": malformed JSON at line " + std::to_string(line) +
+                                    ": nested more than " + std::to_string(kMaxJsonDepth) +
+                                    " levels deep (a cluster spec needs 3: {\"cluster\": {\"worker\": [...]}})");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 }  // namespace
 
 ClusterSpec parse_cluster_spec(const std::string& json, const std::string& source) {
+  refuse_deep_nesting(json, source);
   pt::ptree root;
   try {
     std::istringstream in(json);
@@ -193,11 +226,7 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
 
 std::optional<ClusterSpec> load_cluster_spec(const std::string& path) {
   if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cluster spec '" + path + "': cannot open");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return parse_cluster_spec(text.str(), "cluster spec " + path);
+    return parse_cluster_spec(util::read_config_file(path, "cluster spec"), "cluster spec " + path);
   }
   if (const char* env = std::getenv("TROUPE_CLUSTER")) return parse_cluster_spec(env, "TROUPE_CLUSTER");
   return std::nullopt;

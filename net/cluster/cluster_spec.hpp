@@ -22,7 +22,10 @@
 // a missing "cluster" or "task", an address without a port or with a bad
 // port (naming the entry, e.g. cluster.worker[1]), an index out of range
 // (with the range), a duplicate address (naming both entries), an unknown
-// task type (listing the known ones), a key repeated in an object.
+// task type (listing the known ones), a key repeated in an object, JSON
+// nested more than 32 levels deep (the reader recurses per level; a spec
+// needs 3). A file is read with util::read_config_file: a regular file of at
+// most 1 MiB.
 // property_tree reads every JSON scalar as text, so "index": "1" is taken as
 // 1 and a string where a list belongs is caught, but not a number in place
 // of an address string (it fails as an address without a port).
@@ -56,7 +59,8 @@ struct ClusterSpec {
 // `json` read from `source` (used in messages).
 ClusterSpec parse_cluster_spec(const std::string& json, const std::string& source);
 // The file when `path` is not empty, else $TROUPE_CLUSTER when set, else
-// nothing. Throws std::invalid_argument / std::runtime_error (unreadable file).
+// nothing. Throws std::invalid_argument (util::ConfigFileError for a file
+// that cannot be read, is not a regular file or holds more than 1 MiB).
 std::optional<ClusterSpec> load_cluster_spec(const std::string& path);
 
 // Splits "HOST:PORT" (IPv6 in brackets) of the cluster entry `what`, with

@@ -1,6 +1,7 @@
 // net/cluster/job_file: the TOML-subset job file, its canonical text and
 // fingerprint.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -122,9 +123,70 @@ TEST(ClusterJobFile, SyntaxErrorsNameFileAndLine) {
 TEST(ClusterJobFile, UnknownKeysAndTables) {
   EXPECT_JOB_ERROR("epochs = 1\n\nepoch = 2\n", "JOB.toml:3: unknown key 'epoch' (known: model, data, epochs");
   EXPECT_JOB_ERROR("[optimizer]\nlr = 0.1\n", "JOB.toml:2: unknown key 'lr' (it belongs in [training]");
-  EXPECT_JOB_ERROR("momentum = 0.9\n", "JOB.toml:1: unknown key 'momentum' (it belongs in [optimizer])");
-  EXPECT_JOB_ERROR("optimizer = \"sgd\"\n", "JOB.toml:1: unknown key 'optimizer' (write [optimizer] then name");
+  EXPECT_JOB_ERROR("name = \"sgd\"\n", "JOB.toml:1: unknown key 'name' (it belongs in [optimizer])");
   EXPECT_JOB_ERROR("[model]\n", "JOB.toml:1: unknown table [model] (known: [training], [optimizer])");
+  // Flags written as on the command line, and flags that belong to a node.
+  EXPECT_JOB_ERROR("weight-decay = 0.1\n", "JOB.toml:1: unknown key 'weight-decay' (did you mean 'weight_decay'?");
+  EXPECT_JOB_ERROR("\ndevices = \"cpu:0\"\n",
+                   "JOB.toml:2: key 'devices' is not part of a job: each node gives it on its own command line "
+                   "(troupe node --devices)");
+  EXPECT_JOB_ERROR("log-every = 5\n", "key 'log-every' is not part of a job");
+}
+
+// The README: "the job file takes what troupe train takes on its command
+// line": every optimizer flag has a flat key, as --optimizer adam does.
+TEST(ClusterJobFile, FlatOptimizerKeysAsOnTheCommandLine) {
+  const actors::JobConfig flat = parse_job_text(R"(optimizer = "sgd"
+momentum = 0.9
+nesterov = true
+weight_decay = 5e-4
+epsilon = 1e-7
+beta1 = 0.8
+beta2 = 0.99
+threads = 3
+)",
+                                                "JOB.toml");
+  const actors::JobConfig table = parse_job_text(R"(threads_per_device = 3
+[optimizer]
+name = "sgd"
+momentum = 0.9
+nesterov = true
+weight_decay = 5e-4
+epsilon = 1e-7
+beta1 = 0.8
+beta2 = 0.99
+)",
+                                                 "JOB.toml");
+  EXPECT_EQ(flat.train.optimizer.name, "sgd");
+  EXPECT_EQ(flat.train.optimizer.momentum, 0.9f);
+  EXPECT_TRUE(flat.train.optimizer.nesterov);
+  EXPECT_EQ(flat.train.optimizer.weight_decay, 5e-4f);
+  EXPECT_EQ(flat.train.optimizer.epsilon, 1e-7f);
+  EXPECT_EQ(flat.train.optimizer.beta1, 0.8f);
+  EXPECT_EQ(flat.train.optimizer.beta2, 0.99f);
+  EXPECT_EQ(flat.threads_per_device, 3);
+  EXPECT_EQ(to_job_text(flat), to_job_text(table));  // one job, one fingerprint
+  EXPECT_EQ(parse_job_text("optimizer = \"adam\"\n", "JOB.toml").train.optimizer.name, "adam");
+  // Flat optimizer keys under [training] too, and checked as in the table.
+  EXPECT_EQ(parse_job_text("[training]\nmomentum = 0.5\n", "JOB.toml").train.optimizer.momentum, 0.5f);
+  EXPECT_JOB_ERROR("optimizer = \"adagrad\"\n", "JOB.toml:1: key 'optimizer': unknown optimizer 'adagrad'");
+  EXPECT_JOB_ERROR("momentum = 1.0\n", "JOB.toml:1: key 'momentum': 1.0 is out of range [0, 1)");
+  EXPECT_JOB_ERROR("nesterov = 1\n", "JOB.toml:1: key 'nesterov': expected true or false");
+}
+
+TEST(ClusterJobFile, BothSpellingsOfOneSettingNameBothLines) {
+  EXPECT_JOB_ERROR("momentum = 0.9\n\n[optimizer]\nmomentum = 0.8\n",
+                   "JOB.toml:4: key 'optimizer.momentum': sets what key 'momentum' on line 1 already set; give one");
+  EXPECT_JOB_ERROR("[optimizer]\nweight_decay = 0.1\n[training]\nweight_decay = 0.1\n",
+                   "JOB.toml:4: key 'weight_decay': sets what key 'optimizer.weight_decay' on line 2 already set");
+  EXPECT_JOB_ERROR("threads = 2\nthreads_per_device = 2\n",
+                   "JOB.toml:2: key 'threads_per_device': sets what key 'threads' on line 1 already set");
+  // A flat optimizer name and an [optimizer] table, in either order (TOML
+  // refuses a key and a table of one name).
+  EXPECT_JOB_ERROR("optimizer = \"adam\"\n[optimizer]\nname = \"sgd\"\n",
+                   "JOB.toml:2: key 'optimizer' (line 1) and table [optimizer] (line 2) both name the optimizer");
+  EXPECT_JOB_ERROR("[optimizer]\nmomentum = 0.9\n[training]\noptimizer = \"sgd\"\n",
+                   "JOB.toml:4: key 'optimizer': key 'optimizer' (line 4) and table [optimizer] (line 1)");
 }
 
 TEST(ClusterJobFile, WrongTypes) {
@@ -155,11 +217,52 @@ TEST(ClusterJobFile, BadValues) {
   EXPECT_JOB_ERROR("batch = -4\n", "key 'batch': -4 is out of range");
   EXPECT_JOB_ERROR("prefetch = 99999999999\n", "key 'prefetch': 99999999999 is out of range (1..2147483647)");
   EXPECT_JOB_ERROR("steps = 99999999999999999999999\n", "key 'steps': 99999999999999999999999 is out of range");
-  EXPECT_JOB_ERROR("seed = -1\n", "key 'seed': -1 is negative");
+  EXPECT_JOB_ERROR("seed = -1\n", "key 'seed': -1 is out of range (a seed is an integer in 0..18446744073709551615)");
   EXPECT_JOB_ERROR("lr = 0\n", "key 'lr': 0 is out of range (0, inf)");
   EXPECT_JOB_ERROR("lr = 1e39\n", "key 'lr': 1e39 is out of range");
   EXPECT_JOB_ERROR("[optimizer]\nmomentum = 1.0\n", "JOB.toml:2: key 'optimizer.momentum': 1.0 is out of range [0, 1)");
   EXPECT_JOB_ERROR("model = \"\"\n", "key 'model': must not be empty");
+}
+
+// Above 2^64 - 1 a seed used to be taken as 2^64 - 1 and changed results.
+TEST(ClusterJobFile, SeedsOutsideUint64AreRefused) {
+  EXPECT_JOB_ERROR("epochs = 1\nseed = 99999999999999999999\n",
+                   "JOB.toml:2: key 'seed': 99999999999999999999 is out of range (a seed is an integer in "
+                   "0..18446744073709551615)");
+  EXPECT_JOB_ERROR("seed = 18446744073709551616\n", "key 'seed': 18446744073709551616 is out of range");
+  EXPECT_JOB_ERROR("seed = -99999999999999999999\n", "key 'seed': -99999999999999999999 is out of range");
+  EXPECT_JOB_ERROR("seed = 1e3\n", "JOB.toml:1: key 'seed': expected a non-negative integer, got a float 1e3");
+  EXPECT_JOB_ERROR("seed = \"7\"\n", "key 'seed': expected a non-negative integer, got a string");
+  EXPECT_EQ(parse_job_text("seed = 18446744073709551615\n", "JOB.toml").train.seed, 18446744073709551615ull);
+  EXPECT_EQ(parse_job_text("seed = 0\n", "JOB.toml").train.seed, 0u);
+  // A float key still reads an integer too long for 64 bits as a number.
+  EXPECT_EQ(parse_job_text("lr = 100000000000000000000\n", "JOB.toml").train.lr, 1e20f);
+}
+
+TEST(ClusterJobFile, OnlyRegularFilesOfBoundedSize) {
+  const std::string dir = ::testing::TempDir() + "troupe-job-dir";
+  ::mkdir(dir.c_str(), 0700);
+  for (const std::string& path : {std::string("/dev/zero"), std::string("/dev/urandom"), dir}) {
+    try {
+      load_job_file(path);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const JobFileError& e) {
+      EXPECT_NE(std::string(e.what()).find("job file '" + path + "' is a "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 1 MiB"), std::string::npos)
+          << e.what();
+    }
+  }
+  ::rmdir(dir.c_str());
+  const std::string big = ::testing::TempDir() + "troupe-job-big.toml";
+  std::ofstream(big) << std::string((1 << 20) + 1, '#');
+  try {
+    load_job_file(big);
+    ADD_FAILURE() << "a 1 MiB + 1 byte job file was accepted";
+  } catch (const JobFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 1048577 bytes, more than the limit of 1 MiB"), std::string::npos)
+        << e.what();
+  }
+  ::unlink(big.c_str());
 }
 
 TEST(ClusterJobFile, FileErrorsUseThePath) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "models/model.hpp"
@@ -69,6 +70,22 @@ TEST(ModelSpec, ErrorsNameSourceLineAndProblem) {
                 .find("put a flatten layer before it"), std::string::npos);
 }
 
+// A model spec path of /dev/zero used to be read until memory ran out.
+TEST(ModelSpec, SpecFilesAreBoundedRegularFiles) {
+  for (const char* path : {"/dev/zero", "/dev/urandom"})
+    EXPECT_NE(error_of([&] { resolve_model(path, {}); })
+                  .find(std::string("model spec '") + path +
+                        "' is a character device; expected a regular file of at most 1 MiB"),
+              std::string::npos)
+        << error_of([&] { resolve_model(path, {}); });
+  const std::string big = ::testing::TempDir() + "/troupe_test_big.spec";
+  std::ofstream(big) << std::string((1 << 20) + 10, '#');
+  EXPECT_NE(error_of([&] { resolve_model(big, {}); }).find("holds 1048586 bytes, more than the limit of 1 MiB"),
+            std::string::npos)
+      << error_of([&] { resolve_model(big, {}); });
+  std::remove(big.c_str());
+}
+
 TEST(ModelSpec, UnknownZooNameListsKnownOnes) {
   std::string e = error_of([] { zoo_spec("resnet", {Shape{1, 28, 28}, DType::f32, 10}); });
   EXPECT_NE(e.find("unknown model 'resnet'; known: linreg, mlp, cnn, textcnn"), std::string::npos) << e;
@@ -82,7 +99,7 @@ TEST(ModelSpec, SpecFilesByPath) {
   ModelSpec spec = resolve_model(path, {Shape{1, 28, 28}, DType::f32, 10});
   EXPECT_EQ(spec.name, "mine");
   EXPECT_EQ(spec.layers.size(), 2u);
-  EXPECT_NE(error_of([] { resolve_model("/nonexistent/x.spec", {}); }).find("/nonexistent/x.spec: cannot open"),
+  EXPECT_NE(error_of([] { resolve_model("/nonexistent/x.spec", {}); }).find("model spec '/nonexistent/x.spec': cannot open"),
             std::string::npos);
 }
 

@@ -267,8 +267,29 @@ TEST_F(ClusterSecretFile, MissingFileNamesThePath) {
   try {
     Secret::from_file(dir_ + "/nope", warnings);
     FAIL();
-  } catch (const std::runtime_error& e) {
+  } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find(dir_ + "/nope': cannot open"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ClusterSecretFile, OnlyASmallRegularFile) {
+  std::ostringstream warnings;
+  for (const std::string& path : {std::string("/dev/zero"), dir_}) {
+    try {
+      Secret::from_file(path, warnings);
+      ADD_FAILURE() << path << " was read as a secret";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("secret file '" + path + "' is a "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 64 KiB"), std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    Secret::from_file(write("huge", std::string((64 << 10) + 1, 'k')), warnings);
+    ADD_FAILURE() << "a 64 KiB + 1 byte secret was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 65537 bytes, more than the limit of 64 KiB"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -84,6 +84,25 @@ TEST(ClusterSpec, MalformedJsonNamesTheLine) {
   EXPECT_ERROR("", "malformed JSON at line 1");
 }
 
+// The JSON reader recurses per level: 100,000 levels used to overflow the
+// stack (SIGSEGV). Nesting is bounded before the reader sees the text.
+TEST(ClusterSpec, DeepNestingIsRefusedNotACrash) {
+  const std::string arrays = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_ERROR(arrays, "malformed JSON at line 1: nested more than 32 levels deep");
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(100000, '}');
+  EXPECT_ERROR("\n" + objects, "malformed JSON at line 2: nested more than 32 levels deep");
+  // Brackets inside strings are text, not nesting: this fails as an address.
+  EXPECT_ERROR(R"({"cluster": {"worker": [")" + std::string(100, '[') + R"(:1"]}, "task": {"type": "worker", "index": 0}})",
+               "cluster.worker[0]");
+  // 32 levels are read (and then refused for what they hold, not their depth).
+  const std::string deep32 = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "x": )" +
+                             std::string(31, '[') + std::string(31, ']') + "}";
+  const std::string message = error_of(deep32);
+  EXPECT_EQ(message.find("nested"), std::string::npos) << message;
+}
+
 TEST(ClusterSpec, MissingParts) {
   EXPECT_ERROR(R"({"task": {"type": "worker", "index": 0}})", "missing \"cluster\" object");
   EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}})", "missing \"task\" object");
@@ -174,7 +193,7 @@ TEST(ClusterSpec, FromFileOrEnvironment) {
   EXPECT_EQ(file->source, "cluster spec " + path);
   EXPECT_EQ(file->rank(), 1);
   ::unlink(path.c_str());
-  EXPECT_THROW(load_cluster_spec(path), std::runtime_error);
+  EXPECT_THROW(load_cluster_spec(path), std::invalid_argument);  // a configuration error: exit 2
   ::unsetenv("TROUPE_CLUSTER");
 }
 
