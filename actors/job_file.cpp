@@ -164,6 +164,8 @@ const std::vector<Key>& keys() {
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
       {"", "checkpoint_every", Type::integer,
        [](const Value& v, C& c) { c.train.checkpoint_every = as_int(v, 0, max64); }},
+      {"", "checkpoint_minutes", Type::floating,
+       [](const Value& v, C& c) { c.train.checkpoint_minutes = as_float(v, 0, true); }},
       {"", "keep", Type::integer,
        [](const Value& v, C& c) { c.train.keep_last = static_cast<std::size_t>(as_int(v, 0, max64)); }},
       {"", "eval_batch", Type::integer, [](const Value& v, C& c) { c.train.eval_batch = as_int(v, 1, max64); }},
@@ -509,6 +511,7 @@ std::string to_job_text(const actors::JobConfig& c) {
   out << "threads_per_device = " << c.threads_per_device << "\n";
   out << "checkpoint_dir = " << quoted(t.checkpoint_dir, "checkpoint_dir") << "\n";
   out << "checkpoint_every = " << t.checkpoint_every << "\n";
+  out << "checkpoint_minutes = " << float_text(static_cast<float>(t.checkpoint_minutes)) << "\n";
   out << "keep = " << t.keep_last << "\n";
   out << "eval_batch = " << t.eval_batch << "\n";
   out << "eval_every = " << t.eval_every << "\n";
