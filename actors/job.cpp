@@ -2,7 +2,9 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "actors/data_loader.hpp"
@@ -60,8 +62,14 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   }
   if (cpu && gpu)
     throw std::invalid_argument("--devices mixes CPU and CUDA devices; use one kind per job");
-  // A program linked without the backends object library has no kernels:
-  // say so now, not as a replica that never reports its first step.
+  // A program linked without troupe_backends (the object library whose
+  // static initialiser registers the fast kernels) would fall back to the
+  // reference kernels, which are orders of magnitude slower: a cnn epoch
+  // takes hours and fit() looks hung. Say so at once instead; the reference
+  // kernels stay available on purpose through TROUPE_CPU_BACKEND=ref.
+  const char* cpu_choice = std::getenv("TROUPE_CPU_BACKEND");
+  const auto registered = kernels::Registry::instance().names();
+  const bool have_cpu = std::find(registered.begin(), registered.end(), "cpu") != registered.end();
   for (const auto& d : config_.devices) {
     try {
       kernels::Registry::instance().for_device(d);
@@ -70,6 +78,11 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                                "); a program using troupe must link troupe_backends, the object library that "
                                "registers them");
     }
+    if (d.is_cpu() && !have_cpu && !(cpu_choice && *cpu_choice))
+      throw std::runtime_error("no fast CPU backend is registered for " + d.str() +
+                               ": link troupe_backends (the object library that registers the cpu and cuda "
+                               "kernels) into the program, or set TROUPE_CPU_BACKEND=ref to train on the slow "
+                               "reference kernels deliberately");
   }
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores > 0 && unsigned(cpu_devices * config_.threads_per_device) > cores)

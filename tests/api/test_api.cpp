@@ -4,6 +4,11 @@
 // batch b train like 1 replica with batch 2b).
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -112,6 +117,23 @@ TEST(Api, SaveLoadEvaluateWithoutAStrategy) {
   EXPECT_EQ(back->parameters().to_vector(), m.parameters().to_vector());
   EXPECT_EQ(troupe::evaluate(*back, data.test).test_accuracy, troupe::evaluate(m, data.test).test_accuracy);
   EXPECT_THROW(troupe::load_model(path + ".missing"), std::runtime_error);
+}
+
+// A program without the backends object library used to hang forever in
+// fit(); now it fails at once naming what is missing.
+TEST(Api, FitWithoutBackendsFailsAtOnce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen("timeout 60 " FIT_WITHOUT_BACKENDS " 2>&1", "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 3) << out;
+  EXPECT_NE(out.find("troupe_backends"), std::string::npos) << out;
+  EXPECT_LT(seconds, 30) << out;
 }
 
 }  // namespace
