@@ -1,0 +1,126 @@
+// `troupe node --resume` with two nodes: a job stopped in the middle of an
+// epoch and resumed ends like an uninterrupted one: the same step count, the
+// same data seen (each replica continues at its own clock) and, in sync,
+// bitwise the same parameters. Real processes on loopback, real data.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <regex>
+
+#include "models/checkpoint/checkpoint.hpp"
+#include "tests/node/process.hpp"
+
+namespace troupe {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Process;
+namespace fs = std::filesystem;
+
+int loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One run of a two-node job (coordinator and one worker, one CPU device
+// each) to its end; returns both exit statuses and the logs.
+struct NodesRun {
+  std::vector<int> status;
+  std::string logs;
+};
+
+NodesRun run_two_nodes(const std::string& dir, const std::string& name, const std::string& job_text, bool resume) {
+  const std::string job = dir + "/" + name + ".toml";
+  std::ofstream(job) << job_text;
+  const std::string address = "127.0.0.1:" + std::to_string(loopback_port());
+  std::vector<std::string> args{TROUPE_BINARY, "node",       "--listen", address, "--job",       job,
+                                "--min-nodes", "2",          "--devices", "cpu:0", "--timeout", "30",
+                                "--wait-timeout", "60"};
+  if (resume) args.push_back("--resume");
+  Process coordinator(args, dir + "/" + name + "-coordinator.log");
+  Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--timeout", "30"},
+                 dir + "/" + name + "-worker.log");
+  NodesRun r;
+  r.status = {coordinator.wait_for(180s), worker.wait_for(30s)};
+  r.logs = "--- coordinator:\n" + coordinator.output() + "--- worker:\n" + worker.output();
+  return r;
+}
+
+checkpoint::State newest(const std::string& dir) {
+  auto path = checkpoint::Directory(dir, 0).latest();
+  EXPECT_TRUE(path.has_value()) << "no checkpoint in " << dir;
+  return path ? checkpoint::read(*path) : checkpoint::State{};
+}
+
+std::string job(const std::string& mode, int steps, const std::string& checkpoints) {
+  return "model = \"mlp\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nlr = 0.02\noptimizer = \"sgd\"\n"
+         "mode = \"" + mode + "\"\nsteps = " + std::to_string(steps) + "\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+}
+
+// "S synchronous steps, P gradients pushed, A applied by the server"
+std::vector<long long> accounting(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"((\d+) synchronous steps, (\d+) gradients pushed, (\d+) applied)")))
+    return {};
+  return {std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3])};
+}
+
+std::string fresh(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("troupe-node-resume-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// An epoch has 937 steps of 2 x 32: 37 and 80 are in the middle of it.
+TEST(NodeResume, SyncStoppedMidEpochAndResumedEqualsAnUninterruptedRunBitwise) {
+  const std::string dir = fresh("sync");
+  NodesRun first = run_two_nodes(dir, "first", job("sync", 37, dir + "/ckpt"), false);
+  ASSERT_EQ(first.status, (std::vector<int>{0, 0})) << first.logs;
+  EXPECT_EQ(newest(dir + "/ckpt").position.replica_clocks, (std::vector<std::uint64_t>{37, 37}));
+  NodesRun second = run_two_nodes(dir, "second", job("sync", 80, dir + "/ckpt"), true);
+  ASSERT_EQ(second.status, (std::vector<int>{0, 0})) << second.logs;
+  EXPECT_EQ(accounting(second.logs), (std::vector<long long>{80 - 37, 0, 0})) << second.logs;
+  NodesRun whole = run_two_nodes(dir, "whole", job("sync", 80, dir + "/whole"), false);
+  ASSERT_EQ(whole.status, (std::vector<int>{0, 0})) << whole.logs;
+  const checkpoint::State resumed = newest(dir + "/ckpt"), uninterrupted = newest(dir + "/whole");
+  EXPECT_EQ(resumed.position.global_step, 80u);
+  EXPECT_EQ(uninterrupted.position.global_step, 80u);
+  EXPECT_EQ(resumed.position.replica_clocks, uninterrupted.position.replica_clocks);
+  EXPECT_TRUE(resumed.parameters == uninterrupted.parameters) << "resumed parameters differ from an uninterrupted run";
+}
+
+TEST(NodeResume, AsyncStoppedMidEpochAndResumedPushesOnlyWhatRemained) {
+  const std::string dir = fresh("async");
+  NodesRun first = run_two_nodes(dir, "first", job("async", 41, dir + "/ckpt"), false);
+  ASSERT_EQ(first.status, (std::vector<int>{0, 0})) << first.logs;
+  const checkpoint::State stopped = newest(dir + "/ckpt");
+  ASSERT_EQ(stopped.position.replica_clocks.size(), 2u);
+  EXPECT_EQ(std::accumulate(stopped.position.replica_clocks.begin(), stopped.position.replica_clocks.end(), 0ull), 41u);
+  NodesRun second = run_two_nodes(dir, "second", job("async", 100, dir + "/ckpt"), true);
+  ASSERT_EQ(second.status, (std::vector<int>{0, 0})) << second.logs;
+  EXPECT_EQ(accounting(second.logs), (std::vector<long long>{0, 100 - 41, 100 - 41})) << second.logs;
+  const checkpoint::State end = newest(dir + "/ckpt");
+  EXPECT_EQ(end.position.global_step, 100u);
+  // Every push is one step of one replica: the clocks add up to the steps
+  // only if each replica continued at its own clock.
+  EXPECT_EQ(std::accumulate(end.position.replica_clocks.begin(), end.position.replica_clocks.end(), 0ull), 100u)
+      << second.logs;
+}
+
+}  // namespace
+}  // namespace troupe
