@@ -1,7 +1,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "actors/job.hpp"
 #include "cli/commands.hpp"
@@ -22,6 +24,22 @@ void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
+// --metrics runs/x/metrics.csv creates runs/x, as --checkpoint-dir creates
+// its folder; so does --summary-json.
+void create_parent_folders(const char* flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (path.empty() || parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + parent.string() +
+                                   ": " + ec.message());
+}
+
+void create_output_folders(const TrainOptions& o) {
+  create_parent_folders("--metrics", o.metrics);
+  create_parent_folders("--summary-json", o.summary_json);
+}
+
 void print_result(const models::TrainResult& result) {
   if (result.stopped_early)
     std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
@@ -34,6 +52,7 @@ void print_result(const models::TrainResult& result) {
 // One device, synchronous, nothing to control: the plain single-replica trainer.
 int run_single(TrainOptions& o, kernels::Device device) {
   o.config.device = device;
+  create_output_folders(o);
   Report report(o.config.epochs, o.log_every, o.metrics);
   models::Trainer trainer(o.config);  // every configuration error surfaces here
   install_stop_handlers();
@@ -67,6 +86,7 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
 }  // namespace
 
 int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
+  create_output_folders(o);
   Report report(jc.train.epochs, o.log_every, o.metrics);
   actors::Job job(jc);  // every configuration error surfaces here
 

@@ -11,13 +11,14 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-#include <cstdlib>
-
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -28,8 +29,15 @@ struct Result {
   std::string output;
 };
 
+// The binary under test; TROUPE_TEST_BINARY overrides it (to check that a
+// new test fails against an older build).
+std::string binary() {
+  const char* other = std::getenv("TROUPE_TEST_BINARY");
+  return other && *other ? other : TROUPE_BINARY;
+}
+
 Result troupe(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " TROUPE_BINARY " " + args + " 2>&1";
+  std::string cmd = env + " " + binary() + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -225,7 +233,7 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   // Start a job with a control endpoint, drive it with `troupe ctl` from
   // another process, and stop it through the endpoint.
   const std::string port = std::to_string(free_port());
-  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
+  std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
                     " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir +
                     "/ckpt > " + dir + "/log 2>&1 & echo $!";
   FILE* p = popen(cmd.c_str(), "r");
@@ -281,7 +289,7 @@ TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
 TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   const std::string dir = temp("sigterm");
   fs::create_directories(dir);
-  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --epochs 5 --checkpoint-dir " +
+  std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --epochs 5 --checkpoint-dir " +
                     dir + "/ckpt > " + dir + "/log 2>&1 & echo $!";
   FILE* p = popen(cmd.c_str(), "r");
   char pid_text[32] = {0};
@@ -313,6 +321,35 @@ TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   EXPECT_CONTAINS(text, "checkpoint: ");
   EXPECT_CONTAINS(text, "stopped after step");
   EXPECT_FALSE(fs::is_empty(dir + "/ckpt"));
+}
+
+}  // namespace
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// Issue 11: `--metrics runs/x/metrics.csv` failed with "cannot create the
+// file" when runs/x did not exist; --checkpoint-dir creates its folder.
+TEST(CliIssue11, MetricsFileInAMissingFolderIsCreated) {
+  const std::string dir = temp("metrics_parent");
+  Result r = troupe("train --model linreg --data linreg --devices cpu:0 --steps 3 --log-every 1 --metrics " + dir +
+                    "/runs/x/metrics.csv");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::vector<std::string> rows = lines_of(read_text(dir + "/runs/x/metrics.csv"));
+  ASSERT_EQ(rows.size(), 4u);  // the header, steps 1 to 3
+  EXPECT_CONTAINS(rows[0], "kind,epoch,step,loss");
 }
 
 }  // namespace
