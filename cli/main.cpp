@@ -16,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "kernels/config.hpp"
+#include "models/data/load.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe " TROUPE_VERSION ": a distributed deep-learning trainer on the actor model"};
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);
     if (app.got_subcommand("node")) return troupe::cli::run_node(node);
   } catch (const troupe::cli::UsageError& e) {
+    std::fprintf(stderr, "troupe: %s\n", e.what());
+    return 2;
+  } catch (const troupe::data::UnknownDatasetError& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 2;
   } catch (const std::invalid_argument& e) {

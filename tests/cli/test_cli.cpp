@@ -352,4 +352,15 @@ TEST(CliIssue11, MetricsFileInAMissingFolderIsCreated) {
   EXPECT_CONTAINS(rows[0], "kind,epoch,step,loss");
 }
 
+// Issue 11: an unknown --data name printed "known names:" and then nothing
+// on its line (the names followed on lines of their own).
+TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
+  Result r = troupe("train --data imagenet --steps 1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  const std::vector<std::string> lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  EXPECT_CONTAINS(lines[0], "troupe: unknown dataset 'imagenet'; known names: fashion-mnist, linreg, wordnet");
+  EXPECT_CONTAINS(lines[0], "a .csv file or an IDX directory");
+}
+
 }  // namespace
