@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -361,6 +362,34 @@ TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
   ASSERT_EQ(lines.size(), 1u) << r.output;
   EXPECT_CONTAINS(lines[0], "troupe: unknown dataset 'imagenet'; known names: fashion-mnist, linreg, wordnet");
   EXPECT_CONTAINS(lines[0], "a .csv file or an IDX directory");
+}
+
+// Issue 11: cli/README.md listed a `bench` command that does not exist. The
+// commands in its table are exactly those `troupe --help` lists.
+TEST(CliIssue11, ReadmeListsExactlyTheCommandsTheBinaryHas) {
+  Result help = troupe("--help");
+  ASSERT_EQ(help.status, 0) << help.output;
+  std::vector<std::string> in_help;
+  bool in_section = false;
+  for (const std::string& line : lines_of(help.output)) {
+    if (line.rfind("Subcommands:", 0) == 0) {
+      in_section = true;
+    } else if (in_section && line.rfind("  ", 0) == 0) {
+      std::istringstream words(line);
+      std::string name;
+      words >> name;
+      in_help.push_back(name);
+    } else {
+      in_section = false;
+    }
+  }
+  ASSERT_FALSE(in_help.empty()) << help.output;
+  std::vector<std::string> in_readme;  // rows "| `NAME` | ..."
+  for (const std::string& line : lines_of(read_text(TROUPE_SOURCE_DIR "/cli/README.md")))
+    if (line.rfind("| `", 0) == 0) in_readme.push_back(line.substr(3, line.find('`', 3) - 3));
+  std::sort(in_help.begin(), in_help.end());
+  std::sort(in_readme.begin(), in_readme.end());
+  EXPECT_EQ(in_readme, in_help);
 }
 
 }  // namespace
