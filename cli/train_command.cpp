@@ -1,6 +1,8 @@
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -38,6 +40,21 @@ void create_parent_folders(const char* flag, const std::string& path) {
 void create_output_folders(const TrainOptions& o) {
   create_parent_folders("--metrics", o.metrics);
   create_parent_folders("--summary-json", o.summary_json);
+}
+
+// CLI11 reads an unsigned option with strtoull, which turns anything above
+// 2^64-1 into 2^64-1, "-1" into 2^64-1, and "010" into 8, without a word: the
+// seed is decimal digits within range, or a usage error.
+CLI::Validator unsigned_64_bit() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (digits) std::strtoull(text.c_str(), nullptr, 10);
+        if (digits && errno != ERANGE) return {};
+        return "'" + text + "' is not an integer from 0 to 18446744073709551615 (2^64-1)";
+      },
+      "UINT64");
 }
 
 void print_result(const models::TrainResult& result) {
@@ -189,7 +206,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
   cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
       ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout (0 to 2^64-1)")
+      ->check(unsigned_64_bit())
+      ->capture_default_str();
   cmd->add_option("--threads,--threads-per-device", o.threads, "CPU threads for each device's kernels")
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Write checkpoints here (checked before training)");

@@ -392,4 +392,17 @@ TEST(CliIssue11, ReadmeListsExactlyTheCommandsTheBinaryHas) {
   EXPECT_EQ(in_readme, in_help);
 }
 
+// Issue 11: a seed above 2^64-1 was taken as 2^64-1 without a word.
+TEST(CliIssue11, SeedOutOfRangeIsRefused) {
+  for (const char* seed : {"99999999999999999999", "18446744073709551616", "-1", "0x10", "1e3"}) {
+    Result r = troupe(std::string("train --model linreg --data linreg --devices cpu:0 --steps 1 --seed ") + seed);
+    EXPECT_EQ(r.status, 2) << seed << ": " << r.output;
+    EXPECT_CONTAINS(r.output, std::string("--seed: '") + seed + "' is not an integer from 0 to 18446744073709551615");
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << "it trained:\n" << r.output;
+  }
+  Result top = troupe("train --model linreg --data linreg --devices cpu:0 --steps 1 --seed 18446744073709551615");
+  EXPECT_EQ(top.status, 0) << top.output;
+  EXPECT_CONTAINS(top.output, "test accuracy");
+}
+
 }  // namespace
