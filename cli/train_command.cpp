@@ -54,7 +54,7 @@ CLI::Validator unsigned_64_bit() {
         if (digits && errno != ERANGE) return {};
         return "'" + text + "' is not an integer from 0 to 18446744073709551615 (2^64-1)";
       },
-      "UINT64");
+      "");
 }
 
 void print_result(const models::TrainResult& result) {

@@ -405,4 +405,40 @@ TEST(CliIssue11, SeedOutOfRangeIsRefused) {
   EXPECT_CONTAINS(top.output, "test accuracy");
 }
 
+// Issue 11: a typo in a flag or a command got CLI11's words ("A subcommand
+// is required" for `troupe trian`); every error line starts with "troupe:",
+// and usage and configuration errors exit 2 in every command.
+TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"train --epoch 3", "troupe: unknown option --epoch; did you mean --epochs?"},
+           {"train --bach=3", "troupe: unknown option --bach; did you mean --batch?"},
+           {"trian --epochs 1", "troupe: unknown command 'trian'; did you mean 'train'?"},
+           {"evl --checkpoint x", "troupe: unknown command 'evl'; did you mean 'eval'?"},
+           {"fly", "troupe: unknown command 'fly'; expected one of: train, eval, ctl, node"},
+           {"", "troupe: 'troupe' needs a command: train, eval, ctl, node"},
+           {"ctl --at 127.0.0.1:9 stauts", "troupe: unknown ctl command 'stauts'; did you mean 'status'?"},
+           {"ctl --at 127.0.0.1:9", "troupe: 'troupe ctl' needs a command: status, mode, checkpoint, stop"},
+           {"ctl status", "troupe: --at is required"},
+           {"ctl --at nonsense status", "troupe: control address 'nonsense'"},
+           {"--epochs 3 train", "troupe: --epochs is an option of 'troupe train': give it after 'train'"},
+           {"train --no-such-flag", "troupe: unknown option --no-such-flag for 'troupe train'"},
+           {"train --epochs many", "troupe: "},
+           {"eval --checkpoint x.troupe --batch 0", "troupe: --batch must be at least 1"},
+           {"eval --checkpoint x.troupe --data imagenet", "troupe: unknown dataset 'imagenet'"},
+           {"node --lisen 127.0.0.1:9", "troupe: unknown option --lisen; did you mean --listen?"},
+           {"node --join 127.0.0.1:9 --threads 0", "troupe: --threads must be at least 1"},
+       }) {
+    Result r = troupe(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ":\n" << r.output;
+    const std::vector<std::string> lines = lines_of(r.output);
+    ASSERT_EQ(lines.size(), 1u) << c.args << ":\n" << r.output;
+    EXPECT_EQ(lines[0].rfind(c.message, 0), 0u) << c.args << ": expected a line starting with\n  " << c.message
+                                                << "\ngot\n  " << lines[0];
+  }
+}
+
 }  // namespace
