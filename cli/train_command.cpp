@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <system_error>
 
 #include "actors/job.hpp"
@@ -17,13 +19,66 @@ namespace troupe::cli {
 
 namespace {
 std::atomic<int> stop_signal{0};
-extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
+extern "C" void on_stop_signal(int signal) {
+  // The second Ctrl-C does not wait for the step boundary.
+  if (stop_signal.exchange(signal) != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+}
 
 // SIGINT / SIGTERM: stop at the next step boundary, checkpoint if
-// configured, and exit cleanly.
+// configured, and exit 128 + the signal (stopped_by_signal). A second
+// signal ends the process at once.
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+// The newest checkpoint this run wrote (the actor runtime reports them from
+// the coordinator's thread).
+class LastCheckpoint {
+ public:
+  // Wraps cb.on_checkpoint to remember each checkpoint.
+  void watch(models::Callbacks& cb) {
+    cb.on_checkpoint = [this, report = cb.on_checkpoint](const std::string& path, std::int64_t step) {
+      if (report) report(path, step);
+      std::lock_guard<std::mutex> lock(mutex_);
+      path_ = path;
+      step_ = step;
+    };
+  }
+  std::pair<std::string, std::int64_t> get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {path_, step_};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string path_;
+  std::int64_t step_ = -1;
+};
+
+// The exit status of a run: 0, or after a stop by SIGINT or SIGTERM 128 +
+// the signal (130, 143), as shells and schedulers expect of a process the
+// signal ended, with a line that says how to go on.
+int exit_status(const models::TrainResult& result, const std::string& checkpoint_dir, const LastCheckpoint& last) {
+  const int signal = stop_signal.load();
+  if (!result.stopped_early || signal == 0) return 0;
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  const auto [path, step] = last.get();
+  if (!path.empty())
+    std::fprintf(stderr, "stopped by %s after step %lld; checkpoint %s (step %lld): resume with --resume "
+                         "(checkpoint dir %s)\n",
+                 name, static_cast<long long>(result.steps), path.c_str(), static_cast<long long>(step),
+                 checkpoint_dir.c_str());
+  else if (checkpoint_dir.empty())
+    std::fprintf(stderr, "stopped by %s after step %lld; no checkpoint dir, so nothing to resume from\n", name,
+                 static_cast<long long>(result.steps));
+  else
+    std::fprintf(stderr, "stopped by %s after step %lld; no checkpoint was written in %s\n", name,
+                 static_cast<long long>(result.steps), checkpoint_dir.c_str());
+  return 128 + signal;
 }
 
 // --metrics runs/x/metrics.csv creates runs/x, as --checkpoint-dir creates
@@ -75,6 +130,8 @@ int run_single(TrainOptions& o, kernels::Device device) {
   install_stop_handlers();
   models::Callbacks cb = report.callbacks();
   cb.should_stop = [] { return stop_signal.load() != 0; };
+  LastCheckpoint last;
+  last.watch(cb);
   if (trainer.config().resume) {
     if (trainer.global_step() == 0)
       std::fprintf(stderr, "resume: no checkpoint in %s yet; starting fresh\n", trainer.config().checkpoint_dir.c_str());
@@ -84,7 +141,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
   models::TrainResult result = trainer.run(cb);
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
-  return 0;
+  return exit_status(result, trainer.config().checkpoint_dir, last);
 }
 
 // Several devices, or another mode, a switch schedule or a control endpoint:
@@ -145,6 +202,8 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   models::Callbacks cb = report.callbacks();
   cb.on_train_begin = nullptr;
   cb.should_stop = [] { return stop_signal.load() != 0; };
+  LastCheckpoint last;
+  last.watch(cb);
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
   if (!r.error.empty()) throw std::runtime_error(r.error);
@@ -163,7 +222,7 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
                static_cast<long long>(r.server.applied));
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
-  return 0;
+  return exit_status(result, jc.train.checkpoint_dir, last);
 }
 
 void use_threads(int threads) {

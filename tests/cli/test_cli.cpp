@@ -56,6 +56,62 @@ std::string temp(const std::string& name) {
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << "output was:\n" << (haystack)
 
+// A troupe process of our own, so that its exit status can be read
+// (a process started through `sh -c '... &'` belongs to the shell).
+struct Process {
+  pid_t pid = -1;
+  std::string log;  // its stdout and stderr together
+};
+
+Process start_troupe(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + binary() + " " + args + " > " + log + " 2>&1";
+  Process p{fork(), log};
+  if (p.pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return p;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Waits until `file` has at least `lines` lines; false after `seconds`.
+bool wait_for_lines(const std::string& file, std::size_t lines, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string text = read_text(file);
+    if (static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+    usleep(50 * 1000);
+  }
+  return false;
+}
+
+// The exit status (128 + N for a signal N), or -1 (and SIGKILL) when the
+// process is still running after `seconds`.
+int wait_exit(const Process& p, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usleep(20 * 1000);
+  }
+  kill(p.pid, SIGKILL);
+  waitpid(p.pid, &status, 0);
+  return -1;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 TEST(Cli, HelpListsCommandsAndOptions) {
   Result r = troupe("--help");
   EXPECT_EQ(r.status, 0);
@@ -290,56 +346,25 @@ TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
 TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   const std::string dir = temp("sigterm");
   fs::create_directories(dir);
-  std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --epochs 5 --checkpoint-dir " +
-                    dir + "/ckpt > " + dir + "/log 2>&1 & echo $!";
-  FILE* p = popen(cmd.c_str(), "r");
-  char pid_text[32] = {0};
-  ASSERT_TRUE(std::fgets(pid_text, sizeof pid_text, p));
-  pclose(p);
-  const pid_t pid = std::atoi(pid_text);
+  Process p = start_troupe("train --model mlp --devices cpu:0,cpu:1 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
+                               dir + "/ckpt",
+                           dir + "/log");
   // Let it load the data and train a little.
-  for (int i = 0; i < 100; ++i) {
-    usleep(100 * 1000);
-    std::ifstream log(dir + "/log");
-    std::string text((std::istreambuf_iterator<char>(log)), {});
-    if (text.find("step") != std::string::npos && text.find("epoch 1") != std::string::npos) break;
-  }
-  usleep(500 * 1000);
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool exited = false;
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
-    if (kill(pid, 0) != 0) {
-      exited = true;
-      break;
-    }
-    usleep(50 * 1000);
-  }
-  if (!exited) kill(pid, SIGKILL);
-  std::ifstream log(dir + "/log");
-  std::string text((std::istreambuf_iterator<char>(log)), {});
-  EXPECT_TRUE(exited) << "no exit within 5 s of SIGTERM:\n" << text;
+  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps
+  ASSERT_EQ(kill(p.pid, SIGTERM), 0);
+  const int status = wait_exit(p, 5);
+  const std::string text = read_text(p.log);
+  EXPECT_NE(status, -1) << "no exit within 5 s of SIGTERM:\n" << text;
+  EXPECT_EQ(status, 143) << text;  // 128 + SIGTERM (issue 11: it was 0)
   EXPECT_CONTAINS(text, "checkpoint: ");
-  EXPECT_CONTAINS(text, "stopped after step");
+  EXPECT_CONTAINS(text, "stopped by SIGTERM after step ");
+  EXPECT_CONTAINS(text, "resume with --resume (checkpoint dir " + dir + "/ckpt)");
   EXPECT_FALSE(fs::is_empty(dir + "/ckpt"));
 }
 
 }  // namespace
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(line);
-  return lines;
-}
 
 // Issue 11: `--metrics runs/x/metrics.csv` failed with "cannot create the
 // file" when runs/x did not exist; --checkpoint-dir creates its folder.
@@ -439,6 +464,25 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
     EXPECT_EQ(lines[0].rfind(c.message, 0), 0u) << c.args << ": expected a line starting with\n  " << c.message
                                                 << "\ngot\n  " << lines[0];
   }
+}
+
+// Issue 11: Ctrl-C stopped training, checkpointed and exited 0. It exits 130
+// (128 + SIGINT, as a shell reports it) and says how to go on.
+TEST(CliIssue11, CtrlCExits130AndSaysResumeWithResume) {
+  const std::string dir = temp("sigint");
+  fs::create_directories(dir);
+  Process p = start_troupe("train --model mlp --devices cpu:0 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
+                               dir + "/ckpt",
+                           dir + "/log");
+  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps  // training has begun
+  ASSERT_EQ(kill(p.pid, SIGINT), 0);
+  const int status = wait_exit(p, 10);
+  const std::string log = read_text(p.log);
+  EXPECT_EQ(status, 130) << log;
+  EXPECT_CONTAINS(log, "stopped by SIGINT after step ");
+  EXPECT_CONTAINS(log, "resume with --resume (checkpoint dir " + dir + "/ckpt)");
+  ASSERT_TRUE(fs::is_directory(dir + "/ckpt")) << log;
+  EXPECT_FALSE(fs::is_empty(dir + "/ckpt")) << log;
 }
 
 }  // namespace
