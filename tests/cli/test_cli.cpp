@@ -485,4 +485,63 @@ TEST(CliIssue11, CtrlCExits130AndSaysResumeWithResume) {
   EXPECT_FALSE(fs::is_empty(dir + "/ckpt")) << log;
 }
 
+// A loopback TCP server that answers every connection with `reply` (it
+// reads what the client sends first) and closes it: a port that speaks
+// something other than HTTP.
+class ForeignServer {
+ public:
+  explicit ForeignServer(std::string reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd_, 4) != 0) return;
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) return;  // the listening socket was shut down
+        char request[4096];
+        (void)!recv(client, request, sizeof request, 0);
+        (void)!send(client, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+        close(client);
+      }
+    });
+  }
+  ~ForeignServer() {
+    shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// Issue 11: `troupe ctl` pointed at a port that does not speak HTTP said
+// "bad version".
+TEST(CliIssue11, CtlAtAPortThatIsNotHttpSaysItIsNoControlEndpoint) {
+  ForeignServer ssh("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n\x01\x02garbage");
+  ASSERT_GT(ssh.port(), 0);
+  const std::string at = "127.0.0.1:" + std::to_string(ssh.port());
+  Result r = troupe("ctl --at " + at + " status");
+  EXPECT_EQ(r.status, 1) << r.output;
+  const std::vector<std::string> lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  EXPECT_CONTAINS(lines[0], "troupe: " + at + " is not a troupe control endpoint: it answered \"SSH-2.0-OpenSSH");
+  EXPECT_CONTAINS(lines[0], "--control");
+  EXPECT_EQ(r.output.find("bad version"), std::string::npos) << r.output;
+
+  ForeignServer silent("");  // accepts, reads, closes without a word
+  r = troupe("ctl --at 127.0.0.1:" + std::to_string(silent.port()) + " stop");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "is not a troupe control endpoint: it closed the connection without an HTTP answer");
+}
+
 }  // namespace
