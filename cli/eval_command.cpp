@@ -25,6 +25,7 @@ int run_eval(EvalOptions& o) {
   checkpoint::State state = checkpoint::read(o.checkpoint);
   auto model = models::load_model(state, o.checkpoint, device);
   const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;
+  models::check_model_input(model->spec(), test);
   models::EpochResult r = models::evaluate_model(*model, test, o.batch);
   std::printf("%s on %s/%s (%lld examples, step %llu): accuracy %.4f  top-5 %.4f  loss %.4f\n",
               state.model.name.c_str(), test.name.c_str(), test.split.c_str(),

@@ -544,4 +544,31 @@ TEST(CliIssue11, CtlAtAPortThatIsNotHttpSaysItIsNoControlEndpoint) {
   EXPECT_CONTAINS(r.output, "is not a troupe control endpoint: it closed the connection without an HTTP answer");
 }
 
+// Issue 11: mlp on wordnet failed at step 1 with "input i32 must be f32",
+// naming neither the model nor the data. Both runtimes check before training.
+TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {
+    Result r = troupe(std::string("train --model mlp --data wordnet --steps 2 --devices ") + devices);
+    EXPECT_EQ(r.status, 2) << devices << ": " << r.output;
+    EXPECT_CONTAINS(r.output, "troupe: model mlp takes f32 features of shape [300], but dataset wordnet gives i32 "
+                              "token ids of shape [300]: use textcnn");
+    EXPECT_EQ(r.output.find("must be f32"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "training started:\n" << r.output;
+  }
+  // eval: a checkpoint of mlp on Fashion-MNIST against wordnet.
+  const std::string dir = temp("eval_other_data");
+  ASSERT_EQ(troupe("train --model mlp --steps 1 --devices cpu:0 --checkpoint-dir " + dir).status, 0);
+  const std::string checkpoint = fs::directory_iterator(dir)->path().string();
+  Result e = troupe("eval --checkpoint " + checkpoint + " --data wordnet");
+  EXPECT_EQ(e.status, 2) << e.output;
+  EXPECT_CONTAINS(e.output, "troupe: model mlp takes f32 features of shape [1, 28, 28], but dataset wordnet gives i32");
+  // A spec file whose input line is not the data's.
+  const std::string spec = temp("wrong_input.spec");
+  std::ofstream(spec) << "name flat\ninput 784\ndense units=10\n";
+  Result r = troupe("train --model " + spec + " --data fashion-mnist --steps 2 --devices cpu:0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "troupe: model flat takes f32 features of shape [784], but dataset fashion-mnist gives "
+                            "f32 features of shape [1, 28, 28]: the model's input line must be 'input 1 28 28'");
+}
+
 }  // namespace
