@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <utility>
 #include <system_error>
+#include <utility>
 
 #include "actors/job.hpp"
 #include "cli/commands.hpp"
@@ -28,7 +28,7 @@ extern "C" void on_stop_signal(int signal) {
 }
 
 // SIGINT / SIGTERM: stop at the next step boundary, checkpoint if
-// configured, and exit 128 + the signal (stopped_by_signal). A second
+// configured, and exit 128 + the signal (exit_status below). A second
 // signal ends the process at once.
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);
