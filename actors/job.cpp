@@ -91,6 +91,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                  cpu_devices, config_.threads_per_device, cores);
   data_ = data::load_dataset(t.data, t.data_options);
   spec_ = models::resolve_model(t.model, models::data_shape_of(data_.train));
+  models::check_model_input(spec_, data_.train);  // names the model and the data, before any step
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();

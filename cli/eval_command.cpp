@@ -21,10 +21,11 @@ int run_eval(EvalOptions& o) {
   if (o.batch < 1) throw UsageError("--batch must be at least 1");
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
+  data::Splits splits = data::load_dataset(o.data);  // an unknown name is a usage error: before the checkpoint
   checkpoint::State state = checkpoint::read(o.checkpoint);
   auto model = models::load_model(state, o.checkpoint, device);
-  data::Splits splits = data::load_dataset(o.data);
   const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;
+  models::check_model_input(model->spec(), test);
   models::EpochResult r = models::evaluate_model(*model, test, o.batch);
   std::printf("%s on %s/%s (%lld examples, step %llu): accuracy %.4f  top-5 %.4f  loss %.4f\n",
               state.model.name.c_str(), test.name.c_str(), test.split.c_str(),

@@ -1,8 +1,14 @@
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <mutex>
+#include <system_error>
+#include <utility>
 
 #include "actors/job.hpp"
 #include "cli/commands.hpp"
@@ -14,13 +20,97 @@ namespace troupe::cli {
 
 namespace {
 std::atomic<int> stop_signal{0};
-extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
+extern "C" void on_stop_signal(int signal) {
+  // The second Ctrl-C does not wait for the step boundary.
+  if (stop_signal.exchange(signal) != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+}
 
 // SIGINT / SIGTERM: stop at the next step boundary, checkpoint if
-// configured, and exit cleanly.
+// configured, and exit 128 + the signal (exit_status below). A second
+// signal ends the process at once.
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+// The newest checkpoint this run wrote (the actor runtime reports them from
+// the coordinator's thread).
+class LastCheckpoint {
+ public:
+  // Wraps cb.on_checkpoint to remember each checkpoint.
+  void watch(models::Callbacks& cb) {
+    cb.on_checkpoint = [this, report = cb.on_checkpoint](const std::string& path, std::int64_t step) {
+      if (report) report(path, step);
+      std::lock_guard<std::mutex> lock(mutex_);
+      path_ = path;
+      step_ = step;
+    };
+  }
+  std::pair<std::string, std::int64_t> get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {path_, step_};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string path_;
+  std::int64_t step_ = -1;
+};
+
+// The exit status of a run: 0, or after a stop by SIGINT or SIGTERM 128 +
+// the signal (130, 143), as shells and schedulers expect of a process the
+// signal ended, with a line that says how to go on.
+int exit_status(const models::TrainResult& result, const std::string& checkpoint_dir, const LastCheckpoint& last) {
+  const int signal = stop_signal.load();
+  if (!result.stopped_early || signal == 0) return 0;
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  const auto [path, step] = last.get();
+  if (!path.empty())
+    std::fprintf(stderr, "stopped by %s after step %lld; checkpoint %s (step %lld): resume with --resume "
+                         "(checkpoint dir %s)\n",
+                 name, static_cast<long long>(result.steps), path.c_str(), static_cast<long long>(step),
+                 checkpoint_dir.c_str());
+  else if (checkpoint_dir.empty())
+    std::fprintf(stderr, "stopped by %s after step %lld; no checkpoint dir, so nothing to resume from\n", name,
+                 static_cast<long long>(result.steps));
+  else
+    std::fprintf(stderr, "stopped by %s after step %lld; no checkpoint was written in %s\n", name,
+                 static_cast<long long>(result.steps), checkpoint_dir.c_str());
+  return 128 + signal;
+}
+
+// --metrics runs/x/metrics.csv creates runs/x, as --checkpoint-dir creates
+// its folder; so does --summary-json.
+void create_parent_folders(const char* flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (path.empty() || parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + parent.string() +
+                                   ": " + ec.message());
+}
+
+void create_output_folders(const TrainOptions& o) {
+  create_parent_folders("--metrics", o.metrics);
+  create_parent_folders("--summary-json", o.summary_json);
+}
+
+// CLI11 reads an unsigned option with strtoull, which turns anything above
+// 2^64-1 into 2^64-1, "-1" into 2^64-1, and "010" into 8, without a word: the
+// seed is decimal digits within range, or a usage error.
+CLI::Validator unsigned_64_bit() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (digits) std::strtoull(text.c_str(), nullptr, 10);
+        if (digits && errno != ERANGE) return {};
+        return "'" + text + "' is not an integer from 0 to 18446744073709551615 (2^64-1)";
+      },
+      "");
 }
 
 void print_result(const models::TrainResult& result) {
@@ -48,11 +138,14 @@ void print_finished(const std::string& checkpoint, std::int64_t steps, const mod
 // One device, synchronous, nothing to control: the plain single-replica trainer.
 int run_single(TrainOptions& o, kernels::Device device) {
   o.config.device = device;
+  create_output_folders(o);
   Report report(o.config.epochs, o.log_every, o.metrics);
   models::Trainer trainer(o.config);  // every configuration error surfaces here
   install_stop_handlers();
   models::Callbacks cb = report.callbacks();
   cb.should_stop = [] { return stop_signal.load() != 0; };
+  LastCheckpoint last;
+  last.watch(cb);
   if (trainer.global_step() > 0)
     std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
   models::TrainResult result = trainer.run(cb);
@@ -62,7 +155,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
   }
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
-  return 0;
+  return exit_status(result, trainer.config().checkpoint_dir, last);
 }
 
 // Several devices, or another mode, a switch schedule or a control endpoint:
@@ -81,6 +174,7 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
 }  // namespace
 
 int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
+  create_output_folders(o);
   Report report(jc.train.epochs, o.log_every, o.metrics);
   actors::Job job(jc);  // every configuration error surfaces here
 
@@ -122,6 +216,8 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   models::Callbacks cb = report.callbacks();
   cb.on_train_begin = nullptr;
   cb.should_stop = [] { return stop_signal.load() != 0; };
+  LastCheckpoint last;
+  last.watch(cb);
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
   if (!r.error.empty()) throw std::runtime_error(r.error);
@@ -144,7 +240,7 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
                static_cast<long long>(r.server.applied));
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
-  return 0;
+  return exit_status(result, jc.train.checkpoint_dir, last);
 }
 
 void use_threads(int threads) {
@@ -187,7 +283,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
   cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
       ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout (0 to 2^64-1)")
+      ->check(unsigned_64_bit())
+      ->capture_default_str();
   cmd->add_option("--threads,--threads-per-device", o.threads, "CPU threads for each device's kernels")
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Write checkpoints here (checked before training)");

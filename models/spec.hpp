@@ -26,6 +26,10 @@
 
 #include "models/layer.hpp"
 
+namespace troupe::data {
+struct Dataset;
+}
+
 namespace troupe::models {
 
 struct ModelSpec {
@@ -58,5 +62,13 @@ std::vector<std::string> zoo_names();
 // A zoo name, or a path to a spec file (anything containing '/' or ending
 // in ".spec"): errors name the file.
 ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data);
+
+// Returns `spec` when its input line (dtype and per-example shape) is what
+// `dataset` gives. Otherwise throws std::invalid_argument naming both and
+// what would fit ("model mlp takes f32 features of shape [300], but dataset
+// wordnet gives i32 token ids of shape [300]: use textcnn, ..."), where
+// training would fail at step 1 with "input i32 must be f32". The Trainer
+// and the actor Job call it before any step (spec_check.cpp).
+const ModelSpec& check_model_input(const ModelSpec& spec, const data::Dataset& dataset);
 
 }  // namespace troupe::models

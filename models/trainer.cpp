@@ -79,7 +79,8 @@ Trainer::Trainer(TrainConfig config)
       loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
                                                            : LossKind::mean_squared_error) {
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
-  model_ = std::make_unique<Model>(resolve_model(config_.model, data_shape_of(data_.train)), config_.device);
+  model_ = std::make_unique<Model>(check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train),
+                                   config_.device);
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   // An epoch must hold at least one full step, or training would spin.

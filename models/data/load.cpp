@@ -48,12 +48,14 @@ Splits load_dataset(const std::string& name_or_path, const LoadOptions& options)
   if (ends_with(name_or_path, ".csv") || ends_with(name_or_path, ".csv.gz")) return load_csv(name_or_path, options.csv);
   if (directory_exists(name_or_path)) return load_idx_directory(name_or_path, name_or_path);
 
+  // One line, as every error the CLI prints, so that whoever reads only the
+  // first line (a log, a scheduler's summary) still sees the names.
   std::string known;
-  for (const auto& entry : table()) known += std::string("\n  ") + entry.name + "  " + entry.description;
-  throw DataError("unknown dataset '" + name_or_path + "'; known names:" + known +
-                      "\nor a path: FILE.csv (header row, label column last by default), or a directory"
-                      " holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (IDX, as MNIST)",
-                  name_or_path);
+  for (const auto& entry : table()) known += std::string(known.empty() ? " " : ", ") + entry.name;
+  throw UnknownDatasetError("unknown dataset '" + name_or_path + "'; known names:" + known +
+                                ", or a path: a .csv file or an IDX directory (FILE.csv with a header row and the"
+                                " label last; a directory holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])",
+                            name_or_path);
 }
 
 }  // namespace troupe::data

@@ -15,6 +15,7 @@
 
 #include "models/data/csv.hpp"
 #include "models/data/dataset.hpp"
+#include "models/data/error.hpp"
 #include "models/data/linreg.hpp"
 #include "models/data/wordnet.hpp"
 
@@ -27,8 +28,17 @@ struct LoadOptions {
   WordnetOptions wordnet;
 };
 
-// Throws DataError: for an unknown name, listing the known names and the
-// path forms; otherwise whatever the chosen loader reports.
+// A name that is neither a known dataset nor an existing path: a
+// configuration error (the CLI exits 2), where other DataErrors are about
+// the data itself.
+class UnknownDatasetError : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+// Throws UnknownDatasetError for an unknown name, listing the known names
+// and the path forms on one line; otherwise whatever the chosen loader
+// reports.
 Splits load_dataset(const std::string& name_or_path, const LoadOptions& options = {});
 
 // The names load_dataset knows, in the order of the table.

@@ -76,8 +76,24 @@ ControlResponse ControlClient::request(const std::string& method, const std::str
       return ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)");
     return ControlError("control request " + method + " " + path + " to " + where + " failed: " + e.message());
   };
+  // Something answered, but not in HTTP (an SSH or database port, a troupe
+  // node's cluster port): Beast's parser says "bad version" and the like,
+  // which tells the user nothing about what to fix.
+  // An HTTP server whose answer broke off after its header is another fault.
+  const auto not_http = [&](beast::error_code e) {
+    return e.category() == http::make_error_code(http::error::bad_version).category() && !parser.is_header_done();
+  };
   if (connect_ec) throw no_answer(connect_ec);
   if (!read_started) throw no_answer(write_ec);
+  if (read_ec && not_http(read_ec)) {
+    std::string first;  // what it sent, printable, for the user to recognise
+    for (char c : beast::buffers_to_string(buffer.data()).substr(0, 40))
+      first += (c >= 32 && c < 127) ? c : '.';
+    throw ControlError(where + " is not a troupe control endpoint: " +
+                       (first.empty() ? std::string("it closed the connection without an HTTP answer")
+                                      : "it answered \"" + first + "\", not HTTP") +
+                       " (give --at the address the job serves with --control)");
+  }
   if (read_ec) throw no_answer(read_ec == beast::error::timeout || !write_ec ? read_ec : write_ec);
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -10,14 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <thread>
-#include <cstdlib>
-
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -28,8 +30,15 @@ struct Result {
   std::string output;
 };
 
+// The binary under test; TROUPE_TEST_BINARY overrides it (to check that a
+// new test fails against an older build).
+std::string binary() {
+  const char* other = std::getenv("TROUPE_TEST_BINARY");
+  return other && *other ? other : TROUPE_BINARY;
+}
+
 Result troupe(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " TROUPE_BINARY " " + args + " 2>&1";
+  std::string cmd = env + " " + binary() + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -46,6 +55,62 @@ std::string temp(const std::string& name) {
 
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << "output was:\n" << (haystack)
+
+// A troupe process of our own, so that its exit status can be read
+// (a process started through `sh -c '... &'` belongs to the shell).
+struct Process {
+  pid_t pid = -1;
+  std::string log;  // its stdout and stderr together
+};
+
+Process start_troupe(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + binary() + " " + args + " > " + log + " 2>&1";
+  Process p{fork(), log};
+  if (p.pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return p;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Waits until `file` has at least `lines` lines; false after `seconds`.
+bool wait_for_lines(const std::string& file, std::size_t lines, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string text = read_text(file);
+    if (static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+    usleep(50 * 1000);
+  }
+  return false;
+}
+
+// The exit status (128 + N for a signal N), or -1 (and SIGKILL) when the
+// process is still running after `seconds`.
+int wait_exit(const Process& p, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usleep(20 * 1000);
+  }
+  kill(p.pid, SIGKILL);
+  waitpid(p.pid, &status, 0);
+  return -1;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
 
 TEST(Cli, HelpListsCommandsAndOptions) {
   Result r = troupe("--help");
@@ -225,7 +290,7 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   // Start a job with a control endpoint, drive it with `troupe ctl` from
   // another process, and stop it through the endpoint.
   const std::string port = std::to_string(free_port());
-  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
+  std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
                     " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir +
                     "/ckpt > " + dir + "/log 2>&1 & echo $!";
   FILE* p = popen(cmd.c_str(), "r");
@@ -281,38 +346,229 @@ TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
 TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   const std::string dir = temp("sigterm");
   fs::create_directories(dir);
-  std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --devices cpu:0,cpu:1 --epochs 5 --checkpoint-dir " +
-                    dir + "/ckpt > " + dir + "/log 2>&1 & echo $!";
-  FILE* p = popen(cmd.c_str(), "r");
-  char pid_text[32] = {0};
-  ASSERT_TRUE(std::fgets(pid_text, sizeof pid_text, p));
-  pclose(p);
-  const pid_t pid = std::atoi(pid_text);
+  Process p = start_troupe("train --model mlp --devices cpu:0,cpu:1 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
+                               dir + "/ckpt",
+                           dir + "/log");
   // Let it load the data and train a little.
-  for (int i = 0; i < 100; ++i) {
-    usleep(100 * 1000);
-    std::ifstream log(dir + "/log");
-    std::string text((std::istreambuf_iterator<char>(log)), {});
-    if (text.find("step") != std::string::npos && text.find("epoch 1") != std::string::npos) break;
-  }
-  usleep(500 * 1000);
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool exited = false;
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
-    if (kill(pid, 0) != 0) {
-      exited = true;
-      break;
-    }
-    usleep(50 * 1000);
-  }
-  if (!exited) kill(pid, SIGKILL);
-  std::ifstream log(dir + "/log");
-  std::string text((std::istreambuf_iterator<char>(log)), {});
-  EXPECT_TRUE(exited) << "no exit within 5 s of SIGTERM:\n" << text;
+  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps
+  ASSERT_EQ(kill(p.pid, SIGTERM), 0);
+  const int status = wait_exit(p, 5);
+  const std::string text = read_text(p.log);
+  EXPECT_NE(status, -1) << "no exit within 5 s of SIGTERM:\n" << text;
+  EXPECT_EQ(status, 143) << text;  // 128 + SIGTERM (issue 11: it was 0)
   EXPECT_CONTAINS(text, "checkpoint: ");
-  EXPECT_CONTAINS(text, "stopped after step");
+  EXPECT_CONTAINS(text, "stopped by SIGTERM after step ");
+  EXPECT_CONTAINS(text, "resume with --resume (checkpoint dir " + dir + "/ckpt)");
   EXPECT_FALSE(fs::is_empty(dir + "/ckpt"));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 11: `--metrics runs/x/metrics.csv` failed with "cannot create the
+// file" when runs/x did not exist; --checkpoint-dir creates its folder.
+TEST(CliIssue11, MetricsFileInAMissingFolderIsCreated) {
+  const std::string dir = temp("metrics_parent");
+  Result r = troupe("train --model linreg --data linreg --devices cpu:0 --steps 3 --log-every 1 --metrics " + dir +
+                    "/runs/x/metrics.csv");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::vector<std::string> rows = lines_of(read_text(dir + "/runs/x/metrics.csv"));
+  ASSERT_EQ(rows.size(), 4u);  // the header, steps 1 to 3
+  EXPECT_CONTAINS(rows[0], "kind,epoch,step,loss");
+}
+
+// Issue 11: an unknown --data name printed "known names:" and then nothing
+// on its line (the names followed on lines of their own).
+TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
+  Result r = troupe("train --data imagenet --steps 1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  const std::vector<std::string> lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  EXPECT_CONTAINS(lines[0], "troupe: unknown dataset 'imagenet'; known names: fashion-mnist, linreg, wordnet");
+  EXPECT_CONTAINS(lines[0], "a .csv file or an IDX directory");
+}
+
+// Issue 11: cli/README.md listed a `bench` command that does not exist. The
+// commands in its table are exactly those `troupe --help` lists.
+TEST(CliIssue11, ReadmeListsExactlyTheCommandsTheBinaryHas) {
+  Result help = troupe("--help");
+  ASSERT_EQ(help.status, 0) << help.output;
+  std::vector<std::string> in_help;
+  bool in_section = false;
+  for (const std::string& line : lines_of(help.output)) {
+    if (line.rfind("Subcommands:", 0) == 0) {
+      in_section = true;
+    } else if (in_section && line.rfind("  ", 0) == 0) {
+      std::istringstream words(line);
+      std::string name;
+      words >> name;
+      in_help.push_back(name);
+    } else {
+      in_section = false;
+    }
+  }
+  ASSERT_FALSE(in_help.empty()) << help.output;
+  std::vector<std::string> in_readme;  // rows "| `NAME` | ..."
+  for (const std::string& line : lines_of(read_text(TROUPE_SOURCE_DIR "/cli/README.md")))
+    if (line.rfind("| `", 0) == 0) in_readme.push_back(line.substr(3, line.find('`', 3) - 3));
+  std::sort(in_help.begin(), in_help.end());
+  std::sort(in_readme.begin(), in_readme.end());
+  EXPECT_EQ(in_readme, in_help);
+}
+
+// Issue 11: a seed above 2^64-1 was taken as 2^64-1 without a word.
+TEST(CliIssue11, SeedOutOfRangeIsRefused) {
+  for (const char* seed : {"99999999999999999999", "18446744073709551616", "-1", "0x10", "1e3"}) {
+    Result r = troupe(std::string("train --model linreg --data linreg --devices cpu:0 --steps 1 --seed ") + seed);
+    EXPECT_EQ(r.status, 2) << seed << ": " << r.output;
+    EXPECT_CONTAINS(r.output, std::string("--seed: '") + seed + "' is not an integer from 0 to 18446744073709551615");
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << "it trained:\n" << r.output;
+  }
+  Result top = troupe("train --model linreg --data linreg --devices cpu:0 --steps 1 --seed 18446744073709551615");
+  EXPECT_EQ(top.status, 0) << top.output;
+  EXPECT_CONTAINS(top.output, "test accuracy");
+}
+
+// Issue 11: a typo in a flag or a command got CLI11's words ("A subcommand
+// is required" for `troupe trian`); every error line starts with "troupe:",
+// and usage and configuration errors exit 2 in every command.
+TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"train --epoch 3", "troupe: unknown option --epoch; did you mean --epochs?"},
+           {"train --bach=3", "troupe: unknown option --bach; did you mean --batch?"},
+           {"trian --epochs 1", "troupe: unknown command 'trian'; did you mean 'train'?"},
+           {"evl --checkpoint x", "troupe: unknown command 'evl'; did you mean 'eval'?"},
+           {"fly", "troupe: unknown command 'fly'; expected one of: train, eval, ctl, node"},
+           {"", "troupe: 'troupe' needs a command: train, eval, ctl, node"},
+           {"ctl --at 127.0.0.1:9 stauts", "troupe: unknown ctl command 'stauts'; did you mean 'status'?"},
+           {"ctl --at 127.0.0.1:9", "troupe: 'troupe ctl' needs a command: status, mode, checkpoint, stop"},
+           {"ctl status", "troupe: --at is required"},
+           {"ctl --at nonsense status", "troupe: control address 'nonsense'"},
+           {"--epochs 3 train", "troupe: --epochs is an option of 'troupe train': give it after 'train'"},
+           {"train --no-such-flag", "troupe: unknown option --no-such-flag for 'troupe train'"},
+           {"train --epochs many", "troupe: "},
+           {"eval --checkpoint x.troupe --batch 0", "troupe: --batch must be at least 1"},
+           {"eval --checkpoint x.troupe --data imagenet", "troupe: unknown dataset 'imagenet'"},
+           {"node --lisen 127.0.0.1:9", "troupe: unknown option --lisen; did you mean --listen?"},
+           {"node --join 127.0.0.1:9 --threads 0", "troupe: --threads must be at least 1"},
+       }) {
+    Result r = troupe(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ":\n" << r.output;
+    const std::vector<std::string> lines = lines_of(r.output);
+    ASSERT_EQ(lines.size(), 1u) << c.args << ":\n" << r.output;
+    EXPECT_EQ(lines[0].rfind(c.message, 0), 0u) << c.args << ": expected a line starting with\n  " << c.message
+                                                << "\ngot\n  " << lines[0];
+  }
+}
+
+// Issue 11: Ctrl-C stopped training, checkpointed and exited 0. It exits 130
+// (128 + SIGINT, as a shell reports it) and says how to go on.
+TEST(CliIssue11, CtrlCExits130AndSaysResumeWithResume) {
+  const std::string dir = temp("sigint");
+  fs::create_directories(dir);
+  Process p = start_troupe("train --model mlp --devices cpu:0 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
+                               dir + "/ckpt",
+                           dir + "/log");
+  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps  // training has begun
+  ASSERT_EQ(kill(p.pid, SIGINT), 0);
+  const int status = wait_exit(p, 10);
+  const std::string log = read_text(p.log);
+  EXPECT_EQ(status, 130) << log;
+  EXPECT_CONTAINS(log, "stopped by SIGINT after step ");
+  EXPECT_CONTAINS(log, "resume with --resume (checkpoint dir " + dir + "/ckpt)");
+  ASSERT_TRUE(fs::is_directory(dir + "/ckpt")) << log;
+  EXPECT_FALSE(fs::is_empty(dir + "/ckpt")) << log;
+}
+
+// A loopback TCP server that answers every connection with `reply` (it
+// reads what the client sends first) and closes it: a port that speaks
+// something other than HTTP.
+class ForeignServer {
+ public:
+  explicit ForeignServer(std::string reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd_, 4) != 0) return;
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) return;  // the listening socket was shut down
+        char request[4096];
+        (void)!recv(client, request, sizeof request, 0);
+        (void)!send(client, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+        close(client);
+      }
+    });
+  }
+  ~ForeignServer() {
+    shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// Issue 11: `troupe ctl` pointed at a port that does not speak HTTP said
+// "bad version".
+TEST(CliIssue11, CtlAtAPortThatIsNotHttpSaysItIsNoControlEndpoint) {
+  ForeignServer ssh("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n\x01\x02garbage");
+  ASSERT_GT(ssh.port(), 0);
+  const std::string at = "127.0.0.1:" + std::to_string(ssh.port());
+  Result r = troupe("ctl --at " + at + " status");
+  EXPECT_EQ(r.status, 1) << r.output;
+  const std::vector<std::string> lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  EXPECT_CONTAINS(lines[0], "troupe: " + at + " is not a troupe control endpoint: it answered \"SSH-2.0-OpenSSH");
+  EXPECT_CONTAINS(lines[0], "--control");
+  EXPECT_EQ(r.output.find("bad version"), std::string::npos) << r.output;
+
+  ForeignServer silent("");  // accepts, reads, closes without a word
+  r = troupe("ctl --at 127.0.0.1:" + std::to_string(silent.port()) + " stop");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "is not a troupe control endpoint: it closed the connection without an HTTP answer");
+}
+
+// Issue 11: mlp on wordnet failed at step 1 with "input i32 must be f32",
+// naming neither the model nor the data. Both runtimes check before training.
+TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {
+    Result r = troupe(std::string("train --model mlp --data wordnet --steps 2 --devices ") + devices);
+    EXPECT_EQ(r.status, 2) << devices << ": " << r.output;
+    EXPECT_CONTAINS(r.output, "troupe: model mlp takes f32 features of shape [300], but dataset wordnet gives i32 "
+                              "token ids of shape [300]: use textcnn");
+    EXPECT_EQ(r.output.find("must be f32"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "training started:\n" << r.output;
+  }
+  // eval: a checkpoint of mlp on Fashion-MNIST against wordnet.
+  const std::string dir = temp("eval_other_data");
+  ASSERT_EQ(troupe("train --model mlp --steps 1 --devices cpu:0 --checkpoint-dir " + dir).status, 0);
+  const std::string checkpoint = fs::directory_iterator(dir)->path().string();
+  Result e = troupe("eval --checkpoint " + checkpoint + " --data wordnet");
+  EXPECT_EQ(e.status, 2) << e.output;
+  EXPECT_CONTAINS(e.output, "troupe: model mlp takes f32 features of shape [1, 28, 28], but dataset wordnet gives i32");
+  // A spec file whose input line is not the data's.
+  const std::string spec = temp("wrong_input.spec");
+  std::ofstream(spec) << "name flat\ninput 784\ndense units=10\n";
+  Result r = troupe("train --model " + spec + " --data fashion-mnist --steps 2 --devices cpu:0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "troupe: model flat takes f32 features of shape [784], but dataset fashion-mnist gives "
+                            "f32 features of shape [1, 28, 28]: the model's input line must be 'input 1 28 28'");
 }
 
 }  // namespace
