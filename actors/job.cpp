@@ -155,6 +155,16 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   auto test = std::make_shared<const data::Dataset>(data_.test);
   auto schedule = std::make_shared<const models::LrSchedule>(t.schedule, t.lr, t.warmup_steps);
   ClusterHooks* cluster = config_.cluster.get();
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    starting_ = true;
+  }
+  // Every way out of run() (a result, an error before training, a finished
+  // job) answers the control requests still waiting.
+  struct CloseControl {
+    Job* job;
+    ~CloseControl() { job->close_control("the job has finished"); }
+  } close_control_on_exit{this};
 
   // Resume: the newest checkpoint that verifies (older ones when the
   // newest is damaged), its state, position and every replica's clock.
@@ -322,15 +332,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       r->reply.set_value(std::move(out));
     }
   };
-  auto stop_control = [&]() {
-    std::deque<std::shared_ptr<ControlRequest>> pending;
-    {
-      std::lock_guard<std::mutex> lock(control_mutex_);
-      running_ = false;
-      pending.swap(control_requests_);
-    }
-    for (auto& r : pending) r->reply.set_value(ControlReply{409, "the job has finished"});
-  };
+  auto stop_control = [&]() { close_control("the job has finished"); };
 
   JobResult result;
   try {
@@ -462,6 +464,16 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   return result;
 }
 
+void Job::close_control(const std::string& why) {
+  std::deque<std::shared_ptr<ControlRequest>> pending;
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    starting_ = running_ = false;
+    pending.swap(control_requests_);
+  }
+  for (auto& r : pending) r->reply.set_value(ControlReply{409, why});
+}
+
 ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback) {
   auto request = std::make_shared<ControlRequest>();
   request->kind = kind;
@@ -469,7 +481,9 @@ ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, Co
   std::future<ControlReply> reply = request->reply.get_future();
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
-    if (!running_) return fallback;
+    if (!running_ && starting_ && kind == ControlRequest::Kind::status)
+      return ControlReply{200, "{\"state\":\"starting\"}"};
+    if (!running_ && !starting_) return fallback;
     control_requests_.push_back(request);
   }
   // run() forwards requests within 50 ms; a switch or a checkpoint then

@@ -111,7 +111,12 @@ class Job {
   std::vector<std::vector<float>> replica_parameters_;
 
   std::mutex control_mutex_;
-  bool running_ = false;
+  // starting: run() has begun (nodes gathering, replicas spawning); control
+  // requests then wait for training to start instead of being refused, so a
+  // `troupe ctl mode async` sent right after launching a job is not lost.
+  bool starting_ = false, running_ = false;
+  // Answers every pending control request with `why` and accepts no more.
+  void close_control(const std::string& why);
   std::deque<std::shared_ptr<ControlRequest>> control_requests_;
 };
 

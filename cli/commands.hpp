@@ -59,7 +59,7 @@ struct CtlOptions {
   std::string at;        // HOST:PORT of the job's control endpoint
   std::string action;    // status, mode, checkpoint or stop
   std::string mode;      // for mode: sync, async, ssp:N
-  double timeout_s = 2;  // connect and answer together
+  double timeout_s = 5;  // connect (retried while nothing listens yet) and answer together
 };
 void add_ctl_command(CLI::App& app, CtlOptions& options);
 int run_ctl(CtlOptions& options);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "net/control/control_client.hpp"
@@ -20,7 +21,8 @@ namespace troupe::cli {
 void add_ctl_command(CLI::App& app, CtlOptions& o) {
   auto* cmd = app.add_subcommand("ctl", "Query or steer a running job through its control endpoint");
   cmd->add_option("--at", o.at, "The job's control address HOST:PORT (its --control)")->required();
-  cmd->add_option("--timeout", o.timeout_s, "Seconds to wait for connect and answer together")
+  cmd->add_option("--timeout", o.timeout_s,
+                  "Seconds to wait for connect (retried while nothing listens yet, e.g. a job still starting) and answer")
       ->capture_default_str();
   cmd->require_subcommand(1);
   cmd->add_subcommand("status", "Print the job's status (step, epoch, mode, replicas, throughput, loss)")
@@ -38,15 +40,30 @@ int run_ctl(CtlOptions& o) {
     throw UsageError("--timeout must be in (0, 3600] seconds, got " + std::to_string(o.timeout_s));
   net::ControlClient client(o.at);  // a malformed address is std::invalid_argument: exit 2
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(o.timeout_s * 1000)));
-  net::ControlResponse r;
-  if (o.action == "status")
-    r = client.request("GET", "/status", "", timeout);
-  else if (o.action == "mode")
-    r = client.request("POST", "/mode", o.mode, timeout);
-  else if (o.action == "checkpoint" || o.action == "stop")
-    r = client.request("POST", "/" + o.action, "", timeout);
-  else
+  if (o.action != "status" && o.action != "mode" && o.action != "checkpoint" && o.action != "stop")
     throw UsageError("ctl: expected status, mode MODE, checkpoint or stop");
+  // A job started a moment ago (`troupe train ... --control A &` and then
+  // `troupe ctl --at A ...`) binds its endpoint only after loading its data:
+  // while nothing listens yet, try again until --timeout is spent.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  net::ControlResponse r;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      if (o.action == "status")
+        r = client.request("GET", "/status", "", std::max(left, std::chrono::milliseconds(1)));
+      else if (o.action == "mode")
+        r = client.request("POST", "/mode", o.mode, std::max(left, std::chrono::milliseconds(1)));
+      else
+        r = client.request("POST", "/" + o.action, "", std::max(left, std::chrono::milliseconds(1)));
+      break;
+    } catch (const net::ControlError& e) {
+      if (!e.connection_refused || std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline)
+        throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
   std::string body = r.body;
   if (body.empty() || body.back() != '\n') body += '\n';
   if (r.status / 100 == 2) {

@@ -13,6 +13,10 @@ namespace troupe::net {
 // std::invalid_argument instead.)
 struct ControlError : std::runtime_error {
   using std::runtime_error::runtime_error;
+  ControlError(const std::string& what, bool refused) : std::runtime_error(what), connection_refused(refused) {}
+  // Nothing listens at the address (yet): a job that was just started binds
+  // its endpoint a moment later, so a caller may try again.
+  bool connection_refused = false;
 };
 
 struct HostPort {

@@ -73,7 +73,8 @@ ControlResponse ControlClient::request(const std::string& method, const std::str
     if (e == beast::error::timeout)
       return ControlError("no answer from " + where + " within " + describe_seconds(timeout.count() / 1000.0));
     if (e == asio::error::connection_refused)
-      return ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)");
+      return ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)",
+                          /*refused=*/true);
     return ControlError("control request " + method + " " + path + " to " + where + " failed: " + e.message());
   };
   // Something answered, but not in HTTP (an SSH or database port, a troupe

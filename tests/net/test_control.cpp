@@ -493,8 +493,9 @@ TEST(TroupeCtl, StatusModeCheckpointStopAgainstARunningServer) {
 TEST(TroupeCtl, NothingListeningExitsOneWithTheMessageQuickly) {
   const std::string address = "127.0.0.1:" + std::to_string(closed_port());
   const auto start = Clock::now();
-  const ProcessRun r = troupe("ctl --at " + address + " status");
+  const ProcessRun r = troupe("ctl --at " + address + " --timeout 1 status");
   EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_GE(seconds_since(start), 0.7) << "ctl did not keep trying while nothing listened";
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_CONTAINS(r.err, "nothing is listening at " + address + " (is the job running with --control " + address + "?)");
