@@ -251,7 +251,7 @@ if [[ " $CASES " == *" partition "* ]]; then
   if [[ "$MODE_PARTITION" == netns ]]; then
     echo "partition: a real one (network namespaces, the worker's veth link down)"
   else
-    echo "partition: SIGSTOP of the worker as the stand-in (no network namespaces here)"
+    echo "partition: SIGSTOP of the worker as the stand-in (TROUPE_FAULT_PARTITION=sigstop, or no network namespaces here)"
   fi
 fi
 for kind in $CASES; do
@@ -261,7 +261,7 @@ for kind in $CASES; do
     if (( rc == 2 )); then exit 2; fi
   done
 done
-echo "trials $TRIALS, with leftovers $LEFTOVERS, latest exit after the job's end ${WORST}s"
+echo "trials $TRIALS, with leftovers $LEFTOVERS, latest exit after the job's end ${WORST}s (partition by $MODE_PARTITION)"
 if (( LEFTOVERS )); then
   echo "FAILED: processes alive ${GRACE}s after the job's end in: ${FAILED_TRIALS[*]}"
   exit 1
