@@ -220,6 +220,12 @@ run_trial() {
       leftover=1
     fi
   done
+  # The worker's exit backstop ends a worker whose actors did not stop; the
+  # trial is to show that they stop by themselves.
+  if grep -qF "did not stop within" "$TRIAL"/*.log; then
+    leftover=1
+    line+=" the exit backstop fired;"
+  fi
   # Anything else of ours (a child of ip netns exec, say).
   sleep 0.1
   local rest
