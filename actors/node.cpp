@@ -8,9 +8,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "actors/job_file.hpp"
 #include "actors/replica.hpp"
@@ -94,6 +99,57 @@ std::string node_name(const std::string& role) {
   return role + "/" + host + "/pid " + std::to_string(getpid());
 }
 
+// A worker that leaves on its own (SIGINT, SIGTERM) says so first:
+// (leave, index, why) to the membership actor, which answers ok.
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+
+// The nodes that are gone (lost or left): the membership actor writes, the
+// hooks read when they tell the nodes the job is over (a request to a node
+// that is gone would only wait for its timeout).
+struct GoneNodes {
+  std::mutex mutex;
+  std::set<int> indices;
+  void add(int index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    indices.insert(index);
+  }
+  bool contains(int index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return indices.count(index) > 0;
+  }
+};
+
+// SIGINT and SIGTERM while the coordinator's hooks wait (for --min-nodes,
+// for the nodes' replicas): noticed within 100 ms. The handler that was
+// installed before (the CLI's stop flag) still runs, and is back in place
+// when the watch ends.
+std::atomic<int> hook_signal{0};
+struct sigaction previous_sigint, previous_sigterm;
+extern "C" void on_hook_signal(int sig) {
+  hook_signal.store(sig);
+  const struct sigaction& before = sig == SIGINT ? previous_sigint : previous_sigterm;
+  if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN)
+    before.sa_handler(sig);
+}
+class SignalWatch {
+ public:
+  SignalWatch() {
+    hook_signal.store(0);
+    struct sigaction mine {};
+    mine.sa_handler = on_hook_signal;
+    sigemptyset(&mine.sa_mask);
+    sigaction(SIGINT, &mine, &previous_sigint);
+    sigaction(SIGTERM, &mine, &previous_sigterm);
+  }
+  ~SignalWatch() {
+    sigaction(SIGINT, &previous_sigint, nullptr);
+    sigaction(SIGTERM, &previous_sigterm, nullptr);
+  }
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+  int signal() const { return hook_signal.load(); }
+};
+
 // ---------------------------------------------------------------------------
 // The membership actor (coordinator node): admits nodes, watches them.
 
@@ -112,6 +168,7 @@ struct MembershipState {
   int next_index = 1;
   bool closing = false;  // the job is over: nodes leaving are not lost
   std::vector<Member> members;
+  std::shared_ptr<GoneNodes> gone;
   static inline const char* name = "membership";
 };
 
@@ -128,6 +185,7 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
       const std::string what = "lost node " + std::to_string(it->index) + " (" + it->name + "): " +
                                (down.reason ? self->system().render(down.reason) : "it left");
       st.log(what);
+      st.gone->add(it->index);
       self->send(st.listener, node_lost_atom::value, static_cast<std::int32_t>(it->index), what);
       st.members.erase(it);
       return;
@@ -159,6 +217,24 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
       },
       [=](done_atom) {
         self->state.closing = true;
+        return caf::ok_atom::value;
+      },
+      // A worker leaving on its own (a signal): lost like a node whose
+      // process died, with its own reason, and never reported twice.
+      [=](leave_atom, std::int32_t index, const std::string& why) {
+        auto& st = self->state;
+        for (auto it = st.members.begin(); it != st.members.end(); ++it) {
+          if (it->index != index) continue;
+          self->demonitor(it->handle);
+          st.gone->add(it->index);
+          if (!st.closing) {
+            const std::string what = "lost node " + std::to_string(it->index) + " (" + it->name + "): " + why;
+            st.log(what);
+            self->send(st.listener, node_lost_atom::value, index, what);
+          }
+          st.members.erase(it);
+          break;
+        }
         return caf::ok_atom::value;
       },
       [=](ready_atom, std::int32_t index, const std::string& data_address, const std::vector<std::string>& devices) {
@@ -213,6 +289,7 @@ class CoordinatorCluster final : public ClusterHooks {
     init.listener = caf::actor_cast<caf::actor>(self);
     init.log = log_;
     init.started = started_;
+    init.gone = gone_;
     membership_ = system.spawn<caf::detached>(membership_actor, init);
     auto port = system.middleman().publish(membership_, 0, "127.0.0.1", true);
     if (!port) {
@@ -246,9 +323,17 @@ class CoordinatorCluster final : public ClusterHooks {
     if (options_.min_nodes > 1) log_("waiting for " + std::to_string(options_.min_nodes - 1) + " more node(s)");
 
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
+    SignalWatch signals;
     while (static_cast<int>(ready_.size()) + 1 < options_.min_nodes) {
       const auto left = deadline - std::chrono::steady_clock::now();
       bool timed_out = false;
+      if (const int sig = signals.signal()) {
+        const std::string why = "stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes (" +
+                                std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.min_nodes) +
+                                " nodes ready)";
+        finish(self, why);
+        throw std::runtime_error(why);
+      }
       self->receive(
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
               const std::vector<std::string>& devices, const caf::actor& handle) {
@@ -261,7 +346,9 @@ class CoordinatorCluster final : public ClusterHooks {
                 break;
               }
           },
-          caf::after(std::max<std::chrono::steady_clock::duration>(left, 0s)) >> [&] { timed_out = true; });
+          caf::after(std::min<std::chrono::steady_clock::duration>(std::max<std::chrono::steady_clock::duration>(left, 0s),
+                                                                   100ms)) >>
+              [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) {
         const std::string why = "only " + std::to_string(ready_.size() + 1) + " of --min-nodes " +
                                 std::to_string(options_.min_nodes) + " nodes were ready after " +
@@ -318,16 +405,22 @@ class CoordinatorCluster final : public ClusterHooks {
     std::map<int, std::vector<caf::actor>> by_node;
     std::string error;
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    SignalWatch signals;
     while (by_node.size() < ready_.size() && error.empty()) {
       bool timed_out = false;
+      if (const int sig = signals.signal()) {
+        error = "stopped by signal " + std::to_string(sig) + " while the nodes started their replicas";
+        break;
+      }
       self->receive(
           [&](formed_atom, std::int32_t k, const std::vector<caf::actor>& devices, const std::string& why) {
             if (!why.empty()) error = "node " + std::to_string(k) + " could not start its replicas: " + why;
             by_node[k] = devices;
           },
           [&](node_lost_atom, std::int32_t, const std::string& what) { error = what; },
-          caf::after(std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(), 0s)) >>
-              [&] { timed_out = true; });
+          caf::after(std::min<std::chrono::steady_clock::duration>(
+              std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(), 0s), 100ms)) >>
+              [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) error = "the nodes did not start their replicas within " +
                              net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
     }
@@ -351,14 +444,16 @@ class CoordinatorCluster final : public ClusterHooks {
     // From here on, nodes that leave are not lost: they were told to go.
     if (membership_)
       self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
-    // Tell every node, and wait (bounded) for their acknowledgements so the
-    // message is out before the gate closes the connections.
-    std::size_t asked = 0;
-    for (const auto& n : ready_) {
-      self->request(n.handle, 5s, done_atom::value, error)
-          .receive([&](caf::ok_atom) { ++asked; }, [&](caf::error&) {});
-    }
-    (void)asked;
+    // Tell every node that is still there, and wait for their
+    // acknowledgements so the message is out before the gate closes the
+    // connections. All requests go out at once and share one deadline; a
+    // node that is gone is not asked (its request could only time out:
+    // CAF 0.17 does not fail a request to a lost node early).
+    using Asked = decltype(self->request(caf::actor{}, 5s, done_atom::value, error));
+    std::vector<Asked> asked;
+    for (const auto& n : ready_)
+      if (!gone_->contains(n.index)) asked.push_back(self->request(n.handle, 5s, done_atom::value, error));
+    for (auto& a : asked) a.receive([](caf::ok_atom) {}, [](caf::error&) {});
     release(self);
   }
 
@@ -386,6 +481,7 @@ class CoordinatorCluster final : public ClusterHooks {
   std::uint16_t caf_port_ = 0;
   std::unique_ptr<net::Gate> gate_;
   std::shared_ptr<std::atomic<bool>> started_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<GoneNodes> gone_ = std::make_shared<GoneNodes>();
   std::vector<ReadyNode> ready_;
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
@@ -393,6 +489,115 @@ class CoordinatorCluster final : public ClusterHooks {
 
 std::atomic<int> worker_signal{0};
 extern "C" void on_worker_signal(int signal) { worker_signal.store(signal); }
+
+// ---------------------------------------------------------------------------
+// The parameter server as a worker's devices see it.
+//
+// A device awaits the answer to its push (`.await`: until it comes, the
+// device handles no other message, not even an exit), and CAF 0.17 fails a
+// request to a lost node only when its timeout expires (../shared/CAF-0.17.md
+// section 3). Pushing straight to the coordinator's server, a worker whose
+// job had failed kept its devices, hence its process, for the full
+// --timeout. The relay forwards each push and answers every pending one with
+// an error as soon as the server is lost or the worker stops, so that every
+// device is free to end at once.
+
+struct ServerRelayState {
+  caf::actor server;
+  std::chrono::milliseconds timeout{60000};
+  std::string failure;  // once set, every push fails at once with it
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, caf::typed_response_promise<Tensor>> pending;
+  static inline const char* name = "server relay";
+};
+using ServerRelay = caf::stateful_actor<ServerRelayState>;
+
+void fail_pushes(ServerRelay* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.failure.empty()) st.failure = why;
+  auto pending = std::move(st.pending);
+  st.pending.clear();
+  for (auto& entry : pending) entry.second.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
+}
+
+caf::behavior server_relay(ServerRelay* self, caf::actor server, std::chrono::milliseconds timeout) {
+  self->state.server = server;
+  self->state.timeout = timeout;
+  self->monitor(server);
+  self->set_down_handler([=](caf::down_msg& down) {
+    if (down.source == self->state.server.address())
+      fail_pushes(self, "lost the parameter server: " + self->system().render(down.reason));
+  });
+  self->set_exit_handler([=](caf::exit_msg& exit) {
+    fail_pushes(self, "the worker is stopping");
+    self->quit(exit.reason);
+  });
+  return {
+      [=](push_atom, GradientPush& push) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<Tensor>();
+        if (!st.failure.empty()) {
+          rp.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
+          return rp;
+        }
+        const std::uint64_t id = st.next++;
+        st.pending.emplace(id, rp);
+        auto settle = [=](auto&& outcome) {
+          auto& pending = self->state.pending;
+          auto it = pending.find(id);
+          if (it == pending.end()) return;  // already failed
+          auto promise = it->second;
+          pending.erase(it);
+          promise.deliver(std::forward<decltype(outcome)>(outcome));
+        };
+        self->request(st.server, st.timeout, push_atom::value, std::move(push))
+            .then([=](Tensor& fresh) { settle(std::move(fresh)); }, [=](caf::error& e) { settle(std::move(e)); });
+        return rp;
+      },
+      // The worker stops: fail what is pending, then end.
+      [=](stop_atom, const std::string& why) {
+        fail_pushes(self, why);
+        self->quit(caf::exit_reason::user_shutdown);
+      },
+  };
+}
+
+// The last resort of a worker: ~actor_system waits for every actor without a
+// deadline, so a wait that the shutdown above failed to end would keep the
+// process forever. Armed once the worker has told its actors to end; says
+// so and exits with the worker's status when they take longer than `limit`.
+class ExitBackstop {
+ public:
+  explicit ExitBackstop(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  ~ExitBackstop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      disarmed_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  ExitBackstop(const ExitBackstop&) = delete;
+  ExitBackstop& operator=(const ExitBackstop&) = delete;
+  void arm(int status, std::chrono::milliseconds limit) {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this, status, limit] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (changed_.wait_for(lock, limit, [this] { return disarmed_; })) return;
+      log_("the worker's actors did not stop within " +
+           net::describe_seconds(std::chrono::duration<double>(limit).count()) + "; exiting without them");
+      std::fflush(nullptr);
+      std::_Exit(status);
+    });
+  }
+
+ private:
+  std::function<void(const std::string&)> log_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool disarmed_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -416,7 +621,9 @@ int run_worker(const NodeOptions& options) {
   net::JoinRelayConfig rc;
   rc.gate_address = options.join;
   rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
-  rc.timeout = options.join_timeout;
+  // Reaching the coordinator is part of waiting for the job to start:
+  // bounded by --wait-timeout too, whichever is shorter.
+  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
   rc.log = log;
   std::unique_ptr<net::JoinRelay> relay;
   try {
@@ -426,6 +633,7 @@ int run_worker(const NodeOptions& options) {
     return 1;
   }
 
+  ExitBackstop backstop(log);  // destroyed after the actor system
   caf::actor_system_config cfg;
   configure_actor_system(cfg);
   configure_cluster(cfg);
@@ -434,26 +642,32 @@ int run_worker(const NodeOptions& options) {
   auto membership_or = system.middleman().remote_actor("127.0.0.1", relay->local_port());
   if (!membership_or) {
     log("cannot reach the coordinator at " + options.join + ": " + system.render(membership_or.error()));
+    relay->stop();
     return 1;
   }
   caf::actor membership = *membership_or;
   self->monitor(membership);
 
-  std::vector<caf::actor> loaders, replicas;
+  std::vector<caf::actor> loaders, replicas, relays;
   std::vector<std::shared_ptr<net::Collective>> collectives;
   int data_fd = -1;
   int status = 1;
+  std::int32_t index = -1;
+  // Every way out of the job ends every actor the worker started: the
+  // relay first (so no device waits for a push), the collectives (so none
+  // waits in an all-reduce), then the replicas.
   auto shutdown = [&](const std::string& why) {
+    for (auto& a : relays) self->send(a, stop_atom::value, why);
     for (auto& c : collectives) c->abort(why);
     for (auto& a : replicas) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
     if (data_fd >= 0) ::close(data_fd);
     data_fd = -1;
   };
+  int stopped_by = 0;  // the signal that stopped this worker
   try {
     // Join: the coordinator answers with our index and the job.
     bool ok = false;
-    std::int32_t index = -1;
     std::string text, error;
     self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION), local_fingerprint)
         .receive(
@@ -509,6 +723,7 @@ int run_worker(const NodeOptions& options) {
               data_fd = -1;
               tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
               std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
+              relays.push_back(system.spawn<caf::detached>(server_relay, reducer, options.timeout));
               net::CollectiveOptions co{options.timeout};
               for (auto& c : net::make_hierarchical_group(net::make_local_group(static_cast<int>(devices.size()), co),
                                                           across, first_rank, world, co))
@@ -523,7 +738,7 @@ int run_worker(const NodeOptions& options) {
                 plan.train_data = train;
                 plan.schedule = schedule;
                 plan.collective = collectives[r];
-                plan.reducer = reducer;
+                plan.reducer = relays.back();
                 plan.start = data::Cursor{cursor_epoch, cursor_batch};
                 plan.prefetch = options.prefetch;
                 plan.threads = options.threads_per_device;
@@ -555,21 +770,34 @@ int run_worker(const NodeOptions& options) {
             if (down.source == membership.address())
               failure = "lost the coordinator at " + options.join + ": " + system.render(down.reason);
           },
-          caf::after(std::chrono::milliseconds(200)) >> [&] {
-            if (const int sig = worker_signal.load()) failure = "stopped by signal " + std::to_string(sig);
+          caf::after(std::chrono::milliseconds(100)) >> [&] {
+            if (const int sig = worker_signal.load()) {
+              stopped_by = sig;
+              failure = "stopped by signal " + std::to_string(sig);
+            }
             if (!formed && std::chrono::steady_clock::now() > wait_until)
               failure = "the job did not start within " +
                         net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
           });
+    }
+    if (stopped_by) {
+      // Say so before leaving, so that the coordinator names this node and
+      // the signal (not a broken all-reduce), checkpoints and stops the job
+      // as for a lost node. Bounded: the coordinator may be gone too.
+      log(failure + "; telling the coordinator");
+      self->request(membership, 1s, leave_atom::value, index, failure)
+          .receive([](caf::ok_atom) {}, [](caf::error&) {});
+      failure = "node " + std::to_string(index) + " (" + name + ") was " + failure;
     }
     if (!failure.empty()) throw std::runtime_error(failure);
     shutdown("the job is over");
   } catch (const std::exception& e) {
     log(e.what());
     shutdown(e.what());
-    status = 1;
+    status = stopped_by ? 128 + stopped_by : 1;
   }
   relay->stop();
+  backstop.arm(status, std::chrono::seconds(2));
   return status;
 }
 

@@ -31,9 +31,20 @@
 // Membership is fixed once training starts: a node that joins later is
 // refused with the reason. A lost node (its process killed, its host gone:
 // CAF's down message at once on a closed connection, within the heartbeat
-// timeout on a silent one) stops the job with an error naming the node,
-// after a checkpoint of the last consistent state when a checkpoint
-// directory is configured; resume with --resume.
+// timeout on a silent one; a worker stopped by SIGINT or SIGTERM says so
+// before it leaves) stops the job with an error naming the node, after a
+// checkpoint of the last consistent state when a checkpoint directory is
+// configured; resume with --resume.
+//
+// Ending. Every way out of a job ends every actor the node started, and a
+// node exits within about a second of learning that its job is over: a
+// worker's devices push through a local relay that fails their pending
+// pushes at once (CAF 0.17 fails a request to a lost node only at its
+// timeout, and a device awaiting its push handles nothing else, not even an
+// exit), the collectives are aborted, and a backstop exits a worker whose
+// actors still have not stopped 2 s later (saying so). The coordinator does
+// not wait for nodes that are gone, and SIGINT / SIGTERM end it while it
+// waits for nodes too.
 #pragma once
 
 #include <chrono>
@@ -60,7 +71,7 @@ struct NodeOptions {
   // host's first non-loopback IPv4 address); a worker's own address on the
   // connection to the coordinator.
   std::string data_address;
-  std::chrono::milliseconds join_timeout{30000};     // worker: reaching the coordinator
+  std::chrono::milliseconds join_timeout{30000};     // worker: reaching the coordinator (at most wait_timeout)
   std::chrono::milliseconds wait_timeout{600000};    // waiting for nodes / for the job to start
   std::chrono::milliseconds timeout{60000};          // any one collective or remote request
   std::function<void(const std::string&)> log;       // default: stderr, "troupe node: ..."
@@ -72,7 +83,8 @@ std::shared_ptr<ClusterHooks> make_coordinator_cluster(const NodeOptions& option
 
 // A worker node: joins, trains until the coordinator says the job is done.
 // Returns the process exit status: 0 when the job completed, 1 when it
-// failed, was refused or lost the coordinator (the reason is logged).
+// failed, was refused or lost the coordinator (the reason is logged), 128 +
+// the signal when SIGINT or SIGTERM stopped it.
 int run_worker(const NodeOptions& options);
 
 }  // namespace troupe::actors

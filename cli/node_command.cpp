@@ -39,7 +39,8 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--summary-json", o.reporting.summary_json, "Coordinator: write the final figures here as JSON");
   cmd->add_option_function<double>(
       "--wait-timeout", [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
-      "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker) (default 600)");
+      "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker; reaching the coordinator "
+      "takes at most 30 s of it) (default 600)");
   cmd->add_option_function<double>(
       "--timeout", [&n](double s) { n.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
       "Seconds any one collective or remote request may take (default 60)");

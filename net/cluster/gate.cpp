@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -664,11 +665,30 @@ struct JoinRelay::State {
   void accept_loop();
 };
 
+// Attempts of 1, 2, 4, then 5 s each (inside one, a refused connection is
+// retried every 20 ms, so a gate that starts listening is reached at once);
+// each failed attempt is logged with its number, so a worker waiting for a
+// coordinator that is not there says so instead of staying silent.
 int JoinRelay::State::connect(Deadline deadline) {
-  try {
-    return connect_until(config.gate_address, deadline, connections);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot reach the troupe gate at " + config.gate_address + ": " + e.what());
+  auto slice = std::chrono::milliseconds(1000);
+  for (int attempt = 1;; ++attempt) {
+    const Deadline until = std::min(deadline, Clock::now() + slice);
+    try {
+      return wire::connect_tcp(config.gate_address, until);
+    } catch (const wire::IoError& failure) {
+      std::string why = failure.what();  // "could not connect to ADDRESS: Connection refused"
+      const std::string prefix = "could not connect to " + config.gate_address + ": ";
+      if (why.compare(0, prefix.size(), prefix) == 0) why = why.substr(prefix.size());
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left < 0.1 || connections.stopping())
+        throw std::runtime_error("cannot reach the troupe gate at " + config.gate_address + " (" +
+                                 std::to_string(attempt) + (attempt == 1 ? " attempt" : " attempts") + "): " + why);
+      log("attempt " + std::to_string(attempt) + " to reach the coordinator at " + config.gate_address +
+          " failed (" + why + "); retrying, giving up in " + describe_seconds(std::round(left * 10) / 10));
+    } catch (const std::exception& e) {  // a malformed address: no point in retrying
+      throw std::runtime_error("cannot reach the troupe gate at " + config.gate_address + ": " + e.what());
+    }
+    slice = std::min(slice * 2, std::chrono::milliseconds(5000));
   }
 }
 

@@ -186,7 +186,8 @@ struct JoinRelayConfig {
   std::string gate_address;  // "coordinator-host:7000"
   HandshakeConfig handshake;
   // For the first connection and handshake (a gate not listening yet is
-  // retried until then) and for each later one.
+  // retried until then, in attempts of 1, 2, 4, then 5 s, each failed one
+  // logged with its number and the address) and for each later one.
   std::chrono::milliseconds timeout{10000};
   std::function<void(const std::string&)> log;  // default: none
 };

@@ -317,6 +317,130 @@ TEST(Node, AKilledWorkerIsReportedWithinSecondsAndTheJobStopsAfterACheckpoint) {
   EXPECT_GE(checkpoint::read(*latest).position.global_step, 40u);
 }
 
+// Waits until the process has logged a step of at least 40 (async and ssp
+// log the step they are at when the interval passes, not multiples of it).
+bool wait_for_step_40(const Process& p, std::chrono::milliseconds limit) {
+  const std::regex step(R"(epoch (1 step ([4-9][0-9]|[1-9][0-9][0-9]+)/|[2-9]))");
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::regex_search(p.output(), step)) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Seconds from `since` to now.
+double seconds_since(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Issue 12: after the coordinator is killed, a worker exits at once in every
+// mode. In async and ssp its devices waited for their pushes' answers, which
+// CAF only fails at the request timeout, so the worker stayed for the full
+// --timeout (30 s here), or for ever.
+TEST(Node, AWorkerExitsWithinASecondOfLosingTheCoordinatorInEveryMode) {
+  for (const char* mode : {"async", "ssp:2", "sync"}) {
+    SCOPED_TRACE(mode);
+    Cluster c(std::string("lose-coordinator-") + (mode[0] == 's' ? (mode[1] == 'y' ? "sync" : "ssp") : "async"),
+              std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"" + mode + "\"\n", 1);
+    ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
+    c.coordinator->signal(SIGKILL);
+    const auto killed_at = std::chrono::steady_clock::now();
+    const int status = c.workers[0]->wait_for(20s);
+    const double took = seconds_since(killed_at);
+    EXPECT_EQ(status, 1) << c.logs();
+    EXPECT_LT(took, 1.5) << c.logs();
+    EXPECT_NE(c.workers[0]->output().find("lost the coordinator"), std::string::npos) << c.logs();
+    EXPECT_EQ(c.workers[0]->output().find("did not stop within"), std::string::npos)
+        << "the exit backstop had to end the worker: " << c.logs();
+  }
+}
+
+// Issue 12: a worker lost in async. The coordinator writes its checkpoint and
+// exits at once (it used to wait 5 s for the lost node to acknowledge the
+// end of the job), and the other worker exits as soon as it is told.
+TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond) {
+  const std::string checkpoints = temp_dir("lost-async-ckpt");
+  Cluster c("lost-async",
+            std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\ncheckpoint_dir = \"" + checkpoints +
+                "\"\n",
+            2);
+  ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
+  c.workers[1]->signal(SIGKILL);
+  ASSERT_TRUE(c.coordinator->wait_for_output("before stopping (resume with --resume)", 20s)) << c.logs();
+  const auto written_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.coordinator->wait_for(20s), 1) << c.logs();
+  EXPECT_LT(seconds_since(written_at), 1.5) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(5s), 1) << c.logs();
+  EXPECT_LT(seconds_since(written_at), 2.0) << c.logs();
+  EXPECT_NE(c.workers[0]->output().find("the job failed: lost node"), std::string::npos) << c.logs();
+}
+
+// Issue 12: reaching a coordinator that is not there follows --wait-timeout
+// (it was a fixed 30 s), and issue 11: each attempt is logged with the
+// address and its number (it was silent).
+TEST(Node, AWorkerWithoutACoordinatorLogsEachAttemptAndGivesUpAtTheWaitTimeout) {
+  const std::string dir = temp_dir("no-coordinator");
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--wait-timeout", "3", "--timeout", "3"},
+                 dir + "/worker.log");
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(worker.wait_for(20s), 1) << worker.output();
+  const double took = seconds_since(started);
+  EXPECT_GT(took, 2.5) << worker.output();
+  EXPECT_LT(took, 5.0) << worker.output();
+  const std::string out = worker.output();
+  EXPECT_NE(out.find("attempt 1 to reach the coordinator at " + address + " failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot join " + address), std::string::npos) << out;
+  EXPECT_NE(out.find(" attempts): "), std::string::npos) << out;
+}
+
+// Issue 11: a coordinator waiting for --min-nodes stops at SIGTERM and SIGINT
+// (it went on waiting for the full --wait-timeout).
+TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(sig);
+    Cluster c(std::string("wait-signal-") + std::to_string(sig), std::string(kMlpJob) + "steps = 10\n", 0, {}, {}, 3);
+    ASSERT_TRUE(c.coordinator->wait_for_output("waiting for 2 more node(s)", 60s)) << c.logs();
+    c.coordinator->signal(sig);
+    const auto signalled_at = std::chrono::steady_clock::now();
+    const int status = c.coordinator->wait_for(10s);
+    EXPECT_LT(seconds_since(signalled_at), 1.0) << c.logs();
+    EXPECT_NE(status, 0) << c.logs();
+    EXPECT_NE(status, -1) << c.logs();
+    EXPECT_NE(c.coordinator->output().find("stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes"),
+              std::string::npos)
+        << c.logs();
+  }
+}
+
+// Issue 12: a worker given SIGTERM tells the coordinator before it leaves:
+// the coordinator names the node and the signal (it said "allreduce aborted"),
+// checkpoints as for a lost node, and every process ends.
+TEST(Node, AWorkerStoppedBySigtermIsNamedOnTheCoordinatorWhichCheckpointsAndStops) {
+  const std::string checkpoints = temp_dir("sigterm-ckpt");
+  Cluster c("sigterm",
+            std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
+                "\"\n",
+            2);
+  ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
+  c.workers[1]->signal(SIGTERM);
+  const auto signalled_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.workers[1]->wait_for(10s), 128 + SIGTERM) << c.logs();
+  EXPECT_LT(seconds_since(signalled_at), 1.5) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(20s), 1) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(5s), 1) << c.logs();
+  EXPECT_LT(seconds_since(signalled_at), 3.0) << c.logs();
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("pid " + std::to_string(c.workers[1]->pid()) + "): stopped by signal 15"), std::string::npos)
+      << c.logs();
+  EXPECT_NE(out.find("before stopping (resume with --resume)"), std::string::npos) << c.logs();
+  EXPECT_EQ(out.find("allreduce aborted: stopped by signal"), std::string::npos) << c.logs();
+  auto latest = checkpoint::Directory(checkpoints, 0).latest();
+  ASSERT_TRUE(latest.has_value()) << c.logs();
+  EXPECT_GE(checkpoint::read(*latest).position.global_step, 40u);
+}
+
 // The sync test again with every node in its own network namespace (its own
 // network stack, as separate hosts have), joined by veth links to a bridge.
 TEST(Node, ThreeNodesInThreeNetworkNamespaces) {
