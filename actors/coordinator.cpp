@@ -228,7 +228,7 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
     st.last_checkpoint_step = st.global_step;
     st.last_checkpoint_time = Clock::now();
     st.timed_checkpoint_queued = false;
-    if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, st.global_step);
+    if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, global_step);
     then(path);
   });
   (void)s;

@@ -32,6 +32,8 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--prefetch", n.prefetch, "Batches each data loader keeps ready")->capture_default_str();
   cmd->add_flag("--resume", o.reporting.config.resume,
                 "Coordinator: resume from the newest checkpoint in the job's checkpoint_dir (workers join as usual)");
+  cmd->add_flag("--resume-or-start", o.reporting.config.resume_or_start,
+                "Coordinator, with --resume: start from step 0 when checkpoint_dir holds no checkpoint");
   cmd->add_option("--control", o.reporting.control,
                   "Coordinator: serve the HTTP control endpoint at HOST:PORT (troupe ctl --at HOST:PORT)");
   cmd->add_option("--metrics", o.reporting.metrics, "Coordinator: write metrics rows here (CSV, or JSON lines)");
@@ -72,8 +74,8 @@ int run_node(NodeOptions& o) {
   use_threads(n.threads_per_device);
   if (!n.join.empty()) {
     if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty() ||
-        o.reporting.config.resume)
-      throw UsageError("--control, --metrics, --summary-json and --resume belong to the coordinator (--listen)");
+        o.reporting.config.resume || o.reporting.config.resume_or_start)
+      throw UsageError("--control, --metrics, --summary-json, --resume and --resume-or-start belong to the coordinator (--listen)");
     return actors::run_worker(n);
   }
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");
@@ -83,6 +85,7 @@ int run_node(NodeOptions& o) {
   jc.prefetch = n.prefetch;
   jc.timeout = n.timeout;
   jc.train.resume = o.reporting.config.resume;
+  jc.train.resume_or_start = o.reporting.config.resume_or_start;
   jc.cluster = actors::make_coordinator_cluster(n, jc);
   return run_actor_job(jc, o.reporting);
 }
