@@ -30,7 +30,7 @@
 
 namespace troupe::actors {
 
-// What a cluster adds to a job on its coordinator node (actors/node.cpp
+// What a cluster adds to a job on its coordinator node (actors/coordinator_node.cpp
 // implements it; a single-host job has none). Job::run calls these in this
 // order, all on run()'s thread.
 class ClusterHooks {

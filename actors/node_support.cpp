@@ -1,0 +1,84 @@
+#include "actors/node_support.hpp"
+
+#include <caf/io/all.hpp>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "actors/messages.hpp"
+#include "net/cluster/auth.hpp"
+#include "net/control/address.hpp"
+#include "net/tcp/tcp.hpp"
+
+namespace troupe::actors::node_support {
+
+namespace {
+void default_log(const std::string& line) { std::fprintf(stderr, "troupe node: %s\n", line.c_str()); }
+}  // namespace
+
+std::function<void(const std::string&)> logger(const NodeOptions& o) { return o.log ? o.log : default_log; }
+
+// Remoting with heartbeats (../shared/CAF-0.17.md, section 3): a silent peer
+// is declared down after about 5 s, a closed connection at once.
+void configure_cluster(caf::actor_system_config& cfg) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(5)});
+  register_message_types(cfg);
+}
+
+// Both ends of the data plane derive the ring's job id from the job.
+std::uint64_t job_id_of(const std::string& fingerprint) {
+  return std::stoull(fingerprint.substr(0, 15), nullptr, 16);
+}
+
+// The first non-loopback IPv4 address of this host, else 127.0.0.1.
+std::string first_host_address() {
+  ifaddrs* list = nullptr;
+  std::string out = "127.0.0.1";
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    if (!net::is_loopback(text)) {
+      out = text;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool is_wildcard(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
+
+// "HOST[:PORT]" -> a listening data-plane socket and its "host:port".
+int bind_data_plane(const std::string& requested, const std::string& default_host, std::string* address) {
+  std::string host = default_host;
+  std::uint16_t port = 0;
+  if (!requested.empty()) {
+    if (requested.find(':') == std::string::npos) {
+      host = requested;
+    } else {
+      const net::HostPort hp = net::parse_host_port(requested);  // throws naming the address
+      host = hp.host;
+      port = hp.port;
+    }
+  }
+  const std::string bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  std::uint16_t bound = 0;
+  const int fd = net::listen_tcp(bracketed + ":" + std::to_string(port), &bound);
+  *address = bracketed + ":" + std::to_string(bound);
+  return fd;
+}
+
+std::string node_name(const std::string& role) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return role + "/" + host + "/pid " + std::to_string(getpid());
+}
+
+}  // namespace troupe::actors::node_support

@@ -1,0 +1,37 @@
+// What both sides of a cluster share (actors/coordinator_node.cpp,
+// actors/worker_node.cpp, actors/membership.cpp): remoting settings, the
+// data-plane socket, node names and the log.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "actors/node.hpp"
+
+namespace troupe::actors::node_support {
+
+// Lines go to stderr as "troupe node: ..." unless the options carry a log.
+std::function<void(const std::string&)> logger(const NodeOptions& o);
+
+// Remoting with heartbeats (../shared/CAF-0.17.md, section 3): a silent peer
+// is declared down after about 5 s, a closed connection at once.
+void configure_cluster(caf::actor_system_config& cfg);
+
+// Both ends of the data plane derive the ring's job id from the job.
+std::uint64_t job_id_of(const std::string& fingerprint);
+
+// The first non-loopback IPv4 address of this host, else 127.0.0.1.
+std::string first_host_address();
+
+bool is_wildcard(const std::string& host);
+
+// "HOST[:PORT]" -> a listening data-plane socket and its "host:port".
+int bind_data_plane(const std::string& requested, const std::string& default_host, std::string* address);
+
+// "worker/HOST/pid N": how logs and the coordinator name a node.
+std::string node_name(const std::string& role);
+
+}  // namespace troupe::actors::node_support

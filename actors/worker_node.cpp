@@ -1,0 +1,348 @@
+// A worker node: joins the coordinator through the gate, receives the job,
+// connects the data plane, spawns its replicas and serves them until the
+// job is over, then ends every actor it started within about a second.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "actors/job_file.hpp"
+#include "actors/membership.hpp"
+#include "actors/node.hpp"
+#include "actors/node_support.hpp"
+#include "actors/replica.hpp"
+#include "kernels/config.hpp"
+#include "kernels/registry.hpp"
+#include "models/data/load.hpp"
+#include "net/cluster/auth.hpp"
+#include "net/cluster/gate.hpp"
+#include "net/collective/hierarchical.hpp"
+#include "net/collective/local.hpp"
+#include "net/control/address.hpp"
+#include "net/tcp/tcp.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace node_support;
+
+std::atomic<int> worker_signal{0};
+extern "C" void on_worker_signal(int signal) { worker_signal.store(signal); }
+
+// ---------------------------------------------------------------------------
+// The parameter server as a worker's devices see it.
+//
+// A device awaits the answer to its push (`.await`: until it comes, the
+// device handles no other message, not even an exit), and CAF 0.17 fails a
+// request to a lost node only when its timeout expires (../shared/CAF-0.17.md
+// section 3). Pushing straight to the coordinator's server, a worker whose
+// job had failed kept its devices, hence its process, for the full
+// --timeout. The relay forwards each push and answers every pending one with
+// an error as soon as the server is lost or the worker stops, so that every
+// device is free to end at once.
+
+struct ServerRelayState {
+  caf::actor server;
+  std::chrono::milliseconds timeout{60000};
+  std::string failure;  // once set, every push fails at once with it
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, caf::typed_response_promise<Tensor>> pending;
+  static inline const char* name = "server relay";
+};
+using ServerRelay = caf::stateful_actor<ServerRelayState>;
+
+void fail_pushes(ServerRelay* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.failure.empty()) st.failure = why;
+  auto pending = std::move(st.pending);
+  st.pending.clear();
+  for (auto& entry : pending) entry.second.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
+}
+
+caf::behavior server_relay(ServerRelay* self, caf::actor server, std::chrono::milliseconds timeout) {
+  self->state.server = server;
+  self->state.timeout = timeout;
+  self->monitor(server);
+  self->set_down_handler([=](caf::down_msg& down) {
+    if (down.source == self->state.server.address())
+      fail_pushes(self, "lost the parameter server: " + self->system().render(down.reason));
+  });
+  self->set_exit_handler([=](caf::exit_msg& exit) {
+    fail_pushes(self, "the worker is stopping");
+    self->quit(exit.reason);
+  });
+  return {
+      [=](push_atom, GradientPush& push) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<Tensor>();
+        if (!st.failure.empty()) {
+          rp.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
+          return rp;
+        }
+        const std::uint64_t id = st.next++;
+        st.pending.emplace(id, rp);
+        auto settle = [=](auto&& outcome) {
+          auto& pending = self->state.pending;
+          auto it = pending.find(id);
+          if (it == pending.end()) return;  // already failed
+          auto promise = it->second;
+          pending.erase(it);
+          promise.deliver(std::forward<decltype(outcome)>(outcome));
+        };
+        self->request(st.server, st.timeout, push_atom::value, std::move(push))
+            .then([=](Tensor& fresh) { settle(std::move(fresh)); }, [=](caf::error& e) { settle(std::move(e)); });
+        return rp;
+      },
+      // The worker stops: fail what is pending, then end.
+      [=](stop_atom, const std::string& why) {
+        fail_pushes(self, why);
+        self->quit(caf::exit_reason::user_shutdown);
+      },
+  };
+}
+
+// The last resort of a worker: ~actor_system waits for every actor without a
+// deadline, so a wait that the shutdown above failed to end would keep the
+// process forever. Armed once the worker has told its actors to end; says
+// so and exits with the worker's status when they take longer than `limit`.
+class ExitBackstop {
+ public:
+  explicit ExitBackstop(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  ~ExitBackstop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      disarmed_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  ExitBackstop(const ExitBackstop&) = delete;
+  ExitBackstop& operator=(const ExitBackstop&) = delete;
+  void arm(int status, std::chrono::milliseconds limit) {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this, status, limit] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (changed_.wait_for(lock, limit, [this] { return disarmed_; })) return;
+      log_("the worker's actors did not stop within " +
+           net::describe_seconds(std::chrono::duration<double>(limit).count()) + "; exiting without them");
+      std::fflush(nullptr);
+      std::_Exit(status);
+    });
+  }
+
+ private:
+  std::function<void(const std::string&)> log_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool disarmed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// A worker node.
+
+int run_worker(const NodeOptions& options) {
+  auto log = node_support::logger(options);
+  const net::Secret secret = net::Secret::load(options.secret_file);
+  const std::string name = node_name("worker");
+  std::string local_fingerprint;
+  if (!options.job_file.empty()) local_fingerprint = job_identity(load_job_file(options.job_file)).fingerprint;
+  std::vector<kernels::Device> devices = options.devices.empty() ? default_devices() : options.devices;
+
+  // The gate's handshake first: a wrong secret or version ends here, with
+  // the coordinator's reason.
+  net::JoinRelayConfig rc;
+  rc.gate_address = options.join;
+  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
+  // Reaching the coordinator is part of waiting for the job to start:
+  // bounded by --wait-timeout too, whichever is shorter.
+  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
+  rc.log = log;
+  std::unique_ptr<net::JoinRelay> relay;
+  try {
+    relay = std::make_unique<net::JoinRelay>(rc);
+  } catch (const std::exception& e) {
+    log(std::string("cannot join ") + options.join + ": " + e.what());
+    return 1;
+  }
+
+  ExitBackstop backstop(log);  // destroyed after the actor system
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg);
+  configure_cluster(cfg);
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+  auto membership_or = system.middleman().remote_actor("127.0.0.1", relay->local_port());
+  if (!membership_or) {
+    log("cannot reach the coordinator at " + options.join + ": " + system.render(membership_or.error()));
+    relay->stop();
+    return 1;
+  }
+  caf::actor membership = *membership_or;
+  self->monitor(membership);
+
+  std::vector<caf::actor> loaders, replicas, relays;
+  std::vector<std::shared_ptr<net::Collective>> collectives;
+  int data_fd = -1;
+  int status = 1;
+  std::int32_t index = -1;
+  // Every way out of the job ends every actor the worker started: the
+  // relay first (so no device waits for a push), the collectives (so none
+  // waits in an all-reduce), then the replicas.
+  auto shutdown = [&](const std::string& why) {
+    for (auto& a : relays) self->send(a, stop_atom::value, why);
+    for (auto& c : collectives) c->abort(why);
+    for (auto& a : replicas) self->send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
+    if (data_fd >= 0) ::close(data_fd);
+    data_fd = -1;
+  };
+  int stopped_by = 0;  // the signal that stopped this worker
+  try {
+    // Join: the coordinator answers with our index and the job.
+    bool ok = false;
+    std::string text, error;
+    self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION), local_fingerprint)
+        .receive(
+            [&](bool accepted, std::int32_t k, std::string& t) {
+              ok = accepted;
+              index = k;
+              text = std::move(t);
+            },
+            [&](caf::error& e) { error = system.render(e); });
+    if (!error.empty()) throw std::runtime_error("joining: " + error);
+    if (!ok) throw std::runtime_error("the coordinator refused this node: " + text);
+    JobConfig job = parse_job_text(text, "the job from " + options.join);
+    // Everything this node needs before it says it is ready: the data, the
+    // model, the devices.
+    data::Splits data = data::load_dataset(job.train.data, job.train.data_options);
+    const models::ModelSpec spec = models::resolve_model(job.train.model, models::data_shape_of(data.train));
+    for (const auto& d : devices)
+      if (d.is_cuda() && d.index >= kernels::cuda_device_count())
+        throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +
+                                    std::to_string(kernels::cuda_device_count()) + " CUDA device(s)");
+    std::string data_address;
+    data_fd = bind_data_plane(options.data_address, relay->local_host(), &data_address);
+    std::vector<std::string> device_names;
+    for (const auto& d : devices) device_names.push_back(d.str());
+    self->request(membership, options.timeout, ready_atom::value, index, data_address, device_names)
+        .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+    if (!error.empty()) throw std::runtime_error("reporting ready: " + error);
+    log("joined " + options.join + " as node " + std::to_string(index) + " (job " + job.train.model + " on " +
+        job.train.data + "); waiting for the job to start");
+
+    std::signal(SIGINT, on_worker_signal);
+    std::signal(SIGTERM, on_worker_signal);
+    auto train = std::make_shared<const data::Dataset>(data.train);
+    auto schedule = std::make_shared<const models::LrSchedule>(job.train.schedule, job.train.lr, job.train.warmup_steps);
+    bool done = false;
+    const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
+    bool formed = false;
+    std::string failure;  // handlers record a failure; the loop throws it
+    while (!done && failure.empty()) {
+      self->receive(
+          [&](form_atom, std::int32_t k, std::int32_t first_rank, std::int32_t world,
+              const std::vector<std::string>& addresses, const caf::actor& reducer, std::int64_t cursor_epoch,
+              std::int64_t cursor_batch) {
+            auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+            try {
+              net::TcpGroupConfig tc;
+              tc.rank = k;
+              tc.addresses = addresses;
+              tc.job_id = job_id_of(job_identity(job).fingerprint);
+              tc.options.timeout = options.timeout;
+              tc.connect_timeout = options.timeout;
+              tc.listen_fd = data_fd;
+              data_fd = -1;
+              tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+              std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
+              relays.push_back(system.spawn<caf::detached>(server_relay, reducer, options.timeout));
+              net::CollectiveOptions co{options.timeout};
+              for (auto& c : net::make_hierarchical_group(net::make_local_group(static_cast<int>(devices.size()), co),
+                                                          across, first_rank, world, co))
+                collectives.emplace_back(std::move(c));
+              for (std::size_t r = 0; r < devices.size(); ++r) {
+                ReplicaPlan plan;
+                plan.rank = first_rank + static_cast<int>(r);
+                plan.world = world;
+                plan.device = devices[r];
+                plan.train = job.train;
+                plan.spec = spec;
+                plan.train_data = train;
+                plan.schedule = schedule;
+                plan.collective = collectives[r];
+                plan.reducer = relays.back();
+                plan.start = data::Cursor{cursor_epoch, cursor_batch};
+                plan.prefetch = options.prefetch;
+                plan.threads = options.threads_per_device;
+                plan.timeout = options.timeout;
+                ReplicaActors a = spawn_replica(system, plan);
+                loaders.push_back(a.loader);
+                replicas.push_back(a.device);
+              }
+              self->send(coordinator, formed_atom::value, k, replicas, std::string());
+              formed = true;
+              log("training: replicas " + std::to_string(first_rank) + ".." +
+                  std::to_string(first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(world));
+            } catch (const std::exception& e) {
+              self->send(coordinator, formed_atom::value, k, std::vector<caf::actor>{}, std::string(e.what()));
+              failure = e.what();
+            }
+          },
+          [&](done_atom, const std::string& why) -> caf::ok_atom {
+            done = true;
+            if (why.empty()) {
+              status = 0;
+              log("the job is done");
+            } else {
+              log("the job failed: " + why);
+            }
+            return caf::ok_atom::value;
+          },
+          [&](caf::down_msg& down) {
+            if (down.source == membership.address())
+              failure = "lost the coordinator at " + options.join + ": " + system.render(down.reason);
+          },
+          caf::after(std::chrono::milliseconds(100)) >> [&] {
+            if (const int sig = worker_signal.load()) {
+              stopped_by = sig;
+              failure = "stopped by signal " + std::to_string(sig);
+            }
+            if (!formed && std::chrono::steady_clock::now() > wait_until)
+              failure = "the job did not start within " +
+                        net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
+          });
+    }
+    if (stopped_by) {
+      // Say so before leaving, so that the coordinator names this node and
+      // the signal (not a broken all-reduce), checkpoints and stops the job
+      // as for a lost node. Bounded: the coordinator may be gone too.
+      log(failure + "; telling the coordinator");
+      self->request(membership, 1s, leave_atom::value, index, failure)
+          .receive([](caf::ok_atom) {}, [](caf::error&) {});
+      failure = "node " + std::to_string(index) + " (" + name + ") was " + failure;
+    }
+    if (!failure.empty()) throw std::runtime_error(failure);
+    shutdown("the job is over");
+  } catch (const std::exception& e) {
+    log(e.what());
+    shutdown(e.what());
+    status = stopped_by ? 128 + stopped_by : 1;
+  }
+  relay->stop();
+  backstop.arm(status, std::chrono::seconds(2));
+  return status;
+}
+
+}  // namespace troupe::actors
