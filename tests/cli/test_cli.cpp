@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include "tests/support/ports.hpp"
 #include <thread>
 #include <vector>
 
@@ -271,25 +272,12 @@ TEST(Cli, ResumingWithAnotherModelIsRefused) {
 
 namespace {
 
-// A port that was free a moment ago (bind to port 0, read it, close).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   const std::string dir = temp("job");
   fs::create_directories(dir);
   // Start a job with a control endpoint, drive it with `troupe ctl` from
   // another process, and stop it through the endpoint.
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(troupe::testing::free_loopback_port());
   std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
                     " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir +
                     "/ckpt > " + dir + "/log 2>&1 & echo $!";

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include "tests/support/ports.hpp"
 
 namespace {
 
@@ -56,22 +57,10 @@ std::string write(const std::string& dir, const std::string& name, const std::st
   return path;
 }
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A coordinator that trains alone (--min-nodes 1) on the generated linreg
 // data: seconds, no dataset package needed.
 std::string coordinator(const std::string& job, const std::string& extra = "") {
-  return "node --listen 127.0.0.1:" + std::to_string(free_port()) + " --job " + job +
+  return "node --listen 127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port()) + " --job " + job +
          " --min-nodes 1 --devices cpu:0 --timeout 20 --wait-timeout 20 " + extra;
 }
 

@@ -17,6 +17,7 @@
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/trainer.hpp"
 #include "tests/node/process.hpp"
+#include "tests/support/ports.hpp"
 
 namespace troupe {
 namespace {
@@ -24,18 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Process;
 namespace fs = std::filesystem;
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string temp_dir(const std::string& name) {
   const fs::path p = fs::temp_directory_path() / ("troupe-node-" + name + "-" + std::to_string(getpid()));
@@ -58,7 +47,7 @@ struct Cluster {
 
   Cluster(const std::string& name, const std::string& job_text, int workers_count,
           std::vector<std::string> coordinator_args = {}, std::vector<std::string> env = {}, int min_nodes = 0)
-      : dir(temp_dir(name)), address("127.0.0.1:" + std::to_string(free_port())) {
+      : dir(temp_dir(name)), address("127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port())) {
     job = write_file(dir, "job.toml", job_text);
     std::vector<std::string> args{TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes",
                                   std::to_string(min_nodes ? min_nodes : workers_count + 1), "--devices", "cpu:0", "--log-every", "20",
@@ -182,7 +171,7 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
 }
 
 TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode) {
-  const int control = free_port();
+  const int control = troupe::testing::free_loopback_port();
   Cluster c("switch",
             std::string(kMlpJob) + "epochs = 5\nbatch = 32\nsteps = 3000\nmode = \"sync\"\nswitch = \"60:async,160:sync\"\n", 2,
             {"--control", "127.0.0.1:" + std::to_string(control)});
@@ -381,7 +370,7 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
 // address and its number (it was silent).
 TEST(Node, AWorkerWithoutACoordinatorLogsEachAttemptAndGivesUpAtTheWaitTimeout) {
   const std::string dir = temp_dir("no-coordinator");
-  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
   Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--wait-timeout", "3", "--timeout", "3"},
                  dir + "/worker.log");
   const auto started = std::chrono::steady_clock::now();

@@ -16,6 +16,7 @@
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "tests/node/process.hpp"
+#include "tests/support/ports.hpp"
 
 namespace troupe {
 namespace {
@@ -23,18 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Process;
 namespace fs = std::filesystem;
-
-int loopback_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One run of a two-node job (coordinator and one worker, one CPU device
 // each) to its end; returns both exit statuses and the logs.
@@ -46,7 +35,7 @@ struct NodesRun {
 NodesRun run_two_nodes(const std::string& dir, const std::string& name, const std::string& job_text, bool resume) {
   const std::string job = dir + "/" + name + ".toml";
   std::ofstream(job) << job_text;
-  const std::string address = "127.0.0.1:" + std::to_string(loopback_port());
+  const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
   std::vector<std::string> args{TROUPE_BINARY, "node",       "--listen", address, "--job",       job,
                                 "--min-nodes", "2",          "--devices", "cpu:0", "--timeout", "30",
                                 "--wait-timeout", "60"};
