@@ -73,6 +73,10 @@ struct NodeOptions {
   std::string data_address;
   std::chrono::milliseconds join_timeout{30000};     // worker: reaching the coordinator (at most wait_timeout)
   std::chrono::milliseconds wait_timeout{600000};    // waiting for nodes / for the job to start
+  // worker: after losing the coordinator, keep trying to join it again for
+  // this long (a coordinator restarted with --resume takes the node back);
+  // 0: exit at once.
+  std::chrono::milliseconds rejoin_timeout{120000};
   std::chrono::milliseconds timeout{60000};          // any one collective or remote request
   std::function<void(const std::string&)> log;       // default: stderr, "troupe node: ..."
 };

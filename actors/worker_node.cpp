@@ -127,6 +127,18 @@ class ExitBackstop {
   }
   ExitBackstop(const ExitBackstop&) = delete;
   ExitBackstop& operator=(const ExitBackstop&) = delete;
+  // A worker that rejoins after losing its coordinator starts a new actor
+  // system: the backstop of the last one must not fire during the next.
+  void disarm() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      disarmed_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    disarmed_ = false;
+  }
   void arm(int status, std::chrono::milliseconds limit) {
     if (thread_.joinable()) return;
     thread_ = std::thread([this, status, limit] {
@@ -152,42 +164,30 @@ class ExitBackstop {
 // ---------------------------------------------------------------------------
 // A worker node.
 
-int run_worker(const NodeOptions& options) {
-  auto log = node_support::logger(options);
-  const net::Secret secret = net::Secret::load(options.secret_file);
-  const std::string name = node_name("worker");
-  std::string local_fingerprint;
-  if (!options.job_file.empty()) local_fingerprint = job_identity(load_job_file(options.job_file)).fingerprint;
-  std::vector<kernels::Device> devices = options.devices.empty() ? default_devices() : options.devices;
+namespace {
 
-  // The gate's handshake first: a wrong secret or version ends here, with
-  // the coordinator's reason.
-  net::JoinRelayConfig rc;
-  rc.gate_address = options.join;
-  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
-  // Reaching the coordinator is part of waiting for the job to start:
-  // bounded by --wait-timeout too, whichever is shorter.
-  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
-  rc.log = log;
-  std::unique_ptr<net::JoinRelay> relay;
-  try {
-    relay = std::make_unique<net::JoinRelay>(rc);
-  } catch (const std::exception& e) {
-    log(std::string("cannot join ") + options.join + ": " + e.what());
-    return 1;
-  }
+// One membership of this worker in a job: join through `relay`, train until
+// the job ends, end every actor. Says whether it ended because the
+// coordinator was lost (the worker may then rejoin a restarted one).
+struct SessionEnd {
+  int status = 1;
+  bool coordinator_lost = false;
+};
 
-  ExitBackstop backstop(log);  // destroyed after the actor system
+SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBackstop& backstop,
+                       const std::string& name, const net::Secret& secret, const std::string& local_fingerprint,
+                       const std::vector<kernels::Device>& devices,
+                       const std::function<void(const std::string&)>& log) {
   caf::actor_system_config cfg;
   configure_actor_system(cfg);
   configure_cluster(cfg);
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
-  auto membership_or = system.middleman().remote_actor("127.0.0.1", relay->local_port());
+  auto membership_or = system.middleman().remote_actor("127.0.0.1", relay.local_port());
   if (!membership_or) {
     log("cannot reach the coordinator at " + options.join + ": " + system.render(membership_or.error()));
-    relay->stop();
-    return 1;
+    relay.stop();
+    return SessionEnd{1, true};
   }
   caf::actor membership = *membership_or;
   self->monitor(membership);
@@ -209,6 +209,7 @@ int run_worker(const NodeOptions& options) {
     data_fd = -1;
   };
   int stopped_by = 0;  // the signal that stopped this worker
+  bool coordinator_lost = false;
   try {
     // Join: the coordinator answers with our index and the job.
     bool ok = false;
@@ -233,7 +234,7 @@ int run_worker(const NodeOptions& options) {
         throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +
                                     std::to_string(kernels::cuda_device_count()) + " CUDA device(s)");
     std::string data_address;
-    data_fd = bind_data_plane(options.data_address, relay->local_host(), &data_address);
+    data_fd = bind_data_plane(options.data_address, relay.local_host(), &data_address);
     std::vector<std::string> device_names;
     for (const auto& d : devices) device_names.push_back(d.str());
     self->request(membership, options.timeout, ready_atom::value, index, data_address, device_names)
@@ -311,8 +312,10 @@ int run_worker(const NodeOptions& options) {
             return caf::ok_atom::value;
           },
           [&](caf::down_msg& down) {
-            if (down.source == membership.address())
+            if (down.source == membership.address()) {
               failure = "lost the coordinator at " + options.join + ": " + system.render(down.reason);
+              coordinator_lost = true;
+            }
           },
           caf::after(std::chrono::milliseconds(100)) >> [&] {
             if (const int sig = worker_signal.load()) {
@@ -340,9 +343,58 @@ int run_worker(const NodeOptions& options) {
     shutdown(e.what());
     status = stopped_by ? 128 + stopped_by : 1;
   }
-  relay->stop();
+  relay.stop();
+  // Armed before ~actor_system (at this function's end) waits for the actors.
   backstop.arm(status, std::chrono::seconds(2));
-  return status;
+  return SessionEnd{status, coordinator_lost};
+}
+
+
+}  // namespace
+
+int run_worker(const NodeOptions& options) {
+  auto log = node_support::logger(options);
+  const net::Secret secret = net::Secret::load(options.secret_file);
+  const std::string name = node_name("worker");
+  std::string local_fingerprint;
+  if (!options.job_file.empty()) local_fingerprint = job_identity(load_job_file(options.job_file)).fingerprint;
+  std::vector<kernels::Device> devices = options.devices.empty() ? default_devices() : options.devices;
+
+  // The gate's handshake first: a wrong secret or version ends here, with
+  // the coordinator's reason.
+  net::JoinRelayConfig rc;
+  rc.gate_address = options.join;
+  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
+  // Reaching the coordinator is part of waiting for the job to start:
+  // bounded by --wait-timeout too, whichever is shorter.
+  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
+  rc.log = log;
+  ExitBackstop backstop(log);
+  bool rejoining = false;
+  for (;;) {
+    std::unique_ptr<net::JoinRelay> relay;
+    try {
+      relay = std::make_unique<net::JoinRelay>(rc);
+    } catch (const std::exception& e) {
+      log(std::string(rejoining ? "gave up rejoining " : "cannot join ") + options.join + ": " + e.what());
+      return 1;
+    }
+    const SessionEnd end = run_session(options, *relay, backstop, name, secret, local_fingerprint, devices, log);
+    // Coordinator loss: the coordinator is the job's chief, and one started
+    // again with --resume goes on from its newest checkpoint. This node
+    // stays up and joins it again (the coordinator installs the
+    // checkpoint's state on every replica), for --rejoin-timeout.
+    if (!end.coordinator_lost || options.rejoin_timeout.count() <= 0 || worker_signal.load() != 0) return end.status;
+    backstop.disarm();
+    // While it waits for the coordinator, a signal ends this node at once.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    rejoining = true;
+    rc.timeout = options.rejoin_timeout;
+    log("rejoining " + options.join + " for up to " +
+        net::describe_seconds(std::chrono::duration<double>(options.rejoin_timeout).count()) +
+        " (--rejoin-timeout): restart the coordinator with --resume to go on from its newest checkpoint");
+  }
 }
 
 }  // namespace troupe::actors

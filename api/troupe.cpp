@@ -423,6 +423,9 @@ actors::NodeOptions node_options(const ClusterOptions& o, const std::vector<Devi
   n.join_timeout = millis(o.join_timeout_s, "join_timeout_s");
   n.wait_timeout = millis(o.wait_timeout_s, "wait_timeout_s");
   n.timeout = millis(o.timeout_s, "timeout_s");
+  if (!(o.rejoin_timeout_s >= 0))
+    throw std::invalid_argument("MultiWorkerMirroredStrategy: rejoin_timeout_s must be >= 0");
+  n.rejoin_timeout = std::chrono::milliseconds(static_cast<long long>(o.rejoin_timeout_s * 1000));
   return n;
 }
 

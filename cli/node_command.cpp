@@ -44,6 +44,11 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
       "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker; reaching the coordinator "
       "takes at most 30 s of it) (default 600)");
   cmd->add_option_function<double>(
+      "--rejoin-timeout",
+      [&n](double s) { n.rejoin_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+      "Worker: after losing the coordinator, seconds to keep trying to join it again, so that a coordinator "
+      "restarted with --resume goes on with this node (0: exit at once) (default 120)");
+  cmd->add_option_function<double>(
       "--timeout", [&n](double s) { n.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
       "Seconds any one collective or remote request may take (default 60)");
 }
@@ -70,6 +75,7 @@ int run_node(NodeOptions& o) {
   if (n.threads_per_device < 1) throw UsageError("--threads must be at least 1");
   if (n.prefetch < 1) throw UsageError("--prefetch must be at least 1");
   if (n.timeout.count() <= 0 || n.wait_timeout.count() <= 0) throw UsageError("timeouts must be positive");
+  if (n.rejoin_timeout.count() < 0) throw UsageError("--rejoin-timeout must be >= 0 seconds");
   if (!o.devices.empty()) n.devices = actors::parse_devices(o.devices);
   use_threads(n.threads_per_device);
   if (!n.join.empty()) {

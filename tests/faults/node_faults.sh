@@ -172,9 +172,11 @@ run_trial() {
   local common=(--devices cpu:0 --secret-file "$TMP/secret")
   start coordinator "$ns0" node --listen "$addr" --job "$TMP/job.toml" --min-nodes 3 --log-every 20 "${common[@]}"
   c=$LAST_PID
-  start worker1 "$ns1" node --join "$addr" "${common[@]}"
+  # --rejoin-timeout 0: the fault cases look at how processes end after
+  # the job fails; rejoining a restarted coordinator is tested on its own.
+  start worker1 "$ns1" node --join "$addr" --rejoin-timeout 0 "${common[@]}"
   w1=$LAST_PID
-  start worker2 "$ns2" node --join "$addr" "${common[@]}"
+  start worker2 "$ns2" node --join "$addr" --rejoin-timeout 0 "${common[@]}"
   w2=$LAST_PID
   if ! wait_for_line "$TRIAL/coordinator.log" "epoch (1 step ([4-9][0-9]|[1-9][0-9]{2,})/|[2-9])" "$TRAIN_WAIT"; then
     echo "  $kind #$n: training did not start within ${TRAIN_WAIT}s (setup problem); logs:" >&2

@@ -57,7 +57,10 @@ struct Cluster {
     for (int w = 0; w < workers_count; ++w) add_worker(env);
   }
   Process& add_worker(std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--timeout", "30"};
+    // --rejoin-timeout 0: these tests look at how nodes end; rejoining a
+    // restarted coordinator has its own test (NodeResume).
+    std::vector<std::string> args{TROUPE_BINARY, "node",      "--join", address, "--devices", "cpu:0",
+                                  "--timeout",   "30",        "--rejoin-timeout", "0"};
     for (auto& a : extra) args.push_back(a);
     workers.push_back(std::make_unique<Process>(args, dir + "/worker" + std::to_string(workers.size() + 1) + ".log", env));
     return *workers.back();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <regex>
+#include <thread>
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "tests/node/process.hpp"
@@ -109,6 +110,44 @@ TEST(NodeResume, AsyncStoppedMidEpochAndResumedPushesOnlyWhatRemained) {
   // only if each replica continued at its own clock.
   EXPECT_EQ(std::accumulate(end.position.replica_clocks.begin(), end.position.replica_clocks.end(), 0ull), 100u)
       << second.logs;
+}
+
+// Coordinator loss (issue 13): the worker does not exit; it keeps trying to
+// join the same address (--rejoin-timeout, 120 s by default), and a
+// coordinator restarted there with --resume takes it back and finishes the
+// job from its newest checkpoint, without restarting the worker.
+TEST(NodeResume, AWorkerRejoinsACoordinatorRestartedWithResume) {
+  const std::string dir = fresh("rejoin");
+  const std::string job_path = dir + "/job.toml";
+  std::ofstream(job_path) << job("async", 600, dir + "/ckpt") << "checkpoint_every = 40\n";
+  const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  auto coordinator_args = [&](bool resume) {
+    std::vector<std::string> a{TROUPE_BINARY, "node", "--listen", address, "--job", job_path, "--min-nodes", "2",
+                               "--devices", "cpu:0", "--timeout", "30", "--wait-timeout", "60", "--log-every", "20"};
+    if (resume) a.push_back("--resume");
+    return a;
+  };
+  auto first = std::make_unique<Process>(coordinator_args(false), dir + "/coordinator1.log");
+  Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--timeout", "30"},
+                 dir + "/worker.log");
+  // Kill the coordinator once it has written a checkpoint past the start.
+  ASSERT_TRUE(first->wait_for_output("(step 80)", 120s)) << first->output() << worker.output();
+  first->signal(SIGKILL);
+  ASSERT_EQ(first->wait_for(10s), 128 + SIGKILL);
+  ASSERT_TRUE(worker.wait_for_output("rejoining " + address, 10s)) << worker.output();
+  EXPECT_TRUE(worker.running()) << "the worker exited after losing its coordinator:\n" << worker.output();
+  // The same address, a moment later: the worker's attempts find it.
+  std::this_thread::sleep_for(1s);
+  Process second(coordinator_args(true), dir + "/coordinator2.log");
+  const int coordinator_status = second.wait_for(180s);
+  const int worker_status = worker.wait_for(30s);
+  const std::string logs = "--- first coordinator:\n" + first->output() + "--- restarted coordinator:\n" +
+                           second.output() + "--- worker:\n" + worker.output();
+  EXPECT_EQ(coordinator_status, 0) << logs;
+  EXPECT_EQ(worker_status, 0) << logs;
+  EXPECT_NE(second.output().find("resumed from"), std::string::npos) << logs;
+  const checkpoint::State end = newest(dir + "/ckpt");
+  EXPECT_EQ(end.position.global_step, 600u) << logs;
 }
 
 }  // namespace
