@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "actors/job.hpp"
+#include "actors/job_file.hpp"
 #include "actors/mode.hpp"
 #include "actors/node.hpp"
 #include "kernels/registry.hpp"
@@ -164,6 +165,19 @@ void CsvLogger::on_evaluate(const EpochResult& r) {
   if (every_evaluation_) csv_row(file_->out, "eval", r);
 }
 
+TensorBoard::TensorBoard(const std::string& dir, std::int64_t log_every)
+    : log_(std::make_unique<models::TensorBoardLog>(dir, log_every)) {}
+TensorBoard::~TensorBoard() = default;
+void TensorBoard::on_epoch_begin(std::int64_t, float lr) { log_->epoch_begin(lr); }
+void TensorBoard::on_step_end(const StepLogs& l) { log_->step_end(l.step, l.loss, l.samples_per_s); }
+void TensorBoard::on_epoch_end(const EpochResult& r) { log_->epoch_end(r); }
+void TensorBoard::on_evaluate(const EpochResult& r) { log_->evaluation(r); }
+void TensorBoard::on_train_end(const History& h) { log_->record_mode_history(h.mode_history); }
+std::string TensorBoard::path() const { return log_->path(); }
+void TensorBoard::set_job(const std::string& config_text, const std::string& mode, std::int64_t replicas) {
+  log_->set_job(config_text, mode, replicas);
+}
+
 void ProgressLogger::on_step_end(const StepLogs& l) {
   if (log_every_ > 0 && l.step % log_every_ == 0) {
     std::printf("step %lld  loss %.4f  %.0f samples/s\n", static_cast<long long>(l.step), l.loss, l.samples_per_s);
@@ -217,6 +231,9 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
   jc.collect_replica_parameters = true;  // History::model
   configure_job(jc);
   auto job = std::make_shared<actors::Job>(jc);  // configuration errors surface here
+  for (const auto& c : callbacks)
+    if (auto* tb = dynamic_cast<TensorBoard*>(c.get()))
+      tb->set_job(actors::to_job_text(jc), mode_, jc.cluster ? 0 : static_cast<std::int64_t>(jc.devices.size()));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (job_) throw std::logic_error("Strategy::fit: a fit() is already running on this strategy");

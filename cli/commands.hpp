@@ -28,6 +28,7 @@ struct TrainOptions {
   int threads = 1;                // per device
   std::string metrics;
   std::string summary_json;
+  std::string tensorboard;        // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
   std::int64_t log_every = 100;
 };
 void add_train_command(CLI::App& app, TrainOptions& options);

@@ -39,6 +39,8 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--metrics", o.reporting.metrics, "Coordinator: write metrics rows here (CSV, or JSON lines)");
   cmd->add_option("--log-every", o.reporting.log_every, "Coordinator: steps between log lines")->capture_default_str();
   cmd->add_option("--summary-json", o.reporting.summary_json, "Coordinator: write the final figures here as JSON");
+  cmd->add_option("--tensorboard", o.reporting.tensorboard,
+                  "Coordinator: write TensorBoard event files into this folder");
   cmd->add_option_function<double>(
       "--wait-timeout", [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
       "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker; reaching the coordinator "
@@ -80,8 +82,9 @@ int run_node(NodeOptions& o) {
   use_threads(n.threads_per_device);
   if (!n.join.empty()) {
     if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty() ||
-        o.reporting.config.resume || o.reporting.config.resume_or_start)
-      throw UsageError("--control, --metrics, --summary-json, --resume and --resume-or-start belong to the coordinator (--listen)");
+        !o.reporting.tensorboard.empty() || o.reporting.config.resume || o.reporting.config.resume_or_start)
+      throw UsageError("--control, --metrics, --summary-json, --tensorboard, --resume and --resume-or-start belong to "
+                       "the coordinator (--listen)");
     return actors::run_worker(n);
   }
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");

@@ -11,9 +11,11 @@
 #include <utility>
 
 #include "actors/job.hpp"
+#include "actors/job_file.hpp"
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
 #include "kernels/registry.hpp"
+#include "models/tensorboard.hpp"
 #include "net/control/control_server.hpp"
 
 namespace troupe::cli {
@@ -98,6 +100,18 @@ void create_output_folders(const TrainOptions& o) {
   create_parent_folders("--summary-json", o.summary_json);
 }
 
+// --tensorboard DIR: an event file that records the job (its text, mode and
+// world size) and chains onto `cb`. Null without the option.
+std::unique_ptr<models::TensorBoardLog> open_tensorboard(const TrainOptions& o, const actors::JobConfig& jc,
+                                                         std::int64_t world_size, models::Callbacks& cb) {
+  if (o.tensorboard.empty()) return nullptr;
+  auto tb = std::make_unique<models::TensorBoardLog>(o.tensorboard, o.log_every);
+  tb->set_job(actors::to_job_text(jc), jc.mode.str(), world_size);
+  tb->watch(cb);
+  std::fprintf(stderr, "tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), o.tensorboard.c_str());
+  return tb;
+}
+
 // CLI11 reads an unsigned option with strtoull, which turns anything above
 // 2^64-1 into 2^64-1, "-1" into 2^64-1, and "010" into 8, without a word: the
 // seed is decimal digits within range, or a usage error.
@@ -146,6 +160,11 @@ int run_single(TrainOptions& o, kernels::Device device) {
   cb.should_stop = [] { return stop_signal.load() != 0; };
   LastCheckpoint last;
   last.watch(cb);
+  actors::JobConfig job;  // for the event file's job text
+  job.train = trainer.config();
+  job.devices = {device};
+  job.threads_per_device = o.threads;
+  auto tensorboard = open_tensorboard(o, job, 1, cb);
   if (trainer.global_step() > 0)
     std::fprintf(stderr, "resume: step %lld\n", static_cast<long long>(trainer.global_step()));
   models::TrainResult result = trainer.run(cb);
@@ -218,8 +237,19 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   cb.should_stop = [] { return stop_signal.load() != 0; };
   LastCheckpoint last;
   last.watch(cb);
+  // A cluster's world size is known once its nodes joined (after run()).
+  auto tensorboard =
+      open_tensorboard(o, jc, jc.cluster ? 0 : static_cast<std::int64_t>(job.config().devices.size()), cb);
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
+  if (tensorboard) {
+    tensorboard->record_mode_history(r.mode_history);
+    if (jc.cluster) {
+      std::int64_t world = 0;
+      for (const auto& node : jc.cluster->nodes()) world += node.replicas;
+      if (world > 0) tensorboard->record_world_size(world);
+    }
+  }
   if (!r.error.empty()) throw std::runtime_error(r.error);
   if (r.already_finished) {
     print_finished(r.resumed_from, r.steps, jc.train);
@@ -302,6 +332,8 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--metrics", o.metrics, "Write metrics rows here (CSV, or JSON lines for *.jsonl)");
   cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics rows")->capture_default_str();
   cmd->add_option("--summary-json", o.summary_json, "Write the final figures here as JSON");
+  cmd->add_option("--tensorboard", o.tensorboard,
+                  "Write TensorBoard event files into this folder (tensorboard --logdir DIR)");
 }
 
 int run_train(TrainOptions& o) {

@@ -16,6 +16,7 @@
 //   LearningRateScheduler(decay)               config.schedule = "piecewise:3=1e-4,7=1e-5"
 //   ModelCheckpoint / BackupAndRestore         config.checkpoint_dir (+ config.resume)
 //   CSVLogger, PrintLR (the tutorial's)        troupe::CsvLogger, troupe::PrintLR
+//   TensorBoard(log_dir)                       troupe::TensorBoard(dir)
 //   strategy.run(train_step) + reduce(SUM,.)   strategy.run(step_fn), strategy.reduce(ReduceOp::SUM, losses)
 //   tf.nn.compute_average_loss(l, global_bs)   ctx.compute_average_loss(logits)
 //   model.save / tf.keras.models.load_model    troupe::save_model / troupe::load_model
@@ -48,6 +49,7 @@
 #include "models/data/load.hpp"
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
+#include "models/tensorboard.hpp"
 #include "models/trainer.hpp"
 
 namespace troupe::actors {
@@ -161,6 +163,33 @@ class CsvLogger : public Callback {
   struct File;
   std::unique_ptr<File> file_;
   bool every_evaluation_;
+};
+
+// Keras' TensorBoard callback: TensorBoard event files in `dir`
+// (events.out.tfevents.<time>.<host>.<pid>; `tensorboard --logdir dir`).
+// Scalars train/loss, train/samples_per_s, train/learning_rate every
+// `log_every` steps and at epoch ends, train/accuracy at epoch ends, test/loss,
+// test/accuracy, test/top5 at every evaluation, job/mode (sync 0, async 1,
+// ssp:N 2 + N) and job/world_size, and a text summary job/config
+// (models/tensorboard.hpp). Strategy::fit gives it the job's text, mode and
+// replicas; mode switches are written at the end of fit, each at its step.
+// Throws std::runtime_error naming the folder or file it cannot create.
+class TensorBoard : public Callback {
+ public:
+  explicit TensorBoard(const std::string& dir, std::int64_t log_every = 100);
+  ~TensorBoard() override;
+  void on_epoch_begin(std::int64_t epoch, float lr) override;
+  void on_step_end(const StepLogs& logs) override;
+  void on_epoch_end(const EpochResult& r) override;
+  void on_evaluate(const EpochResult& r) override;
+  void on_train_end(const History& history) override;
+  // The event file's path.
+  std::string path() const;
+  // Called by Strategy::fit before training.
+  void set_job(const std::string& config_text, const std::string& mode, std::int64_t replicas);
+
+ private:
+  std::unique_ptr<models::TensorBoardLog> log_;
 };
 
 // One line per epoch: "epoch 2/10  loss 0.31  acc 0.887  test 0.871 ...";

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "net/collective/collective.hpp"
+#include "util/crc32c.hpp"
 
 namespace troupe::net::wire {
 
@@ -61,8 +62,8 @@ std::vector<unsigned char> encode_frame_header(const FrameFields& fields);
 // std::runtime_error saying what is wrong.
 FrameFields decode_frame_header(const void* data, std::size_t bytes);
 
-// CRC-32C (Castagnoli), with SSE4.2 where the CPU has it.
-std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
+// CRC-32C (Castagnoli), with SSE4.2 where the CPU has it (util/crc32c.hpp).
+using util::crc32c;
 
 // A failed socket operation. `timed_out` when the deadline passed first.
 struct IoError : std::runtime_error {

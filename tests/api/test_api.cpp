@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <atomic>
@@ -59,11 +61,28 @@ TEST(Api, SwitchModeFromACallbackIsQueuedNotDeadlocked) {
   cb->step_end = [&](const troupe::StepLogs& l) {
     if (l.step == 30) reply = strategy.switch_mode("sync");
   };
+  // And the TensorBoard callback sees the switch (its events are decoded field
+  // by field in tests/cli/test_tensorboard.cpp; here: the tags are there).
+  const std::string dir = ::testing::TempDir() + "troupe_api_tensorboard";
+  std::filesystem::remove_all(dir);
+  auto tb = std::make_shared<troupe::TensorBoard>(dir, 50);
   const auto t0 = std::chrono::steady_clock::now();
-  troupe::History h = strategy.fit(small_mlp(200), {cb});
+  troupe::History h = strategy.fit(small_mlp(200), {cb, tb});
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
   EXPECT_EQ(reply.status, 202) << reply.message;
   EXPECT_EQ(h.final_mode, "sync");
+  std::ifstream in(tb->path(), std::ios::binary);
+  const std::string events((std::istreambuf_iterator<char>(in)), {});
+  auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = events.find(what); at != std::string::npos; at = events.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("brain.Event:2"), 1u);
+  EXPECT_EQ(count("job/config"), 1u);
+  EXPECT_EQ(count("job/mode"), 2u);  // ssp:1 at the start, sync at the switch
+  EXPECT_EQ(count("job/world_size"), 1u);
+  EXPECT_EQ(count("train/loss"), 4u);  // steps 50, 100, 150, 200
 }
 
 TEST(Api, BadStrategyArguments) {
