@@ -46,6 +46,11 @@ Secret Secret::from_file(const std::string& path, std::ostream& warnings) {
   return s;
 }
 
+std::string Secret::derive(std::string_view label) const {
+  if (!configured()) throw std::logic_error("Secret::derive without a secret");
+  return hkdf_sha256(key_, "", label, 32);
+}
+
 Secret Secret::from_file(const std::string& path) { return from_file(path, std::cerr); }
 
 Secret Secret::load(const std::string& secret_file, std::ostream& warnings) {

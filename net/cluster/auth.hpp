@@ -84,6 +84,10 @@ class Secret {
   // Where it came from, for messages: "file F", "TROUPE_SECRET", "none".
   // Never the secret itself.
   const std::string& origin() const { return origin_; }
+  // A 32-byte key for one purpose, HKDF-SHA256(secret, info = label), so the
+  // secret itself keys nothing but the handshake (e.g. kControlKeyLabel for
+  // the control endpoint). Throws std::logic_error without a secret.
+  std::string derive(std::string_view label) const;
 
  private:
   friend class Acceptor;
