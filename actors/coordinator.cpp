@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 namespace troupe::actors {
 
@@ -526,44 +527,47 @@ void enqueue(Self* self, Action a) {
   if (!s.busy && s.started && quiescent(s)) on_quiescent(self);
 }
 
+// Written with nlohmann-json: names and addresses are escaped, and a
+// non-finite number (a diverged loss) becomes null, never a bare nan.
 std::string status_json(const CoordinatorState& s) {
-  char buf[512];
-  std::string clocks;
-  for (std::size_t r = 0; r < s.clocks.size(); ++r) clocks += (r ? "," : "") + std::to_string(s.clocks[r]);
+  using Json = nlohmann::ordered_json;
   const double t = s.train_seconds + (s.busy || !s.started ? 0.0 : seconds(Clock::now() - s.t_resume));
-  std::snprintf(buf, sizeof buf,
-                "{\"step\":%lld,\"epoch\":%lld,\"epochs\":%lld,\"mode\":\"%s\",\"replicas\":%d,"
-                "\"replica_clocks\":[%s],\"samples_per_s\":%.1f,\"last_loss\":%.6g,\"lr\":%.6g,"
-                "\"accuracy\":%.6g,\"pushes\":%lld,\"sync_steps\":%lld,\"state\":\"%s\"}",
-                static_cast<long long>(s.global_step), static_cast<long long>(s.epoch),
-                static_cast<long long>(s.config.epochs), s.mode.str().c_str(), s.config.replicas, clocks.c_str(),
-                t > 0 ? double(s.examples) / t : 0.0, s.last_loss, double(s.last_lr),
-                s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy,
-                static_cast<long long>(s.result.pushes), static_cast<long long>(s.result.sync_steps),
-                s.finished ? "finished" : s.busy ? "at a step boundary" : s.pausing ? "pausing" : "training");
-  std::string out = buf;
-  if (s.config.nodes.empty()) return out;
-  // Every node of a cluster: its devices, its step (its slowest replica's
-  // clock) and its samples/s.
-  std::string nodes = ",\"nodes\":[";
-  for (std::size_t n = 0; n < s.config.nodes.size(); ++n) {
-    const NodeInfo& node = s.config.nodes[n];
-    std::int64_t step = kNever, examples = 0;
-    std::string devices;
-    for (int r = node.first_rank; r < node.first_rank + node.replicas; ++r) {
-      step = std::min(step, s.clocks[static_cast<std::size_t>(r)]);
-      examples += s.rank_examples[static_cast<std::size_t>(r)];
+  Json out;
+  out["step"] = s.global_step;
+  out["epoch"] = s.epoch;
+  out["epochs"] = s.config.epochs;
+  out["mode"] = s.mode.str();
+  out["replicas"] = s.config.replicas;
+  out["replica_clocks"] = s.clocks;
+  out["samples_per_s"] = t > 0 ? double(s.examples) / t : 0.0;
+  out["last_loss"] = s.last_loss;
+  out["lr"] = double(s.last_lr);
+  out["accuracy"] = s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy;
+  out["pushes"] = s.result.pushes;
+  out["sync_steps"] = s.result.sync_steps;
+  out["state"] = s.finished ? "finished" : s.busy ? "at a step boundary" : s.pausing ? "pausing" : "training";
+  if (!s.config.nodes.empty()) {
+    // Every node of a cluster: its devices, its step (its slowest replica's
+    // clock) and its samples/s.
+    Json nodes = Json::array();
+    for (const NodeInfo& node : s.config.nodes) {
+      std::int64_t step = kNever, examples = 0;
+      for (int r = node.first_rank; r < node.first_rank + node.replicas; ++r) {
+        step = std::min(step, s.clocks[static_cast<std::size_t>(r)]);
+        examples += s.rank_examples[static_cast<std::size_t>(r)];
+      }
+      Json entry;
+      entry["name"] = node.name;
+      entry["address"] = node.address;
+      entry["devices"] = node.devices;
+      entry["ranks"] = {node.first_rank, node.first_rank + node.replicas - 1};
+      entry["step"] = node.replicas ? step : 0;
+      entry["samples_per_s"] = t > 0 ? double(examples) / t : 0.0;
+      nodes.push_back(std::move(entry));
     }
-    for (std::size_t d = 0; d < node.devices.size(); ++d) devices += (d ? ",\"" : "\"") + node.devices[d] + "\"";
-    char line[256];
-    std::snprintf(line, sizeof line, "\"ranks\":[%d,%d],\"step\":%lld,\"samples_per_s\":%.1f}",
-                  node.first_rank, node.first_rank + node.replicas - 1,
-                  static_cast<long long>(node.replicas ? step : 0), t > 0 ? double(examples) / t : 0.0);
-    nodes += std::string(n ? "," : "") + "{\"name\":\"" + node.name + "\",\"address\":\"" + node.address +
-             "\",\"devices\":[" + devices + "]," + line;
+    out["nodes"] = std::move(nodes);
   }
-  out.insert(out.size() - 1, nodes + "]");
-  return out;
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace

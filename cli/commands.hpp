@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string mode = "sync";
   std::string switches;           // "500:async,1500:sync"
   std::string control;            // HOST:PORT of the HTTP control endpoint; empty: none
+  std::string secret_file;        // signs control requests (else TROUPE_SECRET; neither: loopback only)
   int prefetch = 2;
   int threads = 1;                // per device
   std::string metrics;
@@ -61,6 +62,7 @@ struct CtlOptions {
   std::string action;    // status, mode, checkpoint or stop
   std::string mode;      // for mode: sync, async, ssp:N
   double timeout_s = 5;  // connect (retried while nothing listens yet) and answer together
+  std::string secret_file;  // the job's cluster secret, to sign requests (else TROUPE_SECRET)
 };
 void add_ctl_command(CLI::App& app, CtlOptions& options);
 int run_ctl(CtlOptions& options);

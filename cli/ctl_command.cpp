@@ -4,7 +4,11 @@
 //   troupe ctl --at 127.0.0.1:7070 mode ssp:3
 //   troupe ctl --at 127.0.0.1:7070 checkpoint
 //   troupe ctl --at 127.0.0.1:7070 stop
+//   troupe ctl --at host-a:7070 --secret-file /etc/troupe/secret stop
 //
+// With --secret-file (or TROUPE_SECRET) every request is signed with a key
+// derived from the job's cluster secret (net/control/control_auth.hpp); a job
+// with a secret answers an unsigned or wrongly signed request with 401.
 // Prints the job's JSON answer on stdout and exits 0 on a 2xx answer; 1 with
 // the answer on stderr on an HTTP error, or with a message when nothing
 // answers within --timeout; 2 on a usage error.
@@ -14,6 +18,8 @@
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "net/cluster/auth.hpp"
+#include "net/control/control_auth.hpp"
 #include "net/control/control_client.hpp"
 
 namespace troupe::cli {
@@ -24,6 +30,8 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   cmd->add_option("--timeout", o.timeout_s,
                   "Seconds to wait for connect (retried while nothing listens yet, e.g. a job still starting) and answer")
       ->capture_default_str();
+  cmd->add_option("--secret-file", o.secret_file,
+                  "File holding the job's cluster secret, to sign requests (else TROUPE_SECRET; neither: unsigned)");
   cmd->require_subcommand(1);
   cmd->add_subcommand("status", "Print the job's status (step, epoch, mode, replicas, throughput, loss)")
       ->callback([&o] { o.action = "status"; });
@@ -39,6 +47,8 @@ int run_ctl(CtlOptions& o) {
   if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s) || o.timeout_s > 3600)
     throw UsageError("--timeout must be in (0, 3600] seconds, got " + std::to_string(o.timeout_s));
   net::ControlClient client(o.at);  // a malformed address is std::invalid_argument: exit 2
+  const net::Secret secret = net::Secret::load(o.secret_file);
+  if (secret.configured()) client.sign_with(secret.derive(net::kControlKeyLabel));
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(o.timeout_s * 1000)));
   if (o.action != "status" && o.action != "mode" && o.action != "checkpoint" && o.action != "stop")
     throw UsageError("ctl: expected status, mode MODE, checkpoint or stop");

@@ -96,6 +96,7 @@ int run_node(NodeOptions& o) {
   jc.train.resume = o.reporting.config.resume;
   jc.train.resume_or_start = o.reporting.config.resume_or_start;
   jc.cluster = actors::make_coordinator_cluster(n, jc);
+  o.reporting.secret_file = n.secret_file;  // the control endpoint's credential: the cluster secret
   return run_actor_job(jc, o.reporting);
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace troupe::cli {
@@ -61,20 +62,10 @@ Report::Report(std::int64_t epochs, std::int64_t log_every, const std::string& m
 void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                          double samples_per_s, float lr, const models::EpochResult* eval) {
   if (!metrics_) return;
-  char buf[512];
   if (jsonl_) {
-    int n = std::snprintf(buf, sizeof buf,
-                          "{\"kind\":\"%s\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,"
-                          "\"samples_per_s\":%.1f,\"lr\":%.6g",
-                          kind, static_cast<long long>(epoch), static_cast<long long>(step), loss, accuracy,
-                          samples_per_s, double(lr));
-    if (eval)
-      std::snprintf(buf + n, sizeof buf - n, ",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"test_top5\":%.6g}",
-                    eval->test_loss, eval->test_accuracy, eval->test_top5);
-    else
-      std::snprintf(buf + n, sizeof buf - n, "}");
-    *metrics_ << buf << "\n";
+    *metrics_ << metrics_json_line(kind, epoch, step, loss, accuracy, samples_per_s, lr, eval) << "\n";
   } else {
+    char buf[512];
     int n = std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6g,%.1f,%.6g", kind, static_cast<long long>(epoch),
                           static_cast<long long>(step), loss, accuracy, samples_per_s, double(lr));
     if (eval)
@@ -147,17 +138,46 @@ models::Callbacks Report::callbacks() {
 
 void Report::write_summary(const std::string& path, const models::TrainResult& r,
                            const models::TrainConfig& c) const {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"epochs\": %zu,\n  \"steps\": %lld,\n"
-                "  \"batch\": %lld,\n  \"test_accuracy\": %.6f,\n  \"test_top5\": %.6f,\n  \"test_loss\": %.6f,\n"
-                "  \"samples_per_s\": %.1f,\n  \"wall_s\": %.3f,\n  \"peak_memory_mib\": %.1f,\n"
-                "  \"stopped_early\": %s,\n  \"resumed_from\": \"%s\"\n}\n",
-                c.model.c_str(), c.data.c_str(), r.epochs.size(), static_cast<long long>(r.steps),
-                static_cast<long long>(c.batch), r.final.test_accuracy, r.final.test_top5, r.final.test_loss,
-                r.samples_per_s, r.wall_seconds, models::peak_memory_mib(), r.stopped_early ? "true" : "false",
-                r.resumed_from.c_str());
-  write_file_atomically(path, buf);
+  write_file_atomically(path, summary_json(r, c, models::peak_memory_mib()));
+}
+
+// Both written with nlohmann-json: strings (model names, data paths) are
+// escaped, bytes that are not UTF-8 replaced, and a non-finite number (a
+// diverged loss) becomes null.
+std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss,
+                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval) {
+  nlohmann::ordered_json row;
+  row["kind"] = kind;
+  row["epoch"] = epoch;
+  row["step"] = step;
+  row["loss"] = loss;
+  row["accuracy"] = accuracy;
+  row["samples_per_s"] = samples_per_s;
+  row["lr"] = double(lr);
+  if (eval) {
+    row["test_loss"] = eval->test_loss;
+    row["test_accuracy"] = eval->test_accuracy;
+    row["test_top5"] = eval->test_top5;
+  }
+  return row.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string summary_json(const models::TrainResult& r, const models::TrainConfig& c, double peak_memory_mib) {
+  nlohmann::ordered_json summary;
+  summary["model"] = c.model;
+  summary["data"] = c.data;
+  summary["epochs"] = r.epochs.size();
+  summary["steps"] = r.steps;
+  summary["batch"] = c.batch;
+  summary["test_accuracy"] = r.final.test_accuracy;
+  summary["test_top5"] = r.final.test_top5;
+  summary["test_loss"] = r.final.test_loss;
+  summary["samples_per_s"] = r.samples_per_s;
+  summary["wall_s"] = r.wall_seconds;
+  summary["peak_memory_mib"] = peak_memory_mib;
+  summary["stopped_early"] = r.stopped_early;
+  summary["resumed_from"] = r.resumed_from;
+  return summary.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace troupe::cli

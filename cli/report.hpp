@@ -38,6 +38,14 @@ class Report {
   std::chrono::steady_clock::time_point epoch_start_;
 };
 
+// One --metrics JSON line (no newline) and the --summary-json text. Strings
+// are escaped and non-finite numbers written as null, so both always parse.
+// `eval` adds test_loss, test_accuracy and test_top5 (an epoch row).
+std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss,
+                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval);
+std::string summary_json(const models::TrainResult& result, const models::TrainConfig& config,
+                         double peak_memory_mib);
+
 // Writes `text` to `path` atomically (temporary file, then rename).
 void write_file_atomically(const std::string& path, const std::string& text);
 

@@ -16,6 +16,8 @@
 #include "cli/report.hpp"
 #include "kernels/registry.hpp"
 #include "models/tensorboard.hpp"
+#include "net/cluster/auth.hpp"
+#include "net/control/control_auth.hpp"
 #include "net/control/control_server.hpp"
 
 namespace troupe::cli {
@@ -225,7 +227,10 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
       auto r = job.request_stop();
       return net::Reply{r.status, r.message};
     };
-    control = std::make_unique<net::ControlServer>(o.control, h);
+    net::ControlServerOptions control_options;
+    const net::Secret secret = net::Secret::load(o.secret_file);  // ConfigFileError: exit 2
+    if (secret.configured()) control_options.auth_key = secret.derive(net::kControlKeyLabel);
+    control = std::make_unique<net::ControlServer>(o.control, h, control_options);
     control->start();
     std::fprintf(stderr, "control: http://%s (GET /status; POST /mode, /checkpoint, /stop; troupe ctl --at %s)\n",
                  control->address().c_str(), control->address().c_str());
@@ -296,7 +301,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--mode", o.mode, "Update mode: sync, async or ssp:N")->capture_default_str();
   cmd->add_option("--switch", o.switches, "Mode switches while training, e.g. 500:async,1500:sync");
   cmd->add_option("--control", o.control,
-                  "Serve the HTTP control endpoint at HOST:PORT (use 127.0.0.1: anything else exposes it)");
+                  "Serve the HTTP control endpoint at HOST:PORT (loopback only without a secret)");
+  cmd->add_option("--secret-file", o.secret_file,
+                  "File holding the cluster secret that control requests must be signed with (else TROUPE_SECRET)");
   cmd->add_option("--prefetch", o.prefetch, "Batches each data loader keeps ready")->capture_default_str();
   cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam or nadam")
       ->check(CLI::IsMember(models::optimizer_names()))

@@ -16,6 +16,8 @@ packages=(
   libdnnl-dev                     # oneDNN (convolution / pooling on CPU)
   libcli11-dev                    # the troupe command line
   zlib1g-dev                      # gzipped IDX files
+  libssl-dev                      # OpenSSL libcrypto: SHA-256, HMAC, HKDF, random bytes
+  nlohmann-json3-dev              # JSON written and read (status, summary, metrics, TF_CONFIG)
   dataset-fashion-mnist           # the default training data
   wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
   gnuplot-nox                     # examples/mode_switch_experiment: the accuracy-against-time plot

@@ -1,13 +1,9 @@
 #include "net/cluster/auth.hpp"
 
-#include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,170 +13,6 @@
 #include "util/config_file.hpp"
 
 namespace troupe::net {
-
-// ---------------------------------------------------------------------------
-// SHA-256, FIPS 180-4 section 6.2.
-
-namespace {
-constexpr std::uint32_t k_round[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const unsigned char* p) {
-  std::uint32_t w[64];
-  for (int t = 0; t < 16; ++t)
-    w[t] = (std::uint32_t{p[4 * t]} << 24) | (std::uint32_t{p[4 * t + 1]} << 16) |
-           (std::uint32_t{p[4 * t + 2]} << 8) | std::uint32_t{p[4 * t + 3]};
-  for (int t = 16; t < 64; ++t) {
-    const std::uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-    const std::uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
-    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-  }
-  std::uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int t = 0; t < 64; ++t) {
-    const std::uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k_round[t] + w[t];
-    const std::uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d;
-  h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
-}
-
-void Sha256::update(std::string_view bytes) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  std::size_t n = bytes.size();
-  length_ += n;
-  if (buffered_ > 0) {
-    const std::size_t take = std::min(n, 64 - buffered_);
-    std::memcpy(buffer_.data() + buffered_, p, take);
-    buffered_ += take;
-    p += take;
-    n -= take;
-    if (buffered_ < 64) return;
-    block(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; n >= 64; p += 64, n -= 64) block(p);
-  if (n > 0) std::memcpy(buffer_.data(), p, n);
-  buffered_ = n;
-}
-
-std::string Sha256::finish() {
-  const std::uint64_t bits = length_ * 8;
-  buffer_[buffered_++] = 0x80;
-  if (buffered_ > 56) {
-    std::memset(buffer_.data() + buffered_, 0, 64 - buffered_);
-    block(buffer_.data());
-    buffered_ = 0;
-  }
-  std::memset(buffer_.data() + buffered_, 0, 56 - buffered_);
-  for (int i = 0; i < 8; ++i) buffer_[56 + i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
-  block(buffer_.data());
-  std::string out(32, '\0');
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<char>(h_[i] >> (24 - 8 * j));
-  return out;
-}
-
-std::string sha256(std::string_view bytes) {
-  Sha256 h;
-  h.update(bytes);
-  return h.finish();
-}
-
-// RFC 2104: H((K' ^ opad) || H((K' ^ ipad) || m)), K' the key hashed when
-// longer than a block, zero-padded to 64 bytes.
-std::string hmac_sha256(std::string_view key, std::string_view message) {
-  std::string k = key.size() > 64 ? sha256(key) : std::string(key);
-  k.resize(64, '\0');
-  std::string ipad(64, '\0'), opad(64, '\0');
-  for (int i = 0; i < 64; ++i) {
-    ipad[i] = static_cast<char>(k[i] ^ 0x36);
-    opad[i] = static_cast<char>(k[i] ^ 0x5c);
-  }
-  Sha256 inner;
-  inner.update(ipad);
-  inner.update(message);
-  Sha256 outer;
-  outer.update(opad);
-  outer.update(inner.finish());
-  return outer.finish();
-}
-
-std::string to_hex(std::string_view bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;  // lengths are public (fixed 32 here)
-  volatile unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff = static_cast<unsigned char>(diff | (static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i])));
-  return diff == 0;
-}
-
-// Nonces must be unpredictable, not merely different: an attacker who can
-// predict nonce_a can obtain a joiner's answer to it in advance and replay
-// it. std::random_device is not required to be cryptographic (the standard
-// allows a deterministic engine, and older MinGW shipped one), so the bytes
-// come from the kernel CSPRNG: getrandom(2), which needs no file descriptor
-// and blocks only until the pool is first seeded; /dev/urandom when the
-// syscall is missing (old kernels, seccomp filters).
-std::string random_bytes(std::size_t count) {
-  std::string out(count, '\0');
-  std::size_t got = 0;
-  while (got < count) {
-    const ssize_t n = ::getrandom(out.data() + got, count - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;
-    }
-  }
-  if (got == count) return out;
-  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(std::string("no random source: getrandom and /dev/urandom failed: ") +
-                                       std::strerror(errno));
-  while (got < count) {
-    const ssize_t n = ::read(fd, out.data() + got, count - got);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (!(n < 0 && errno == EINTR)) {
-      ::close(fd);
-      throw std::runtime_error("short read from /dev/urandom");
-    }
-  }
-  ::close(fd);
-  return out;
-}
 
 // ---------------------------------------------------------------------------
 // Secret.
@@ -212,6 +44,11 @@ Secret Secret::from_file(const std::string& path, std::ostream& warnings) {
   s.key_ = std::move(key);
   s.origin_ = "file " + path;
   return s;
+}
+
+std::string Secret::derive(std::string_view label) const {
+  if (!configured()) throw std::logic_error("Secret::derive without a secret");
+  return hkdf_sha256(key_, "", label, 32);
 }
 
 Secret Secret::from_file(const std::string& path) { return from_file(path, std::cerr); }

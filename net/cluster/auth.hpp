@@ -7,6 +7,9 @@
 //
 // The handshake (mutual; the secret s is the HMAC key):
 //
+// HMAC is HMAC-SHA256 and the nonces come from random_bytes, both OpenSSL
+// (net/crypto/crypto.hpp).
+//
 //   acceptor (listening node)                 joiner (connecting node)
 //   ── Challenge{has_secret, nonce_a} ──────►
 //                                             nonce_j = 32 random bytes
@@ -45,40 +48,15 @@
 // one; the caller must then accept loopback peers only (peer_refusal()).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <string_view>
 
+// sha256, hmac_sha256, random_bytes, constant_time_equal (OpenSSL).
+#include "net/crypto/crypto.hpp"
+
 namespace troupe::net {
-
-// ---------------------------------------------------------------------------
-// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), plain C++.
-
-class Sha256 {
- public:
-  Sha256();
-  void update(std::string_view bytes);
-  // The 32-byte digest. The object is spent afterwards.
-  std::string finish();
-
- private:
-  void block(const unsigned char* p);
-  std::array<std::uint32_t, 8> h_;
-  std::array<unsigned char, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  std::uint64_t length_ = 0;  // bytes so far
-};
-
-std::string sha256(std::string_view bytes);                               // 32 raw bytes
-std::string hmac_sha256(std::string_view key, std::string_view message);  // 32 raw bytes
-std::string to_hex(std::string_view bytes);                               // lower case
-// Compares in time that depends on the lengths only, not on where they differ.
-bool constant_time_equal(std::string_view a, std::string_view b);
-// `count` bytes from the kernel's CSPRNG (getrandom(2), else /dev/urandom).
-// Throws std::runtime_error when neither is available.
-std::string random_bytes(std::size_t count);
 
 // ---------------------------------------------------------------------------
 // The cluster secret.
@@ -106,6 +84,10 @@ class Secret {
   // Where it came from, for messages: "file F", "TROUPE_SECRET", "none".
   // Never the secret itself.
   const std::string& origin() const { return origin_; }
+  // A 32-byte key for one purpose, HKDF-SHA256(secret, info = label), so the
+  // secret itself keys nothing but the handshake (e.g. kControlKeyLabel for
+  // the control endpoint). Throws std::logic_error without a secret.
+  std::string derive(std::string_view label) const;
 
  private:
   friend class Acceptor;

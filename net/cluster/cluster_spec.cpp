@@ -1,17 +1,17 @@
 #include "net/cluster/cluster_spec.hpp"
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <sstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
 #include "util/config_file.hpp"
 
 namespace troupe::net {
 
-namespace pt = boost::property_tree;
+using Json = nlohmann::json;
 
 std::vector<HostPort> ClusterSpec::nodes() const {
   std::vector<HostPort> out = chief;
@@ -66,37 +66,66 @@ HostPort parse_cluster_address(const std::string& address, const std::string& wh
 
 namespace {
 
-std::vector<HostPort> read_list(const pt::ptree& cluster, const std::string& name, const std::string& source) {
+std::vector<HostPort> read_list(const Json& cluster, const std::string& name, const std::string& source) {
   std::vector<HostPort> out;
   const auto it = cluster.find(name);
-  if (it == cluster.not_found()) return out;
-  const pt::ptree& list = it->second;
-  if (list.empty() && !list.data().empty())
-    throw std::invalid_argument(source + ": cluster." + name + " must be a list of \"HOST:PORT\" strings, got '" +
-                                list.data() + "'");
-  std::size_t i = 0;
-  for (const auto& [key, entry] : list) {
+  if (it == cluster.end()) return out;
+  const Json& list = *it;
+  if (!list.is_array())
+    throw std::invalid_argument(source + ": cluster." + name + " must be a list of \"HOST:PORT\" strings, got " +
+                                list.dump(-1, ' ', false, Json::error_handler_t::replace));
+  for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string what = source + ": cluster." + name + "[" + std::to_string(i) + "]";
-    if (!key.empty())
-      throw std::invalid_argument(source + ": cluster." + name + " must be a list, not an object (key '" + key +
-                                  "')");
-    if (!entry.empty()) throw std::invalid_argument(what + " must be a \"HOST:PORT\" string");
-    out.push_back(parse_cluster_address(entry.data(), what));
-    ++i;
+    if (!list[i].is_string()) throw std::invalid_argument(what + " must be a \"HOST:PORT\" string");
+    out.push_back(parse_cluster_address(list[i].get<std::string>(), what));
   }
   return out;
 }
 
-// JSON objects may repeat a key; property_tree keeps both and find() would
-// silently use the first.
-void refuse_repeated_keys(const pt::ptree& object, const std::string& where, const std::string& source) {
-  std::map<std::string, int> count;
-  for (const auto& [key, value] : object) {
-    (void)value;
-    if (!key.empty() && ++count[key] == 2)
-      throw std::invalid_argument(source + ": \"" + key + "\" appears twice in " + where);
+// JSON objects may repeat a key; nlohmann keeps the last one silently. The
+// parser callback sees every key as it is read, so a repeat is refused
+// there, naming the object it is in.
+class RepeatedKeyCheck {
+ public:
+  explicit RepeatedKeyCheck(std::string source) : source_(std::move(source)) {}
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+    (void)depth;
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start: {
+        std::string where = "an object";
+        if (open_.empty()) where = "the top-level object";
+        else if (!open_.back().is_array) where = "\"" + open_.back().last_key + "\"";
+        open_.push_back({event == Json::parse_event_t::array_start, std::move(where), {}, {}});
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!open_.empty()) open_.pop_back();
+        break;
+      case Json::parse_event_t::key: {
+        if (open_.empty()) break;
+        Level& level = open_.back();
+        level.last_key = parsed.get<std::string>();
+        if (!level.keys.insert(level.last_key).second)
+          throw std::invalid_argument(source_ + ": \"" + level.last_key + "\" appears twice in " + level.where);
+        break;
+      }
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;
   }
-}
+
+ private:
+  struct Level {
+    bool is_array;
+    std::string where, last_key;
+    std::set<std::string> keys;
+  };
+  std::string source_;
+  std::vector<Level> open_;
+};
 
 std::string lower(std::string s) {
   for (char& c : s)
@@ -104,9 +133,11 @@ std::string lower(std::string s) {
   return s;
 }
 
-// property_tree's JSON reader descends one call per '[' or '{', so a spec
-// nested 100,000 levels deep overflows the stack. A TF_CONFIG needs 3
-// levels; refuse anything past kMaxJsonDepth before the reader sees it.
+// A TF_CONFIG needs 3 levels. nlohmann's parser keeps its own stack, but
+// the value it builds is as deep as the text, and every walk over it (copy,
+// destruction, dump) costs memory per level: refuse anything past
+// kMaxJsonDepth before the parser sees it. This pre-scan, not the parser,
+// owns the bound so that its message can name the line.
 constexpr int kMaxJsonDepth = 32;
 
 void refuse_deep_nesting(const std::string& json, const std::string& source) {
@@ -137,26 +168,42 @@ void refuse_deep_nesting(const std::string& json, const std::string& source) {
 
 }  // namespace
 
+namespace {
+// "[json.exception.parse_error.101] parse error at line 2, column 40: syntax
+// error ..." becomes "malformed JSON at line 2: syntax error ...".
+std::string parse_error_text(const Json::parse_error& e, const std::string& json) {
+  const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, json.size());
+  const auto line = 1 + std::count(json.begin(), json.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  std::string what = e.what();
+  if (const auto colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
+  return "malformed JSON at line " + std::to_string(line) + ": " + what;
+}
+
+const Json* find_object(const Json& parent, const char* key) {
+  const auto it = parent.find(key);
+  if (it == parent.end() || !it->is_object() || it->empty()) return nullptr;
+  return &*it;
+}
+}  // namespace
+
 ClusterSpec parse_cluster_spec(const std::string& json, const std::string& source) {
   refuse_deep_nesting(json, source);
-  pt::ptree root;
+  Json root;
   try {
-    std::istringstream in(json);
-    pt::read_json(in, root);
-  } catch (const pt::json_parser_error& e) {
-    throw std::invalid_argument(source + ": malformed JSON at line " + std::to_string(e.line()) + ": " +
-                                e.message());
+    root = Json::parse(json, RepeatedKeyCheck(source));
+  } catch (const Json::parse_error& e) {
+    throw std::invalid_argument(source + ": " + parse_error_text(e, json));
   }
+  if (!root.is_object())
+    throw std::invalid_argument(source + ": the cluster spec must be a JSON object, got " + root.type_name());
   ClusterSpec spec;
   spec.source = source;
-  refuse_repeated_keys(root, "the top-level object", source);
-  const auto cluster_it = root.find("cluster");
-  if (cluster_it == root.not_found() || cluster_it->second.empty())
+  const Json* cluster_object = find_object(root, "cluster");
+  if (cluster_object == nullptr)
     throw std::invalid_argument(source + ": missing \"cluster\" object (e.g. {\"cluster\": {\"worker\": "
                                 "[\"host-a:7000\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}})");
-  const pt::ptree& cluster = cluster_it->second;
-  refuse_repeated_keys(cluster, "\"cluster\"", source);
-  for (const auto& [key, value] : cluster) {
+  const Json& cluster = *cluster_object;
+  for (const auto& [key, value] : cluster.items()) {
     (void)value;
     if (key != "chief" && key != "worker" && key != "ps")
       throw std::invalid_argument(source + ": unknown list cluster." + key + " (known: chief, worker, ps)");
@@ -184,41 +231,53 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
     }
   }
 
-  const auto task_it = root.find("task");
-  if (task_it == root.not_found() || task_it->second.empty())
+  const Json* task_object = find_object(root, "task");
+  if (task_object == nullptr)
     throw std::invalid_argument(source + ": missing \"task\" object (e.g. \"task\": {\"type\": \"worker\", "
                                 "\"index\": 0})");
-  const pt::ptree& task = task_it->second;
-  refuse_repeated_keys(task, "\"task\"", source);
-  for (const auto& [key, value] : task) {
+  const Json& task = *task_object;
+  for (const auto& [key, value] : task.items()) {
     (void)value;
     if (key != "type" && key != "index")
       throw std::invalid_argument(source + ": unknown field task." + key + " (known: type, index)");
   }
-  const auto type = task.get_optional<std::string>("type");
-  if (!type) throw std::invalid_argument(source + ": missing task.type (chief, worker or ps)");
-  spec.task_type = *type;
+  const auto type = task.find("type");
+  if (type == task.end()) throw std::invalid_argument(source + ": missing task.type (chief, worker or ps)");
+  if (!type->is_string())
+    throw std::invalid_argument(source + ": task.type must be a string (chief, worker or ps), got " +
+                                type->dump(-1, ' ', false, Json::error_handler_t::replace));
+  spec.task_type = type->get<std::string>();
   const std::vector<HostPort>* list = nullptr;
   if (spec.task_type == "chief") list = &spec.chief;
   else if (spec.task_type == "worker") list = &spec.workers;
   else if (spec.task_type == "ps") list = &spec.ps;
   else
     throw std::invalid_argument(source + ": unknown task.type '" + spec.task_type + "' (known: chief, worker, ps)");
-  const auto index_text = task.get_optional<std::string>("index");
-  if (!index_text) throw std::invalid_argument(source + ": missing task.index");
+  const auto index_value = task.find("index");
+  if (index_value == task.end()) throw std::invalid_argument(source + ": missing task.index");
+  // TF_CONFIG writers differ: accept 1 and "1".
+  const std::string index_text = index_value->is_string()
+                                     ? index_value->get<std::string>()
+                                     : index_value->dump(-1, ' ', false, Json::error_handler_t::replace);
   long long index = -1;
   try {
-    std::size_t used = 0;
-    index = std::stoll(*index_text, &used);
-    if (used != index_text->size()) throw std::invalid_argument("");
+    if (index_value->is_number_integer()) {
+      index = index_value->get<long long>();
+    } else if (index_value->is_number_unsigned() || !index_value->is_string()) {
+      throw std::invalid_argument("");
+    } else {
+      std::size_t used = 0;
+      index = std::stoll(index_text, &used);
+      if (used != index_text.size()) throw std::invalid_argument("");
+    }
   } catch (const std::exception&) {
-    throw std::invalid_argument(source + ": task.index '" + *index_text + "' is not an integer");
+    throw std::invalid_argument(source + ": task.index '" + index_text + "' is not an integer");
   }
   if (list->empty())
     throw std::invalid_argument(source + ": task.type is '" + spec.task_type + "' but cluster." + spec.task_type +
                                 " is missing or empty");
   if (index < 0 || index >= static_cast<long long>(list->size()))
-    throw std::invalid_argument(source + ": task.index " + *index_text + " is out of range for cluster." +
+    throw std::invalid_argument(source + ": task.index " + index_text + " is out of range for cluster." +
                                 spec.task_type + " (0.." + std::to_string(list->size() - 1) + ")");
   spec.task_index = static_cast<int>(index);
   return spec;

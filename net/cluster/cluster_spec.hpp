@@ -26,9 +26,9 @@
 // nested more than 32 levels deep (the reader recurses per level; a spec
 // needs 3). A file is read with util::read_config_file: a regular file of at
 // most 1 MiB.
-// property_tree reads every JSON scalar as text, so "index": "1" is taken as
-// 1 and a string where a list belongs is caught, but not a number in place
-// of an address string (it fails as an address without a port).
+// The JSON is read with nlohmann-json; "index" may be a number or a string
+// holding one ("1"), as TF_CONFIG writers differ; an address must be a
+// string.
 #pragma once
 
 #include <optional>

@@ -34,7 +34,4 @@ HostPort parse_host_port(const std::string& address);
 // A duration for messages: "2 s", "1.5 s", "250 ms".
 std::string describe_seconds(double seconds);
 
-// Escapes text for a JSON string literal (without the quotes).
-std::string json_escape(const std::string& text);
-
 }  // namespace troupe::net

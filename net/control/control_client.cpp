@@ -1,5 +1,7 @@
 #include "net/control/control_client.hpp"
 
+#include "net/control/control_auth.hpp"
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -42,6 +44,8 @@ ControlResponse ControlClient::request(const std::string& method, const std::str
   req.keep_alive(false);
   req.body() = body;
   req.prepare_payload();
+  if (!auth_key_.empty())
+    req.set(http::field::authorization, sign_control_request(auth_key_, method, path, body, unix_seconds_now()));
 
   // One deadline for everything: the stream's timer cancels whichever
   // operation is pending when it fires, and that operation fails with

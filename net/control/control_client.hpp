@@ -33,8 +33,13 @@ class ControlClient {
 
   const HostPort& address() const { return address_; }
 
+  // Signs every later request with `key` (Secret::derive(kControlKeyLabel),
+  // net/control/control_auth.hpp); empty: unsigned.
+  void sign_with(std::string key) { auth_key_ = std::move(key); }
+
  private:
   HostPort address_;
+  std::string auth_key_;
 };
 
 }  // namespace troupe::net

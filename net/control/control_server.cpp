@@ -1,8 +1,12 @@
 #include "net/control/control_server.hpp"
 
+#include "net/control/control_auth.hpp"
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include <cstdio>
 #include <mutex>
@@ -32,13 +36,17 @@ constexpr const char* kEndpoints = "GET /status, POST /mode, POST /checkpoint, P
 thread_local bool in_handler = false;
 
 std::string message_json(bool ok, const std::string& message) {
-  return std::string("{\"ok\":") + (ok ? "true" : "false") + ",\"message\":\"" + json_escape(message) + "\"}";
+  nlohmann::ordered_json body;
+  body["ok"] = ok;
+  body["message"] = message;
+  return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 struct Answer {
   unsigned status = 200;
   std::string body;   // JSON
   std::string allow;  // the Allow header of a 405
+  bool authenticate = false;  // a 401: send WWW-Authenticate
 };
 
 Answer error_answer(unsigned status, const std::string& message) { return {status, message_json(false, message), {}}; }
@@ -65,6 +73,8 @@ struct ControlServer::Impl {
   std::mutex mutex;  // start() and stop()
   bool started = false;
   bool stopped = false;
+
+  std::unique_ptr<ControlAuth> auth;  // set when options.auth_key is
 
   void accept();
   Answer call(Endpoint endpoint, const std::string& body);  // on the handler thread
@@ -97,6 +107,20 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return close();  // a socket error
 
     const auto& req = parser_->get();
+    // With a key, nothing is routed, let alone done, before the credential
+    // checks out: every refusal is the same 401, whatever the path.
+    if (server_.auth) {
+      const auto header = req.find(http::field::authorization);
+      const std::string why =
+          server_.auth->check(header == req.end() ? std::string() : std::string(header->value()),
+                              std::string(req.method_string()), std::string(req.target()), req.body(),
+                              unix_seconds_now());
+      if (!why.empty()) {
+        Answer a = error_answer(401, why);
+        a.authenticate = true;
+        return answer(std::move(a));
+      }
+    }
     std::string path(req.target());
     if (const auto q = path.find('?'); q != std::string::npos) path.resize(q);
     Endpoint endpoint;
@@ -134,6 +158,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.set(http::field::server, "troupe");
     response_.set(http::field::content_type, "application/json");
     if (!a.allow.empty()) response_.set(http::field::allow, a.allow);
+    if (a.authenticate) response_.set(http::field::www_authenticate, kControlAuthScheme);
     response_.keep_alive(false);
     response_.body() = std::move(a.body) + "\n";
     response_.prepare_payload();
@@ -242,6 +267,13 @@ ControlServer::ControlServer(const std::string& address, Handlers handlers, Cont
     throw std::invalid_argument("control address '" + address + "': unknown host '" + hp.host + "' (" +
                                 (ec ? ec.message() : std::string("no addresses")) + ")");
   const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  if (s.options.auth_key.empty() && !endpoint.address().is_loopback())
+    throw std::invalid_argument("control address '" + address + "' (" + endpoint.address().to_string() +
+                                ") is not a loopback address, and without a cluster secret the control endpoint "
+                                "has no credential to ask for: bind it to 127.0.0.1, or give the job a secret "
+                                "(--secret-file or TROUPE_SECRET) so that every request must be signed with it");
+  if (!s.options.auth_key.empty())
+    s.auth = std::make_unique<ControlAuth>(s.options.auth_key, s.options.auth_window);
   const auto fail = [&](const char* what) {
     throw ControlError("control endpoint: cannot " + std::string(what) + " " + address + " (" +
                        endpoint.address().to_string() + "): " + ec.message());

@@ -17,10 +17,13 @@
 // for a few seconds (talking to actors) delays other handlers but never
 // accepts, reads or timeouts.
 //
-// Security: there is no authentication. The job binds to 127.0.0.1 by
-// default; binding to another address (0.0.0.0, a LAN address) lets anyone
-// who can reach that port read the status, switch the mode, checkpoint and
-// stop the job.
+// Security: with ControlServerOptions::auth_key (derived from the cluster
+// secret) every request must carry a credential (net/control/control_auth.hpp):
+// one without, with a wrong MAC, older than the window or replayed is
+// answered 401 before it is routed, and nothing happens. Without a key the
+// endpoint binds loopback addresses only (std::invalid_argument otherwise).
+// Requests and answers travel in the clear either way: the credential proves
+// who asks and that the request is unaltered, it hides nothing.
 #pragma once
 
 #include <chrono>
@@ -55,13 +58,20 @@ struct ControlServerOptions {
   // A client that has not sent a whole request this long after connecting
   // (or has not read the response this long after it was sent) is dropped.
   std::chrono::milliseconds io_timeout{5000};
+  // HKDF(secret, kControlKeyLabel) (Secret::derive): every request must be
+  // signed with it. Empty: no credential, and loopback addresses only.
+  std::string auth_key;
+  // How far a credential's timestamp may be from this clock, and how long a
+  // used nonce is remembered.
+  std::chrono::seconds auth_window{60};
 };
 
 class ControlServer {
  public:
   // Resolves and binds `address` ("HOST:PORT"; port 0 picks a free port) and
   // listens; serving starts with start(). Throws std::invalid_argument for a
-  // malformed address or an unknown host, ControlError naming the address and
+  // malformed address, an unknown host, or a non-loopback address without
+  // options.auth_key, ControlError naming the address and
   // the OS error when it cannot listen there (in use, not a local address).
   ControlServer(const std::string& address, Handlers handlers, ControlServerOptions options = {});
   ~ControlServer();  // stop()

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "actors/job.hpp"
@@ -186,6 +187,7 @@ TEST(Job, ControlSwitchesAndCheckpointsWhileTraining) {
   control.join();
   expect_accounting(r);
   EXPECT_NE(status.find("\"mode\":\"sync\""), std::string::npos) << status;
+  EXPECT_TRUE(nlohmann::json::accept(status)) << status;
   EXPECT_EQ(bad_reply.status, 400);
   EXPECT_NE(bad_reply.message.find("expected sync, async or ssp:N"), std::string::npos);
   EXPECT_EQ(mode_reply.status, 200) << mode_reply.message;

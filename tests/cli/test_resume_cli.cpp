@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <thread>
@@ -133,6 +134,30 @@ TEST(ResumeCli, ADivergedRunFailsAndNeverScoresAsAccurate) {
   const int single = run("train --devices cpu:0 --model mlp --steps 50 --optimizer sgd --lr 1e6", log);
   EXPECT_EQ(single, 1) << slurp(log);
   EXPECT_NE(slurp(log).find("not finite"), std::string::npos) << slurp(log);
+}
+
+// Every metrics line a diverging run writes parses as JSON (step rows carry
+// no accuracy, and the loss may be huge or non-finite: null, never nan).
+TEST(ResumeCli, ADivergedRunsMetricsLinesAllParse) {
+  const std::string dir = temp("nan-jsonl");
+  const std::string log = dir + "/log";
+  const int status = run("train --devices cpu:0,cpu:1 --model mlp --steps 50 --optimizer sgd --lr 1e6 --log-every 1 "
+                         "--metrics " + dir + "/m.jsonl",
+                         log);
+  EXPECT_EQ(status, 1) << slurp(log);
+  EXPECT_NE(slurp(log).find("not finite"), std::string::npos) << slurp(log);
+  std::ifstream in(dir + "/m.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    nlohmann::json row;
+    ASSERT_NO_THROW(row = nlohmann::json::parse(line)) << "line " << lines << ": " << line;
+    EXPECT_EQ(row["kind"], "step") << line;
+    EXPECT_TRUE(row["accuracy"].is_null()) << line;
+    EXPECT_TRUE(row["loss"].is_null() || row["loss"].is_number()) << line;
+  }
+  EXPECT_GE(lines, 1) << "no metrics line before the run stopped: " << slurp(log);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// net/cluster/auth: SHA-256 and HMAC-SHA256 against the published vectors,
-// the secret, the mutual handshake, loopback detection.
+// net/cluster/auth and net/crypto: SHA-256, HMAC-SHA256 and HKDF-SHA256
+// (OpenSSL) against the published vectors, random bytes, the secret, the mutual handshake, loopback detection.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +67,28 @@ TEST(ClusterHmac, Rfc4231) {
                                "This is a test using a larger than block-size key and a larger than block-size data. "
                                "The key needs to be hashed before being used by the HMAC algorithm.")),
             "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+// RFC 5869 appendix A, test cases 1 and 3 (HKDF-SHA256 with and without
+// salt and info).
+TEST(ClusterHkdf, Rfc5869) {
+  std::string salt, info;
+  for (int i = 0x00; i <= 0x0c; ++i) salt += static_cast<char>(i);
+  for (int i = 0xf0; i <= 0xf9; ++i) info += static_cast<char>(i);
+  EXPECT_EQ(hex_of(hkdf_sha256(std::string(22, '\x0b'), salt, info, 42)),
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
+  EXPECT_EQ(hex_of(hkdf_sha256(std::string(22, '\x0b'), "", "", 42)),
+            "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8");
+  EXPECT_THROW(hkdf_sha256("k", "", "label", 0), std::invalid_argument);
+  EXPECT_THROW(hkdf_sha256("k", "", "label", 255 * 32 + 1), std::invalid_argument);
+}
+
+TEST(ClusterRandom, BytesAreFreshAndOfTheAskedLength) {
+  EXPECT_EQ(random_bytes(0), "");
+  const std::string a = random_bytes(32), b = random_bytes(32);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(random_bytes(100000).size(), 100000u);
 }
 
 TEST(ClusterHmac, ConstantTimeEqual) {

@@ -198,4 +198,14 @@ TEST(ClusterSpec, FromFileOrEnvironment) {
 }
 
 }  // namespace
+TEST(ClusterSpec, IndexAsNumberOrStringAndWrongTypesNamed) {
+  EXPECT_EQ(error_of(R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": "1"}})"), "");
+  EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0.5}})",
+               "task.index '0.5' is not an integer");
+  EXPECT_ERROR(R"({"cluster": {"worker": [7000]}, "task": {"type": "worker", "index": 0}})",
+               "cluster.worker[0] must be a \"HOST:PORT\" string");
+  EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": 1, "index": 0}})", "task.type must be a string");
+  EXPECT_ERROR(R"(["a:1"])", "must be a JSON object, got array");
+}
+
 }  // namespace troupe::net
