@@ -7,6 +7,7 @@
 // to an older one, and a diverged job stops with the last finite state.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -194,6 +195,44 @@ TEST(Resume, ADivergedJobStopsWithTheLastFiniteState) {
   checkpoint::State s = newest(dir);
   for (float p : s.parameters) ASSERT_TRUE(std::isfinite(p)) << "the checkpoint holds non-finite parameters";
   EXPECT_LT(s.position.global_step, 200u);
+}
+
+// Without checkpoint_every a crash used to lose up to an epoch: with a
+// checkpoint directory the coordinator also checkpoints by time
+// (checkpoint_minutes, 10 by default; a few milliseconds here).
+TEST(Resume, ACheckpointDirectoryAlsoCheckpointsByTime) {
+  const std::string dir = fresh_dir("by_time");
+  JobConfig c = job("sync", 150, dir);
+  c.train.checkpoint_minutes = 0.0005;  // 30 ms
+  c.train.keep_last = 0;
+  Job j(c);
+  JobResult r = j.run();
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const auto files = checkpoint::Directory(dir, 0).list();
+  EXPECT_GE(files.size(), 3u) << "no checkpoints by time (only the final one)";
+  for (const auto& f : files) EXPECT_NO_THROW(checkpoint::read(f.path)) << f.path;
+}
+
+// The multi-device runtime measures the training accuracy (it reported NaN)
+// and the per-step loss it reports is the epoch's mean so far, so the last
+// step of an epoch and the epoch's summary agree.
+TEST(Resume, TrainingAccuracyIsMeasuredAndTheLastStepLossIsTheEpochMean) {
+  JobConfig c = job("sync", 0, "");
+  c.train.batch = 500;  // 60 steps of 2 x 500: one epoch
+  c.collect_replica_parameters = false;
+  double last_step_loss = -1;
+  models::Callbacks cb;
+  cb.on_step_end = [&](std::int64_t, std::int64_t, double loss, double) { last_step_loss = loss; };
+  models::EpochResult epoch;
+  cb.on_epoch_end = [&](const models::EpochResult& r) { epoch = r; };
+  Job j(c);
+  JobResult r = j.run(cb);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_FALSE(std::isnan(epoch.train_accuracy));
+  EXPECT_GT(epoch.train_accuracy, 0.5);
+  EXPECT_LE(epoch.train_accuracy, 1.0);
+  EXPECT_DOUBLE_EQ(last_step_loss, epoch.train_loss);
 }
 
 }  // namespace
