@@ -260,7 +260,9 @@ TEST_F(CheckpointFileTest, CapnpDecodePrintsTheFile) {
   if (std::system("command -v capnp > /dev/null 2>&1") != 0) GTEST_SKIP() << "capnp tool not installed";
   const std::string file = path("decode.troupe");
   write(file, small_state(5, 4));
-  const fs::path schema = fs::path(__FILE__).parent_path() / "../../models/checkpoint/checkpoint.capnp";
+  // From the source tree's root (a definition from CMake: __FILE__ may be
+  // relative to the build directory, e.g. under ccache).
+  const fs::path schema = fs::path(TROUPE_SOURCE_DIR) / "models/checkpoint/checkpoint.capnp";
   const std::string out = path("decoded.txt");
   const std::string command = "capnp decode --short '" + schema.string() + "' Checkpoint < '" + file +
                               "' > '" + out + "' 2>&1";
