@@ -242,6 +242,7 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
     auto& st = self->state;
     st.mode = to;
     st.result.mode_history.push_back(to.str() + "@" + std::to_string(st.global_step));
+    if (st.config.callbacks.on_mode_switch) st.config.callbacks.on_mode_switch(st.global_step, to.str());
     then();
   };
   if (from.uses_server() == to.uses_server()) {

@@ -64,6 +64,10 @@ struct JobConfig {
   std::chrono::milliseconds timeout{60000};  // any single wait between actors
   bool collect_replica_parameters = false;   // fill JobResult-side copies (tests)
   std::shared_ptr<ClusterHooks> cluster;     // null: this host only
+  // TensorBoard event files go here (job file key `tensorboard`; the CLI's
+  // --tensorboard wins). Where the coordinator writes, not part of the job
+  // the nodes train: left out of the job text and its fingerprint.
+  std::string tensorboard_dir;
 };
 
 // The devices troupe uses when none are named: every GPU when there are

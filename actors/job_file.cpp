@@ -162,6 +162,7 @@ const std::vector<Key>& keys() {
       {"", "threads_per_device", Type::integer, set_threads},
       {"", "threads", Type::integer, set_threads, "threads_per_device"},  // as --threads
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
+      {"", "tensorboard", Type::string, [](const Value& v, C& c) { c.tensorboard_dir = v.text; }},
       {"", "checkpoint_every", Type::integer,
        [](const Value& v, C& c) { c.train.checkpoint_every = as_int(v, 0, max64); }},
       {"", "checkpoint_minutes", Type::floating,

@@ -106,11 +106,12 @@ void create_output_folders(const TrainOptions& o) {
 // world size) and chains onto `cb`. Null without the option.
 std::unique_ptr<models::TensorBoardLog> open_tensorboard(const TrainOptions& o, const actors::JobConfig& jc,
                                                          std::int64_t world_size, models::Callbacks& cb) {
-  if (o.tensorboard.empty()) return nullptr;
-  auto tb = std::make_unique<models::TensorBoardLog>(o.tensorboard, o.log_every);
+  const std::string dir = !o.tensorboard.empty() ? o.tensorboard : jc.tensorboard_dir;  // the flag wins
+  if (dir.empty()) return nullptr;
+  auto tb = std::make_unique<models::TensorBoardLog>(dir, o.log_every);
   tb->set_job(actors::to_job_text(jc), jc.mode.str(), world_size);
   tb->watch(cb);
-  std::fprintf(stderr, "tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), o.tensorboard.c_str());
+  std::fprintf(stderr, "tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), dir.c_str());
   return tb;
 }
 

@@ -284,6 +284,10 @@ void TensorBoardLog::watch(Callbacks& cb) {
     epoch_end(r);
     if (next) next(r);
   };
+  cb.on_mode_switch = [this, next = cb.on_mode_switch](std::int64_t step, const std::string& mode) {
+    mode_switch(step, mode);
+    if (next) next(step, mode);
+  };
   cb.on_evaluate = [this, next = cb.on_evaluate](const EpochResult& r) {
     evaluation(r);
     if (next) next(r);
@@ -295,7 +299,15 @@ void TensorBoardLog::record_world_size(std::int64_t world_size) {
   file_.flush();
 }
 
+void TensorBoardLog::mode_switch(std::int64_t step, const std::string& mode) {
+  live_switches_ = true;
+  mode_ = mode;
+  file_.scalar("job/mode", step, mode_number(mode));
+  file_.flush();  // a switch is rare and worth seeing at once
+}
+
 void TensorBoardLog::record_mode_history(const std::vector<std::string>& history) {
+  if (live_switches_) return;
   std::string last = mode_;
   for (const std::string& entry : history) {
     const std::size_t at = entry.rfind('@');

@@ -101,9 +101,9 @@ class EventFile {
 //   job/mode             at the start and at every mode switch (mode_number above)
 //   job/world_size       at the start: the number of replicas
 //   job/config           a text summary: the job's configuration (job-file text)
-// Mode switches are written when the run ends (from the runtime's mode
-// history, each at the step it took effect), because models::Callbacks has
-// no hook for a switch; TensorBoard plots by step, so the plot is the same.
+// Mode switches are written as they happen (Callbacks::on_mode_switch); a
+// runtime without that hook can hand its mode history over at the end
+// (record_mode_history), each switch at the step it took effect.
 class TensorBoardLog {
  public:
   TensorBoardLog(const std::string& dir, std::int64_t log_every);
@@ -128,8 +128,10 @@ class TensorBoardLog {
   void step_end(std::int64_t step, double loss, double samples_per_s);
   void evaluation(const EpochResult& r);
   void epoch_end(const EpochResult& r);
+  void mode_switch(std::int64_t step, const std::string& mode);
 
  private:
+  bool live_switches_ = false;  // mode_switch() ran: the history at the end adds nothing
   void start(std::int64_t step);
   EventFile file_;
   std::int64_t log_every_;

@@ -98,6 +98,9 @@ struct Callbacks {
   // time so far (evaluations and other step-boundary work excluded).
   std::function<void(const EpochResult&)> on_evaluate;
   std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
+  // The actor runtime switched the update mode ("sync", "async", "ssp:N")
+  // at a step boundary; `step` is the global step the new mode starts at.
+  std::function<void(std::int64_t step, const std::string& mode)> on_mode_switch;
   // Polled between steps; returning true stops training (after a checkpoint
   // when a directory is configured).
   std::function<bool()> should_stop;

@@ -333,4 +333,25 @@ TEST(TensorBoardCli, TheActorRuntimesEventsMatchItsMetricsCsv) { check_run_again
 
 TEST(TensorBoardCli, TheSingleReplicaTrainersEventsMatchItsMetricsCsv) { check_run_against_csv("cpu:0"); }
 
+// The job file's `tensorboard` key (a one-node `troupe node` coordinator)
+// and a mode switch written as it happens, at the step it took effect.
+TEST(TensorBoard, JobFileKeyAndALiveModeSwitch) {
+  const std::string dir = temp("node");
+  const std::string tb = dir + "/tb", log = dir + "/log", job = dir + "/job.toml";
+  std::ofstream(job) << "model = \"mlp\"\nbatch = 100\nsteps = 40\nswitch = \"20:async\"\ntensorboard = \"" << tb
+                     << "\"\n";
+  const std::string cmd = std::string(TROUPE_BINARY) + " node --listen 127.0.0.1:0 --min-nodes 1 --devices cpu:0,cpu:1 --job " +
+                          job + " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
+  std::vector<std::pair<std::int64_t, float>> modes;
+  for (const auto& r : read_records(slurp(the_event_file(tb)))) {
+    const Event e = decode_event(r);
+    if (e.has_value && e.tag == "job/mode") modes.push_back({e.step, e.value});
+  }
+  ASSERT_EQ(modes.size(), 2u) << slurp(log);
+  EXPECT_EQ(modes[0], (std::pair<std::int64_t, float>{0, 0.0f}));   // sync from the start
+  EXPECT_EQ(modes[1], (std::pair<std::int64_t, float>{20, 1.0f}));  // async from step 20
+}
+
 }  // namespace
