@@ -70,6 +70,9 @@ class CoordinatorCluster final : public ClusterHooks {
  public:
   CoordinatorCluster(const NodeOptions& options, const JobConfig& job) : options_(options), log_(logger(options)) {
     if (options_.min_nodes < 1) throw std::invalid_argument("--min-nodes must be at least 1");
+    if (options_.max_nodes != 0 && options_.max_nodes < options_.min_nodes)
+      throw std::invalid_argument("--max-nodes " + std::to_string(options_.max_nodes) + " is below --min-nodes " +
+                                  std::to_string(options_.min_nodes));
     listen_ = net::parse_host_port(options_.listen);  // throws naming the address
     secret_ = net::Secret::load(options_.secret_file);
     identity_ = job_identity(job);
@@ -94,6 +97,7 @@ class CoordinatorCluster final : public ClusterHooks {
     init.log = log_;
     init.started = started_;
     init.gone = gone_;
+    init.max_nodes = options_.max_nodes;
     membership_ = system.spawn<caf::detached>(membership_actor, init);
     auto port = system.middleman().publish(membership_, 0, "127.0.0.1", true);
     if (!port) {

@@ -31,6 +31,9 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
           st.log("refused " + name + ": " + why);
           return std::make_tuple(false, std::int32_t{-1}, why);
         };
+        if (st.max_nodes > 0 && static_cast<int>(st.members.size()) + 1 >= st.max_nodes)
+          return refuse("the job already has its --max-nodes " + std::to_string(st.max_nodes) +
+                        " nodes (the coordinator included)");
         if (st.started->load()) return refuse("the job has started; its membership is fixed");
         if (version != TROUPE_VERSION)
           return refuse("troupe version " + version + " cannot join a job run by troupe " + TROUPE_VERSION);

@@ -6,8 +6,9 @@
 // Protocol:
 //   join, name, version, fingerprint -> (admitted, index, job text or why not)
 //                                        a node asks to join; refused with the
-//                                        reason once training started, for
-//                                        another troupe version or job file
+//                                        reason once training started, beyond
+//                                        --max-nodes, for another troupe
+//                                        version or job file
 //   ready, index, data address, devices -> ok
 //                                        the node's data plane listens; the
 //                                        listener hears (ready, index, name,
@@ -68,6 +69,7 @@ struct MembershipState {
   std::function<void(const std::string&)> log;
   std::shared_ptr<std::atomic<bool>> started;
   int next_index = 1;
+  int max_nodes = 0;     // the coordinator included; 0: no limit
   bool closing = false;  // the job is over: nodes leaving are not lost
   std::vector<Member> members;
   std::shared_ptr<GoneNodes> gone;

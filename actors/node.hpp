@@ -61,6 +61,7 @@ struct NodeOptions {
   std::string listen;              // coordinator: HOST:PORT of the gate
   std::string join;                // worker: the coordinator's HOST:PORT
   int min_nodes = 1;               // coordinator: nodes (itself included) before training starts
+  int max_nodes = 0;               // coordinator: nodes (itself included) at most; 0: no limit
   std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
   std::string job_file;            // worker: optional; refused when it differs from the coordinator's
   std::vector<kernels::Device> devices;  // this node's (default: actors::default_devices())

@@ -20,6 +20,10 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                   "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER); index 0 is the coordinator");
   cmd->add_option("--job", n.job_file,
                   "Job file (coordinator: required; worker: optional, refused if it differs from the coordinator's)");
+  cmd->add_option("--max-nodes", n.max_nodes,
+                  "Coordinator: nodes, this one included, at most; a node beyond them is refused with that reason "
+                  "(0: no limit)")
+      ->capture_default_str();
   cmd->add_option("--min-nodes", n.min_nodes, "Nodes, this one included, before training starts")
       ->capture_default_str();
   cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1 (default: every GPU, else 2 CPU devices)");
@@ -77,6 +81,7 @@ int run_node(NodeOptions& o) {
   if (n.threads_per_device < 1) throw UsageError("--threads must be at least 1");
   if (n.prefetch < 1) throw UsageError("--prefetch must be at least 1");
   if (n.timeout.count() <= 0 || n.wait_timeout.count() <= 0) throw UsageError("timeouts must be positive");
+  if (n.max_nodes < 0) throw UsageError("--max-nodes must be >= 0 (0: no limit)");
   if (n.rejoin_timeout.count() < 0) throw UsageError("--rejoin-timeout must be >= 0 seconds");
   if (!o.devices.empty()) n.devices = actors::parse_devices(o.devices);
   use_threads(n.threads_per_device);

@@ -234,6 +234,22 @@ TEST(Node, AnIncompatibleJobIsRefusedWithTheReason) {
   EXPECT_EQ(status[2], 0) << c.logs();
 }
 
+// --max-nodes (issue 13): a node beyond the limit is refused with that
+// reason and the job goes on with the nodes it has.
+TEST(Node, ANodeBeyondMaxNodesIsRefusedWithTheReason) {
+  Cluster c("max-nodes", std::string(kMlpJob) + "batch = 32\nsteps = 10\n", 1, {"--max-nodes", "2"}, {}, 2);
+  Process& extra = c.add_worker();
+  const auto status = c.wait_all(120s);
+  EXPECT_EQ(status[0], 0) << c.logs();
+  // Whichever worker came second was refused; the other trained.
+  const int refused = status[1] == 1 ? 1 : 2;
+  EXPECT_EQ(status[refused == 1 ? 2 : 1], 0) << c.logs();
+  EXPECT_EQ(status[refused], 1) << c.logs();
+  const std::string why = (refused == 1 ? *c.workers[0] : extra).output();
+  EXPECT_NE(why.find("--max-nodes 2"), std::string::npos) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("--max-nodes 2"), std::string::npos) << c.logs();
+}
+
 // Raw bytes to a port; true when the peer closed the connection on us.
 bool send_garbage(int port, const std::string& bytes) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
