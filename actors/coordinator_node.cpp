@@ -252,16 +252,20 @@ class CoordinatorCluster final : public ClusterHooks {
     // From here on, nodes that leave are not lost: they were told to go.
     if (membership_)
       self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
-    // Tell every node that is still there, and wait for their
-    // acknowledgements so the message is out before the gate closes the
-    // connections. All requests go out at once and share one deadline; a
-    // node that is gone is not asked (its request could only time out:
-    // CAF 0.17 does not fail a request to a lost node early).
-    using Asked = decltype(self->request(caf::actor{}, 5s, done_atom::value, error));
-    std::vector<Asked> asked;
-    for (const auto& n : ready_)
-      if (!gone_->contains(n.index)) asked.push_back(self->request(n.handle, 5s, done_atom::value, error));
-    for (auto& a : asked) a.receive([](caf::ok_atom) {}, [](caf::error&) {});
+    // Tell every node that is still there, and wait for its acknowledgement
+    // so the message is out before the gate closes the connections. A node
+    // that is gone is not asked (its request could only time out: CAF 0.17
+    // does not fail a request to a lost node early), and one that leaves
+    // right after being told counts as told: a worker may end before its
+    // acknowledgement crossed the wire, so the wait goes in short slices
+    // that look at whether the membership saw it go, up to one deadline.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    for (const auto& n : ready_) {
+      bool acknowledged = false;
+      while (!acknowledged && !gone_->contains(n.index) && std::chrono::steady_clock::now() < deadline)
+        self->request(n.handle, 200ms, done_atom::value, error)
+            .receive([&](caf::ok_atom) { acknowledged = true; }, [](caf::error&) {});
+    }
     release(self);
   }
 

@@ -11,6 +11,8 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
     for (auto it = st.members.begin(); it != st.members.end(); ++it) {
       if (it->handle.address() != down.source) continue;
       if (st.closing) {
+        // Told to go, and gone: the coordinator stops waiting for its ack.
+        st.gone->add(it->index);
         st.members.erase(it);
         return;
       }
