@@ -30,7 +30,11 @@ std::string error_of(const std::string& path, std::size_t limit = kMaxConfigFile
 
 struct ConfigFile : ::testing::Test {
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / "troupe_util_config_file";
+    // One folder per test and process: ctest runs the tests of this fixture
+    // as parallel processes, which must not remove each other's files.
+    dir_ = fs::path(::testing::TempDir()) /
+           ("troupe_util_config_file_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
