@@ -63,7 +63,7 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
   if (s.classification) {
     s.metrics.reset();
     s.metrics.add(out, y, loss_sum, /*classification=*/true);
-    correct = static_cast<std::int64_t>(s.metrics.accuracy() * double(s.metrics.examples()) + 0.5);
+    correct = s.metrics.top1_correct();
   }
   s.model->backward(s.dout);
   return loss_sum;
@@ -71,16 +71,18 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
 
 // A diverged step must not be applied: the state before it is the last
 // finite one, and the job stops there with a checkpoint (the coordinator's
-// failure path). `gradient` is the one about to be applied (after the
-// all-reduce in sync, so every replica decides alike).
-void check_finite(const DeviceState& s, double loss_sum, const Tensor& gradient) {
+// failure path). The loss is checked before the all-reduce (a failing
+// replica aborts it, so no other applies the step either); the gradient
+// about to be applied after it, so every replica decides alike.
+void check_loss(const DeviceState& s, double loss_sum) {
   if (!std::isfinite(loss_sum))
     throw std::runtime_error("the training loss is not finite (" + std::to_string(loss_sum) + ") at step " +
-                    std::to_string(s.clock + 1) + " of replica " + std::to_string(s.config.rank));
-  const double sum = kernels::ops::sum(gradient);
-  if (!std::isfinite(sum))
+                             std::to_string(s.clock + 1) + " of replica " + std::to_string(s.config.rank));
+}
+void check_gradient(const DeviceState& s, const Tensor& gradient) {
+  if (!std::isfinite(kernels::ops::sum(gradient)))
     throw std::runtime_error("the gradient is not finite at step " + std::to_string(s.clock + 1) + " of replica " +
-                    std::to_string(s.config.rank));
+                             std::to_string(s.config.rank));
 }
 
 void run_step(Self* self, const Batch& b) {
@@ -97,10 +99,10 @@ void run_step(Self* self, const Batch& b) {
   std::int64_t correct = 0;
   if (s.grant.mode.kind == Mode::Kind::sync) {
     const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale, correct) : 0.0;
-    if (!std::isfinite(loss_sum)) check_finite(s, loss_sum, s.model->gradients());  // aborts the all-reduce
+    check_loss(s, loss_sum);
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
     work->wait(net::Clock::now() + s.config.timeout);
-    check_finite(s, loss_sum, s.model->gradients());
+    check_gradient(s, s.model->gradients());
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
     ++s.clock;
@@ -110,7 +112,8 @@ void run_step(Self* self, const Batch& b) {
   // async / ssp: the gradient of this replica's own mean loss goes to the server.
   const double loss_sum =
       b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1)), correct) : 0.0;
-  check_finite(s, loss_sum, s.model->gradients());
+  check_loss(s, loss_sum);
+  check_gradient(s, s.model->gradients());
   GradientPush push;
   push.rank = s.config.rank;
   push.clock = s.clock + 1;

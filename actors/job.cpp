@@ -338,10 +338,15 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   try {
     // One state onto the replicas from `first` on (resume, or the nodes'
     // initial parameters).
+    // Each replica gets the state together with its own clock and data
+    // cursor (start_clocks; 0 when training starts afresh).
     auto install = [&](const ReplicaState& state, std::size_t first, const std::string& what) {
       for (std::size_t r = first; r < all_devices.size(); ++r) {
+        const std::int64_t clock = start_clocks.empty() ? 0 : start_clocks[r];
+        const data::Cursor at = cursor_of(clock);
         std::string error;
-        self->request(all_devices[r], config_.timeout, set_state_atom::value, state)
+        self->request(all_devices[r], config_.timeout, set_state_atom::value, state,
+                      ReplicaPosition{clock, at.epoch, at.batch})
             .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
         if (!error.empty()) throw std::runtime_error(what + ": " + error);
       }
@@ -365,16 +370,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       for (const auto& b : resumed->optimizer.buffers)
         state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
       for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
-      // Each replica gets the state with its own clock and data cursor.
-      for (std::size_t r = 0; r < all_devices.size(); ++r) {
-        const std::int64_t clock = start_clocks[r];
-        const data::Cursor at = cursor_of(clock);
-        std::string error;
-        self->request(all_devices[r], config_.timeout, set_state_atom::value, state,
-                      ReplicaPosition{clock, at.epoch, at.batch})
-            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
-        if (!error.empty()) throw std::runtime_error("resuming from " + resumed_path + ": " + error);
-      }
+      install(state, 0, "resuming from " + resumed_path);
     }
 
     CoordinatorConfig cc;

@@ -46,6 +46,7 @@ class Metrics {
   double mean_loss() const { return examples_ ? loss_sum_ / double(examples_) : 0.0; }
   double accuracy() const { return examples_ ? double(top1_) / double(examples_) : 0.0; }
   double top5_accuracy() const { return examples_ ? double(top5_) / double(examples_) : 0.0; }
+  std::int64_t top1_correct() const { return top1_; }
 
  private:
   std::int64_t examples_ = 0;

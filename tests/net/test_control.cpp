@@ -20,6 +20,7 @@
 
 #include "net/control/control_client.hpp"
 #include "net/control/control_server.hpp"
+#include "tests/support/ports.hpp"
 
 namespace {
 
@@ -73,17 +74,7 @@ int http_status(const std::string& response) {
 }
 
 // A loopback port with nothing listening on it (bound once, then closed).
-std::uint16_t closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+std::uint16_t closed_port() { return static_cast<std::uint16_t>(troupe::testing::free_loopback_port()); }
 
 const char* kStatusJson = R"({"step":120,"epoch":1,"mode":"ssp:3","replicas":4,"samples_per_s":51234.5,"loss":0.4312,"accuracy":0.8731})";
 
