@@ -36,7 +36,8 @@ void check(const PlanOptions& options, const Shard& shard) {
 }  // namespace
 
 std::string Cursor::str() const {
-  return "epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch);
+  return "epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
+         (offset ? " after position " + std::to_string(offset) : "");
 }
 
 std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
@@ -56,17 +57,22 @@ std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, 
   return order;
 }
 
-std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard) {
+std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard, std::int64_t offset) {
   check(options, shard);
+  if (offset < 0 || offset > options.examples)
+    throw std::invalid_argument("epoch plan: offset " + std::to_string(offset) + " outside an epoch of " +
+                                std::to_string(options.examples) + " examples");
+  const std::int64_t left = options.examples - offset;
   const std::int64_t global = options.batch_size * shard.world;
-  return options.drop_remainder ? options.examples / global : (options.examples + global - 1) / global;
+  return options.drop_remainder ? left / global : (left + global - 1) / global;
 }
 
-EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch)
+EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch, std::int64_t offset)
     : options_(options),
       shard_(shard),
       epoch_(epoch),
-      batches_(data::batches_per_epoch(options, shard)),
+      offset_(offset),
+      batches_(data::batches_per_epoch(options, shard, offset)),
       permutation_(epoch_permutation(options.examples, options.seed, epoch, options.shuffle)) {
   if (epoch < 0) throw std::invalid_argument("epoch plan: epoch must be >= 0, got " + std::to_string(epoch));
 }
@@ -76,7 +82,7 @@ std::vector<std::int64_t> EpochPlan::batch(std::int64_t t) const {
     throw std::out_of_range("epoch plan: batch " + std::to_string(t) + " of an epoch with " +
                             std::to_string(batches_) + " batches");
   const std::int64_t world = shard_.world;
-  const std::int64_t first = t * options_.batch_size * world + shard_.rank;
+  const std::int64_t first = offset_ + t * options_.batch_size * world + shard_.rank;
   std::vector<std::int64_t> indices;
   indices.reserve(static_cast<std::size_t>(options_.batch_size));
   for (std::int64_t k = 0; k < options_.batch_size; ++k) {
@@ -92,17 +98,27 @@ std::vector<std::int64_t> EpochPlan::global_batch(std::int64_t t) const {
     throw std::out_of_range("epoch plan: global batch " + std::to_string(t) + " of an epoch with " +
                             std::to_string(batches_) + " batches");
   const std::int64_t global = options_.batch_size * shard_.world;
-  const auto begin = permutation_.begin() + t * global;
-  const auto end = permutation_.begin() + std::min(options_.examples, (t + 1) * global);
+  const auto begin = permutation_.begin() + offset_ + t * global;
+  const auto end = permutation_.begin() + std::min(options_.examples, offset_ + (t + 1) * global);
   return {begin, end};
 }
 
 BatchIterator::BatchIterator(const PlanOptions& options, const Shard& shard, Cursor start)
     : options_(options), shard_(shard), batches_(data::batches_per_epoch(options, shard)), cursor_(start) {
-  if (start.epoch < 0 || start.batch < 0 || start.batch > batches_)
+  if (start.offset < 0 || start.offset > options.examples)
     throw std::invalid_argument("BatchIterator: cursor (" + start.str() + ") outside an epoch of " +
-                                std::to_string(batches_) + " batches");
-  if (cursor_.batch == batches_ && batches_ > 0) cursor_ = {cursor_.epoch + 1, 0};
+                                std::to_string(options.examples) + " examples");
+  const std::int64_t now = batches_now();
+  if (start.epoch < 0 || start.batch < 0 || start.batch > now)
+    throw std::invalid_argument("BatchIterator: cursor (" + start.str() + ") outside an epoch of " +
+                                std::to_string(now) + " batches");
+  // The end of a segment is the start of the next epoch (an empty segment
+  // too: its epoch has nothing left for this world).
+  if (cursor_.batch == now && (now > 0 || cursor_.offset > 0)) cursor_ = {cursor_.epoch + 1, 0, 0};
+}
+
+std::int64_t BatchIterator::batches_now() const {
+  return cursor_.offset == 0 ? batches_ : data::batches_per_epoch(options_, shard_, cursor_.offset);
 }
 
 BatchIterator::Batch BatchIterator::next() {
@@ -110,12 +126,13 @@ BatchIterator::Batch BatchIterator::next() {
     throw std::logic_error("BatchIterator: an epoch has no batches (" + std::to_string(options_.examples) +
                            " examples, global batch " + std::to_string(options_.batch_size * shard_.world) +
                            (options_.drop_remainder ? ", drop_remainder)" : ")"));
-  if (!plan_ || plan_->epoch() != cursor_.epoch) plan_ = std::make_shared<const EpochPlan>(options_, shard_, cursor_.epoch);
+  if (!plan_ || plan_->epoch() != cursor_.epoch || plan_->offset() != cursor_.offset)
+    plan_ = std::make_shared<const EpochPlan>(options_, shard_, cursor_.epoch, cursor_.offset);
   Batch out;
   out.cursor = cursor_;
   out.indices = plan_->batch(cursor_.batch);
-  out.last_in_epoch = cursor_.batch + 1 == batches_;
-  cursor_ = out.last_in_epoch ? Cursor{cursor_.epoch + 1, 0} : Cursor{cursor_.epoch, cursor_.batch + 1};
+  out.last_in_epoch = cursor_.batch + 1 == plan_->batches();
+  cursor_ = out.last_in_epoch ? Cursor{cursor_.epoch + 1, 0, 0} : Cursor{cursor_.epoch, cursor_.batch + 1, cursor_.offset};
   return out;
 }
 

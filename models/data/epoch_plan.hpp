@@ -36,6 +36,15 @@
 // 4. Cursor: (epoch, batch index within the epoch) of the NEXT batch. A
 //    BatchIterator started at a saved cursor yields exactly the batches the
 //    original one would have yielded from there (checkpoints store it).
+//
+// 5. Segments (elastic membership). When the world changes inside an epoch,
+//    the examples not yet used are split among the new members: a segment
+//    starts at permutation position `offset` (every position before it was
+//    used exactly once), and the rules above apply to the positions
+//    offset..n-1 with the new world (and per-replica batch). A cursor's
+//    `batch` counts batches from its segment's offset; the next epoch starts
+//    a segment at offset 0 with the same world. So in sync mode every
+//    example is used exactly once per epoch whatever joins or leaves.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +73,10 @@ struct Shard {
 
 struct Cursor {
   std::int64_t epoch = 0;
-  std::int64_t batch = 0;  // index of the next batch within `epoch`
+  std::int64_t batch = 0;   // index of the next batch within `epoch` (from `offset`)
+  std::int64_t offset = 0;  // permutation positions of `epoch` used before this segment (5.)
   friend bool operator==(const Cursor& a, const Cursor& b) {
-    return a.epoch == b.epoch && a.batch == b.batch;
+    return a.epoch == b.epoch && a.batch == b.batch && a.offset == b.offset;
   }
   friend bool operator!=(const Cursor& a, const Cursor& b) { return !(a == b); }
   std::string str() const;  // "epoch 3, batch 17"
@@ -75,14 +85,17 @@ struct Cursor {
 // Batches per epoch for every rank (see 3. above). Throws
 // std::invalid_argument for a batch size < 1, world < 1 or rank outside
 // [0, world).
-std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard);
+// With `offset`: the batches of the segment that starts there (5.).
+std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard, std::int64_t offset = 0);
 
 // One epoch's order, with the batches of any rank and the global batches.
 class EpochPlan {
  public:
-  EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch);
+  // The segment of `epoch` that starts at permutation position `offset`.
+  EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch, std::int64_t offset = 0);
 
   std::int64_t epoch() const { return epoch_; }
+  std::int64_t offset() const { return offset_; }
   std::int64_t batches() const { return batches_; }
   const std::vector<std::int64_t>& permutation() const { return permutation_; }
 
@@ -95,6 +108,7 @@ class EpochPlan {
   PlanOptions options_;
   Shard shard_;
   std::int64_t epoch_;
+  std::int64_t offset_;
   std::int64_t batches_;
   std::vector<std::int64_t> permutation_;
 };
@@ -119,9 +133,11 @@ class BatchIterator {
   std::int64_t batches_per_epoch() const { return batches_; }
 
  private:
+  // Batches of the cursor's epoch (its segment, when it has an offset).
+  std::int64_t batches_now() const;
   PlanOptions options_;
   Shard shard_;
-  std::int64_t batches_;
+  std::int64_t batches_;  // of a whole epoch
   Cursor cursor_;
   std::shared_ptr<const EpochPlan> plan_;  // of cursor_.epoch, built lazily; shared by copies
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "models/data/epoch_plan.hpp"
@@ -166,6 +167,60 @@ TEST(DataIterator, ResumesExactlyFromASavedCursor) {
   EXPECT_EQ(at_end.cursor(), (Cursor{1, 0}));
   EXPECT_THROW(BatchIterator(options, {0, 3}, Cursor{0, 5}), std::invalid_argument);
   EXPECT_THROW(BatchIterator(options, {0, 3}, Cursor{-1, 0}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace troupe::data
+
+namespace troupe::data {
+namespace {
+
+// Elastic membership (epoch_plan.hpp, 5.): the world changes twice inside an
+// epoch (3 replicas, then 2, then 5, and the per-replica batch changes too);
+// each segment starts where the last ended, and every example of the epoch
+// is used exactly once. Counted over random sizes, with and without the
+// partial last batch.
+TEST(EpochPlanSegments, EveryExampleExactlyOnceWhateverJoinsOrLeaves) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 500);
+    PlanOptions o{n, 1 + static_cast<std::int64_t>(rng() % 9), true, rng(), false};
+    const std::int64_t epoch = static_cast<std::int64_t>(rng() % 4);
+    std::vector<int> seen(static_cast<std::size_t>(n), 0);
+    std::int64_t offset = 0;
+    const int worlds[] = {3, 2, 5};
+    for (int s = 0; s < 3; ++s) {
+      const int world = worlds[s];
+      if (s > 0) o.batch_size = 1 + static_cast<std::int64_t>(rng() % 9);
+      const std::int64_t batches = batches_per_epoch(o, {0, world}, offset);
+      // The last segment runs to the epoch's end; the others stop early.
+      const std::int64_t steps = s == 2 ? batches : std::min<std::int64_t>(batches, rng() % (batches + 1));
+      for (int r = 0; r < world; ++r) {
+        BatchIterator it(o, {r, world}, Cursor{epoch, 0, offset});
+        for (std::int64_t t = 0; t < steps; ++t) {
+          const auto b = it.next();
+          EXPECT_EQ(b.cursor.epoch, epoch);
+          EXPECT_EQ(b.cursor.offset, offset);
+          for (auto i : b.indices) ++seen[static_cast<std::size_t>(i)];
+        }
+        // After the last batch of a segment the iterator is in the next epoch.
+        if (steps == batches) {
+          EXPECT_EQ(it.cursor(), (Cursor{epoch + 1, 0, 0}));
+        }
+      }
+      offset = std::min(n, offset + steps * o.batch_size * world);
+    }
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "example " << i << ", trial " << trial;
+  }
+}
+
+TEST(EpochPlanSegments, RejectsAnOffsetOutsideTheEpoch) {
+  PlanOptions o{100, 4, true, 1, false};
+  EXPECT_THROW(batches_per_epoch(o, {0, 2}, 101), std::invalid_argument);
+  EXPECT_THROW(BatchIterator(o, {0, 2}, Cursor{0, 0, -1}), std::invalid_argument);
+  EXPECT_EQ(batches_per_epoch(o, {0, 2}, 100), 0);
+  // A cursor at an empty segment is at the start of the next epoch.
+  EXPECT_EQ(BatchIterator(o, {0, 2}, Cursor{3, 0, 100}).cursor(), (Cursor{4, 0, 0}));
 }
 
 }  // namespace
