@@ -13,7 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-enum class ActionKind { epoch_end, evaluate, switch_mode, checkpoint, stop };
+enum class ActionKind { epoch_end, evaluate, view_change, switch_mode, checkpoint, stop };
 
 struct Action {
   Action(ActionKind k, Mode m) : kind(k), mode(m) {}
@@ -39,6 +39,7 @@ struct CoordinatorState {
   std::int64_t last_checkpoint_step = -1;
   std::int64_t last_eval_step = -1;
   std::vector<std::int64_t> rank_examples;  // examples each replica trained on
+  std::vector<StepReport> last_reports;     // by rank: undone when its step is rolled back
   std::int64_t announced_epoch = -1;
   int idle_boundaries = 0;  // consecutive boundaries without a step in between
   // Throughput and loss.
@@ -51,6 +52,25 @@ struct CoordinatorState {
   double last_loss = 0;
   float last_lr = 0;
   JobResult result;
+  // Elastic membership: the view, which ranks of it are still there, the
+  // data segment it trains (models/data/epoch_plan.hpp, 5.), and the
+  // membership changes waiting for the next step boundary.
+  std::uint32_t view = 0;
+  std::vector<bool> alive;
+  std::int64_t seg_start = 0;    // the clock at which the segment began
+  std::int64_t seg_offset = 0;   // permutation positions of the epoch used before it
+  std::int64_t seg_steps = 0;    // its steps (the epoch ends at seg_start + seg_steps)
+  std::int64_t batch = 1;        // per replica in this view
+  std::vector<int> joins, leaves;      // node indices
+  std::vector<std::string> leave_reasons;
+  bool view_change_due = false, forming = false;
+  int form_attempts = 0;
+  std::int64_t stale_reports = 0;      // reports of an ended view, dropped
+  int start_world = 1;                 // replicas of the first view
+  int views_in_epoch = 0;              // view changes during the current epoch
+  bool paused = false;                 // fewer than --min-nodes nodes
+  Clock::time_point paused_since;
+  std::string pause_reason;
   static inline const char* name = "coordinator";
 };
 
@@ -58,12 +78,32 @@ namespace {
 
 using Self = caf::stateful_actor<CoordinatorState>;
 
-std::int64_t min_clock(const CoordinatorState& s) { return *std::min_element(s.clocks.begin(), s.clocks.end()); }
+bool alive(const CoordinatorState& s, std::size_t r) { return r < s.alive.size() && s.alive[r]; }
+
+// Over the replicas still in the view (a lost one no longer holds anyone back).
+std::int64_t min_clock(const CoordinatorState& s) {
+  std::int64_t m = kNever;
+  for (std::size_t r = 0; r < s.clocks.size(); ++r)
+    if (alive(s, r)) m = std::min(m, s.clocks[r]);
+  return m == kNever ? 0 : m;
+}
+std::int64_t max_clock(const CoordinatorState& s) {
+  std::int64_t m = 0;
+  for (std::size_t r = 0; r < s.clocks.size(); ++r)
+    if (alive(s, r)) m = std::max(m, s.clocks[r]);
+  return m;
+}
 
 bool quiescent(const CoordinatorState& s) {
   for (std::size_t r = 0; r < s.clocks.size(); ++r)
-    if (s.clocks[r] != s.grants[r]) return false;
+    if (alive(s, r) && s.clocks[r] != s.grants[r]) return false;
   return true;
+}
+
+std::int64_t segment_steps(const CoordinatorState& s, std::int64_t offset, int world, std::int64_t batch) {
+  const std::int64_t left = std::max<std::int64_t>(0, s.config.dataset_examples - offset);
+  const std::int64_t global = batch * world;
+  return s.config.drop_remainder ? left / global : (left + global - 1) / global;
 }
 
 // The next global step at which something must happen at a step boundary.
@@ -83,13 +123,16 @@ std::int64_t next_event_global(const CoordinatorState& s) {
   return next;
 }
 
-std::int64_t next_boundary(const CoordinatorState& s) { return (s.epoch + 1) * s.config.batches_per_epoch; }
+// The clock at which the epoch ends: the end of its current data segment.
+std::int64_t next_boundary(const CoordinatorState& s) { return s.seg_start + s.seg_steps; }
 
 float current_lr(const CoordinatorState& s) { return s.config.schedule->at(s.global_step, s.epoch); }
 
 void send_grant(Self* self, int r) {
   auto& s = self->state;
+  if (!alive(s, static_cast<std::size_t>(r))) return;
   Grant g;
+  g.view = s.view;
   g.up_to = s.grants[static_cast<std::size_t>(r)];
   g.mode = s.mode;
   g.clock_at_base = s.clock_at_base;
@@ -104,7 +147,7 @@ void on_quiescent(Self* self);
 // can run any more, the job is at a step boundary.
 void extend(Self* self) {
   auto& s = self->state;
-  if (!s.started || s.busy || s.finished) return;
+  if (!s.started || s.busy || s.finished || s.paused) return;
   const std::int64_t boundary = next_boundary(s);
   const std::int64_t event = next_event_global(s);
   if (!s.pausing && s.actions.empty()) {
@@ -122,7 +165,8 @@ void extend(Self* self) {
       // Global steps still allowed before the next event, minus those granted
       // but not yet reported.
       std::int64_t outstanding = 0;
-      for (int r = 0; r < s.config.replicas; ++r) outstanding += s.grants[r] - s.clocks[r];
+      for (int r = 0; r < s.config.replicas; ++r)
+        if (alive(s, r)) outstanding += s.grants[r] - s.clocks[r];
       std::int64_t budget = event == kNever ? kNever : event - s.global_step - outstanding;
       const std::int64_t slowest = min_clock(s);
       const std::size_t n = static_cast<std::size_t>(s.config.replicas);
@@ -130,6 +174,7 @@ void extend(Self* self) {
       for (std::size_t r = 0; r < n; ++r) {
         limit[r] = std::min(boundary, s.clocks[r] + s.config.window);
         if (s.mode.kind == Mode::Kind::ssp) limit[r] = std::min(limit[r], slowest + s.mode.staleness + 1);
+        if (!alive(s, r)) limit[r] = s.grants[r];
       }
       // The budget goes one step at a time to the replica with the fewest
       // steps granted: handed out in rank order, a budget smaller than the
@@ -206,11 +251,20 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
       }
     }
     const std::int64_t clock = clocks[0];
+    // The data cursor: the epoch, and the batch within it as if the current
+    // world had trained the whole epoch (exact without membership changes;
+    // after one, the positions used are seg_offset + steps * global batch).
     for (std::int64_t r : clocks) c.position.replica_clocks.push_back(static_cast<std::uint64_t>(r));
     c.position.global_step = static_cast<std::uint64_t>(global_step);
     c.position.epoch = static_cast<std::uint64_t>(st.epoch);
-    c.position.cursor.epoch = static_cast<std::uint64_t>(clock / st.config.batches_per_epoch);
-    c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(clock % st.config.batches_per_epoch);
+    {
+      const std::int64_t in_segment = std::max<std::int64_t>(0, clock - st.seg_start);
+      const std::int64_t global = std::max<std::int64_t>(1, st.batch * st.config.replicas);
+      const std::int64_t used = std::min(st.config.dataset_examples, st.seg_offset + in_segment * global);
+      const bool at_end = clock >= st.seg_start + st.seg_steps;
+      c.position.cursor.epoch = static_cast<std::uint64_t>(at_end ? st.epoch + 1 : st.epoch);
+      c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(at_end ? 0 : used / global);
+    }
     c.position.cursor.shuffle_seed = st.config.seed;
     c.schedule.spec = st.config.schedule->spec();
     c.schedule.evaluated_at_step = static_cast<std::uint64_t>(global_step);
@@ -273,6 +327,197 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
   }
 }
 
+// ---- elastic membership ----
+
+void log_line(const std::string& line) { std::fprintf(stderr, "coordinator: %s\n", line.c_str()); }
+
+// The first rank and the number of replicas of node `index` in this view
+// (first -1: not in it).
+std::pair<int, int> ranks_of(const CoordinatorState& s, int index) {
+  for (const auto& n : s.config.nodes)
+    if (n.index == index) return {n.first_rank, n.replicas};
+  return {-1, 0};
+}
+
+std::string node_label(const CoordinatorState& s, int index) {
+  for (const auto& n : s.config.nodes)
+    if (n.index == index) return "node " + std::to_string(index) + " (" + n.name + ")";
+  return "node " + std::to_string(index);
+}
+
+void queue_view_change(Self* self) {
+  auto& s = self->state;
+  s.view_change_due = true;
+  s.pausing = true;
+  if (!s.busy && s.started && quiescent(s)) on_quiescent(self);
+}
+
+void member_event(Self* self, const MemberEvent& e) {
+  auto& s = self->state;
+  if (s.finished) return;
+  auto forget_join = [&] { s.joins.erase(std::remove(s.joins.begin(), s.joins.end(), e.node), s.joins.end()); };
+  const bool leaving = std::find(s.leaves.begin(), s.leaves.end(), e.node) != s.leaves.end();
+  const auto [first, count] = ranks_of(s, e.node);
+  switch (e.kind) {
+    case MemberEvent::Kind::joined:
+      s.joins.push_back(e.node);
+      log_line("node " + std::to_string(e.node) + " joins at the next step boundary" + (e.what.empty() ? "" : ": " + e.what));
+      queue_view_change(self);
+      return;
+    case MemberEvent::Kind::drain:
+      forget_join();
+      if (first < 0 || leaving) return;
+      s.leaves.push_back(e.node);
+      log_line(node_label(s, e.node) + " leaves at the next step boundary" + (e.what.empty() ? "" : ": " + e.what));
+      queue_view_change(self);
+      return;
+    case MemberEvent::Kind::lost:
+      forget_join();
+      if (first < 0) return;  // not in this view (it had left already)
+      for (int r = first; r < first + count; ++r) s.alive[static_cast<std::size_t>(r)] = false;
+      if (!leaving) s.leaves.push_back(e.node);
+      log_line(e.what + "; the survivors go on in a new view");
+      queue_view_change(self);
+      return;
+  }
+}
+
+void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::function<void()> then);
+
+// At a step boundary: the survivors' clock, the rest of the epoch, and the
+// members; the job's thread forms the view.
+void change_view(Self* self, std::function<void()> then) {
+  auto& s = self->state;
+  s.view_change_due = false;
+  const bool sync = !s.mode.uses_server();
+  // Sync: the survivors are at most one step apart (a replica begins step
+  // k+1's all-reduce only after its step k completed everywhere); the view
+  // starts at the smallest clock. Async and ssp: aligned by on_quiescent.
+  const std::int64_t clock = sync ? min_clock(s) : max_clock(s);
+  auto proceed = [=]() {
+    auto& st = self->state;
+    if (sync) {
+      // Steps a survivor completed that not every survivor did are rolled
+      // back: their reports no longer count.
+      for (std::size_t r = 0; r < st.clocks.size(); ++r) {
+        if (!alive(st, r) || st.clocks[r] <= clock) continue;
+        const StepReport& undo = st.last_reports[r];
+        st.examples -= undo.examples;
+        st.epoch_examples -= undo.examples;
+        st.epoch_correct -= undo.correct;
+        st.epoch_loss_sum -= undo.loss_sum;
+        st.rank_examples[r] -= undo.examples;
+        st.clocks[r] = st.grants[r] = clock;
+        ++st.result.steps_discarded;
+      }
+      st.global_step = st.global_at_base + (clock - st.clock_at_base);
+    }
+    ViewPlan plan;
+    plan.view = st.view + 1;
+    plan.clock = clock;
+    const std::int64_t used = std::min(
+        st.config.dataset_examples, st.seg_offset + std::max<std::int64_t>(0, clock - st.seg_start) * st.batch * st.config.replicas);
+    plan.cursor = data::Cursor{st.epoch, 0, used >= st.config.dataset_examples ? st.config.dataset_examples : used};
+    plan.batch = st.config.batch;
+    plan.global_batch = st.config.fixed_global_batch ? st.config.batch * st.start_world : 0;
+    plan.remove = st.leaves;
+    st.forming = true;
+    self->request(st.config.listener, st.config.timeout * 3, form_view_atom::value, plan)
+        .then([=](const FormedView& f) { on_view_formed(self, plan, f, then); },
+              [=](caf::error& e) { fail_job(self, "forming view " + std::to_string(plan.view) + ": " + self->system().render(e)); });
+  };
+  if (sync) {
+    proceed();
+    return;
+  }
+  // Async: the global step is what the server applied (a lost node's push
+  // may have been applied without its report ever arriving).
+  self->request(s.config.reducer, s.config.timeout, counters_atom::value)
+      .then(
+          [=](const ServerCounters& c) {
+            auto& st = self->state;
+            st.global_step = st.config.start.global_step + st.result.sync_steps + c.applied;
+            st.result.pushes = c.applied;
+            proceed();
+          },
+          [=](caf::error& e) { fail_job(self, "reading the server's counters: " + self->system().render(e)); });
+}
+
+void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::function<void()> then) {
+  auto& s = self->state;
+  s.forming = false;
+  if (!f.error.empty()) {
+    // A node lost while the view formed: form another without it.
+    if (!f.lost.empty() && ++s.form_attempts <= 3) {
+      for (int k : f.lost)
+        if (std::find(s.leaves.begin(), s.leaves.end(), k) == s.leaves.end()) s.leaves.push_back(k);
+      s.view = plan.view;  // that view number is used up
+      log_line("view " + std::to_string(plan.view) + " could not form (" + f.error + "); trying again");
+      s.view_change_due = true;
+      then();
+      return;
+    }
+    fail_job(self, "forming view " + std::to_string(plan.view) + ": " + f.error);
+    return;
+  }
+  s.form_attempts = 0;
+  const int before = s.config.replicas;
+  const std::size_t nodes_before = s.config.nodes.size();
+  s.view = f.view;
+  s.config.devices = f.devices;
+  s.config.replicas = static_cast<int>(f.devices.size());
+  s.config.nodes = f.nodes;
+  s.batch = f.batch;
+  s.config.global_batch = s.batch * s.config.replicas;
+  const std::size_t w = f.devices.size();
+  s.clocks.assign(w, plan.clock);
+  s.grants.assign(w, plan.clock);
+  s.alive.assign(w, true);
+  s.rank_examples.assign(w, 0);
+  s.last_reports.assign(w, StepReport{});
+  s.seg_start = plan.clock;
+  s.seg_offset = plan.cursor.offset;
+  s.seg_steps = segment_steps(s, s.seg_offset, s.config.replicas, s.batch);
+  s.clock_at_base = plan.clock;
+  s.global_at_base = s.global_step;
+  s.leaves.clear();
+  std::string line = "view " + std::to_string(s.view) + " at step " + std::to_string(s.global_step) + ": " +
+                     std::to_string(w) + " replica(s) on " + std::to_string(f.nodes.size()) + " node(s) (was " +
+                     std::to_string(before) + " on " + std::to_string(nodes_before) + "); global batch " +
+                     std::to_string(s.config.global_batch) + " (" + std::to_string(s.batch) +
+                     " per replica), learning rate " + std::to_string(current_lr(s)) +
+                     " (unchanged by the view); the rest of epoch " + std::to_string(s.epoch + 1) + " (" +
+                     std::to_string(s.config.dataset_examples - s.seg_offset) + " examples) is split in " +
+                     std::to_string(s.seg_steps) + " steps";
+  log_line(line);
+  s.result.view_history.push_back(line);
+  ++s.views_in_epoch;
+  if (s.config.callbacks.on_view_change) {
+    const std::int64_t earlier = s.seg_offset / std::max<std::int64_t>(1, s.batch * s.config.replicas);
+    s.config.callbacks.on_view_change(s.global_step, static_cast<int>(s.view), static_cast<int>(w),
+                                      earlier + s.seg_steps);
+  }
+  // Below --min-nodes: pause until enough are back, for --wait-timeout.
+  const bool short_of_nodes = static_cast<int>(f.nodes.size()) < s.config.min_nodes;
+  if (short_of_nodes && !s.paused) {
+    s.paused = true;
+    s.paused_since = Clock::now();
+    s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
+    log_line("training pauses: " + s.pause_reason + "; waiting up to " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.config.wait_timeout).count()) +
+             " s (--wait-timeout) for nodes to join");
+    self->delayed_send(self, s.config.wait_timeout, halt_atom::value, s.view);
+  } else if (!short_of_nodes && s.paused) {
+    s.paused = false;
+    log_line("training goes on: " + std::to_string(f.nodes.size()) + " node(s) present");
+  } else if (short_of_nodes) {
+    s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
+  }
+  self->request(s.config.reducer, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
+      .then([=](caf::ok_atom) { then(); },
+            [=](caf::error& e) { fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " + self->system().render(e)); });
+}
+
 void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) {
   auto& s = self->state;
   auto run = [=]() {
@@ -303,6 +548,8 @@ void reply(Action& a, int status, const std::string& message) {
 void run_actions(Self* self) {
   auto& s = self->state;
   if (s.finished) return;
+  // A membership change that arrived while the boundary's actions ran.
+  if (s.actions.empty() && s.view_change_due && !s.forming) s.actions.push_back({ActionKind::view_change, s.mode});
   if (s.actions.empty()) {
     // Resume: new bases, tell the server where training stands, grant again.
     s.busy = false;
@@ -312,8 +559,7 @@ void run_actions(Self* self) {
     s.last_lr = current_lr(s);
     if (s.announced_epoch != s.epoch && s.epoch < s.config.epochs) {
       s.announced_epoch = s.epoch;
-      if (s.config.callbacks.on_epoch_begin)
-        s.config.callbacks.on_epoch_begin(s.epoch, s.config.batches_per_epoch, s.last_lr);
+      if (s.config.callbacks.on_epoch_begin) s.config.callbacks.on_epoch_begin(s.epoch, s.seg_steps, s.last_lr);
     }
     self->request(s.config.reducer, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch}, s.clocks)
         .then(
@@ -349,7 +595,16 @@ void run_actions(Self* self) {
           e.seconds = st.train_seconds;
           st.config.callbacks.on_evaluate(e);
         }
+        if (st.config.elastic && st.views_in_epoch > 0)
+          log_line("epoch " + std::to_string(st.epoch + 1) + " trained on " + std::to_string(st.epoch_examples) +
+                   " examples (the data set has " + std::to_string(st.config.dataset_examples) + ") in " +
+                   std::to_string(st.views_in_epoch + 1) + " views");
+        st.views_in_epoch = 0;
         ++st.epoch;
+        // The next epoch is one segment, in this view.
+        st.seg_start += st.seg_steps;
+        st.seg_offset = 0;
+        st.seg_steps = segment_steps(st, 0, st.config.replicas, st.batch);
         st.epoch_examples = 0;
         st.epoch_correct = 0;
         st.epoch_loss_sum = 0;
@@ -378,6 +633,9 @@ void run_actions(Self* self) {
         if (st.config.callbacks.on_evaluate) st.config.callbacks.on_evaluate(r);
         next();
       });
+      return;
+    case ActionKind::view_change:
+      change_view(self, next);
       return;
     case ActionKind::switch_mode: {
       const Mode to = a.mode;
@@ -425,11 +683,12 @@ bool align_before_sync(Self* self) {
   for (std::size_t i = s.next_switch; i < s.config.switches.size() && s.config.switches[i].step <= s.global_step; ++i)
     to_sync = to_sync || !s.config.switches[i].mode.uses_server();
   for (const auto& a : s.actions) to_sync = to_sync || (a.kind == ActionKind::switch_mode && !a.mode.uses_server());
-  if (!to_sync) return false;
-  const std::int64_t ahead = *std::max_element(s.clocks.begin(), s.clocks.end());
+  // A view change starts every replica at one clock and data position.
+  if (!to_sync && !s.view_change_due) return false;
+  const std::int64_t ahead = max_clock(s);
   bool behind = false;
   for (int r = 0; r < s.config.replicas; ++r) {
-    if (s.grants[r] < ahead) {
+    if (alive(s, static_cast<std::size_t>(r)) && s.grants[r] < ahead) {
       s.grants[r] = ahead;
       send_grant(self, r);
       behind = true;
@@ -452,6 +711,7 @@ void on_quiescent(Self* self) {
   else if (s.config.eval_every > 0 && s.global_step > 0 && s.global_step % s.config.eval_every == 0 &&
            s.last_eval_step != s.global_step)
     due.push_back({ActionKind::evaluate, s.mode});
+  if (s.view_change_due && !s.forming) due.push_back({ActionKind::view_change, s.mode});
   while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step <= s.global_step) {
     const Mode to = s.config.switches[s.next_switch++].mode;
     if (to != s.mode) due.push_back({ActionKind::switch_mode, to});
@@ -465,7 +725,7 @@ void on_quiescent(Self* self) {
   s.actions = std::move(due);
   // A boundary with nothing to do and nothing to grant would loop forever:
   // fail loudly instead (a bug in the grant rules, never expected).
-  if (s.actions.empty() && ++s.idle_boundaries > 3) {
+  if (s.actions.empty() && !s.paused && ++s.idle_boundaries > 3) {
     fail_job(self, "internal error: no step can be granted at global step " + std::to_string(s.global_step) +
                        " (mode " + s.mode.str() + ")");
     return;
@@ -546,7 +806,16 @@ std::string status_json(const CoordinatorState& s) {
   out["accuracy"] = s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy;
   out["pushes"] = s.result.pushes;
   out["sync_steps"] = s.result.sync_steps;
-  out["state"] = s.finished ? "finished" : s.busy ? "at a step boundary" : s.pausing ? "pausing" : "training";
+  out["state"] = s.finished ? "finished"
+                 : s.paused  ? "paused: " + s.pause_reason
+                 : s.busy    ? "at a step boundary"
+                 : s.pausing ? "pausing"
+                             : "training";
+  if (s.config.elastic) {
+    out["view"] = s.view;
+    out["stale_reports"] = s.stale_reports;
+    out["steps_discarded"] = s.result.steps_discarded;
+  }
   if (!s.config.nodes.empty()) {
     // Every node of a cluster: its devices, its step (its slowest replica's
     // clock) and its samples/s.
@@ -558,6 +827,7 @@ std::string status_json(const CoordinatorState& s) {
         examples += s.rank_examples[static_cast<std::size_t>(r)];
       }
       Json entry;
+      entry["index"] = node.index;
       entry["name"] = node.name;
       entry["address"] = node.address;
       entry["devices"] = node.devices;
@@ -586,9 +856,17 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.clocks = s.config.start_clocks;
   s.clocks.resize(static_cast<std::size_t>(s.config.replicas), 0);
   s.rank_examples.assign(static_cast<std::size_t>(s.config.replicas), 0);
+  s.last_reports.assign(static_cast<std::size_t>(s.config.replicas), StepReport{});
+  s.alive.assign(static_cast<std::size_t>(s.config.replicas), true);
+  s.start_world = s.config.replicas;
+  s.batch = s.config.batch;
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;
   s.epoch = s.config.start.epoch;
+  // The first segment: the whole epoch in the first view.
+  s.seg_start = s.epoch * s.config.batches_per_epoch;
+  s.seg_offset = 0;
+  s.seg_steps = s.config.batches_per_epoch;
   s.result.mode_history.push_back(s.mode.str() + "@" + std::to_string(s.global_step));
   // Scheduled switches already in the past (a resumed job) are skipped.
   while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step < s.global_step)
@@ -617,7 +895,14 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
       [=](step_done_atom, const StepReport& r) {
         auto& st = self->state;
         if (st.finished) return;
+        if (r.view != st.view || r.rank < 0 || static_cast<std::size_t>(r.rank) >= st.clocks.size() ||
+            !alive(st, static_cast<std::size_t>(r.rank))) {
+          ++st.stale_reports;  // from a view that has ended, or a replica that left it
+          ++st.result.stale_reports;
+          return;
+        }
         st.idle_boundaries = 0;
+        st.last_reports[static_cast<std::size_t>(r.rank)] = r;
         const std::int64_t before = min_clock(st);
         st.clocks[static_cast<std::size_t>(r.rank)] = r.clock;
         st.rank_examples[static_cast<std::size_t>(r.rank)] += r.examples;
@@ -640,7 +925,10 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           // The epoch's mean loss so far, as Keras shows it: the bar and the
           // epoch's summary line then agree.
           const double mean = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : st.last_loss;
-          st.config.callbacks.on_step_end(st.global_step, min_clock(st) - st.epoch * st.config.batches_per_epoch,
+          // Steps into the epoch: the segments before this one, counted in
+          // this view's global batches, and this one's.
+          const std::int64_t earlier = st.seg_offset / std::max<std::int64_t>(1, st.batch * st.config.replicas);
+          st.config.callbacks.on_step_end(st.global_step, earlier + min_clock(st) - st.seg_start,
                                           mean, t > 0 ? double(st.epoch_examples) / t : 0.0);
         }
         // A checkpoint by time bounds what a crash loses when no step-based
@@ -675,6 +963,50 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
             /*after_failure=*/true);
       },
       [=](status_atom) -> std::string { return status_json(self->state); },
+      [=](member_atom, const MemberEvent& e) { member_event(self, e); },
+      // troupe ctl drain NODE: by index ("2") or name.
+      [=](drain_atom, const std::string& which) -> ControlReply {
+        auto& st = self->state;
+        if (st.finished) return ControlReply{409, "the job has finished"};
+        if (!st.config.elastic) return ControlReply{409, "this job runs on one host; there is no node to drain"};
+        for (const auto& n : st.config.nodes) {
+          if (which != std::to_string(n.index) && which != n.name) continue;
+          if (n.index == 0)
+            return ControlReply{409, "the coordinator cannot be drained (it owns the job); stop the job instead"};
+          member_event(self, MemberEvent{MemberEvent::Kind::drain, n.index, "troupe ctl drain"});
+          return ControlReply{200, "node " + std::to_string(n.index) + " (" + n.name +
+                                       ") leaves at the next step boundary"};
+        }
+        std::string known;
+        for (const auto& n : st.config.nodes) known += (known.empty() ? "" : ", ") + std::to_string(n.index) + " (" + n.name + ")";
+        return ControlReply{404, "no node '" + which + "' in the job; its nodes: " + known};
+      },
+      // A sync step's all-reduce failed: the replica is idle at `clock`. A
+      // membership change explains it (a lost node); otherwise the view is
+      // formed again with the same members (a peer that stalls is found by
+      // the membership's heartbeats meanwhile).
+      [=](step_aborted_atom, std::uint32_t view, int rank, std::int64_t clock, const std::string& why) {
+        auto& st = self->state;
+        if (st.finished || view != st.view || rank < 0 || static_cast<std::size_t>(rank) >= st.clocks.size()) return;
+        st.clocks[static_cast<std::size_t>(rank)] = clock;
+        st.grants[static_cast<std::size_t>(rank)] = clock;
+        if (!st.view_change_due && !st.forming) {
+          log_line("replica " + std::to_string(rank) + "'s all-reduce failed (" + why + "); forming the view again");
+          st.view_change_due = true;
+          st.pausing = true;
+        }
+        extend(self);
+      },
+      // Paused below --min-nodes since view `view`: if still so, stop.
+      [=](halt_atom, std::uint32_t view) {
+        auto& st = self->state;
+        if (!st.paused || st.finished || st.forming || view != st.view) return;
+        const std::string why = "only " + st.pause_reason + " for " +
+                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(st.config.wait_timeout).count()) +
+                                " s (--wait-timeout): the job stops";
+        log_line(why);
+        self->send(self, failed_atom::value, -1, why);
+      },
       [=](mode_atom, const std::string& text) -> caf::result<ControlReply> {
         Mode to;
         try {

@@ -24,8 +24,32 @@
 //       checkpoint, stop
 //   quiescent --(actions done)--> running (new grants) or finished
 //
+// Membership views (cluster jobs, elastic = true). Membership is a numbered
+// view; every grant, step report and push carries its view, and anything
+// from an older one is dropped and counted. Nodes that join, leave (drain)
+// or are lost change the view at the next step boundary, in this order
+// after an epoch end and an evaluation and before a mode switch:
+//   lost node   its ranks leave the slowest-clock computation at once; in
+//               sync the job's thread aborts every collective of the view,
+//               and each survivor reports `step_aborted`; the boundary is
+//               reached when every survivor is idle. The new view starts at
+//               the survivors' smallest clock (a survivor whose all-reduce
+//               completed rolls that step back in memory): at most the step
+//               in flight is lost. In async and ssp the survivors first
+//               catch up to the most advanced one (their grants).
+//   join, drain at the next boundary; no step is lost.
+// The coordinator sends `form_view, ViewPlan` to the listener (the job's
+// thread, which talks to the nodes) and goes on with `FormedView`: every
+// replica starts the view at the same clock, and the rest of the epoch is
+// split among the new world (models/data/epoch_plan.hpp, 5.). Below
+// --min-nodes nodes training pauses; after --wait-timeout paused the job
+// stops with a checkpoint.
+//
 // Protocol:
 //   start                           begin (from the job)
+//   member, MemberEvent             a node joined, is draining or was lost
+//   step_aborted, view, rank, clock, why  a sync step's all-reduce failed
+//   view_formed, FormedView         the job's thread formed the view asked for
 //   step_done, StepReport           a device finished a step
 //   failed, rank, message           a device failed: the job ends with the error
 //   status                  -> std::string (JSON)
@@ -61,6 +85,10 @@ struct JobResult {
   std::int64_t examples = 0;
   double train_seconds = 0, wall_seconds = 0, samples_per_s = 0;
   std::vector<std::string> mode_history;  // "sync@0", "async@500", ...
+  // Membership views after the first: "view 2 at step 340: 3 replicas on 2 nodes".
+  std::vector<std::string> view_history;
+  std::int64_t stale_reports = 0;     // step reports of an ended view, dropped
+  std::int64_t steps_discarded = 0;   // sync steps rolled back at a view change
   Mode final_mode;
   bool stopped_early = false;
   // Resumed from a checkpoint of a job that had already trained every epoch
@@ -68,14 +96,6 @@ struct JobResult {
   bool already_finished = false;
   std::string resumed_from;           // the checkpoint resumed from, if any
   std::string error;                  // empty on success
-};
-
-// One node of a cluster, for /status.
-struct NodeInfo {
-  std::string name;                  // "coordinator", "worker/HOST:PORT", ...
-  std::string address;               // its data-plane address
-  int first_rank = 0, replicas = 0;  // its replicas' global ranks
-  std::vector<std::string> devices;
 };
 
 struct CoordinatorConfig {
@@ -109,6 +129,14 @@ struct CoordinatorConfig {
   bool classification = true;          // training accuracy is measured (else NaN)
   std::chrono::milliseconds timeout{120000};
   models::Callbacks callbacks;
+  // Elastic membership (cluster jobs; see "Membership views" above).
+  bool elastic = false;
+  std::int64_t dataset_examples = 0;   // n, for splitting the rest of an epoch
+  std::int64_t batch = 1;              // per replica at the start
+  bool drop_remainder = false;
+  bool fixed_global_batch = false;     // elastic_batch = "global"
+  int min_nodes = 1;                   // pause below this many nodes
+  std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
 };
 
 // Spawns the coordinator (its state stays private to coordinator.cpp).

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <algorithm>
 #include <map>
 
 #include "actors/job_file.hpp"
@@ -70,6 +71,10 @@ class CoordinatorCluster final : public ClusterHooks {
  public:
   CoordinatorCluster(const NodeOptions& options, const JobConfig& job) : options_(options), log_(logger(options)) {
     if (options_.min_nodes < 1) throw std::invalid_argument("--min-nodes must be at least 1");
+    if (options_.start_nodes < options_.min_nodes) options_.start_nodes = options_.min_nodes;
+    if (options_.max_nodes != 0 && options_.max_nodes < options_.start_nodes)
+      throw std::invalid_argument("--max-nodes " + std::to_string(options_.max_nodes) + " is below --start-nodes " +
+                                  std::to_string(options_.start_nodes));
     if (options_.max_nodes != 0 && options_.max_nodes < options_.min_nodes)
       throw std::invalid_argument("--max-nodes " + std::to_string(options_.max_nodes) + " is below --min-nodes " +
                                   std::to_string(options_.min_nodes));
@@ -78,6 +83,7 @@ class CoordinatorCluster final : public ClusterHooks {
     identity_ = job_identity(job);
     job_text_ = to_job_text(job);
     for (const auto& d : job.devices) local_devices_.push_back(d.str());
+    batch_ = job.train.batch;
   }
 
   ~CoordinatorCluster() override {
@@ -113,10 +119,9 @@ class CoordinatorCluster final : public ClusterHooks {
       g.handshake.version = TROUPE_VERSION;
       g.handshake.identity = "coordinator";
       g.log = log_;
-      auto started = started_;
-      g.admit = [started](const std::string&) -> std::string {
-        return started->load() ? "the job has started; its membership is fixed" : "";
-      };
+      // Elastic membership: a node may join at any time (the membership
+      // actor refuses one beyond --max-nodes, with the reason).
+      g.admit = [](const std::string&) -> std::string { return ""; };
       gate_ = std::make_unique<net::Gate>(g);
     } catch (...) {
       release(self);
@@ -128,16 +133,16 @@ class CoordinatorCluster final : public ClusterHooks {
       log_("no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted");
     else
       log_("cluster secret from " + secret_.origin());
-    if (options_.min_nodes > 1) log_("waiting for " + std::to_string(options_.min_nodes - 1) + " more node(s)");
+    if (options_.start_nodes > 1) log_("waiting for " + std::to_string(options_.start_nodes - 1) + " more node(s)");
 
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
     SignalWatch signals;
-    while (static_cast<int>(ready_.size()) + 1 < options_.min_nodes) {
+    while (static_cast<int>(ready_.size()) + 1 < options_.start_nodes) {
       const auto left = deadline - std::chrono::steady_clock::now();
       bool timed_out = false;
       if (const int sig = signals.signal()) {
         const std::string why = "stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes (" +
-                                std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.min_nodes) +
+                                std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.start_nodes) +
                                 " nodes ready)";
         finish(self, why);
         throw std::runtime_error(why);
@@ -158,8 +163,8 @@ class CoordinatorCluster final : public ClusterHooks {
                                                                    100ms)) >>
               [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) {
-        const std::string why = "only " + std::to_string(ready_.size() + 1) + " of --min-nodes " +
-                                std::to_string(options_.min_nodes) + " nodes were ready after " +
+        const std::string why = "only " + std::to_string(ready_.size() + 1) + " of " +
+                                std::to_string(options_.start_nodes) + " nodes (--start-nodes / --min-nodes) were ready after " +
                                 net::describe_seconds(std::chrono::duration<double>(options_.wait_timeout).count());
         finish(self, why);
         throw std::runtime_error(why);
@@ -178,34 +183,14 @@ class CoordinatorCluster final : public ClusterHooks {
 
   std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& reducer, int local,
                                                       int world, const data::Cursor& start) override {
-    std::vector<std::string> addresses{data_address_};
-    for (const auto& n : ready_) addresses.push_back(n.data_address);
-    nodes_.push_back(NodeInfo{"coordinator", data_address_, 0, local, local_devices_});
-    int first = local;
-    for (std::size_t k = 0; k < ready_.size(); ++k) {
-      const auto& n = ready_[k];
-      nodes_.push_back(NodeInfo{n.name, n.data_address, first, static_cast<int>(n.devices.size()), n.devices});
-      self->send(n.handle, form_atom::value, static_cast<std::int32_t>(k + 1), static_cast<std::int32_t>(first),
-                 static_cast<std::int32_t>(world), addresses, reducer, start.epoch, start.batch);
-      first += static_cast<int>(n.devices.size());
-    }
-    std::shared_ptr<net::Collective> across;
-    if (addresses.size() > 1) {
-      net::TcpGroupConfig tc;
-      tc.rank = 0;
-      tc.addresses = addresses;
-      tc.job_id = job_id_of(identity_.fingerprint);
-      tc.options.timeout = options_.timeout;
-      tc.connect_timeout = options_.timeout;
-      tc.listen_fd = data_fd_;
-      data_fd_ = -1;  // the group owns it now
-      tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
-      across = net::make_tcp_group(tc);
-    }
-    net::CollectiveOptions co{options_.timeout};
+    ViewPlan plan;
+    plan.view = 0;
+    plan.cursor = start;
+    plan.clock = 0;  // the job installs each replica's clock and position after this
+    plan.batch = batch_;
     std::vector<std::shared_ptr<net::Collective>> out;
-    for (auto& c : net::make_hierarchical_group(net::make_local_group(local, co), across, 0, world, co))
-      out.emplace_back(std::move(c));
+    send_view(self, plan, local, world, batch_, reducer);
+    connect_view(plan.view, local, world, out, options_.timeout);
     return out;
   }
 
@@ -221,7 +206,9 @@ class CoordinatorCluster final : public ClusterHooks {
         break;
       }
       self->receive(
-          [&](formed_atom, std::int32_t k, const std::vector<caf::actor>& devices, const std::string& why) {
+          [&](formed_atom, std::uint32_t view, std::int32_t k, const std::vector<caf::actor>& devices,
+              const std::string& why) {
+            if (view != 0) return;
             if (!why.empty()) error = "node " + std::to_string(k) + " could not start its replicas: " + why;
             by_node[k] = devices;
           },
@@ -260,7 +247,9 @@ class CoordinatorCluster final : public ClusterHooks {
     // acknowledgement crossed the wire, so the wait goes in short slices
     // that look at whether the membership saw it go, up to one deadline.
     const auto deadline = std::chrono::steady_clock::now() + 5s;
-    for (const auto& n : ready_) {
+    std::vector<ReadyNode> everyone = ready_;
+    everyone.insert(everyone.end(), pending_.begin(), pending_.end());
+    for (const auto& n : everyone) {
       bool acknowledged = false;
       while (!acknowledged && !gone_->contains(n.index) && std::chrono::steady_clock::now() < deadline)
         self->request(n.handle, 200ms, done_atom::value, error)
@@ -269,7 +258,185 @@ class CoordinatorCluster final : public ClusterHooks {
     release(self);
   }
 
+  // ---- elastic membership ----
+
+  void add_joiner(int index, const std::string& name, const std::string& address,
+                  const std::vector<std::string>& devices, const caf::actor& handle) override {
+    if (gone_->contains(index)) return;
+    pending_.push_back(ReadyNode{index, name, address, devices, handle});
+  }
+
+  bool forget(int index) override {
+    gone_->add(index);
+    bool in_view = false;
+    for (const auto& n : ready_) in_view = in_view || n.index == index;
+    auto drop = [index](std::vector<ReadyNode>& v) {
+      v.erase(std::remove_if(v.begin(), v.end(), [&](const ReadyNode& n) { return n.index == index; }), v.end());
+    };
+    drop(pending_);
+    return in_view;
+  }
+
+  void abort_view(caf::scoped_actor& self, const std::string& why) override {
+    for (const auto& n : ready_)
+      if (!gone_->contains(n.index)) self->send(n.handle, abort_view_atom::value, view_, why);
+  }
+
+  FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& reducer,
+                    std::vector<std::shared_ptr<net::Collective>>& collectives) override {
+    FormedView out;
+    out.view = plan.view;
+    // The members: the view's nodes that stay, then the joiners in order.
+    std::vector<ReadyNode> members, leaving;
+    for (const auto& n : ready_) {
+      const bool removed = std::find(plan.remove.begin(), plan.remove.end(), n.index) != plan.remove.end();
+      if (gone_->contains(n.index)) continue;
+      (removed ? leaving : members).push_back(n);
+    }
+    newcomers_.clear();
+    for (const auto& n : pending_) {
+      if (gone_->contains(n.index)) continue;
+      if (options_.max_nodes > 0 && static_cast<int>(members.size()) + 1 >= options_.max_nodes) break;
+      members.push_back(n);
+      newcomers_.push_back(n.index);
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [&](const ReadyNode& n) {
+                                    return std::find(newcomers_.begin(), newcomers_.end(), n.index) != newcomers_.end();
+                                  }),
+                   pending_.end());
+    ready_ = members;
+    int world = local;
+    for (const auto& n : ready_) world += static_cast<int>(n.devices.size());
+    out.batch = plan.global_batch > 0 ? std::max<std::int64_t>(1, plan.global_batch / world) : plan.batch;
+    batch_ = out.batch;
+    view_ = plan.view;
+    // A node drained: it is not in the view; tell it to go (exit 0).
+    for (const auto& n : leaving) {
+      if (membership_) self->send(membership_, drain_atom::value, static_cast<std::int32_t>(n.index));
+      self->send(n.handle, drain_atom::value, std::string("left the job at a step boundary"));
+      gone_->add(n.index);
+    }
+    try {
+      send_view(self, plan, local, world, out.batch, reducer);
+      collectives.clear();
+      // Peers of a view that fails to form are found by the membership's
+      // heartbeats within seconds: a shorter connect deadline than --timeout.
+      connect_view(plan.view, local, world, collectives, std::min<std::chrono::milliseconds>(options_.timeout, 20s));
+    } catch (const std::exception& e) {
+      out.error = e.what();
+      return out;
+    }
+    // Every node's replicas, in rank order.
+    std::map<int, std::vector<caf::actor>> by_node;
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    while (by_node.size() < ready_.size() && out.error.empty()) {
+      bool timed_out = false;
+      self->receive(
+          [&](formed_atom, std::uint32_t view, std::int32_t k, const std::vector<caf::actor>& devices,
+              const std::string& why) {
+            if (view != plan.view) return;
+            if (!why.empty()) out.error = "node " + std::to_string(ready_[static_cast<std::size_t>(k - 1)].index) +
+                                          " could not enter view " + std::to_string(view) + ": " + why;
+            by_node[k] = devices;
+          },
+          [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            forget(index);
+            events_.push_back(MemberEvent{MemberEvent::Kind::lost, index, what});
+            for (const auto& n : ready_)
+              if (n.index == index) {
+                out.lost.push_back(index);
+                out.error = what;
+              }
+          },
+          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
+              const std::vector<std::string>& devices, const caf::actor& handle) {
+            add_joiner(index, name, address, devices, handle);
+            events_.push_back(MemberEvent{MemberEvent::Kind::joined, index, name});
+          },
+          [&](drain_atom, std::int32_t index, const std::string& why) {
+            events_.push_back(MemberEvent{MemberEvent::Kind::drain, index, why});
+          },
+          caf::after(std::min<std::chrono::steady_clock::duration>(
+              std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(), 0s), 100ms)) >>
+              [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
+      if (timed_out)
+        out.error = "the nodes did not enter view " + std::to_string(plan.view) + " within " +
+                    net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
+    }
+    if (!out.error.empty()) {
+      for (auto& c : collectives) c->abort(out.error);
+      return out;
+    }
+    for (auto& [k, devices] : by_node) {
+      (void)k;
+      for (auto& d : devices) out.devices.push_back(d);
+    }
+    out.nodes = nodes_;
+    return out;
+  }
+
+  std::vector<int> newcomers() const override { return newcomers_; }
+
+  std::vector<MemberEvent> take_events() override {
+    std::vector<MemberEvent> out;
+    out.swap(events_);
+    return out;
+  }
+
  private:
+  // Sends every member its part of the view (FormView) and records the
+  // nodes (with their ranks) for status.
+  void send_view(caf::scoped_actor& self, const ViewPlan& plan, int local, int world, std::int64_t batch,
+                 const caf::actor& reducer) {
+    std::vector<std::string> addresses{data_address_};
+    for (const auto& n : ready_) addresses.push_back(n.data_address);
+    nodes_.clear();
+    nodes_.push_back(NodeInfo{0, "coordinator", data_address_, 0, local, local_devices_});
+    int first = local;
+    for (std::size_t k = 0; k < ready_.size(); ++k) {
+      const auto& n = ready_[k];
+      nodes_.push_back(NodeInfo{n.index, n.name, n.data_address, first, static_cast<int>(n.devices.size()), n.devices});
+      FormView f;
+      f.view = plan.view;
+      f.node_rank = static_cast<std::int32_t>(k + 1);
+      f.first_rank = first;
+      f.world = world;
+      f.addresses = addresses;
+      f.clock = plan.clock;
+      f.epoch = plan.cursor.epoch;
+      f.batch = plan.cursor.batch;
+      f.offset = plan.cursor.offset;
+      f.batch_size = batch;
+      self->send(n.handle, form_atom::value, f, reducer);
+      first += static_cast<int>(n.devices.size());
+    }
+  }
+
+  // This host's side of the view's data plane: the ring of node leaders
+  // (the listening socket is kept across views; each view's group takes a
+  // duplicate) under the local group.
+  void connect_view(std::uint32_t view, int local, int world, std::vector<std::shared_ptr<net::Collective>>& out,
+                    std::chrono::milliseconds connect_timeout) {
+    std::shared_ptr<net::Collective> across;
+    if (!ready_.empty()) {
+      net::TcpGroupConfig tc;
+      tc.rank = 0;
+      tc.addresses = {data_address_};
+      for (const auto& n : ready_) tc.addresses.push_back(n.data_address);
+      tc.job_id = ring_id_of(identity_.fingerprint, view);
+      tc.options.timeout = options_.timeout;
+      tc.connect_timeout = connect_timeout;
+      tc.listen_fd = ::dup(data_fd_);
+      if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
+      tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+      across = net::make_tcp_group(tc);
+    }
+    net::CollectiveOptions co{options_.timeout};
+    for (auto& c : net::make_hierarchical_group(net::make_local_group(local, co), across, 0, world, co))
+      out.emplace_back(std::move(c));
+  }
+
   void release(caf::scoped_actor& self) {
     auto& system = self->system();
     if (gate_) gate_->stop();
@@ -294,7 +461,12 @@ class CoordinatorCluster final : public ClusterHooks {
   std::unique_ptr<net::Gate> gate_;
   std::shared_ptr<std::atomic<bool>> started_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<GoneNodes> gone_ = std::make_shared<GoneNodes>();
-  std::vector<ReadyNode> ready_;
+  std::vector<ReadyNode> ready_;     // the current view's nodes, in rank order
+  std::vector<ReadyNode> pending_;   // joined after the start, waiting for a view
+  std::vector<int> newcomers_;       // entered the last view formed
+  std::vector<MemberEvent> events_;  // heard while forming a view
+  std::uint32_t view_ = 0;
+  std::int64_t batch_ = 1;           // per replica
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
 };

@@ -53,6 +53,18 @@ caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, LoaderConfig c
         request_fill(self);
         return caf::ok_atom::value;
       },
+      // A new membership view: this replica's rank, the world and the
+      // per-replica batch change, and the rest of the epoch is split anew
+      // from the cursor's offset (models/data/epoch_plan.hpp, 5.).
+      [=](reconfig_atom, std::int64_t batch_size, int rank, int world, data::Cursor cursor) {
+        auto& s = self->state;
+        s.ready.clear();
+        s.config.plan.batch_size = batch_size;
+        s.config.shard = data::Shard{rank, world};
+        s.batches = std::make_unique<data::BatchIterator>(s.config.plan, s.config.shard, cursor);
+        request_fill(self);
+        return caf::ok_atom::value;
+      },
   };
 }
 

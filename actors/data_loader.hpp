@@ -5,6 +5,8 @@
 // Protocol:
 //   next_batch            -> Batch     the next batch of this replica's shard
 //   seek, Cursor          -> ok        continue from a saved cursor (resume)
+//   reconfig, batch, rank, world, Cursor -> ok
+//                                      a new membership view: shard anew
 //   (self) fill                        gather one more batch while fewer than
 //                                      `prefetch` are ready
 //

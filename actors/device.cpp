@@ -24,6 +24,45 @@ void fail(Self* self, const std::string& what) {
   if (s.config.coordinator) self->send(s.config.coordinator, failed_atom::value, s.config.rank, s.failure);
 }
 
+// A sync step's all-reduce failed in an elastic job: the view is changing.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// No more steps in this view; the coordinator forms the next one.
+void interrupt(Self* self, const std::string& why) {
+  auto& s = self->state;
+  s.grant.up_to = s.clock;
+  if (s.config.coordinator)
+    self->send(s.config.coordinator, step_aborted_atom::value, s.config.view, s.config.rank, s.clock, why);
+}
+
+// The state a sync step starts from, before it is applied (elastic jobs).
+void keep_committed(DeviceState& s) {
+  if (!s.committed_parameters.defined() || s.committed_parameters.raw() == nullptr)
+    s.committed_parameters = s.model->parameters().clone();
+  else
+    s.committed_parameters.copy_from(s.model->parameters());
+  const auto& buffers = s.optimizer->buffers();
+  if (s.committed_buffers.size() != buffers.size()) {
+    s.committed_buffers.clear();
+    for (const auto& [name, buffer] : buffers) s.committed_buffers.push_back(buffer.clone());
+  } else {
+    for (std::size_t i = 0; i < buffers.size(); ++i) s.committed_buffers[i].copy_from(buffers[i].second);
+  }
+  s.committed_scalars = s.optimizer->scalars();
+  s.committed_clock = s.clock;
+}
+
+void roll_back(DeviceState& s) {
+  s.model->parameters().copy_from(s.committed_parameters);
+  const auto& buffers = s.optimizer->buffers();
+  for (std::size_t i = 0; i < buffers.size() && i < s.committed_buffers.size(); ++i)
+    buffers[i].second.copy_from(s.committed_buffers[i]);
+  for (const auto& [name, value] : s.committed_scalars) s.optimizer->set_scalar(name, value);
+  s.clock = s.committed_clock;
+}
+
 void maybe_continue(Self* self) {
   auto& s = self->state;
   if (s.failed || s.step_queued || s.clock >= s.grant.up_to) return;
@@ -34,6 +73,7 @@ void maybe_continue(Self* self) {
 void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, bool pushed) {
   auto& s = self->state;
   StepReport r;
+  r.view = s.config.view;
   r.rank = s.config.rank;
   r.clock = s.clock;
   r.loss_sum = loss_sum;
@@ -101,7 +141,16 @@ void run_step(Self* self, const Batch& b) {
     const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale, correct) : 0.0;
     check_loss(s, loss_sum);
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
-    work->wait(net::Clock::now() + s.config.timeout);
+    if (s.config.elastic) {
+      try {
+        work->wait(net::Clock::now() + s.config.timeout);
+      } catch (const std::exception& e) {
+        throw Interrupted(e.what());
+      }
+      keep_committed(s);
+    } else {
+      work->wait(net::Clock::now() + s.config.timeout);
+    }
     check_gradient(s, s.model->gradients());
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
@@ -115,6 +164,7 @@ void run_step(Self* self, const Batch& b) {
   check_loss(s, loss_sum);
   check_gradient(s, s.model->gradients());
   GradientPush push;
+  push.view = s.config.view;
   push.rank = s.config.rank;
   push.clock = s.clock + 1;
   push.gradient = s.model->gradients().to(kernels::Device::cpu());
@@ -165,6 +215,10 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
           if (self->state.failed)
             self->send(self->state.config.coordinator, failed_atom::value, self->state.config.rank, self->state.failure);
         }
+        if (g.view != self->state.config.view) {
+          ++self->state.stale_grants;  // from a view this replica has left
+          return;
+        }
         self->state.grant = g;
         maybe_continue(self);
       },
@@ -177,6 +231,8 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
                 [=](const Batch& b) {
                   try {
                     run_step(self, b);
+                  } catch (const Interrupted& e) {
+                    interrupt(self, e.what());
                   } catch (const std::exception& e) {
                     fail(self, std::string("step ") + std::to_string(self->state.clock + 1) + ": " + e.what());
                   }
@@ -207,6 +263,43 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.grant.up_to = at.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();
         self->request(st.config.loader, st.config.timeout, seek_atom::value, data::Cursor{at.epoch, at.batch})
+            .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [=](halt_atom) -> std::int64_t {
+        auto& st = self->state;
+        st.grant.up_to = st.clock;
+        return st.clock;
+      },
+      // A new membership view. Every replica of it starts at a.clock: a
+      // survivor one step ahead (its all-reduce completed, another's did
+      // not) rolls that step back; a joiner takes the clock (its state
+      // follows in set_state).
+      [=](reconfig_atom, const ViewAssignment& a) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
+        if (st.clock > a.clock) {
+          if (st.clock == a.clock + 1 && st.committed_clock == a.clock) {
+            roll_back(st);
+          } else {
+            return caf::make_error(caf::sec::runtime_error,
+                                   "replica " + std::to_string(st.config.rank) + " is at step " +
+                                       std::to_string(st.clock) + " and cannot go back to step " +
+                                       std::to_string(a.clock) + " of view " + std::to_string(a.view));
+          }
+        }
+        st.config.view = a.view;
+        st.config.rank = a.rank;
+        st.config.collective = a.collective;
+        st.config.sync_grad_scale = 1.0f / static_cast<float>(a.batch_size * a.world);
+        st.clock = a.clock;
+        st.grant = Grant{};
+        st.grant.view = a.view;
+        st.grant.up_to = a.clock;
+        auto rp = self->make_response_promise<caf::ok_atom>();
+        self->request(st.config.loader, st.config.timeout, reconfig_atom::value, a.batch_size, a.rank, a.world,
+                      a.cursor)
             .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;

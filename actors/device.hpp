@@ -11,6 +11,11 @@
 //                             -> ok             replace them and move the replica to that
 //                                               clock and data position (resume, joins)
 //   evaluate                  -> EpochResult    evaluate the replica on the test split
+//   halt                      -> clock          run no step beyond the one in progress
+//   reconfig, ViewAssignment  -> ok             enter a new membership view: rank, world,
+//                                               batch, collective, clock and data position
+//                                               (a sync step the view change discarded is
+//                                               rolled back first)
 //
 // One step: ask the data loader for the next batch, forward and backward
 // (the gradient lands in the model's flat gradient buffer), then
@@ -22,6 +27,15 @@
 // After each step it reports StepReport to the coordinator and continues
 // while its grant allows. Any error is reported as `failed` with the reason,
 // and aborts the collective so that no other replica waits for this one.
+//
+// Elastic (cluster jobs): a sync step whose all-reduce fails (a member was
+// lost; the coordinator node aborts every collective of the view) is not a
+// failure: the device reports `step_aborted, view, rank, clock, why` and
+// waits for the next view. Before applying each sync step it keeps a copy
+// of the state the step starts from (the last committed state), so a step
+// that completed here but not on every survivor can be rolled back in
+// memory: survivors stay bitwise identical, no disk read. Grants of another
+// view are dropped and counted.
 #pragma once
 
 #include <caf/all.hpp>
@@ -47,6 +61,8 @@ struct DeviceConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   float sync_grad_scale = 1.0f;   // 1 / global batch
+  bool elastic = false;           // membership may change: keep the committed state, survive aborts
+  std::uint32_t view = 0;
   std::shared_ptr<net::Collective> collective;
   std::shared_ptr<const data::Dataset> test;
   // The loss: mean squared error for regression data, else cross-entropy.
@@ -71,6 +87,12 @@ struct DeviceState {
   std::string failure;           // why, kept until the coordinator is known
   bool classification = true;
   models::Metrics metrics;       // per step: top-1 correct for the training accuracy
+  // Elastic: the state before the last sync step (its clock: committed_clock).
+  Tensor committed_parameters;
+  std::vector<Tensor> committed_buffers;
+  std::vector<std::pair<std::string, double>> committed_scalars;
+  std::int64_t committed_clock = -1;
+  std::int64_t stale_grants = 0;  // grants of another view, dropped
   static inline const char* name = "device";
 };
 

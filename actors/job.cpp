@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "actors/data_loader.hpp"
@@ -135,6 +136,8 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.regression = plan.train_data && plan.train_data->task == data::Task::regression;
   dc.eval_batch = t.eval_batch;
   dc.timeout = plan.timeout;
+  dc.elastic = plan.elastic;
+  dc.view = plan.view;
   dc.loader = out.loader;
   dc.reducer = plan.reducer;
   out.device = system.spawn<caf::detached>(device_actor, dc);
@@ -286,6 +289,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       plan.prefetch = config_.prefetch;
       plan.threads = config_.threads_per_device;
       plan.timeout = config_.timeout;
+      plan.elastic = cluster != nullptr;
       ReplicaActors a = spawn_replica(system, plan);
       loaders.push_back(a.loader);
       devices.push_back(a.device);
@@ -326,6 +330,10 @@ JobResult Job::run(const models::Callbacks& callbacks) {
           break;
         case ControlRequest::Kind::stop:
           self->request(coordinator, timeout, stop_atom::value)
+              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
+          break;
+        case ControlRequest::Kind::drain:
+          self->request(coordinator, timeout, drain_atom::value, r->argument)
               .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
           break;
       }
@@ -400,6 +408,13 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.classification = data_.train.task == data::Task::classification;
     cc.timeout = config_.timeout;
     cc.callbacks = callbacks;
+    cc.elastic = cluster != nullptr;
+    cc.dataset_examples = data_.train.size();
+    cc.batch = t.batch;
+    cc.drop_remainder = t.drop_remainder;
+    cc.fixed_global_batch = config_.elastic_batch == "global";
+    cc.min_nodes = config_.min_nodes;
+    cc.wait_timeout = config_.wait_timeout;
     caf::actor coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
@@ -410,6 +425,61 @@ JobResult Job::run(const models::Callbacks& callbacks) {
 
     bool stop_requested = false;
     bool done = false;
+    // A view the coordinator asked for, formed after the receive below (the
+    // hooks wait for the nodes with receives of their own).
+    std::optional<ViewPlan> view_plan;
+    caf::response_promise view_promise;
+    // Elastic membership: the view the coordinator asked for, formed here
+    // because the hooks talk to the nodes from this thread.
+    auto form_view = [&](const ViewPlan& plan) {
+      std::vector<std::shared_ptr<net::Collective>> fresh;
+      FormedView f = cluster->reform(self, plan, local, reducer, fresh);
+      const int w = local + static_cast<int>(f.devices.size());
+      if (f.error.empty()) {
+        // This host's replicas enter the view (one a step ahead rolls it back).
+        for (int r = 0; r < local && f.error.empty(); ++r) {
+          ViewAssignment a;
+          a.view = plan.view;
+          a.rank = r;
+          a.world = w;
+          a.batch_size = f.batch;
+          a.clock = plan.clock;
+          a.cursor = plan.cursor;
+          a.collective = fresh[static_cast<std::size_t>(r)];
+          self->request(devices[static_cast<std::size_t>(r)], config_.timeout, reconfig_atom::value, a)
+              .receive([](caf::ok_atom) {},
+                       [&](caf::error& e) { f.error = "replica " + std::to_string(r) + ": " + system.render(e); });
+        }
+      }
+      if (f.error.empty()) {
+        for (auto& c : collectives) c->abort("view " + std::to_string(plan.view) + " replaces it");
+        collectives = fresh;
+        all_devices = devices;
+        for (auto& d : f.devices) all_devices.push_back(d);
+        // The newcomers' replicas take replica 0's state (parameters and
+        // optimizer state; their clock and data position came with the view).
+        const auto joined = cluster->newcomers();
+        if (!joined.empty()) {
+          ReplicaState state;
+          self->request(devices[0], config_.timeout, get_state_atom::value)
+              .receive([&](ReplicaState& st) { state = std::move(st); },
+                       [&](caf::error& e) { f.error = "reading the state for the joiners: " + system.render(e); });
+          for (const auto& n : f.nodes) {
+            if (!f.error.empty()) break;
+            if (std::find(joined.begin(), joined.end(), n.index) == joined.end()) continue;
+            for (int r = n.first_rank; r < n.first_rank + n.replicas && f.error.empty(); ++r)
+              self->request(all_devices[static_cast<std::size_t>(r)], config_.timeout, set_state_atom::value, state)
+                  .receive([](caf::ok_atom) {}, [&](caf::error& e) {
+                    f.error = "handing the state to node " + std::to_string(n.index) + ": " + system.render(e);
+                  });
+          }
+        }
+        f.devices = all_devices;
+      } else {
+        for (auto& c : fresh) c->abort(f.error);
+      }
+      return f;
+    };
     while (!done) {
       self->receive(
           [&](JobResult& r) {
@@ -420,14 +490,40 @@ JobResult Job::run(const models::Callbacks& callbacks) {
             result.error = "the coordinator stopped unexpectedly: " + system.render(down.reason);
             done = true;
           },
-          [&](node_lost_atom, std::int32_t, const std::string& what) {
-            // A node of the cluster is gone: no collective can complete. The
-            // coordinator checkpoints what is consistent and ends the job.
-            for (auto& c : collectives) c->abort(what);
-            self->send(coordinator, failed_atom::value, -1, what);
+          [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            // A node of the view is gone: no collective of the view can
+            // complete. Every survivor's all-reduce is aborted now (not at
+            // its timeout) and the coordinator forms a view without it.
+            if (cluster && cluster->forget(index)) {
+              for (auto& c : collectives) c->abort(what);
+              cluster->abort_view(self, what);
+            }
+            self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::lost, index, what});
+          },
+          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
+              const std::vector<std::string>& node_devices, const caf::actor& handle) {
+            if (!cluster) return;
+            cluster->add_joiner(index, name, address, node_devices, handle);
+            std::string list;
+            for (const auto& d : node_devices) list += (list.empty() ? "" : ",") + d;
+            self->send(coordinator, member_atom::value,
+                       MemberEvent{MemberEvent::Kind::joined, index, name + " with " + list});
+          },
+          [&](drain_atom, std::int32_t index, const std::string& why) {
+            self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::drain, index, why});
+          },
+          [&](form_view_atom, const ViewPlan& plan) {
+            view_plan = plan;
+            view_promise = self->make_response_promise();
           },
           caf::after(std::chrono::milliseconds(50)) >> [] {});
       if (done) break;
+      if (view_plan && cluster) {
+        FormedView f = form_view(*view_plan);
+        view_plan.reset();
+        view_promise.deliver(std::move(f));
+        for (auto& e : cluster->take_events()) self->send(coordinator, member_atom::value, std::move(e));
+      }
       // Polled, so a stop request from a signal handler needs no lock.
       if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
         stop_requested = true;
@@ -499,6 +595,10 @@ ControlReply Job::request_mode(const std::string& mode) {
 
 ControlReply Job::request_checkpoint() {
   return ask(ControlRequest::Kind::checkpoint, "", ControlReply{409, "the job is not running, or the checkpoint is still pending"});
+}
+
+ControlReply Job::request_drain(const std::string& node) {
+  return ask(ControlRequest::Kind::drain, node, ControlReply{409, "the job is not running"});
 }
 
 ControlReply Job::request_stop() {

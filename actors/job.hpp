@@ -50,8 +50,32 @@ class ClusterHooks {
   virtual std::vector<NodeInfo> nodes() const = 0;
   // Tells every node the job is over (error empty: done; else why it failed).
   virtual void finish(caf::scoped_actor& self, const std::string& error) = 0;
-  // While the job runs, the hooks send `node_lost, what` to run()'s actor
-  // when a node is gone; run() aborts the collectives and fails the job.
+
+  // ---- elastic membership, while the job runs ----
+  // run()'s actor hears from the membership actor: (ready, index, name,
+  // address, devices, handle) for a node that joined, (node_lost, index,
+  // what), (drain, index, why); it turns them into MemberEvents for the
+  // coordinator actor, and forms the views the coordinator asks for.
+  // A node that joined after the start, kept until a view includes it.
+  virtual void add_joiner(int index, const std::string& name, const std::string& address,
+                          const std::vector<std::string>& devices, const caf::actor& handle) = 0;
+  // A node is gone (lost, or told to leave): never asked anything again.
+  // Says whether it was in the current view.
+  virtual bool forget(int index) = 0;
+  // Tells the nodes of the current view to abort their collectives (run()
+  // aborts this host's): every survivor's pending all-reduce fails at once.
+  virtual void abort_view(caf::scoped_actor& self, const std::string& why) = 0;
+  // Forms `plan`'s view: the data plane of its nodes, this host's `local`
+  // replicas' new collectives (into `collectives`), and the nodes' replicas
+  // entering it. Returns the other nodes' devices (ranks local.. in order),
+  // every node and the per-replica batch, or why it failed (and which nodes
+  // were found gone meanwhile).
+  virtual FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& reducer,
+                            std::vector<std::shared_ptr<net::Collective>>& collectives) = 0;
+  // The nodes that entered the last view formed (they take the state).
+  virtual std::vector<int> newcomers() const = 0;
+  // Membership events the hooks received while they waited.
+  virtual std::vector<MemberEvent> take_events() = 0;
 };
 
 struct JobConfig {
@@ -64,6 +88,12 @@ struct JobConfig {
   std::chrono::milliseconds timeout{60000};  // any single wait between actors
   bool collect_replica_parameters = false;   // fill JobResult-side copies (tests)
   std::shared_ptr<ClusterHooks> cluster;     // null: this host only
+  // Elastic membership (cluster jobs): "replica" keeps the per-replica
+  // batch (the global batch follows the world size, like Horovod); "global"
+  // keeps the global batch (the per-replica batch is global / world).
+  std::string elastic_batch = "replica";
+  int min_nodes = 1;                            // training pauses below this many nodes
+  std::chrono::milliseconds wait_timeout{600000};  // ... and stops after this long paused
   // TensorBoard event files go here (job file key `tensorboard`; the CLI's
   // --tensorboard wins). Where the coordinator writes, not part of the job
   // the nodes train: left out of the job text and its fingerprint.
@@ -89,6 +119,8 @@ class Job {
   ControlReply request_mode(const std::string& mode);
   ControlReply request_checkpoint();
   ControlReply request_stop();
+  // A cluster node leaves at the next step boundary (its index or name).
+  ControlReply request_drain(const std::string& node);
 
   // Each replica's parameters at the end of run() (collect_replica_parameters).
   const std::vector<std::vector<float>>& replica_parameters() const { return replica_parameters_; }
@@ -100,7 +132,7 @@ class Job {
   // A control request from another thread. run()'s own thread forwards it
   // to the coordinator, so no CAF actor is ever created on a foreign thread.
   struct ControlRequest {
-    enum class Kind { status, mode, checkpoint, stop } kind;
+    enum class Kind { status, mode, checkpoint, stop, drain } kind;
     std::string argument;
     std::promise<ControlReply> reply;
   };

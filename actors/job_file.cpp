@@ -163,6 +163,13 @@ const std::vector<Key>& keys() {
       {"", "threads", Type::integer, set_threads, "threads_per_device"},  // as --threads
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
       {"", "tensorboard", Type::string, [](const Value& v, C& c) { c.tensorboard_dir = v.text; }},
+      // Elastic membership: what a view change keeps (JobConfig::elastic_batch).
+      {"", "elastic_batch", Type::string, [](const Value& v, C& c) {
+         if (v.text != "replica" && v.text != "global")
+           throw BadValue("elastic_batch is \"replica\" (the per-replica batch stays; the default) or \"global\" "
+                          "(the global batch stays), not \"" + v.text + "\"");
+         c.elastic_batch = v.text;
+       }},
       {"", "checkpoint_every", Type::integer,
        [](const Value& v, C& c) { c.train.checkpoint_every = as_int(v, 0, max64); }},
       {"", "checkpoint_minutes", Type::floating,

@@ -1,8 +1,36 @@
 #include "actors/membership.hpp"
 
+#include <algorithm>
+
 #include "kernels/config.hpp"
 
 namespace troupe::actors {
+
+namespace {
+// "worker/HOST/pid N" -> "worker/HOST": what a restarted node keeps.
+std::string host_of(const std::string& name) {
+  const auto pid = name.rfind("/pid ");
+  return pid == std::string::npos ? name : name.substr(0, pid);
+}
+
+void record_failure(MembershipState& st, const std::string& name) {
+  auto& h = st.hosts[host_of(name)];
+  const auto now = std::chrono::steady_clock::now();
+  h.failures.push_back(now);
+  h.failures.erase(std::remove_if(h.failures.begin(), h.failures.end(),
+                                  [&](auto t) { return now - t > st.failure_window; }),
+                   h.failures.end());
+  if (static_cast<int>(h.failures.size()) >= st.failures_for_cooldown) {
+    const auto cooldown = st.first_cooldown * (1 << std::min(h.strikes, 10));
+    ++h.strikes;
+    h.refused_until = now + cooldown;
+    h.failures.clear();
+    st.log(host_of(name) + " failed " + std::to_string(st.failures_for_cooldown) + " times within " +
+           std::to_string(st.failure_window.count()) + " s: refused for " + std::to_string(cooldown.count()) +
+           " s (cool-down)");
+  }
+}
+}  // namespace
 
 caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, MembershipState init) {
   self->state = std::move(init);
@@ -16,9 +44,11 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
         st.members.erase(it);
         return;
       }
-      const std::string what = "lost node " + std::to_string(it->index) + " (" + it->name + "): " +
-                               (down.reason ? self->system().render(down.reason) : "it left");
+      const std::string what = (it->leaving ? "node " + std::to_string(it->index) + " (" + it->name + ") left"
+                                            : "lost node " + std::to_string(it->index) + " (" + it->name + "): " +
+                                                  (down.reason ? self->system().render(down.reason) : "it left"));
       st.log(what);
+      if (!it->leaving) record_failure(st, it->name);
       st.gone->add(it->index);
       self->send(st.listener, node_lost_atom::value, static_cast<std::int32_t>(it->index), what);
       st.members.erase(it);
@@ -36,7 +66,15 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
         if (st.max_nodes > 0 && static_cast<int>(st.members.size()) + 1 >= st.max_nodes)
           return refuse("the job already has its --max-nodes " + std::to_string(st.max_nodes) +
                         " nodes (the coordinator included)");
-        if (st.started->load()) return refuse("the job has started; its membership is fixed");
+        const auto host = st.hosts.find(host_of(name));
+        if (host != st.hosts.end() && std::chrono::steady_clock::now() < host->second.refused_until)
+          return refuse(
+              host_of(name) + " is cooling down after repeated failures for another " +
+              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(host->second.refused_until -
+                                                                              std::chrono::steady_clock::now())
+                                 .count() +
+                             1) +
+              " s");
         if (version != TROUPE_VERSION)
           return refuse("troupe version " + version + " cannot join a job run by troupe " + TROUPE_VERSION);
         if (!fingerprint.empty() && fingerprint != st.fingerprint)
@@ -56,23 +94,24 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
         self->state.closing = true;
         return caf::ok_atom::value;
       },
-      // A worker leaving on its own (a signal): lost like a node whose
-      // process died, with its own reason, and never reported twice.
+      // A worker leaving on its own (a signal): drained at the next step
+      // boundary; its end after that is no failure.
       [=](leave_atom, std::int32_t index, const std::string& why) {
         auto& st = self->state;
-        for (auto it = st.members.begin(); it != st.members.end(); ++it) {
-          if (it->index != index) continue;
-          self->demonitor(it->handle);
-          st.gone->add(it->index);
+        for (auto& m : st.members) {
+          if (m.index != index || m.leaving) continue;
+          m.leaving = true;
           if (!st.closing) {
-            const std::string what = "lost node " + std::to_string(it->index) + " (" + it->name + "): " + why;
-            st.log(what);
-            self->send(st.listener, node_lost_atom::value, index, what);
+            st.log("node " + std::to_string(index) + " (" + m.name + ") leaves: " + why);
+            self->send(st.listener, drain_atom::value, index, why);
           }
-          st.members.erase(it);
-          break;
         }
         return caf::ok_atom::value;
+      },
+      // The coordinator let node `index` go (drained): its end is no failure.
+      [=](drain_atom, std::int32_t index) {
+        for (auto& m : self->state.members)
+          if (m.index == index) m.leaving = true;
       },
       [=](ready_atom, std::int32_t index, const std::string& data_address, const std::vector<std::string>& devices) {
         auto& st = self->state;

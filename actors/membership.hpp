@@ -5,27 +5,40 @@
 //
 // Protocol:
 //   join, name, version, fingerprint -> (admitted, index, job text or why not)
-//                                        a node asks to join; refused with the
-//                                        reason once training started, beyond
-//                                        --max-nodes, for another troupe
-//                                        version or job file
+//                                        a node asks to join, at any time (a
+//                                        node joining a running job enters at
+//                                        the next step boundary); refused with
+//                                        the reason beyond --max-nodes, for
+//                                        another troupe version or job file,
+//                                        or while its host is cooling down
 //   ready, index, data address, devices -> ok
 //                                        the node's data plane listens; the
 //                                        listener hears (ready, index, name,
 //                                        address, devices, handle)
-//   leave, index, why             -> ok  a worker leaving on its own (a signal)
+//   leave, index, why             -> ok  a worker leaving on its own (SIGTERM,
+//                                        SIGINT): the listener hears (drain,
+//                                        index, why) and removes it at the next
+//                                        step boundary; no step is lost
+//   drain, index                        the coordinator let the node go: its
+//                                        end is not a failure
 //   done                          -> ok  the job is over: nodes that go are
 //                                        no longer lost
 // A node whose handle goes down (its process died, its link timed out on
 // heartbeats) is lost: (node_lost, index, what) to the listener, once.
-// Membership is fixed once training starts (elastic views are future work,
-// see docs/ARCHITECTURE.md).
+// Views (numbered memberships) are the coordinator actor's: see
+// actors/coordinator.hpp, "Membership views".
+//
+// Cool-down: a host whose nodes were lost 3 times within 10 minutes is
+// refused for 60 s, then 120 s, 240 s, ... (logged with its name), so a
+// node that crashes in a loop does not make the job change views forever.
 #pragma once
 
 #include <caf/all.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -61,6 +74,14 @@ struct Member {
   std::string name;
   caf::actor handle;
   bool ready = false;
+  bool leaving = false;  // said it leaves: its end is not a failure
+};
+
+// Repeated failures of one host (a node's name without its pid).
+struct HostRecord {
+  std::vector<std::chrono::steady_clock::time_point> failures;
+  int strikes = 0;
+  std::chrono::steady_clock::time_point refused_until{};
 };
 
 struct MembershipState {
@@ -73,6 +94,9 @@ struct MembershipState {
   bool closing = false;  // the job is over: nodes leaving are not lost
   std::vector<Member> members;
   std::shared_ptr<GoneNodes> gone;
+  std::map<std::string, HostRecord> hosts;
+  int failures_for_cooldown = 3;
+  std::chrono::seconds failure_window{600}, first_cooldown{60};
   static inline const char* name = "membership";
 };
 

@@ -10,6 +10,7 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<GradientPush>("troupe::GradientPush");
   config.add_message_type<ReplicaState>("troupe::ReplicaState");
   config.add_message_type<ReplicaPosition>("troupe::ReplicaPosition");
+  config.add_message_type<FormView>("troupe::FormView");
 }
 
 }  // namespace troupe::actors

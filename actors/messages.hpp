@@ -28,6 +28,7 @@
 #include "kernels/tensor.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/trainer.hpp"
+#include "net/collective/collective.hpp"
 
 namespace troupe::actors {
 
@@ -59,6 +60,15 @@ using form_atom = caf::atom_constant<caf::atom("form")>;
 using formed_atom = caf::atom_constant<caf::atom("formed")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
+// Elastic membership (actors/membership.hpp, docs/ARCHITECTURE.md).
+using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;     // a device or loader enters a new view
+using halt_atom = caf::atom_constant<caf::atom("halt")>;             // a device stops after its step -> clock
+using step_aborted_atom = caf::atom_constant<caf::atom("stepabort")>;  // a step's all-reduce was aborted
+using abort_view_atom = caf::atom_constant<caf::atom("abortview")>;  // a node aborts its collectives
+using member_atom = caf::atom_constant<caf::atom("member")>;         // a membership event for the coordinator
+using form_view_atom = caf::atom_constant<caf::atom("formview")>;    // coordinator -> job: form this view
+using view_formed_atom = caf::atom_constant<caf::atom("viewformd")>; // job -> coordinator: it is formed
+using drain_atom = caf::atom_constant<caf::atom("drain")>;           // a node leaves at the next boundary
 
 // A batch from a data loader, on the host.
 struct Batch {
@@ -72,6 +82,7 @@ struct Batch {
 // `mode`. The learning rate of the step starting at clock c is the schedule
 // at global step global_at_base + (c - clock_at_base), epoch `epoch`.
 struct Grant {
+  std::uint32_t view = 0;      // the membership view it belongs to (older ones are dropped)
   std::int64_t up_to = 0;
   Mode mode;
   std::int64_t clock_at_base = 0;
@@ -81,6 +92,7 @@ struct Grant {
 
 // A device's report after each step.
 struct StepReport {
+  std::uint32_t view = 0;      // the view the step ran in
   int rank = 0;
   std::int64_t clock = 0;      // steps this replica has completed
   double loss_sum = 0;
@@ -91,6 +103,7 @@ struct StepReport {
 
 // A gradient pushed to the parameter server (async / ssp).
 struct GradientPush {
+  std::uint32_t view = 0;      // a push from an older view is dropped, never applied
   int rank = 0;
   std::int64_t clock = 0;      // the replica's clock after this step
   Tensor gradient;             // a copy: the replica reuses its buffer
@@ -120,6 +133,69 @@ struct ReplicaPosition {
   std::int64_t batch = 0;      //              clock % batches per epoch
 };
 
+// A node's part of a new membership view, sent by the coordinator node to
+// each node (serialised): its place in the data-plane ring, its replicas'
+// ranks, and where every replica stands (all replicas of a view start at
+// the same clock and data position: see actors/coordinator.hpp).
+struct FormView {
+  std::uint32_t view = 0;
+  std::int32_t node_rank = 0;       // in the ring of node leaders (addresses)
+  std::int32_t first_rank = 0;      // this node's first replica
+  std::int32_t world = 1;           // replicas in the view
+  std::vector<std::string> addresses;
+  std::int64_t clock = 0;           // every replica's clock at the view's start
+  std::int64_t epoch = 0, batch = 0, offset = 0;  // the data cursor (models/data/epoch_plan.hpp, 5.)
+  std::int64_t batch_size = 1;      // per replica in this view
+};
+
+// What a device (and its loader) take on entering a view. Local only: the
+// collective is this process's.
+struct ViewAssignment {
+  std::uint32_t view = 0;
+  int rank = 0, world = 1;
+  std::int64_t batch_size = 1;      // per replica
+  std::int64_t clock = 0;           // the replica's clock from now on
+  data::Cursor cursor;              // its loader's next batch
+  std::shared_ptr<net::Collective> collective;
+};
+
+// A change of membership, from the job's thread to the coordinator actor.
+struct MemberEvent {
+  enum class Kind { joined, lost, drain } kind = Kind::joined;
+  int node = 0;                     // the membership's node index
+  std::string what;                 // for the log
+};
+
+// One node of a cluster, for /status and for view changes.
+struct NodeInfo {
+  int index = 0;                     // the membership's number (0: the coordinator)
+  std::string name;                  // "coordinator", "worker/HOST:PORT", ...
+  std::string address;               // its data-plane address
+  int first_rank = 0, replicas = 0;  // its replicas' global ranks
+  std::vector<std::string> devices;
+};
+
+// What the coordinator asks the job's thread to form at a step boundary.
+struct ViewPlan {
+  std::uint32_t view = 0;
+  std::int64_t clock = 0;           // every replica's clock in the new view
+  data::Cursor cursor;              // the new segment: epoch, batch 0, offset
+  std::int64_t batch = 1;           // per replica (elastic_batch "replica")
+  std::int64_t global_batch = 0;    // >0: keep this global batch (elastic_batch "global")
+  std::vector<int> remove;          // nodes that leave (lost or drained)
+};
+
+// What the job's thread formed for a view: every replica in rank order and
+// the nodes (for status), or why it could not.
+struct FormedView {
+  std::uint32_t view = 0;
+  std::vector<caf::actor> devices;
+  std::vector<NodeInfo> nodes;
+  std::int64_t batch = 1;           // per replica in the new view
+  std::vector<int> lost;            // nodes found gone while forming
+  std::string error;
+};
+
 // Where the job is: set on the parameter server whenever training resumes.
 struct Position {
   std::int64_t global_step = 0;
@@ -130,6 +206,7 @@ struct Position {
 struct ServerCounters {
   std::int64_t applied = 0;     // gradients applied by the parameter server
   std::int64_t max_lead = 0;    // largest observed (pusher's start clock - slowest clock)
+  std::int64_t dropped = 0;     // pushes from an ended view, not applied
 };
 
 
@@ -161,18 +238,18 @@ void serialize(P& p, Mode& m, const unsigned int) {
 
 template <class P>
 void serialize(P& p, Grant& g, const unsigned int) {
-  detail::check(p(g.up_to, g.mode, g.clock_at_base, g.global_at_base, g.epoch), "Grant");
+  detail::check(p(g.view, g.up_to, g.mode, g.clock_at_base, g.global_at_base, g.epoch), "Grant");
 }
 
 template <class P>
 void serialize(P& p, StepReport& r, const unsigned int) {
-  detail::check(p(r.rank, r.clock, r.examples, r.correct, r.pushed), "StepReport");
+  detail::check(p(r.view, r.rank, r.clock, r.examples, r.correct, r.pushed), "StepReport");
   detail::raw(p, r.loss_sum, "StepReport");
 }
 
 template <class P>
 void serialize(P& p, GradientPush& g, const unsigned int) {
-  detail::check(p(g.rank, g.clock, g.gradient), "GradientPush");
+  detail::check(p(g.view, g.rank, g.clock, g.gradient), "GradientPush");
 }
 
 template <class P>
@@ -199,6 +276,18 @@ void serialize(P& p, ReplicaPosition& r, const unsigned int) {
   detail::check(p(r.clock, r.epoch, r.batch), "ReplicaPosition");
   if constexpr (P::writes_state) {
     if (r.clock < 0 || r.epoch < 0 || r.batch < 0) throw std::runtime_error("a received ReplicaPosition is negative");
+  }
+}
+
+template <class P>
+void serialize(P& p, FormView& f, const unsigned int) {
+  detail::check(p(f.view, f.node_rank, f.first_rank, f.world, f.addresses, f.clock, f.epoch, f.batch, f.offset,
+                  f.batch_size),
+                "FormView");
+  if constexpr (P::writes_state) {
+    if (f.world < 1 || f.first_rank < 0 || f.node_rank < 0 || f.clock < 0 || f.epoch < 0 || f.batch < 0 ||
+        f.offset < 0 || f.batch_size < 1 || static_cast<std::size_t>(f.node_rank) >= f.addresses.size())
+      throw std::runtime_error("a received FormView is out of range");
   }
 }
 
@@ -254,3 +343,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Position)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ServerCounters)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::models::EpochResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::data::Cursor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ViewAssignment)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::MemberEvent)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::FormedView)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ViewPlan)

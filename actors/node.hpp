@@ -60,7 +60,8 @@ namespace troupe::actors {
 struct NodeOptions {
   std::string listen;              // coordinator: HOST:PORT of the gate
   std::string join;                // worker: the coordinator's HOST:PORT
-  int min_nodes = 1;               // coordinator: nodes (itself included) before training starts
+  int min_nodes = 1;               // coordinator: nodes (itself included) to train; fewer pause the job
+  int start_nodes = 0;             // coordinator: nodes before training starts (0: min_nodes)
   int max_nodes = 0;               // coordinator: nodes (itself included) at most; 0: no limit
   std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
   std::string job_file;            // worker: optional; refused when it differs from the coordinator's

@@ -35,6 +35,10 @@ std::uint64_t job_id_of(const std::string& fingerprint) {
   return std::stoull(fingerprint.substr(0, 15), nullptr, 16);
 }
 
+std::uint64_t ring_id_of(const std::string& fingerprint, std::uint32_t view) {
+  return job_id_of(fingerprint) ^ (static_cast<std::uint64_t>(view) * 0x9E3779B97F4A7C15ULL);
+}
+
 // The first non-loopback IPv4 address of this host, else 127.0.0.1.
 std::string first_host_address() {
   ifaddrs* list = nullptr;

@@ -22,6 +22,10 @@ void configure_cluster(caf::actor_system_config& cfg);
 
 // Both ends of the data plane derive the ring's job id from the job.
 std::uint64_t job_id_of(const std::string& fingerprint);
+// The data-plane ring of one membership view: the job's id mixed with the
+// view number, so the handshake and every frame (both carry it) of another
+// view are rejected.
+std::uint64_t ring_id_of(const std::string& fingerprint, std::uint32_t view);
 
 // The first non-loopback IPv4 address of this host, else 127.0.0.1.
 std::string first_host_address();

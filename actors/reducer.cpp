@@ -13,8 +13,17 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
   s.optimizer = models::make_optimizer(s.config.optimizer, s.master);
   s.clocks.assign(static_cast<std::size_t>(s.config.replicas), 0);
   return {
-      [=](push_atom, const GradientPush& push) -> Tensor {
+      [=](push_atom, const GradientPush& push) -> caf::result<Tensor> {
         auto& st = self->state;
+        // A push from a view that has ended (a node removed while it was
+        // computing, or one that was stopped and came back) is never applied.
+        if (push.view != st.view || push.rank < 0 || static_cast<std::size_t>(push.rank) >= st.clocks.size()) {
+          ++st.counters.dropped;
+          return caf::make_error(caf::sec::runtime_error,
+                                 "push from replica " + std::to_string(push.rank) + " of view " +
+                                     std::to_string(push.view) + " dropped: the job is in view " +
+                                     std::to_string(st.view));
+        }
         const std::int64_t slowest = *std::min_element(st.clocks.begin(), st.clocks.end());
         st.counters.max_lead = std::max(st.counters.max_lead, (push.clock - 1) - slowest);
         const float lr = st.config.schedule->at(st.position.global_step + st.applied_since_position,
@@ -47,6 +56,13 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         return caf::ok_atom::value;
       },
       [=](counters_atom) -> ServerCounters { return self->state.counters; },
+      // A new membership view: its replicas, all at the same clock.
+      [=](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
+        auto& st = self->state;
+        st.view = view;
+        st.clocks = clocks;
+        return caf::ok_atom::value;
+      },
   };
 }
 

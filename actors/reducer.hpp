@@ -10,6 +10,9 @@
 //   set_state, ReplicaState   -> ok                          replace it (mode switches)
 //   position, Position, clocks-> ok                          where training resumes
 //   counters                  -> ServerCounters              accounting, staleness
+//   reconfig, view, clocks    -> ok                          a new membership view (its
+//                                                            replicas' clocks, by rank)
+// A push from another view is dropped (counted, answered with an error).
 //
 // Every push is applied exactly once and counted (`applied`). The staleness
 // bound of ssp is enforced by the coordinator's grants; the reducer measures
@@ -41,6 +44,7 @@ struct ReducerState {
   Position position;
   std::int64_t applied_since_position = 0;
   std::vector<std::int64_t> clocks;
+  std::uint32_t view = 0;
   ServerCounters counters;
   static inline const char* name = "reducer";
 };

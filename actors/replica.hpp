@@ -30,6 +30,8 @@ struct ReplicaPlan {
   data::Cursor start;                            // where the data order resumes
   int prefetch = 2, threads = 1;
   std::chrono::milliseconds timeout{60000};
+  bool elastic = false;                          // a cluster job: membership may change
+  std::uint32_t view = 0;
 };
 
 struct ReplicaActors {

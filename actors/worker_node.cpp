@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/job_file.hpp"
@@ -210,6 +211,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   };
   int stopped_by = 0;  // the signal that stopped this worker
   bool coordinator_lost = false;
+  bool drained = false;
   try {
     // Join: the coordinator answers with our index and the job.
     bool ok = false;
@@ -250,56 +252,98 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
     bool done = false;
     const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
     bool formed = false;
+    std::optional<std::chrono::steady_clock::time_point> leave_deadline;  // draining on a signal
     std::string failure;  // handlers record a failure; the loop throws it
     while (!done && failure.empty()) {
       self->receive(
-          [&](form_atom, std::int32_t k, std::int32_t first_rank, std::int32_t world,
-              const std::vector<std::string>& addresses, const caf::actor& reducer, std::int64_t cursor_epoch,
-              std::int64_t cursor_batch) {
+          // A membership view: the first spawns this node's replicas, every
+          // one connects the data plane anew and moves the replicas into it.
+          [&](form_atom, const FormView& f, const caf::actor& reducer) {
             auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
             try {
+              // The collectives of the view before are done with.
+              for (auto& c : collectives) c->abort("view " + std::to_string(f.view) + " replaces it");
+              collectives.clear();
               net::TcpGroupConfig tc;
-              tc.rank = k;
-              tc.addresses = addresses;
-              tc.job_id = job_id_of(job_identity(job).fingerprint);
+              tc.rank = f.node_rank;
+              tc.addresses = f.addresses;
+              tc.job_id = ring_id_of(job_identity(job).fingerprint, f.view);
               tc.options.timeout = options.timeout;
-              tc.connect_timeout = options.timeout;
-              tc.listen_fd = data_fd;
-              data_fd = -1;
+              tc.connect_timeout = f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
+              tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
+              if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
               tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
               std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
-              relays.push_back(system.spawn<caf::detached>(server_relay, reducer, options.timeout));
+              if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, reducer, options.timeout));
               net::CollectiveOptions co{options.timeout};
               for (auto& c : net::make_hierarchical_group(net::make_local_group(static_cast<int>(devices.size()), co),
-                                                          across, first_rank, world, co))
+                                                          across, f.first_rank, f.world, co))
                 collectives.emplace_back(std::move(c));
-              for (std::size_t r = 0; r < devices.size(); ++r) {
-                ReplicaPlan plan;
-                plan.rank = first_rank + static_cast<int>(r);
-                plan.world = world;
-                plan.device = devices[r];
-                plan.train = job.train;
-                plan.spec = spec;
-                plan.train_data = train;
-                plan.schedule = schedule;
-                plan.collective = collectives[r];
-                plan.reducer = relays.back();
-                plan.start = data::Cursor{cursor_epoch, cursor_batch};
-                plan.prefetch = options.prefetch;
-                plan.threads = options.threads_per_device;
-                plan.timeout = options.timeout;
-                ReplicaActors a = spawn_replica(system, plan);
-                loaders.push_back(a.loader);
-                replicas.push_back(a.device);
+              const data::Cursor cursor{f.epoch, f.batch, f.offset};
+              if (replicas.empty()) {
+                for (std::size_t r = 0; r < devices.size(); ++r) {
+                  ReplicaPlan plan;
+                  plan.rank = f.first_rank + static_cast<int>(r);
+                  plan.world = f.world;
+                  plan.device = devices[r];
+                  plan.train = job.train;
+                  plan.train.batch = f.batch_size;
+                  plan.spec = spec;
+                  plan.train_data = train;
+                  plan.schedule = schedule;
+                  plan.collective = collectives[r];
+                  plan.reducer = relays.back();
+                  plan.start = cursor;
+                  plan.prefetch = options.prefetch;
+                  plan.threads = options.threads_per_device;
+                  plan.timeout = options.timeout;
+                  plan.elastic = true;
+                  plan.view = f.view;
+                  ReplicaActors a = spawn_replica(system, plan);
+                  loaders.push_back(a.loader);
+                  replicas.push_back(a.device);
+                }
               }
-              self->send(coordinator, formed_atom::value, k, replicas, std::string());
+              if (f.view > 0) {
+                for (std::size_t r = 0; r < replicas.size(); ++r) {
+                  ViewAssignment a;
+                  a.view = f.view;
+                  a.rank = f.first_rank + static_cast<int>(r);
+                  a.world = f.world;
+                  a.batch_size = f.batch_size;
+                  a.clock = f.clock;
+                  a.cursor = cursor;
+                  a.collective = collectives[r];
+                  std::string refused;
+                  self->request(replicas[r], options.timeout, reconfig_atom::value, a)
+                      .receive([](caf::ok_atom) {}, [&](caf::error& e) { refused = system.render(e); });
+                  if (!refused.empty()) throw std::runtime_error("replica " + std::to_string(a.rank) + ": " + refused);
+                }
+              }
+              self->send(coordinator, formed_atom::value, f.view, f.node_rank, replicas, std::string());
               formed = true;
-              log("training: replicas " + std::to_string(first_rank) + ".." +
-                  std::to_string(first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(world));
+              log((f.view == 0 ? "training: replicas " : "view " + std::to_string(f.view) + ": replicas ") +
+                  std::to_string(f.first_rank) + ".." +
+                  std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(f.world));
             } catch (const std::exception& e) {
-              self->send(coordinator, formed_atom::value, k, std::vector<caf::actor>{}, std::string(e.what()));
+              self->send(coordinator, formed_atom::value, f.view, f.node_rank, std::vector<caf::actor>{},
+                         std::string(e.what()));
+              // Not entering a view is this node's end in the job (the
+              // coordinator forms another without it).
               failure = e.what();
             }
+          },
+          // A member of the view was lost: every pending all-reduce fails now.
+          [&](abort_view_atom, std::uint32_t, const std::string& why) {
+            for (auto& c : collectives) c->abort(why);
+          },
+          // Drained (troupe ctl drain, or this node's own SIGTERM): it is not
+          // in the next view; it leaves with no step lost.
+          [&](drain_atom, const std::string& why) {
+            done = true;
+            drained = true;
+            status = 0;
+            log("left the job: " + why);
           },
           [&](done_atom, const std::string& why) -> caf::ok_atom {
             done = true;
@@ -319,25 +363,43 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
           },
           caf::after(std::chrono::milliseconds(100)) >> [&] {
             if (const int sig = worker_signal.load()) {
-              stopped_by = sig;
-              failure = "stopped by signal " + std::to_string(sig);
+              if (!formed || stopped_by) {
+                stopped_by = sig;
+                failure = "stopped by signal " + std::to_string(sig);
+              } else if (!leave_deadline) {
+                // The first signal drains this node: it trains on until the
+                // next step boundary, when the coordinator lets it go (no
+                // step lost). A second signal, or no answer, ends it at once.
+                stopped_by = sig;
+                worker_signal.store(0);
+                leave_deadline = std::chrono::steady_clock::now() + options.timeout;
+                log("signal " + std::to_string(sig) + ": leaving the job at the next step boundary (again to stop at once)");
+                self->request(membership, 5s, leave_atom::value, index, "stopped by signal " + std::to_string(sig))
+                    .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = "leaving: " + system.render(e); });
+              }
             }
+            if (leave_deadline && std::chrono::steady_clock::now() > *leave_deadline)
+              failure = "the coordinator did not let this node leave within " +
+                        net::describe_seconds(std::chrono::duration<double>(options.timeout).count());
             if (!formed && std::chrono::steady_clock::now() > wait_until)
               failure = "the job did not start within " +
                         net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
           });
     }
-    if (stopped_by) {
-      // Say so before leaving, so that the coordinator names this node and
-      // the signal (not a broken all-reduce), checkpoints and stops the job
-      // as for a lost node. Bounded: the coordinator may be gone too.
+    if (stopped_by && !failure.empty()) {
+      // Stopped at once (a second signal, or before training): say so
+      // before leaving, so that the coordinator names this node and the
+      // signal rather than a broken all-reduce. Bounded: the coordinator may
+      // be gone too.
       log(failure + "; telling the coordinator");
       self->request(membership, 1s, leave_atom::value, index, failure)
           .receive([](caf::ok_atom) {}, [](caf::error&) {});
       failure = "node " + std::to_string(index) + " (" + name + ") was " + failure;
     }
     if (!failure.empty()) throw std::runtime_error(failure);
-    shutdown("the job is over");
+    shutdown(drained ? "this node left the job" : "the job is over");
+    // A node stopped by a signal says so in its status, drained or not.
+    if (stopped_by) status = 128 + stopped_by;
   } catch (const std::exception& e) {
     log(e.what());
     shutdown(e.what());

@@ -59,8 +59,9 @@ int run_eval(EvalOptions& options);
 
 struct CtlOptions {
   std::string at;        // HOST:PORT of the job's control endpoint
-  std::string action;    // status, mode, checkpoint or stop
+  std::string action;    // status, mode, checkpoint, stop or drain
   std::string mode;      // for mode: sync, async, ssp:N
+  std::string node;      // for drain: a node's index or name
   double timeout_s = 5;  // connect (retried while nothing listens yet) and answer together
   std::string secret_file;  // the job's cluster secret, to sign requests (else TROUPE_SECRET)
 };

@@ -4,6 +4,7 @@
 //   troupe ctl --at 127.0.0.1:7070 mode ssp:3
 //   troupe ctl --at 127.0.0.1:7070 checkpoint
 //   troupe ctl --at 127.0.0.1:7070 stop
+//   troupe ctl --at 127.0.0.1:7070 drain 2        (a cluster node, by index or name)
 //   troupe ctl --at host-a:7070 --secret-file /etc/troupe/secret stop
 //
 // With --secret-file (or TROUPE_SECRET) every request is signed with a key
@@ -41,6 +42,9 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   cmd->add_subcommand("checkpoint", "Write a checkpoint now")->callback([&o] { o.action = "checkpoint"; });
   cmd->add_subcommand("stop", "Stop the job at the next step boundary (checkpointing if configured)")
       ->callback([&o] { o.action = "stop"; });
+  auto* drain = cmd->add_subcommand("drain", "Make a cluster node leave the job at the next step boundary (no step lost)");
+  drain->add_option("NODE", o.node, "The node's index (as `troupe ctl status` lists it) or name")->required();
+  drain->callback([&o] { o.action = "drain"; });
 }
 
 int run_ctl(CtlOptions& o) {
@@ -50,8 +54,9 @@ int run_ctl(CtlOptions& o) {
   const net::Secret secret = net::Secret::load(o.secret_file);
   if (secret.configured()) client.sign_with(secret.derive(net::kControlKeyLabel));
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(o.timeout_s * 1000)));
-  if (o.action != "status" && o.action != "mode" && o.action != "checkpoint" && o.action != "stop")
-    throw UsageError("ctl: expected status, mode MODE, checkpoint or stop");
+  if (o.action != "status" && o.action != "mode" && o.action != "checkpoint" && o.action != "stop" &&
+      o.action != "drain")
+    throw UsageError("ctl: expected status, mode MODE, checkpoint, stop or drain NODE");
   // A job started a moment ago (`troupe train ... --control A &` and then
   // `troupe ctl --at A ...`) binds its endpoint only after loading its data:
   // while nothing listens yet, try again until --timeout is spent.
@@ -65,6 +70,8 @@ int run_ctl(CtlOptions& o) {
         r = client.request("GET", "/status", "", std::max(left, std::chrono::milliseconds(1)));
       else if (o.action == "mode")
         r = client.request("POST", "/mode", o.mode, std::max(left, std::chrono::milliseconds(1)));
+      else if (o.action == "drain")
+        r = client.request("POST", "/drain", o.node, std::max(left, std::chrono::milliseconds(1)));
       else
         r = client.request("POST", "/" + o.action, "", std::max(left, std::chrono::milliseconds(1)));
       break;

@@ -24,7 +24,13 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                   "Coordinator: nodes, this one included, at most; a node beyond them is refused with that reason "
                   "(0: no limit)")
       ->capture_default_str();
-  cmd->add_option("--min-nodes", n.min_nodes, "Nodes, this one included, before training starts")
+  cmd->add_option("--min-nodes", n.min_nodes,
+                  "Coordinator: nodes, this one included, needed to train: training starts with them and pauses "
+                  "while fewer are present (for at most --wait-timeout, then stops with a checkpoint)")
+      ->capture_default_str();
+  cmd->add_option("--start-nodes", n.start_nodes,
+                  "Coordinator: nodes, this one included, to wait for before training starts (default: --min-nodes); "
+                  "later nodes join the running job")
       ->capture_default_str();
   cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1 (default: every GPU, else 2 CPU devices)");
   cmd->add_option("--secret-file", n.secret_file,
@@ -69,7 +75,9 @@ int run_node(NodeOptions& o) {
                        "start this host as a worker instead");
     if (spec->is_coordinator()) {
       n.listen = spec->self().str();
-      n.min_nodes = static_cast<int>(spec->nodes().size());
+      // Every node of the spec before training starts; losing one later
+      // does not stop the job (--min-nodes, default 1).
+      n.start_nodes = static_cast<int>(spec->nodes().size());
     } else {
       n.join = spec->coordinator().str();
       if (n.data_address.empty()) n.data_address = spec->self().str();
@@ -98,6 +106,8 @@ int run_node(NodeOptions& o) {
   jc.threads_per_device = n.threads_per_device;
   jc.prefetch = n.prefetch;
   jc.timeout = n.timeout;
+  jc.min_nodes = n.min_nodes;
+  jc.wait_timeout = n.wait_timeout;
   jc.train.resume = o.reporting.config.resume;
   jc.train.resume_or_start = o.reporting.config.resume_or_start;
   jc.cluster = actors::make_coordinator_cluster(n, jc);

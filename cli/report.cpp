@@ -91,6 +91,8 @@ models::Callbacks Report::callbacks() {
     loss_avg_ = 0;
     epoch_start_ = std::chrono::steady_clock::now();
   };
+  // A new membership view: the epoch's batches follow the world size.
+  cb.on_view_change = [this](std::int64_t, int, int, std::int64_t steps_in_epoch) { steps_in_epoch_ = steps_in_epoch; };
   cb.on_step_end = [this](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
     loss_avg_ = loss;  // the epoch's mean so far (Callbacks::on_step_end), as Keras' bar
     const bool log_now = log_every_ > 0 && step % log_every_ == 0;

@@ -228,12 +228,16 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
       auto r = job.request_stop();
       return net::Reply{r.status, r.message};
     };
+    h.drain = [&job](const std::string& node) {
+      auto r = job.request_drain(node);
+      return net::Reply{r.status, r.message};
+    };
     net::ControlServerOptions control_options;
     const net::Secret secret = net::Secret::load(o.secret_file);  // ConfigFileError: exit 2
     if (secret.configured()) control_options.auth_key = secret.derive(net::kControlKeyLabel);
     control = std::make_unique<net::ControlServer>(o.control, h, control_options);
     control->start();
-    std::fprintf(stderr, "control: http://%s (GET /status; POST /mode, /checkpoint, /stop; troupe ctl --at %s)\n",
+    std::fprintf(stderr, "control: http://%s (GET /status; POST /mode, /checkpoint, /stop, /drain; troupe ctl --at %s)\n",
                  control->address().c_str(), control->address().c_str());
   }
 

@@ -292,6 +292,13 @@ void TensorBoardLog::watch(Callbacks& cb) {
     evaluation(r);
     if (next) next(r);
   };
+  // Membership changes: the world size from the view's first step on.
+  cb.on_view_change = [this, next = cb.on_view_change](std::int64_t step, int view, int world, std::int64_t steps) {
+    file_.scalar("job/world_size", step, static_cast<double>(world));
+    file_.scalar("job/view", step, static_cast<double>(view));
+    file_.flush();
+    if (next) next(step, view, world, steps);
+  };
 }
 
 void TensorBoardLog::record_world_size(std::int64_t world_size) {

@@ -99,7 +99,9 @@ class EventFile {
 //                        replica trainer does; the actor runtime does not)
 //   test/loss, test/accuracy, test/top5   at every evaluation (epoch ends, eval_every)
 //   job/mode             at the start and at every mode switch (mode_number above)
-//   job/world_size       at the start: the number of replicas
+//   job/world_size       at the start: the number of replicas, and at every
+//                        membership change of a cluster (with job/view, the
+//                        view's number)
 //   job/config           a text summary: the job's configuration (job-file text)
 // Mode switches are written as they happen (Callbacks::on_mode_switch); a
 // runtime without that hook can hand its mode history over at the end

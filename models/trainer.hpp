@@ -101,6 +101,11 @@ struct Callbacks {
   // The actor runtime switched the update mode ("sync", "async", "ssp:N")
   // at a step boundary; `step` is the global step the new mode starts at.
   std::function<void(std::int64_t step, const std::string& mode)> on_mode_switch;
+  // A cluster's membership changed (actor runtime, elastic): the new view's
+  // number and world size (replicas), from the given global step on, and
+  // the steps the current epoch now has in all (its batches follow the
+  // world size).
+  std::function<void(std::int64_t step, int view, int world, std::int64_t steps_in_epoch)> on_view_change;
   // Polled between steps; returning true stops training (after a checkpoint
   // when a directory is configured).
   std::function<bool()> should_stop;

@@ -29,7 +29,7 @@ constexpr std::uint64_t kBodyLimit = 64 * 1024;
 // to this many, for at most a second) before closing, so that closing with
 // unread data does not reset the connection before the client reads the answer.
 constexpr std::size_t kDrainLimit = 1 << 20;
-constexpr const char* kEndpoints = "GET /status, POST /mode, POST /checkpoint, POST /stop";
+constexpr const char* kEndpoints = "GET /status, POST /mode, POST /checkpoint, POST /stop, POST /drain";
 
 // Set on the handler thread while a handler runs, so stop() can refuse to be
 // called from inside one (it would wait for itself).
@@ -51,7 +51,7 @@ struct Answer {
 
 Answer error_answer(unsigned status, const std::string& message) { return {status, message_json(false, message), {}}; }
 
-enum class Endpoint { status, mode, checkpoint, stop };
+enum class Endpoint { status, mode, checkpoint, stop, drain };
 
 std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t\r\n");
@@ -134,6 +134,8 @@ class Session : public std::enable_shared_from_this<Session> {
       endpoint = Endpoint::checkpoint;
     } else if (path == "/stop") {
       endpoint = Endpoint::stop;
+    } else if (path == "/drain") {
+      endpoint = Endpoint::drain;
     } else {
       return answer(error_answer(404, "no endpoint " + path + "; the endpoints are " + kEndpoints));
     }
@@ -215,7 +217,7 @@ void ControlServer::Impl::accept() {
 }
 
 Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
-  static constexpr const char* names[] = {"GET /status", "POST /mode", "POST /checkpoint", "POST /stop"};
+  static constexpr const char* names[] = {"GET /status", "POST /mode", "POST /checkpoint", "POST /stop", "POST /drain"};
   const char* name = names[static_cast<int>(endpoint)];
   struct InHandler {
     InHandler() { in_handler = true; }
@@ -239,6 +241,10 @@ Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
       case Endpoint::stop:
         if (!handlers.stop) return not_available();
         reply = handlers.stop();
+        break;
+      case Endpoint::drain:
+        if (!handlers.drain) return not_available();
+        reply = handlers.drain(trim(body));
         break;
     }
     if (reply.status < 100 || reply.status > 599)

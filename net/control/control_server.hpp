@@ -4,6 +4,8 @@
 //   POST /mode         body "sync" | "async" | "ssp:N" -> {"ok":..,"message":..}
 //   POST /checkpoint   -> {"ok":..,"message":..}
 //   POST /stop         -> {"ok":..,"message":..}
+//   POST /drain        body NODE (index or name) -> {"ok":..,"message":..}
+//                      a cluster node leaves at the next step boundary
 //
 // Every response is JSON (Content-Type application/json) and closes the
 // connection. Errors: malformed HTTP 400, unknown path 404 (listing the
@@ -52,6 +54,7 @@ struct Handlers {
   std::function<Reply(const std::string& body)> mode;     // POST /mode: body "sync", "async", "ssp:3"
   std::function<Reply()> checkpoint;                      // POST /checkpoint
   std::function<Reply()> stop;                            // POST /stop
+  std::function<Reply(const std::string& body)> drain;    // POST /drain: body "2" or a node's name
 };
 
 struct ControlServerOptions {

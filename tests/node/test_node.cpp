@@ -16,6 +16,7 @@
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/trainer.hpp"
+#include "tests/node/cluster.hpp"
 #include "tests/node/process.hpp"
 #include "tests/support/ports.hpp"
 
@@ -25,58 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Process;
 namespace fs = std::filesystem;
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("troupe-node-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-// A coordinator and workers, each one CPU device, on loopback.
-struct Cluster {
-  std::string dir, address, job;
-  std::unique_ptr<Process> coordinator;
-  std::vector<std::unique_ptr<Process>> workers;
-
-  Cluster(const std::string& name, const std::string& job_text, int workers_count,
-          std::vector<std::string> coordinator_args = {}, std::vector<std::string> env = {}, int min_nodes = 0)
-      : dir(temp_dir(name)), address("127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port())) {
-    job = write_file(dir, "job.toml", job_text);
-    std::vector<std::string> args{TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes",
-                                  std::to_string(min_nodes ? min_nodes : workers_count + 1), "--devices", "cpu:0", "--log-every", "20",
-                                  "--timeout", "30", "--wait-timeout", "120"};
-    for (auto& a : coordinator_args) args.push_back(a);
-    coordinator = std::make_unique<Process>(args, dir + "/coordinator.log", env);
-    for (int w = 0; w < workers_count; ++w) add_worker(env);
-  }
-  Process& add_worker(std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {
-    // --rejoin-timeout 0: these tests look at how nodes end; rejoining a
-    // restarted coordinator has its own test (NodeResume).
-    std::vector<std::string> args{TROUPE_BINARY, "node",      "--join", address, "--devices", "cpu:0",
-                                  "--timeout",   "30",        "--rejoin-timeout", "0"};
-    for (auto& a : extra) args.push_back(a);
-    workers.push_back(std::make_unique<Process>(args, dir + "/worker" + std::to_string(workers.size() + 1) + ".log", env));
-    return *workers.back();
-  }
-  // Every process's exit status, in order coordinator, workers.
-  std::vector<int> wait_all(std::chrono::milliseconds limit) {
-    std::vector<int> out{coordinator->wait_for(limit)};
-    for (auto& w : workers) out.push_back(w->wait_for(10s));
-    return out;
-  }
-  std::string logs() const {
-    std::string out = "--- coordinator:\n" + coordinator->output();
-    for (std::size_t w = 0; w < workers.size(); ++w) out += "--- worker " + std::to_string(w + 1) + ":\n" + workers[w]->output();
-    return out;
-  }
-};
 
 // "modes: ... | S synchronous steps, P gradients pushed, A applied by the server"
 struct Accounting {
@@ -304,12 +253,15 @@ TEST(Node, GarbageOnTheClusterAndDataPortsIsDroppedAndTheNodeKeepsRunning) {
   EXPECT_NE(c.coordinator->output().find("rank 0 of 3 dropped a connection"), std::string::npos) << c.logs();
 }
 
-TEST(Node, AKilledWorkerIsReportedWithinSecondsAndTheJobStopsAfterACheckpoint) {
+// Issue 13: a killed worker is reported within seconds and removed; with
+// --min-nodes 3 the two survivors are too few: training pauses (logged),
+// and after --wait-timeout the job stops with a checkpoint and says why.
+TEST(Node, BelowMinNodesAfterAKillTheJobPausesThenStopsAfterACheckpoint) {
   const std::string checkpoints = temp_dir("kill-ckpt");
   Cluster c("kill",
             std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
                 "\"\n",
-            2);
+            2, {"--wait-timeout", "3"});
   ASSERT_TRUE(c.coordinator->wait_for_output("step 40/", 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -317,8 +269,12 @@ TEST(Node, AKilledWorkerIsReportedWithinSecondsAndTheJobStopsAfterACheckpoint) {
   ASSERT_TRUE(c.coordinator->wait_for_output("pid " + std::to_string(c.workers[1]->pid()) + "): ", 10s)) << c.logs();
   EXPECT_NE(c.coordinator->output().find("lost node"), std::string::npos) << c.logs();
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 10s);
+  ASSERT_TRUE(c.coordinator->wait_for_output("training pauses: 2 of --min-nodes 3 nodes", 20s)) << c.logs();
   EXPECT_EQ(c.coordinator->wait_for(30s), 1) << c.logs();
   EXPECT_EQ(c.workers[0]->wait_for(30s), 1) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("only 2 of --min-nodes 3 nodes for 3 s (--wait-timeout): the job stops"),
+            std::string::npos)
+      << c.logs();
   EXPECT_NE(c.coordinator->output().find("before stopping (resume with --resume)"), std::string::npos) << c.logs();
   auto latest = checkpoint::Directory(checkpoints, 0).latest();
   ASSERT_TRUE(latest.has_value()) << c.logs();
@@ -364,7 +320,8 @@ TEST(Node, AWorkerExitsWithinASecondOfLosingTheCoordinatorInEveryMode) {
   }
 }
 
-// Issue 12: a worker lost in async. The coordinator writes its checkpoint and
+// Issue 12: a job that stops after losing a node in async (here: below
+// --min-nodes for --wait-timeout) writes its checkpoint and the coordinator
 // exits at once (it used to wait 5 s for the lost node to acknowledge the
 // end of the job), and the other worker exits as soon as it is told.
 TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond) {
@@ -372,7 +329,7 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
   Cluster c("lost-async",
             std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\ncheckpoint_dir = \"" + checkpoints +
                 "\"\n",
-            2);
+            2, {"--wait-timeout", "1"});
   ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   ASSERT_TRUE(c.coordinator->wait_for_output("before stopping (resume with --resume)", 20s)) << c.logs();
@@ -381,7 +338,7 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
   EXPECT_LT(seconds_since(written_at), 1.5) << c.logs();
   EXPECT_EQ(c.workers[0]->wait_for(5s), 1) << c.logs();
   EXPECT_LT(seconds_since(written_at), 2.0) << c.logs();
-  EXPECT_NE(c.workers[0]->output().find("the job failed: lost node"), std::string::npos) << c.logs();
+  EXPECT_NE(c.workers[0]->output().find("the job failed: only 2 of --min-nodes 3 nodes"), std::string::npos) << c.logs();
 }
 
 // Issue 12: reaching a coordinator that is not there follows --wait-timeout
@@ -420,33 +377,6 @@ TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
               std::string::npos)
         << c.logs();
   }
-}
-
-// Issue 12: a worker given SIGTERM tells the coordinator before it leaves:
-// the coordinator names the node and the signal (it said "allreduce aborted"),
-// checkpoints as for a lost node, and every process ends.
-TEST(Node, AWorkerStoppedBySigtermIsNamedOnTheCoordinatorWhichCheckpointsAndStops) {
-  const std::string checkpoints = temp_dir("sigterm-ckpt");
-  Cluster c("sigterm",
-            std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
-                "\"\n",
-            2);
-  ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
-  c.workers[1]->signal(SIGTERM);
-  const auto signalled_at = std::chrono::steady_clock::now();
-  EXPECT_EQ(c.workers[1]->wait_for(10s), 128 + SIGTERM) << c.logs();
-  EXPECT_LT(seconds_since(signalled_at), 1.5) << c.logs();
-  EXPECT_EQ(c.coordinator->wait_for(20s), 1) << c.logs();
-  EXPECT_EQ(c.workers[0]->wait_for(5s), 1) << c.logs();
-  EXPECT_LT(seconds_since(signalled_at), 3.0) << c.logs();
-  const std::string out = c.coordinator->output();
-  EXPECT_NE(out.find("pid " + std::to_string(c.workers[1]->pid()) + "): stopped by signal 15"), std::string::npos)
-      << c.logs();
-  EXPECT_NE(out.find("before stopping (resume with --resume)"), std::string::npos) << c.logs();
-  EXPECT_EQ(out.find("allreduce aborted: stopped by signal"), std::string::npos) << c.logs();
-  auto latest = checkpoint::Directory(checkpoints, 0).latest();
-  ASSERT_TRUE(latest.has_value()) << c.logs();
-  EXPECT_GE(checkpoint::read(*latest).position.global_step, 40u);
 }
 
 // The sync test again with every node in its own network namespace (its own

@@ -1,0 +1,170 @@
+// Elastic membership (issue 13), as a user runs it: real `troupe node`
+// processes on loopback, training the mlp on the real Fashion-MNIST, with a
+// fault at a given step. Nodes are killed (SIGKILL), stopped (SIGSTOP),
+// drained (SIGTERM, troupe ctl drain) and added while the job runs; the
+// survivors never stop, the coordinator exits 0, and in sync every example
+// of an epoch is used exactly once whatever joins or leaves.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <regex>
+#include <thread>
+
+#include "tests/node/cluster.hpp"
+
+namespace troupe {
+namespace {
+
+const char* kJob = R"(model = "mlp"
+data = "fashion-mnist"
+seed = 5
+batch = 32
+)";
+
+std::string job(const std::string& mode, int epochs) {
+  return std::string(kJob) + "epochs = " + std::to_string(epochs) + "\nmode = \"" + mode + "\"\n";
+}
+
+// Waits until the coordinator logged a step of epoch 1 at or beyond `step`
+// (--log-every 20).
+bool wait_for_step(const Process& p, int step, std::chrono::milliseconds limit) {
+  const std::regex line(R"(epoch 1 step (\d+)/)");
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string out = p.output();
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
+      if (std::stoi((*it)[1]) >= step) return true;
+    if (out.find("epoch 2 step") != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+double final_accuracy(const std::string& out) {
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"(test accuracy ([0-9.]+) )"))) return std::stod(m[1]);
+  return -1;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// "epoch E trained on X examples (the data set has N) in V views": every
+// example at most once, and all but the last partial global batch (the jobs
+// drop it, drop_remainder) -- exactly once per epoch, counted.
+void expect_exactly_once(const std::string& out, int views, int largest_global_batch) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(trained on (\d+) examples \(the data set has (\d+)\) in (\d+) views)")))
+      << out;
+  const long used = std::stol(m[1]), n = std::stol(m[2]);
+  EXPECT_LE(used, n) << out;
+  EXPECT_GT(used, n - largest_global_batch) << out;
+  EXPECT_EQ(std::stoi(m[3]), views) << out;
+}
+
+std::string mode_tag(const std::string& mode) { return mode == "ssp:2" ? "ssp" : mode; }
+
+// kill -9 of a worker in the first epoch: removed at the next step boundary,
+// the survivors go on in a view of 2 and finish; no process exits non-zero
+// but the killed one.
+TEST(Elastic, AKilledWorkerIsRemovedAndTheSurvivorsFinishInEveryMode) {
+  for (const std::string mode : {"sync", "async", "ssp:2"}) {
+    SCOPED_TRACE(mode);
+    Cluster c("elastic-kill-" + mode_tag(mode), job(mode, 2), 2, {"--start-nodes", "3"}, {}, 1);
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+    c.workers[1]->signal(SIGKILL);
+    const auto killed_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(c.coordinator->wait_for_output("the survivors go on in a new view", 10s)) << c.logs();
+    EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 5s) << c.logs();
+    EXPECT_EQ(c.coordinator->wait_for(120s), 0) << c.logs();
+    EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+    const std::string out = c.coordinator->output();
+    EXPECT_EQ(count(out, "coordinator: view "), 1) << out;
+    EXPECT_NE(out.find(": 2 replica(s) on 2 node(s) (was 3 on 3)"), std::string::npos) << out;
+    EXPECT_NE(c.workers[0]->output().find("view 1: replicas 1..1 of 2"), std::string::npos) << c.logs();
+    if (mode == "sync") {
+      // Exactly once: the epoch the view changed in used every example once.
+      expect_exactly_once(out, 2, 96);
+    }
+    EXPECT_GE(final_accuracy(out), 0.84) << out;
+  }
+}
+
+// A node that joins a running job is admitted at the next step boundary,
+// takes the job's state, trains in the new view, and `troupe ctl status`
+// lists it.
+TEST(Elastic, ANodeJoinsARunningJobAtTheNextStepBoundary) {
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const std::string control = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+    Cluster c("elastic-join-" + mode_tag(mode), job(mode, 3), 1, {"--control", control, "--start-nodes", "2"}, {}, 1);
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+    Process& joiner = c.add_worker();
+    ASSERT_TRUE(c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 2 on 2)", 60s)) << c.logs();
+    ASSERT_TRUE(joiner.wait_for_output("view 1: replicas 2..2 of 3", 10s)) << c.logs();
+    Process status({TROUPE_BINARY, "ctl", "--at", control, "status"}, c.dir + "/status.log");
+    EXPECT_EQ(status.wait_for(20s), 0) << status.output();
+    const std::string json = status.output();
+    EXPECT_NE(json.find("\"view\":1"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"index\":2"), std::string::npos) << json;
+    EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+    EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+    EXPECT_EQ(joiner.wait_for(10s), 0) << c.logs();
+    const std::string out = c.coordinator->output();
+    if (mode == "sync") {
+      expect_exactly_once(out, 2, 96);
+    }
+    EXPECT_GE(final_accuracy(out), 0.84) << out;
+  }
+}
+
+// SIGTERM on a worker and `troupe ctl drain` make a node leave at the next
+// step boundary: no step is discarded, the node exits (143 after its signal,
+// 0 when drained), and the job goes on to the end.
+TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
+  const std::string control = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  Cluster c("elastic-drain", job("sync", 3), 3, {"--control", control, "--start-nodes", "4"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+  c.workers[2]->signal(SIGTERM);
+  EXPECT_EQ(c.workers[2]->wait_for(20s), 128 + SIGTERM) << c.logs();
+  ASSERT_TRUE(c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 4 on 4)", 20s)) << c.logs();
+  Process unknown({TROUPE_BINARY, "ctl", "--at", control, "drain", "9"}, c.dir + "/unknown.log");
+  EXPECT_NE(unknown.wait_for(20s), 0) << unknown.output();
+  EXPECT_NE(unknown.output().find("no node '9'"), std::string::npos) << unknown.output();
+  Process drain({TROUPE_BINARY, "ctl", "--at", control, "drain", "2"}, c.dir + "/drain.log");
+  EXPECT_EQ(drain.wait_for(20s), 0) << drain.output();
+  EXPECT_NE(drain.output().find("leaves at the next step boundary"), std::string::npos) << drain.output();
+  EXPECT_EQ(c.workers[1]->wait_for(30s), 0) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find(": 2 replica(s) on 2 node(s) (was 3 on 3)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("all-reduce failed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("lost node"), std::string::npos) << out;
+  expect_exactly_once(out, 3, 128);
+}
+
+// A stopped worker (SIGSTOP: its process is there, its sockets open, it
+// says nothing) is found by the heartbeats within seconds and removed; the
+// survivors finish.
+TEST(Elastic, AStoppedWorkerIsRemovedWithinSecondsAndTheSurvivorsFinish) {
+  Cluster c("elastic-stop", job("sync", 2), 2, {"--start-nodes", "3"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+  c.workers[1]->signal(SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.coordinator->wait_for_output("the survivors go on in a new view", 20s)) << c.logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, 10s) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(120s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  c.workers[1]->signal(SIGKILL);
+  c.workers[1]->signal(SIGCONT);
+  const std::string out = c.coordinator->output();
+  expect_exactly_once(out, 2, 96);
+  EXPECT_GE(final_accuracy(out), 0.84) << out;
+}
+
+}  // namespace
+}  // namespace troupe
