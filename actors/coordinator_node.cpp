@@ -313,7 +313,11 @@ class CoordinatorCluster final : public ClusterHooks {
     view_ = plan.view;
     // A node drained: it is not in the view; tell it to go (exit 0).
     for (const auto& n : leaving) {
-      if (membership_) self->send(membership_, drain_atom::value, static_cast<std::int32_t>(n.index));
+      // The membership first (and wait for it): the node ends right after
+      // being told, and its end must not count as a failure.
+      if (membership_)
+        self->request(membership_, 5s, drain_atom::value, static_cast<std::int32_t>(n.index))
+            .receive([](caf::ok_atom) {}, [](caf::error&) {});
       self->send(n.handle, drain_atom::value, std::string("left the job at a step boundary"));
       gone_->add(n.index);
     }

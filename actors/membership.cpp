@@ -112,6 +112,7 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
       [=](drain_atom, std::int32_t index) {
         for (auto& m : self->state.members)
           if (m.index == index) m.leaving = true;
+        return caf::ok_atom::value;
       },
       [=](ready_atom, std::int32_t index, const std::string& data_address, const std::vector<std::string>& devices) {
         auto& st = self->state;

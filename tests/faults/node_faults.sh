@@ -170,7 +170,7 @@ run_trial() {
     addr="$SUBNET.1:$port"
   fi
   local common=(--devices cpu:0 --secret-file "$TMP/secret")
-  start coordinator "$ns0" node --listen "$addr" --job "$TMP/job.toml" --min-nodes 3 --wait-timeout 3 --log-every 20 "${common[@]}"
+  start coordinator "$ns0" node --listen "$addr" --job "$TMP/job.toml" --min-nodes 3 --wait-timeout 10 --log-every 20 "${common[@]}"
   c=$LAST_PID
   # --rejoin-timeout 0: the fault cases look at how processes end after
   # the job fails; rejoining a restarted coordinator is tested on its own.
@@ -200,7 +200,7 @@ run_trial() {
       fi
       # The job ends when the coordinator exits: the worker is removed at the
       # heartbeat timeout, the two nodes left are below --min-nodes 3, and
-      # after --wait-timeout 3 s the coordinator checkpoints and stops.
+      # after --wait-timeout 10 s the coordinator checkpoints and stops.
       if ! wait_exit "$c" 60; then
         echo "  $kind #$n: the coordinator did not exit within 60 s of the partition" >&2
       fi

@@ -261,7 +261,7 @@ TEST(Node, BelowMinNodesAfterAKillTheJobPausesThenStopsAfterACheckpoint) {
   Cluster c("kill",
             std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
                 "\"\n",
-            2, {"--wait-timeout", "3"});
+            2, {"--wait-timeout", "10"});
   ASSERT_TRUE(c.coordinator->wait_for_output("step 40/", 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -270,9 +270,9 @@ TEST(Node, BelowMinNodesAfterAKillTheJobPausesThenStopsAfterACheckpoint) {
   EXPECT_NE(c.coordinator->output().find("lost node"), std::string::npos) << c.logs();
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 10s);
   ASSERT_TRUE(c.coordinator->wait_for_output("training pauses: 2 of --min-nodes 3 nodes", 20s)) << c.logs();
-  EXPECT_EQ(c.coordinator->wait_for(30s), 1) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(40s), 1) << c.logs();
   EXPECT_EQ(c.workers[0]->wait_for(30s), 1) << c.logs();
-  EXPECT_NE(c.coordinator->output().find("only 2 of --min-nodes 3 nodes for 3 s (--wait-timeout): the job stops"),
+  EXPECT_NE(c.coordinator->output().find("only 2 of --min-nodes 3 nodes for 10 s (--wait-timeout): the job stops"),
             std::string::npos)
       << c.logs();
   EXPECT_NE(c.coordinator->output().find("before stopping (resume with --resume)"), std::string::npos) << c.logs();
@@ -321,7 +321,8 @@ TEST(Node, AWorkerExitsWithinASecondOfLosingTheCoordinatorInEveryMode) {
 }
 
 // Issue 12: a job that stops after losing a node in async (here: below
-// --min-nodes for --wait-timeout) writes its checkpoint and the coordinator
+// --min-nodes 3 for --wait-timeout 10 s; the same timeout bounds the wait
+// for the nodes at the start, so not shorter on a loaded machine) writes its checkpoint and the coordinator
 // exits at once (it used to wait 5 s for the lost node to acknowledge the
 // end of the job), and the other worker exits as soon as it is told.
 TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond) {
@@ -329,10 +330,10 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
   Cluster c("lost-async",
             std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\ncheckpoint_dir = \"" + checkpoints +
                 "\"\n",
-            2, {"--wait-timeout", "1"});
+            2, {"--wait-timeout", "10"});
   ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
-  ASSERT_TRUE(c.coordinator->wait_for_output("before stopping (resume with --resume)", 20s)) << c.logs();
+  ASSERT_TRUE(c.coordinator->wait_for_output("before stopping (resume with --resume)", 40s)) << c.logs();
   const auto written_at = std::chrono::steady_clock::now();
   EXPECT_EQ(c.coordinator->wait_for(20s), 1) << c.logs();
   EXPECT_LT(seconds_since(written_at), 1.5) << c.logs();
