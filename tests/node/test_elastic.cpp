@@ -134,7 +134,14 @@ TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
   Process unknown({TROUPE_BINARY, "ctl", "--at", control, "drain", "9"}, c.dir + "/unknown.log");
   EXPECT_NE(unknown.wait_for(20s), 0) << unknown.output();
   EXPECT_NE(unknown.output().find("no node '9'"), std::string::npos) << unknown.output();
-  Process drain({TROUPE_BINARY, "ctl", "--at", control, "drain", "2"}, c.dir + "/drain.log");
+  // Node indices follow the order the joins reached the coordinator, not the
+  // order the workers were started: find workers[1]'s index by its pid.
+  std::smatch joined;
+  const std::string log = c.coordinator->output();
+  ASSERT_TRUE(std::regex_search(log, joined, std::regex("node (\\d+) joined: [^\\n]*pid " +
+                                                           std::to_string(c.workers[1]->pid()) + "\\b")))
+      << log;
+  Process drain({TROUPE_BINARY, "ctl", "--at", control, "drain", joined[1].str()}, c.dir + "/drain.log");
   EXPECT_EQ(drain.wait_for(20s), 0) << drain.output();
   EXPECT_NE(drain.output().find("leaves at the next step boundary"), std::string::npos) << drain.output();
   EXPECT_EQ(c.workers[1]->wait_for(30s), 0) << c.logs();
