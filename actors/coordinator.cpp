@@ -60,6 +60,8 @@ struct CoordinatorState {
   std::int64_t seg_start = 0;    // the clock at which the segment began
   std::int64_t seg_offset = 0;   // permutation positions of the epoch used before it
   std::int64_t seg_steps = 0;    // its steps (the epoch ends at seg_start + seg_steps)
+  std::int64_t epoch_steps_before = 0;  // steps (clock) of the epoch's earlier segments
+  int rolled_back = 0;           // survivors whose step in flight this view change discarded
   std::int64_t batch = 1;        // per replica in this view
   std::vector<int> joins, leaves;      // node indices
   std::vector<std::string> leave_reasons;
@@ -409,6 +411,7 @@ void change_view(Self* self, std::function<void()> then) {
         st.rank_examples[r] -= undo.examples;
         st.clocks[r] = st.grants[r] = clock;
         ++st.result.steps_discarded;
+        ++st.rolled_back;
       }
       st.global_step = st.global_at_base + (clock - st.clock_at_base);
     }
@@ -475,6 +478,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   s.alive.assign(w, true);
   s.rank_examples.assign(w, 0);
   s.last_reports.assign(w, StepReport{});
+  s.epoch_steps_before += std::max<std::int64_t>(0, plan.clock - s.seg_start);
   s.seg_start = plan.clock;
   s.seg_offset = plan.cursor.offset;
   s.seg_steps = segment_steps(s, s.seg_offset, s.config.replicas, s.batch);
@@ -488,14 +492,17 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
                      " per replica), learning rate " + std::to_string(current_lr(s)) +
                      " (unchanged by the view); the rest of epoch " + std::to_string(s.epoch + 1) + " (" +
                      std::to_string(s.config.dataset_examples - s.seg_offset) + " examples) is split in " +
-                     std::to_string(s.seg_steps) + " steps";
+                     std::to_string(s.seg_steps) + " steps; " +
+                     (s.rolled_back ? "the step in flight rolled back on " + std::to_string(s.rolled_back) +
+                                          " survivor(s) that had completed it"
+                                    : "no completed step rolled back");
+  s.rolled_back = 0;
   log_line(line);
   s.result.view_history.push_back(line);
   ++s.views_in_epoch;
   if (s.config.callbacks.on_view_change) {
-    const std::int64_t earlier = s.seg_offset / std::max<std::int64_t>(1, s.batch * s.config.replicas);
     s.config.callbacks.on_view_change(s.global_step, static_cast<int>(s.view), static_cast<int>(w),
-                                      earlier + s.seg_steps);
+                                      s.epoch_steps_before + s.seg_steps);
   }
   // Below --min-nodes: pause until enough are back, for --wait-timeout.
   const bool short_of_nodes = static_cast<int>(f.nodes.size()) < s.config.min_nodes;
@@ -603,6 +610,7 @@ void run_actions(Self* self) {
         ++st.epoch;
         // The next epoch is one segment, in this view.
         st.seg_start += st.seg_steps;
+        st.epoch_steps_before = 0;
         st.seg_offset = 0;
         st.seg_steps = segment_steps(st, 0, st.config.replicas, st.batch);
         st.epoch_examples = 0;
@@ -744,6 +752,8 @@ void send_result(Self* self) {
   self->send(s.config.listener, s.result);
 }
 
+void conclude(Self* self);
+
 void finish(Self* self) {
   auto& s = self->state;
   if (s.finished) return;
@@ -755,8 +765,43 @@ void finish(Self* self) {
     return;
   }
   s.result.stopped_early = s.epoch < s.config.epochs && !(s.config.max_steps > 0 && s.global_step >= s.config.max_steps);
-  // Counters for the accounting invariant, then the final evaluation unless
-  // the last epoch end just evaluated this very state.
+  // Sync's promise, checked before the last word: every replica holds the
+  // same bits (across view changes too). A difference is a bug, reported.
+  if (!s.mode.uses_server() && s.config.devices.size() > 1) {
+    auto digests = std::make_shared<std::vector<std::string>>(s.config.devices.size());
+    auto pending = std::make_shared<std::size_t>(s.config.devices.size());
+    for (std::size_t r = 0; r < s.config.devices.size(); ++r) {
+      auto settle = [=](std::string d) {
+        (*digests)[r] = std::move(d);
+        if (--*pending > 0) return;
+        auto& st = self->state;
+        std::string differ;
+        for (std::size_t i = 1; i < digests->size(); ++i)
+          if ((*digests)[i] != (*digests)[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(i);
+        if (differ.empty()) {
+          st.result.replica_digest = (*digests)[0];
+          log_line("the " + std::to_string(digests->size()) + " replicas agree bitwise (parameters and optimizer state, sha256 " +
+                   (*digests)[0].substr(0, 16) + ")");
+          conclude(self);
+        } else {
+          st.result.error = "the replicas diverged in sync: replica(s) " + differ +
+                            " differ from replica 0 (a bug: please report it)";
+          send_result(self);
+        }
+      };
+      self->request(s.config.devices[r], s.config.timeout, digest_atom::value)
+          .then([=](std::string& d) { settle(std::move(d)); },
+                [=](caf::error& e) { settle("unreadable: " + self->system().render(e)); });
+    }
+    return;
+  }
+  conclude(self);
+}
+
+// Counters for the accounting invariant, then the final evaluation unless
+// the last epoch end just evaluated this very state.
+void conclude(Self* self) {
+  auto& s = self->state;
   self->request(s.config.reducer, s.config.timeout, counters_atom::value)
       .then(
           [=](const ServerCounters& c) {
@@ -877,6 +922,10 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.t_start = st.t_resume = st.t_epoch = st.last_checkpoint_time = Clock::now();
         st.started = true;
         st.busy = true;
+        // A cluster's first view: its world size, for plots of it over time.
+        if (st.config.elastic && st.config.callbacks.on_view_change)
+          st.config.callbacks.on_view_change(st.global_step, static_cast<int>(st.view),
+                                             static_cast<int>(st.config.devices.size()), st.config.batches_per_epoch);
         auto begin = [=]() { run_actions(self); };  // no actions yet: resumes, i.e. starts granting
         if (st.mode.uses_server()) {
           // The server starts from the replicas' (identical) initial state.
@@ -925,10 +974,9 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           // The epoch's mean loss so far, as Keras shows it: the bar and the
           // epoch's summary line then agree.
           const double mean = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : st.last_loss;
-          // Steps into the epoch: the segments before this one, counted in
-          // this view's global batches, and this one's.
-          const std::int64_t earlier = st.seg_offset / std::max<std::int64_t>(1, st.batch * st.config.replicas);
-          st.config.callbacks.on_step_end(st.global_step, earlier + min_clock(st) - st.seg_start,
+          // Steps into the epoch: the segments before this one (each in its
+          // own view's global batches) and this one's.
+          st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start,
                                           mean, t > 0 ? double(st.epoch_examples) / t : 0.0);
         }
         // A checkpoint by time bounds what a crash loses when no step-based

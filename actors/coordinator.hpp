@@ -95,6 +95,9 @@ struct JobResult {
   // (or reached max_steps): nothing was trained.
   bool already_finished = false;
   std::string resumed_from;           // the checkpoint resumed from, if any
+  // Sync with several replicas: SHA-256 (hex) of the parameters and optimizer
+  // state every replica held at the end (the coordinator compared them).
+  std::string replica_digest;
   std::string error;                  // empty on success
 };
 

@@ -447,7 +447,7 @@ class CoordinatorCluster final : public ClusterHooks {
     if (membership_) {
       if (caf_port_) system.middleman().unpublish(membership_, caf_port_);
       self->send_exit(membership_, caf::exit_reason::user_shutdown);
-      membership_ = caf::actor{};
+      membership_ = membership_actor_t{};
     }
   }
 
@@ -460,7 +460,7 @@ class CoordinatorCluster final : public ClusterHooks {
   std::vector<std::string> local_devices_;
   int data_fd_ = -1;
   std::string data_address_;
-  caf::actor membership_;
+  membership_actor_t membership_;
   std::uint16_t caf_port_ = 0;
   std::unique_ptr<net::Gate> gate_;
   std::shared_ptr<std::atomic<bool>> started_ = std::make_shared<std::atomic<bool>>(false);

@@ -5,6 +5,7 @@
 #include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/registry.hpp"
+#include "net/crypto/crypto.hpp"
 
 namespace troupe::actors {
 
@@ -142,12 +143,15 @@ void run_step(Self* self, const Batch& b) {
     check_loss(s, loss_sum);
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
     if (s.config.elastic) {
+      // The state this step starts from, kept for a rollback: copied while
+      // the all-reduce runs (it touches only the gradients), so the copy
+      // hides behind the network instead of adding to the step.
+      keep_committed(s);
       try {
         work->wait(net::Clock::now() + s.config.timeout);
       } catch (const std::exception& e) {
         throw Interrupted(e.what());
       }
-      keep_committed(s);
     } else {
       work->wait(net::Clock::now() + s.config.timeout);
     }
@@ -242,6 +246,24 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       [=](get_state_atom) -> caf::result<ReplicaState> {
         if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
         return snapshot(self->state);
+      },
+      // What sync promises: every replica holds the same bits. The coordinator
+      // compares these at the end of a sync job (and the elastic tests across
+      // view changes).
+      [=](digest_atom) -> caf::result<std::string> {
+        if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        const ReplicaState state = snapshot(self->state);
+        net::Sha256 h;
+        h.update({static_cast<const char*>(state.parameters.raw()), state.parameters.bytes()});
+        for (const auto& [name, buffer] : state.buffers) {
+          h.update(name);
+          h.update({static_cast<const char*>(buffer.raw()), buffer.bytes()});
+        }
+        for (const auto& [name, value] : state.scalars) {
+          h.update(name);
+          h.update({reinterpret_cast<const char*>(&value), sizeof value});
+        }
+        return net::to_hex(h.finish());
       },
       [=](set_state_atom, const ReplicaState& state) -> caf::result<caf::ok_atom> {
         if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);

@@ -11,6 +11,7 @@
 //                             -> ok             replace them and move the replica to that
 //                                               clock and data position (resume, joins)
 //   evaluate                  -> EpochResult    evaluate the replica on the test split
+//   digest                    -> string         SHA-256 (hex) of parameters and optimizer state
 //   halt                      -> clock          run no step beyond the one in progress
 //   reconfig, ViewAssignment  -> ok             enter a new membership view: rank, world,
 //                                               batch, collective, clock and data position

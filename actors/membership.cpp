@@ -32,7 +32,8 @@ void record_failure(MembershipState& st, const std::string& name) {
 }
 }  // namespace
 
-caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, MembershipState init) {
+membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_pointer<MembershipState> self,
+                                                   MembershipState init) {
   self->state = std::move(init);
   self->set_down_handler([=](caf::down_msg& down) {
     auto& st = self->state;
@@ -50,7 +51,7 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
       st.log(what);
       if (!it->leaving) record_failure(st, it->name);
       st.gone->add(it->index);
-      self->send(st.listener, node_lost_atom::value, static_cast<std::int32_t>(it->index), what);
+      caf::anon_send(st.listener, node_lost_atom::value, static_cast<std::int32_t>(it->index), what);
       st.members.erase(it);
       return;
     }
@@ -90,31 +91,32 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
         st.log("node " + std::to_string(m.index) + " joined: " + name);
         return std::make_tuple(true, static_cast<std::int32_t>(m.index), st.job_text);
       },
-      [=](done_atom) {
+      [=](done_atom) -> caf::ok_atom {
         self->state.closing = true;
         return caf::ok_atom::value;
       },
       // A worker leaving on its own (a signal): drained at the next step
       // boundary; its end after that is no failure.
-      [=](leave_atom, std::int32_t index, const std::string& why) {
+      [=](leave_atom, std::int32_t index, const std::string& why) -> caf::ok_atom {
         auto& st = self->state;
         for (auto& m : st.members) {
           if (m.index != index || m.leaving) continue;
           m.leaving = true;
           if (!st.closing) {
             st.log("node " + std::to_string(index) + " (" + m.name + ") leaves: " + why);
-            self->send(st.listener, drain_atom::value, index, why);
+            caf::anon_send(st.listener, drain_atom::value, index, why);
           }
         }
         return caf::ok_atom::value;
       },
       // The coordinator let node `index` go (drained): its end is no failure.
-      [=](drain_atom, std::int32_t index) {
+      [=](drain_atom, std::int32_t index) -> caf::ok_atom {
         for (auto& m : self->state.members)
           if (m.index == index) m.leaving = true;
         return caf::ok_atom::value;
       },
-      [=](ready_atom, std::int32_t index, const std::string& data_address, const std::vector<std::string>& devices) {
+      [=](ready_atom, std::int32_t index, const std::string& data_address,
+          const std::vector<std::string>& devices) -> caf::ok_atom {
         auto& st = self->state;
         for (auto& m : st.members) {
           if (m.index != index) continue;
@@ -122,7 +124,7 @@ caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, Membe
           std::string list;
           for (const auto& d : devices) list += (list.empty() ? "" : ",") + d;
           st.log("node " + std::to_string(index) + " is ready: devices " + list + ", data plane " + data_address);
-          self->send(st.listener, ready_atom::value, index, m.name, data_address, devices, m.handle);
+          caf::anon_send(st.listener, ready_atom::value, index, m.name, data_address, devices, m.handle);
         }
         return caf::ok_atom::value;
       },

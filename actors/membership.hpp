@@ -100,6 +100,19 @@ struct MembershipState {
   static inline const char* name = "membership";
 };
 
-caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, MembershipState init);
+// The protocol above, checked by the compiler on both sides: a worker
+// connects with remote_actor<membership_actor_t>, which also refuses, when
+// it connects, a peer whose interface differs. (What the listener hears goes
+// by anon_send: a typed actor may send() only to typed actors, and the
+// listener, Job::run's loop, is dynamically typed.)
+using membership_actor_t = caf::typed_actor<
+    caf::replies_to<join_atom, std::string, std::string, std::string>::with<bool, std::int32_t, std::string>,
+    caf::replies_to<ready_atom, std::int32_t, std::string, std::vector<std::string>>::with<caf::ok_atom>,
+    caf::replies_to<leave_atom, std::int32_t, std::string>::with<caf::ok_atom>,
+    caf::replies_to<drain_atom, std::int32_t>::with<caf::ok_atom>,
+    caf::replies_to<done_atom>::with<caf::ok_atom>>;
+
+membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_pointer<MembershipState> self,
+                                                   MembershipState init);
 
 }  // namespace troupe::actors

@@ -53,6 +53,7 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using counters_atom = caf::atom_constant<caf::atom("counters")>;
+using digest_atom = caf::atom_constant<caf::atom("digest")>;  // -> SHA-256 (hex) of a replica's parameters and optimizer state
 // Cluster membership (actors/node.hpp).
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;

@@ -184,13 +184,13 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   configure_cluster(cfg);
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
-  auto membership_or = system.middleman().remote_actor("127.0.0.1", relay.local_port());
+  auto membership_or = system.middleman().remote_actor<membership_actor_t>("127.0.0.1", relay.local_port());
   if (!membership_or) {
     log("cannot reach the coordinator at " + options.join + ": " + system.render(membership_or.error()));
     relay.stop();
     return SessionEnd{1, true};
   }
-  caf::actor membership = *membership_or;
+  membership_actor_t membership = *membership_or;
   self->monitor(membership);
 
   std::vector<caf::actor> loaders, replicas, relays;

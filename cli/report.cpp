@@ -28,6 +28,12 @@ std::string clock_text(double seconds) {
   return buf;
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& text) {
@@ -55,15 +61,20 @@ Report::Report(std::int64_t epochs, std::int64_t log_every, const std::string& m
     if (!*metrics_) throw std::runtime_error("--metrics " + metrics_path + ": cannot create the file");
     jsonl_ = metrics_path.size() > 6 && metrics_path.substr(metrics_path.size() - 6) == ".jsonl";
     if (!jsonl_)
-      *metrics_ << "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5\n";
+      *metrics_ << "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5,seconds,world\n";
   }
+}
+
+double Report::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                          double samples_per_s, float lr, const models::EpochResult* eval) {
   if (!metrics_) return;
   if (jsonl_) {
-    *metrics_ << metrics_json_line(kind, epoch, step, loss, accuracy, samples_per_s, lr, eval) << "\n";
+    *metrics_ << metrics_json_line(kind, epoch, step, loss, accuracy, samples_per_s, lr, eval, seconds(), world_)
+              << "\n";
   } else {
     char buf[512];
     int n = std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6g,%.1f,%.6g", kind, static_cast<long long>(epoch),
@@ -73,7 +84,7 @@ void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step
                     eval->test_top5);
     else
       std::snprintf(buf + n, sizeof buf - n, ",,,");
-    *metrics_ << buf << "\n";
+    *metrics_ << buf << "," << seconds_text(seconds()) << "," << (world_ > 0 ? std::to_string(world_) : "") << "\n";
   }
   metrics_->flush();
 }
@@ -92,7 +103,15 @@ models::Callbacks Report::callbacks() {
     epoch_start_ = std::chrono::steady_clock::now();
   };
   // A new membership view: the epoch's batches follow the world size.
-  cb.on_view_change = [this](std::int64_t, int, int, std::int64_t steps_in_epoch) { steps_in_epoch_ = steps_in_epoch; };
+  cb.on_view_change = [this](std::int64_t step, int, int world, std::int64_t steps_in_epoch) {
+    steps_in_epoch_ = steps_in_epoch;
+    world_ = world;
+    metrics_row("view", epoch_, step, std::nan(""), std::nan(""), std::nan(""), lr_, nullptr);
+  };
+  // Every evaluation (mid-epoch ones from eval_every, and epoch ends).
+  cb.on_evaluate = [this](const models::EpochResult& r) {
+    metrics_row("eval", r.epoch, r.step, r.train_loss, r.train_accuracy, std::nan(""), r.lr, &r);
+  };
   cb.on_step_end = [this](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
     loss_avg_ = loss;  // the epoch's mean so far (Callbacks::on_step_end), as Keras' bar
     const bool log_now = log_every_ > 0 && step % log_every_ == 0;
@@ -147,7 +166,8 @@ void Report::write_summary(const std::string& path, const models::TrainResult& r
 // escaped, bytes that are not UTF-8 replaced, and a non-finite number (a
 // diverged loss) becomes null.
 std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss,
-                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval) {
+                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval,
+                              double seconds, int world) {
   nlohmann::ordered_json row;
   row["kind"] = kind;
   row["epoch"] = epoch;
@@ -161,6 +181,9 @@ std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t
     row["test_accuracy"] = eval->test_accuracy;
     row["test_top5"] = eval->test_top5;
   }
+  row["seconds"] = seconds;
+  if (world > 0) row["world"] = world;
+  else row["world"] = nullptr;
   return row.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

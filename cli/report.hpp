@@ -2,6 +2,15 @@
 // terminal (plain log lines otherwise), the per-epoch report, the --metrics
 // file (CSV, or JSON lines when the name ends in .jsonl) and the
 // --summary-json file.
+//
+// --metrics rows, by `kind`: "step" every --log-every steps (the epoch's
+// running loss), "epoch" at each epoch end (with its evaluation), "eval" at
+// every evaluation of the actor runtime (eval_every and epoch ends: the test
+// metrics as training goes), "view" when a cluster's membership changes (and
+// at the start of a cluster job). Every row ends with `seconds` (wall time
+// since the job started) and `world` (replicas in the current membership
+// view; empty while unknown), so accuracy and world size can be plotted
+// against time (examples/elastic does).
 #pragma once
 
 #include <chrono>
@@ -21,12 +30,15 @@ class Report {
   Report(std::int64_t epochs, std::int64_t log_every, const std::string& metrics_path);
 
   models::Callbacks callbacks();
+  // The replicas of a job whose membership does not change (one host).
+  void set_world(int world) { world_ = world; }
   void write_summary(const std::string& path, const models::TrainResult& result,
                      const models::TrainConfig& config) const;
 
  private:
   void metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                    double samples_per_s, float lr, const models::EpochResult* eval);
+  double seconds() const;
 
   std::int64_t epochs_, log_every_;
   bool tty_;
@@ -36,13 +48,17 @@ class Report {
   float lr_ = 0;
   double loss_avg_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int world_ = 0;  // replicas in the current view; 0: unknown
 };
 
 // One --metrics JSON line (no newline) and the --summary-json text. Strings
 // are escaped and non-finite numbers written as null, so both always parse.
-// `eval` adds test_loss, test_accuracy and test_top5 (an epoch row).
+// `eval` adds test_loss, test_accuracy and test_top5 (an epoch row);
+// `seconds` and `world` (null when 0: unknown) end every row.
 std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss,
-                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval);
+                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval,
+                              double seconds = 0, int world = 0);
 std::string summary_json(const models::TrainResult& result, const models::TrainConfig& config,
                          double peak_memory_mib);
 

@@ -157,6 +157,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
   o.config.device = device;
   create_output_folders(o);
   Report report(o.config.epochs, o.log_every, o.metrics);
+  report.set_world(1);
   models::Trainer trainer(o.config);  // every configuration error surfaces here
   install_stop_handlers();
   models::Callbacks cb = report.callbacks();
@@ -247,19 +248,14 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   cb.should_stop = [] { return stop_signal.load() != 0; };
   LastCheckpoint last;
   last.watch(cb);
-  // A cluster's world size is known once its nodes joined (after run()).
+  // A cluster's world size is known once its nodes joined: the coordinator
+  // reports it as view 0 when training starts (Callbacks::on_view_change).
+  if (!jc.cluster) report.set_world(static_cast<int>(job.config().devices.size()));
   auto tensorboard =
       open_tensorboard(o, jc, jc.cluster ? 0 : static_cast<std::int64_t>(job.config().devices.size()), cb);
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
-  if (tensorboard) {
-    tensorboard->record_mode_history(r.mode_history);
-    if (jc.cluster) {
-      std::int64_t world = 0;
-      for (const auto& node : jc.cluster->nodes()) world += node.replicas;
-      if (world > 0) tensorboard->record_world_size(world);
-    }
-  }
+  if (tensorboard) tensorboard->record_mode_history(r.mode_history);
   if (!r.error.empty()) throw std::runtime_error(r.error);
   if (r.already_finished) {
     print_finished(r.resumed_from, r.steps, jc.train);

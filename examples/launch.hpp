@@ -1,5 +1,5 @@
 // Process plumbing shared by the cluster examples (multiworker,
-// ps_linear_regression): free localhost ports, a "port in use" check, and
+// ps_linear_regression, elastic): free localhost ports, a "port in use" check, and
 // launching this same executable again as one task of a cluster (the spec in
 // TROUPE_CLUSTER, as TF_CONFIG), with its output in a log file and a
 // deadline. POSIX only; nothing here is troupe's API.
@@ -76,14 +76,17 @@ inline std::string cluster_json(const std::vector<std::string>& workers, int ind
   return s + "]},\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(index) + "}}";
 }
 
-// One child process: this executable with `args`, TROUPE_CLUSTER=`cluster`,
-// stdout and stderr into `log`.
+// One child process: `program` (this executable by default; a name without
+// a slash is looked up in PATH) with `args` (argv[0] first),
+// TROUPE_CLUSTER=`cluster` unless empty, stdout and stderr into `log`.
 struct Child {
   pid_t pid = -1;
   std::string log;
   int status = -1;  // exit status once reaped; 128 + signal when killed
 
-  Child(const std::vector<std::string>& args, const std::string& cluster, std::string log_path) : log(std::move(log_path)) {
+  Child(const std::vector<std::string>& args, const std::string& cluster, std::string log_path,
+        const std::string& program = "/proc/self/exe")
+      : log(std::move(log_path)) {
     std::fflush(stdout);
     std::fflush(stderr);
     pid = ::fork();
@@ -94,12 +97,12 @@ struct Child {
         ::dup2(fd, 2);
         ::close(fd);
       }
-      ::setenv("TROUPE_CLUSTER", cluster.c_str(), 1);
+      if (!cluster.empty()) ::setenv("TROUPE_CLUSTER", cluster.c_str(), 1);
       std::vector<char*> argv;
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      ::execv("/proc/self/exe", argv.data());
-      std::perror("execv /proc/self/exe");
+      ::execvp(program.c_str(), argv.data());
+      std::perror(("exec " + program).c_str());
       ::_exit(127);
     }
   }

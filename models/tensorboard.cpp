@@ -301,11 +301,6 @@ void TensorBoardLog::watch(Callbacks& cb) {
   };
 }
 
-void TensorBoardLog::record_world_size(std::int64_t world_size) {
-  file_.scalar("job/world_size", start_step_, static_cast<double>(world_size));
-  file_.flush();
-}
-
 void TensorBoardLog::mode_switch(std::int64_t step, const std::string& mode) {
   live_switches_ = true;
   mode_ = mode;

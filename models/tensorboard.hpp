@@ -99,9 +99,10 @@ class EventFile {
 //                        replica trainer does; the actor runtime does not)
 //   test/loss, test/accuracy, test/top5   at every evaluation (epoch ends, eval_every)
 //   job/mode             at the start and at every mode switch (mode_number above)
-//   job/world_size       at the start: the number of replicas, and at every
-//                        membership change of a cluster (with job/view, the
-//                        view's number)
+//   job/world_size       at the start: the number of replicas (a cluster's
+//                        coordinator: its view 0, once the nodes joined), and
+//                        at every membership change (with job/view, the view's
+//                        number)
 //   job/config           a text summary: the job's configuration (job-file text)
 // Mode switches are written as they happen (Callbacks::on_mode_switch); a
 // runtime without that hook can hand its mode history over at the end
@@ -120,9 +121,6 @@ class TensorBoardLog {
   // Runtime mode history entries "sync@0", "async@500", ... (others, such as
   // "resumed from ...", are skipped); each becomes a job/mode point.
   void record_mode_history(const std::vector<std::string>& history);
-  // job/world_size at the start step, for a runtime that learns it only
-  // once the job formed (a cluster's coordinator: after run()).
-  void record_world_size(std::int64_t world_size);
   void flush() { file_.flush(); }
 
   // What watch() calls; the C++ API's callback calls them too.

@@ -137,8 +137,13 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
   std::string header, row;
   std::getline(metrics, header);
   EXPECT_CONTAINS(header, "kind,epoch,step,loss");
+  EXPECT_CONTAINS(header, ",seconds,world");
   int rows = 0;
-  while (std::getline(metrics, row)) ++rows;
+  while (std::getline(metrics, row)) {
+    ++rows;
+    // One host: the world is its devices, known on every row.
+    EXPECT_GE(std::atoi(row.substr(row.rfind(',') + 1).c_str()), 1) << row;
+  }
   EXPECT_EQ(rows, 3);  // steps 20, 40, 60
   std::ifstream summary(dir + "/s.json");
   std::string json((std::istreambuf_iterator<char>(summary)), {});

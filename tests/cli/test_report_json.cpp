@@ -28,6 +28,12 @@ TEST(ReportJson, MetricsLineWithNonFiniteNumbersParsesWithNulls) {
   EXPECT_TRUE(row["samples_per_s"].is_null()) << line;
   EXPECT_DOUBLE_EQ(row["lr"].get<double>(), 0.5);
   EXPECT_FALSE(row.contains("test_loss"));
+  EXPECT_TRUE(row["world"].is_null()) << line;  // unknown
+  EXPECT_DOUBLE_EQ(row["seconds"].get<double>(), 0.0);
+  const Json view = Json::parse(metrics_json_line("view", 0, 40, std::nan(""), std::nan(""), std::nan(""), 0.5f,
+                                                  nullptr, 12.5, 3));
+  EXPECT_EQ(view["world"], 3);
+  EXPECT_DOUBLE_EQ(view["seconds"].get<double>(), 12.5);
 
   models::EpochResult eval;
   eval.test_loss = std::nan("");

@@ -296,12 +296,21 @@ void check_run_against_csv(const std::string& devices) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  ASSERT_EQ(line, "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5");
-  int steps = 0, epochs = 0, train_accuracy = 0;
+  ASSERT_EQ(line, "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5,seconds,world");
+  int steps = 0, epochs = 0, evaluations = 0, train_accuracy = 0;
   while (std::getline(in, line)) {
     const auto c = split(line);
-    ASSERT_EQ(c.size(), 10u) << line;
+    ASSERT_EQ(c.size(), 12u) << line;
+    EXPECT_EQ(c[11], devices == "cpu:0" ? "1" : "2") << line;  // the world: replicas
+    EXPECT_GE(std::stod(c[10]), 0.0) << line;                  // seconds since the start
     const std::int64_t step = std::stoll(c[2]);
+    if (c[0] == "eval") {
+      // Every evaluation of the actor runtime (here: the epoch ends).
+      ++evaluations;
+      expect_point("test/accuracy", step, c[8]);
+      expect_point("test/loss", step, c[7]);
+      continue;
+    }
     expect_point("train/loss", step, c[3]);
     expect_point("train/learning_rate", step, c[6]);
     // samples/s: the CSV rounds it to 0.1
@@ -324,6 +333,9 @@ void check_run_against_csv(const std::string& devices) {
   }
   EXPECT_EQ(steps, 3);  // 20, 40, 60
   EXPECT_EQ(epochs, devices == "cpu:0" ? 1 : 2);  // 60 or 30 steps per epoch
+  // The single-replica trainer has no on_evaluate; the actor runtime writes
+  // an "eval" row at each epoch end here.
+  EXPECT_EQ(evaluations, devices == "cpu:0" ? 0 : epochs);
   EXPECT_EQ(by_tag["train/loss"].size(), static_cast<std::size_t>(steps + epochs));
   EXPECT_EQ(by_tag["test/accuracy"].size(), static_cast<std::size_t>(epochs));
   EXPECT_EQ(by_tag["train/accuracy"].size(), static_cast<std::size_t>(train_accuracy));

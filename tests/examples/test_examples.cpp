@@ -157,6 +157,34 @@ TEST(Examples, MultiworkerShort) {
   EXPECT_CONTAINS(r.output, "multiworker: both workers finished");
 }
 
+// A node joins, another is killed: the views go 2 -> 3 -> 2 replicas, the
+// coordinator exits 0 with the replicas bitwise equal, and the plot's data
+// (test accuracy and world size against time) is written.
+TEST(Examples, ElasticJoinThenKillAndThePlotOfAccuracyAndWorldSize) {
+  const std::string dir = temp("elastic");
+  Result r = run(EXAMPLE_ELASTIC, "--short --dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "a third node joins");
+  EXPECT_CONTAINS(r.output, "kill -9 of worker 1");
+  EXPECT_CONTAINS(r.output, "views (world size 2 -> 3 -> 2)");
+  EXPECT_CONTAINS(r.output, "the 2 replicas agree bitwise");
+  EXPECT_CONTAINS(r.output, "the survivors go on in a new view");
+  EXPECT_GT(number_after(r.output, "final test accuracy "), 0.75);
+  EXPECT_GE(lines(dir + "/accuracy.dat"), 4);  // an evaluation every 50 steps
+  EXPECT_GE(lines(dir + "/world.dat"), 4);
+  EXPECT_TRUE(fs::exists(dir + "/elastic.gp"));
+  if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
+    EXPECT_GT(fs::file_size(dir + "/elastic.png"), 1000u);
+  }
+  // Bad schedules and arguments: exit 2 with the reason.
+  r = run(EXAMPLE_ELASTIC, "--join-at 500 --kill-at 100");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "--kill-at must come after --join-at");
+  r = run(EXAMPLE_ELASTIC, "--troupe /no/such/troupe");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "/no/such/troupe");
+}
+
 TEST(Examples, PsLinearRegressionKilledAndResumed) {
   const std::string dir = temp("ps");
   Result r = run(EXAMPLE_PS_LINEAR_REGRESSION, "--short --kill-and-resume --dir " + dir);

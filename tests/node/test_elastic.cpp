@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/node/cluster.hpp"
+#include "tests/node/netns.hpp"
 
 namespace troupe {
 namespace {
@@ -88,6 +89,8 @@ TEST(Elastic, AKilledWorkerIsRemovedAndTheSurvivorsFinishInEveryMode) {
     if (mode == "sync") {
       // Exactly once: the epoch the view changed in used every example once.
       expect_exactly_once(out, 2, 96);
+      // The survivors hold the same bits (the coordinator compares digests).
+      EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
     }
     EXPECT_GE(final_accuracy(out), 0.84) << out;
   }
@@ -116,6 +119,8 @@ TEST(Elastic, ANodeJoinsARunningJobAtTheNextStepBoundary) {
     const std::string out = c.coordinator->output();
     if (mode == "sync") {
       expect_exactly_once(out, 2, 96);
+      // The joiner took replica 0's state and kept it in step.
+      EXPECT_NE(out.find("the 3 replicas agree bitwise"), std::string::npos) << out;
     }
     EXPECT_GE(final_accuracy(out), 0.84) << out;
   }
@@ -152,6 +157,7 @@ TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
   EXPECT_EQ(out.find("all-reduce failed"), std::string::npos) << out;
   EXPECT_EQ(out.find("lost node"), std::string::npos) << out;
   expect_exactly_once(out, 3, 128);
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
 }
 
 // A stopped worker (SIGSTOP: its process is there, its sockets open, it
@@ -170,6 +176,89 @@ TEST(Elastic, AStoppedWorkerIsRemovedWithinSecondsAndTheSurvivorsFinish) {
   c.workers[1]->signal(SIGCONT);
   const std::string out = c.coordinator->output();
   expect_exactly_once(out, 2, 96);
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_GE(final_accuracy(out), 0.84) << out;
+}
+
+// A worker cut off (its link taken down, each node in its own network
+// namespace as separate hosts are): its process runs on and its sockets stay
+// open, but nothing crosses; the heartbeats find it within seconds, the
+// survivors go on without it and finish.
+TEST(Elastic, AWorkerCutOffByItsLinkIsRemovedAndTheSurvivorsFinish) {
+  Namespaces net(3);
+  if (!net.ok()) GTEST_SKIP() << net.why();
+  const std::string dir = temp_dir("elastic-netns");
+  const std::string job_file = write_file(dir, "job.toml", job("sync", 2));
+  const std::vector<std::string> secret{"TROUPE_SECRET=namespaces need a secret"};
+  const std::string at = net.address(0) + ":7000";
+  Process coordinator(net.exec(0, {TROUPE_BINARY, "node", "--listen", at, "--job", job_file, "--min-nodes", "1",
+                                   "--start-nodes", "3", "--devices", "cpu:0", "--log-every", "20", "--timeout", "30",
+                                   "--wait-timeout", "120"}),
+                      dir + "/coordinator.log", secret);
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int i = 1; i < 3; ++i)
+    workers.push_back(std::make_unique<Process>(
+        net.exec(i, {TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeout", "30", "--rejoin-timeout",
+                     "0"}),
+        dir + "/worker" + std::to_string(i) + ".log", secret));
+  auto logs = [&] {
+    std::string out = "--- coordinator:\n" + coordinator.output();
+    for (auto& w : workers) out += "--- worker:\n" + w->output();
+    return out;
+  };
+  ASSERT_TRUE(wait_for_step(coordinator, 100, 120s)) << logs();
+  ASSERT_TRUE(net.link(2, false)) << "ip link set down failed";
+  const auto cut_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(coordinator.wait_for_output("the survivors go on in a new view", 20s)) << logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - cut_at, 10s) << logs();
+  EXPECT_EQ(coordinator.wait_for(120s), 0) << logs();
+  EXPECT_EQ(workers[0]->wait_for(10s), 0) << logs();
+  // The cut-off worker lost its coordinator too (heartbeats) and, with
+  // --rejoin-timeout 0, ends on its own: a failure, not a hang.
+  EXPECT_EQ(workers[1]->wait_for(30s), 1) << logs();
+  const std::string out = coordinator.output();
+  EXPECT_NE(out.find(": 2 replica(s) on 2 node(s) (was 3 on 3)"), std::string::npos) << out;
+  expect_exactly_once(out, 2, 96);
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_GE(final_accuracy(out), 0.84) << out;
+}
+
+// A worker joins, leaves (SIGTERM) and joins again (a new process on the same
+// host), with elastic_batch = "global": the global batch stays 64 (21 per
+// replica in a view of 3, floor), the learning rate is unchanged, every
+// example of each epoch is used once, and the replicas end bitwise equal.
+TEST(Elastic, AWorkerJoinsLeavesAndJoinsAgainWithAFixedGlobalBatch) {
+  Cluster c("elastic-rejoin", job("sync", 3) + "elastic_batch = \"global\"\n", 1, {"--start-nodes", "2"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 60, 120s)) << c.logs();
+  Process& first = c.add_worker();
+  ASSERT_TRUE(c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 2 on 2); global batch 63 (21 per replica)", 60s))
+      << c.logs();
+  ASSERT_TRUE(first.wait_for_output("view 1: replicas 2..2 of 3", 10s)) << c.logs();
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait_for(30s), 128 + SIGTERM) << c.logs();
+  ASSERT_TRUE(c.coordinator->wait_for_output(": 2 replica(s) on 2 node(s) (was 3 on 3); global batch 64 (32 per replica)", 20s))
+      << c.logs();
+  Process& again = c.add_worker();
+  ASSERT_TRUE(again.wait_for_output("view 3: replicas 2..2 of 3", 60s)) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  EXPECT_EQ(again.wait_for(10s), 0) << c.logs();
+  const std::string out = c.coordinator->output();
+  EXPECT_EQ(count(out, "coordinator: view "), 3) << out;
+  EXPECT_EQ(count(out, "(unchanged by the view)"), 3) << out;
+  EXPECT_EQ(out.find("all-reduce failed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("lost node"), std::string::npos) << out;
+  // Every epoch, whichever views it was trained in: each example once but
+  // for the last partial global batch.
+  const std::regex epoch_line(R"(epoch (\d+) trained on (\d+) examples \(the data set has (\d+)\))");
+  int epochs = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), epoch_line); it != std::sregex_iterator(); ++it, ++epochs) {
+    const long used = std::stol((*it)[2]), n = std::stol((*it)[3]);
+    EXPECT_LE(used, n) << it->str();
+    EXPECT_GT(used, n - 64) << it->str();
+  }
+  EXPECT_GE(epochs, 1) << out;
+  EXPECT_NE(out.find("the 3 replicas agree bitwise"), std::string::npos) << out;
   EXPECT_GE(final_accuracy(out), 0.84) << out;
 }
 

@@ -17,6 +17,7 @@
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/trainer.hpp"
 #include "tests/node/cluster.hpp"
+#include "tests/node/netns.hpp"
 #include "tests/node/process.hpp"
 #include "tests/support/ports.hpp"
 
@@ -383,52 +384,27 @@ TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
 // The sync test again with every node in its own network namespace (its own
 // network stack, as separate hosts have), joined by veth links to a bridge.
 TEST(Node, ThreeNodesInThreeNetworkNamespaces) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns (running as uid " << geteuid() << ")";
-  const std::string tag = std::to_string(getpid() % 100000);
-  const std::string bridge = "trb" + tag;
-  std::vector<std::string> ns;
-  auto sh = [](const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()) == 0; };
-  auto cleanup = [&]() {
-    for (auto& n : ns) sh("ip netns del " + n);
-    sh("ip link del " + bridge);
-  };
-  bool ok = sh("ip link add " + bridge + " type bridge") && sh("ip link set " + bridge + " up");
-  for (int i = 0; ok && i < 3; ++i) {
-    const std::string n = "trn" + tag + "-" + std::to_string(i);
-    const std::string veth = "trv" + tag + std::to_string(i);
-    ok = sh("ip netns add " + n);
-    if (ok) ns.push_back(n);
-    ok = ok && sh("ip link add " + veth + " type veth peer name eth0 netns " + n) &&
-         sh("ip link set " + veth + " master " + bridge + " up") &&
-         sh("ip -n " + n + " addr add 10.231." + tag.substr(0, 2) + "." + std::to_string(i + 1) + "/24 dev eth0") &&
-         sh("ip -n " + n + " link set eth0 up") && sh("ip -n " + n + " link set lo up");
-  }
-  if (!ok) {
-    cleanup();
-    GTEST_SKIP() << "could not create network namespaces and veth links here (no CAP_NET_ADMIN in this container?)";
-  }
-  const std::string subnet = "10.231." + tag.substr(0, 2) + ".";
+  Namespaces net(3);
+  if (!net.ok()) GTEST_SKIP() << net.why();
+  const std::string subnet = net.subnet();
   const std::string dir = temp_dir("netns");
   const std::string checkpoints = temp_dir("netns-ckpt");
   const std::string job = write_file(dir, "job.toml", sync_job(checkpoints));
   const std::string secret = "TROUPE_SECRET=namespaces need a secret";
-  const std::string coordinator_address = subnet + "1:7000";
+  const std::string coordinator_address = net.address(0) + ":7000";
   std::vector<std::unique_ptr<Process>> procs;
   procs.push_back(std::make_unique<Process>(
-      std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns[0], TROUPE_BINARY, "node", "--listen",
-                               coordinator_address, "--job", job, "--min-nodes", "3", "--devices", "cpu:0",
-                               "--timeout", "30", "--wait-timeout", "120"},
+      net.exec(0, {TROUPE_BINARY, "node", "--listen", coordinator_address, "--job", job, "--min-nodes", "3",
+                   "--devices", "cpu:0", "--timeout", "30", "--wait-timeout", "120"}),
       dir + "/coordinator.log", std::vector<std::string>{secret}));
   for (int i = 1; i < 3; ++i)
     procs.push_back(std::make_unique<Process>(
-        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns[static_cast<std::size_t>(i)], TROUPE_BINARY,
-                                 "node", "--join", coordinator_address, "--devices", "cpu:0", "--timeout", "30"},
+        net.exec(i, {TROUPE_BINARY, "node", "--join", coordinator_address, "--devices", "cpu:0", "--timeout", "30"}),
         dir + "/worker" + std::to_string(i) + ".log", std::vector<std::string>{secret}));
   std::vector<int> status;
   for (auto& p : procs) status.push_back(p->wait_for(240s));
   std::string logs;
   for (auto& p : procs) logs += "---\n" + p->output();
-  cleanup();
   ASSERT_EQ(status, (std::vector<int>{0, 0, 0})) << logs;
   EXPECT_NE(logs.find("data plane " + subnet), std::string::npos) << logs;
   auto latest = checkpoint::Directory(checkpoints, 0).latest();

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Chaos trials for elastic membership (issue 13): randomized faults at random
+# moments of a running cluster job, in sync, async and ssp:2. Each trial runs
+# a coordinator and two workers (`troupe node`, one CPU device each, the mlp
+# on Fashion-MNIST, two epochs) on loopback, waits until the job passed a
+# random step, and does one of:
+#
+#   kill        kill -9 of a random worker
+#   stop        SIGSTOP of a random worker (found by the heartbeats)
+#   term        SIGTERM of a random worker (it drains: leaves at a boundary)
+#   drain       `troupe ctl drain N` of a random worker
+#   join        a third worker joins the running job
+#   join-leave  a third worker joins, then leaves (SIGTERM) once it trains
+#
+# A trial passes when the coordinator exits 0 within the deadline, its log
+# shows the expected view change ("view 1 at step ..."), the surviving
+# workers exit 0 (a worker that left on SIGTERM: 143), and in sync the
+# coordinator found the replicas bitwise equal at the end. A trial that
+# reaches the deadline is a hang: every process is killed and it counts as
+# one. Prints one line per trial and a summary per mode.
+#
+#   tests/chaos/elastic_chaos.sh build/cli/troupe
+#   TROUPE_CHAOS_TRIALS=20        trials per mode (default 20)
+#   TROUPE_CHAOS_MODES="sync async ssp:2"
+#   TROUPE_CHAOS_FAULTS="kill stop term drain join join-leave"
+#   TROUPE_CHAOS_SEED=N           the random schedule (default: the time)
+#   TROUPE_CHAOS_DEADLINE=240     seconds a trial may take
+#   TROUPE_CHAOS_KEEP=1           keep the logs
+# Exit status: 0 when every trial passed, 1 otherwise, 2 on bad usage.
+set -u
+
+BIN=${1:-}
+if [[ -z "$BIN" || ! -x "$BIN" ]]; then
+  echo "usage: $0 PATH/TO/troupe" >&2
+  exit 2
+fi
+BIN=$(readlink -f "$BIN")
+TRIALS=${TROUPE_CHAOS_TRIALS:-20}
+MODES=${TROUPE_CHAOS_MODES:-"sync async ssp:2"}
+FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave})
+SEED=${TROUPE_CHAOS_SEED:-$(date +%s)}
+DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
+RANDOM=$SEED
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/troupe-chaos.XXXXXX")
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  if [[ "${TROUPE_CHAOS_KEEP:-0}" == 1 ]]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 2' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# The highest "epoch 1 step N/" the coordinator logged (0 before any).
+coordinator_step() {
+  grep -o 'epoch 1 step [0-9]*' "$1" 2>/dev/null | awk '{ if ($4 > m) m = $4 } END { print m + 0 }'
+}
+
+# Waits until a child of this shell ended: RC = its exit status (124 after
+# `limit` s). Not in a $(...) subshell: only this shell can reap its children.
+wait_exit() {
+  local pid=$1 end=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= end)); then RC=124; return; fi
+    sleep 0.1
+  done
+  wait "$pid" 2>/dev/null
+  RC=$?
+}
+
+start_worker() {  # log file; LASTPID = the pid
+  "$BIN" node --join "$ADDR" --devices cpu:0 --timeout 30 --rejoin-timeout 0 >"$1" 2>&1 &
+  LASTPID=$!
+}
+
+declare -A PASS FAIL HANG
+echo "elastic chaos: $TRIALS trial(s) per mode, modes: $MODES, faults: ${FAULTS[*]}, seed $SEED"
+overall=0
+for mode in $MODES; do
+  PASS[$mode]=0; FAIL[$mode]=0; HANG[$mode]=0
+  for ((t = 1; t <= TRIALS; t++)); do
+    fault=${FAULTS[$((RANDOM % ${#FAULTS[@]}))]}
+    at=$((20 + (RANDOM % 24) * 10))   # step 20..250 of epoch 1 (--log-every 10)
+    victim=$((RANDOM % 2))
+    dir="$TMP/${mode/:/}-$t"
+    mkdir -p "$dir"
+    printf 'model = "mlp"\ndata = "fashion-mnist"\nepochs = 2\nbatch = 32\nseed = %d\nmode = "%s"\n' "$t" "$mode" >"$dir/job.toml"
+    ADDR="127.0.0.1:$(free_port)"
+    CONTROL="127.0.0.1:$(free_port)"
+    started=$SECONDS
+    "$BIN" node --listen "$ADDR" --job "$dir/job.toml" --start-nodes 3 --min-nodes 1 --devices cpu:0 \
+      --log-every 10 --timeout 30 --wait-timeout 60 --control "$CONTROL" >"$dir/coordinator.log" 2>&1 &
+    coord=$!
+    start_worker "$dir/worker0.log"; w=("$LASTPID")
+    start_worker "$dir/worker1.log"; w+=("$LASTPID")
+    PIDS+=("$coord" "${w[@]}")
+    extra=""
+    why=""
+    # Wait for the moment (or the end of the job, or the deadline).
+    while kill -0 "$coord" 2>/dev/null && (($(coordinator_step "$dir/coordinator.log") < at)) &&
+      ((SECONDS - started < DEADLINE)); do sleep 0.05; done
+    target=${w[$victim]}
+    expect_exit=(0 0)
+    case $fault in
+      kill) kill -9 "$target"; expect_exit[$victim]=-1 ;;
+      stop) kill -STOP "$target"; expect_exit[$victim]=-1 ;;
+      term) kill -TERM "$target"; expect_exit[$victim]=143 ;;
+      drain)
+        index=$(grep -E "node [0-9]+ joined: .*pid $target\$" "$dir/coordinator.log" | sed -E 's/.*node ([0-9]+) joined.*/\1/' | head -1)
+        if ! "$BIN" ctl --at "$CONTROL" drain "$index" >"$dir/ctl.log" 2>&1; then why="ctl drain $index failed: $(cat "$dir/ctl.log")"; fi
+        ;;
+      join) start_worker "$dir/worker2.log"; extra=$LASTPID; PIDS+=("$extra") ;;
+      join-leave)
+        start_worker "$dir/worker2.log"; extra=$LASTPID; PIDS+=("$extra")
+        end=$((SECONDS + 60))
+        until grep -q "view [0-9]*: replicas" "$dir/worker2.log" 2>/dev/null || ((SECONDS >= end)) ||
+          ! kill -0 "$coord" 2>/dev/null; do sleep 0.05; done
+        sleep 0.$((RANDOM % 10))
+        kill -TERM "$extra" 2>/dev/null
+        ;;
+    esac
+    left=$((DEADLINE - (SECONDS - started)))
+    ((left < 5)) && left=5
+    wait_exit "$coord" "$left"; rc=$RC
+    # The stopped worker is killed once the job is over (SIGSTOP stand-in).
+    if [[ $fault == stop ]]; then kill -9 "$target" 2>/dev/null; kill -CONT "$target" 2>/dev/null; fi
+    result=pass
+    if [[ $rc == 124 ]]; then
+      result=hang; why="the coordinator did not end within ${DEADLINE} s"
+    elif [[ $rc != 0 ]]; then
+      result=fail; why="the coordinator exited $rc: $(grep -E 'failed|error' "$dir/coordinator.log" | tail -1)"
+    fi
+    for i in 0 1; do
+      if [[ ${expect_exit[$i]} == -1 ]]; then kill -9 "${w[$i]}" 2>/dev/null; wait "${w[$i]}" 2>/dev/null; continue; fi
+      wait_exit "${w[$i]}" 15; wrc=$RC
+      if [[ $result == pass && $wrc != "${expect_exit[$i]}" ]]; then
+        [[ $wrc == 124 ]] && result=hang || result=fail
+        why="worker $i exited $wrc, not ${expect_exit[$i]}"
+      fi
+    done
+    if [[ -n $extra ]]; then
+      want=0; [[ $fault == join-leave ]] && want=143
+      wait_exit "$extra" 15; wrc=$RC
+      if [[ $result == pass && $wrc != "$want" ]]; then
+        [[ $wrc == 124 ]] && result=hang || result=fail
+        why="the joining worker exited $wrc, not $want"
+      fi
+    fi
+    views=$(grep -c "coordinator: view " "$dir/coordinator.log")
+    # Every fault changes the membership: one view change (join-leave: two).
+    want_views=1; [[ $fault == join-leave ]] && want_views=2
+    if [[ $result == pass && -n $why ]]; then
+      result=fail
+    elif [[ $result == pass ]] && ((views < want_views)); then
+      result=fail; why="$views view change(s), $want_views expected"
+    elif [[ $result == pass && $mode == sync ]] && ! grep -q "replicas agree bitwise" "$dir/coordinator.log"; then
+      result=fail; why="the sync replicas were not found bitwise equal"
+    fi
+    case $result in
+      pass) PASS[$mode]=$((PASS[$mode] + 1)) ;;
+      fail) FAIL[$mode]=$((FAIL[$mode] + 1)); overall=1 ;;
+      hang) HANG[$mode]=$((HANG[$mode] + 1)); overall=1 ;;
+    esac
+    acc=$(grep -o 'test accuracy [0-9.]*' "$dir/coordinator.log" | tail -1 | awk '{print $3}')
+    printf '%-6s trial %2d: %-10s at step %3d: %s (%d view change(s), %d s, test accuracy %s)%s\n' \
+      "$mode" "$t" "$fault" "$at" "$result" "$views" $((SECONDS - started)) "${acc:-?}" "${why:+: $why}"
+    if [[ $result != pass ]]; then
+      echo "  --- coordinator log (tail):"; tail -15 "$dir/coordinator.log" | sed 's/^/  | /'
+    fi
+    # Nothing of this trial stays behind.
+    for p in "$coord" "${w[@]}" $extra; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+    PIDS=()
+  done
+done
+echo
+echo "summary (seed $SEED):"
+for mode in $MODES; do
+  printf '  %-6s %d trial(s): %d passed, %d failed, %d hung\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" "${HANG[$mode]}"
+done
+exit $overall
