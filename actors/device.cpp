@@ -38,30 +38,33 @@ void interrupt(Self* self, const std::string& why) {
     self->send(s.config.coordinator, step_aborted_atom::value, s.config.view, s.config.rank, s.clock, why);
 }
 
-// The state a sync step starts from, before it is applied (elastic jobs).
-void keep_committed(DeviceState& s) {
-  if (!s.committed_parameters.defined() || s.committed_parameters.raw() == nullptr)
-    s.committed_parameters = s.model->parameters().clone();
+// The state a sync step starts from, before it is applied (elastic jobs),
+// copied into `pending`; it becomes `committed` once the step's all-reduce
+// succeeded (see DeviceState).
+void keep_pending(DeviceState& s) {
+  auto& k = s.pending;
+  if (!k.parameters.defined() || k.parameters.raw() == nullptr)
+    k.parameters = s.model->parameters().clone();
   else
-    s.committed_parameters.copy_from(s.model->parameters());
+    k.parameters.copy_from(s.model->parameters());
   const auto& buffers = s.optimizer->buffers();
-  if (s.committed_buffers.size() != buffers.size()) {
-    s.committed_buffers.clear();
-    for (const auto& [name, buffer] : buffers) s.committed_buffers.push_back(buffer.clone());
+  if (k.buffers.size() != buffers.size()) {
+    k.buffers.clear();
+    for (const auto& [name, buffer] : buffers) k.buffers.push_back(buffer.clone());
   } else {
-    for (std::size_t i = 0; i < buffers.size(); ++i) s.committed_buffers[i].copy_from(buffers[i].second);
+    for (std::size_t i = 0; i < buffers.size(); ++i) k.buffers[i].copy_from(buffers[i].second);
   }
-  s.committed_scalars = s.optimizer->scalars();
-  s.committed_clock = s.clock;
+  k.scalars = s.optimizer->scalars();
+  k.clock = s.clock;
 }
 
 void roll_back(DeviceState& s) {
-  s.model->parameters().copy_from(s.committed_parameters);
+  const auto& k = s.committed;
+  s.model->parameters().copy_from(k.parameters);
   const auto& buffers = s.optimizer->buffers();
-  for (std::size_t i = 0; i < buffers.size() && i < s.committed_buffers.size(); ++i)
-    buffers[i].second.copy_from(s.committed_buffers[i]);
-  for (const auto& [name, value] : s.committed_scalars) s.optimizer->set_scalar(name, value);
-  s.clock = s.committed_clock;
+  for (std::size_t i = 0; i < buffers.size() && i < k.buffers.size(); ++i) buffers[i].second.copy_from(k.buffers[i]);
+  for (const auto& [name, value] : k.scalars) s.optimizer->set_scalar(name, value);
+  s.clock = k.clock;
 }
 
 void maybe_continue(Self* self) {
@@ -146,12 +149,13 @@ void run_step(Self* self, const Batch& b) {
       // The state this step starts from, kept for a rollback: copied while
       // the all-reduce runs (it touches only the gradients), so the copy
       // hides behind the network instead of adding to the step.
-      keep_committed(s);
+      keep_pending(s);
       try {
         work->wait(net::Clock::now() + s.config.timeout);
       } catch (const std::exception& e) {
-        throw Interrupted(e.what());
+        throw Interrupted(e.what());  // `committed` still holds the step before
       }
+      std::swap(s.committed, s.pending);
     } else {
       work->wait(net::Clock::now() + s.config.timeout);
     }
@@ -302,7 +306,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         auto& st = self->state;
         if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
         if (st.clock > a.clock) {
-          if (st.clock == a.clock + 1 && st.committed_clock == a.clock) {
+          if (st.clock == a.clock + 1 && st.committed.clock == a.clock) {
             roll_back(st);
           } else {
             return caf::make_error(caf::sec::runtime_error,
