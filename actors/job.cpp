@@ -17,6 +17,10 @@
 
 namespace troupe::actors {
 
+// How long a control request (a mode switch, a checkpoint: answered at the
+// next step boundary) may wait for the coordinator's answer.
+constexpr int kControlAnswerSeconds = 10;
+
 std::vector<kernels::Device> default_devices() {
   std::vector<kernels::Device> out;
   const int gpus = kernels::cuda_device_count();
@@ -304,7 +308,12 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   }
 
 
-  // Control requests from other threads, answered from this thread.
+  // Control requests from other threads. This thread only hands each one
+  // to a short-lived actor that asks the coordinator and fulfils the
+  // request's promise: a mode switch or a checkpoint is answered at the next
+  // step boundary, and that boundary may be a view change, which this very
+  // thread forms. Waiting here for the answer would hold the view (and the
+  // whole job) until the request timed out.
   auto forward_control_requests = [&](const caf::actor& coordinator) {
     std::deque<std::shared_ptr<ControlRequest>> pending;
     {
@@ -312,32 +321,36 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       pending.swap(control_requests_);
     }
     for (auto& r : pending) {
-      ControlReply out{504, "no answer from the coordinator"};
-      auto on_error = [&](caf::error& e) { out = ControlReply{504, system.render(e)}; };
-      const auto timeout = std::chrono::seconds(10);
-      switch (r->kind) {
-        case ControlRequest::Kind::status:
-          self->request(coordinator, timeout, status_atom::value)
-              .receive([&](std::string& json) { out = ControlReply{200, std::move(json)}; }, on_error);
-          break;
-        case ControlRequest::Kind::mode:
-          self->request(coordinator, timeout, mode_atom::value, r->argument)
-              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
-          break;
-        case ControlRequest::Kind::checkpoint:
-          self->request(coordinator, timeout, checkpoint_atom::value)
-              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
-          break;
-        case ControlRequest::Kind::stop:
-          self->request(coordinator, timeout, stop_atom::value)
-              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
-          break;
-        case ControlRequest::Kind::drain:
-          self->request(coordinator, timeout, drain_atom::value, r->argument)
-              .receive([&](ControlReply& c) { out = std::move(c); }, on_error);
-          break;
-      }
-      r->reply.set_value(std::move(out));
+      system.spawn([r, coordinator](caf::event_based_actor* a) -> caf::behavior {
+        const auto timeout = std::chrono::seconds(kControlAnswerSeconds);
+        auto answer = [r, a](ControlReply c) {
+          r->reply.set_value(std::move(c));
+          a->quit();
+        };
+        auto on_error = [answer, a](caf::error& e) {
+          answer(ControlReply{504, "no answer from the coordinator: " + a->system().render(e)});
+        };
+        auto on_reply = [answer](ControlReply& c) { answer(std::move(c)); };
+        switch (r->kind) {
+          case ControlRequest::Kind::status:
+            a->request(coordinator, timeout, status_atom::value)
+                .then([answer](std::string& json) { answer(ControlReply{200, std::move(json)}); }, on_error);
+            break;
+          case ControlRequest::Kind::mode:
+            a->request(coordinator, timeout, mode_atom::value, r->argument).then(on_reply, on_error);
+            break;
+          case ControlRequest::Kind::checkpoint:
+            a->request(coordinator, timeout, checkpoint_atom::value).then(on_reply, on_error);
+            break;
+          case ControlRequest::Kind::stop:
+            a->request(coordinator, timeout, stop_atom::value).then(on_reply, on_error);
+            break;
+          case ControlRequest::Kind::drain:
+            a->request(coordinator, timeout, drain_atom::value, r->argument).then(on_reply, on_error);
+            break;
+        }
+        return {[](caf::ok_atom) {}};  // nothing else to do: it ends with the answer
+      });
     }
   };
   auto stop_control = [&]() { close_control("the job has finished"); };
@@ -579,8 +592,9 @@ ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, Co
     control_requests_.push_back(request);
   }
   // run() forwards requests within 50 ms; a switch or a checkpoint then
-  // waits for the next step boundary.
-  if (reply.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return fallback;
+  // waits for the next step boundary, for at most kControlAnswerSeconds (the
+  // forwarding actor then answers 504 itself; this wait is a last resort).
+  if (reply.wait_for(std::chrono::seconds(kControlAnswerSeconds + 5)) != std::future_status::ready) return fallback;
   return reply.get();
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,26 @@ std::string write_file(const std::string& dir, const std::string& name, const st
   const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   return path;
+}
+
+// "modes: ... | S synchronous steps, P gradients pushed, A applied by the server"
+struct Accounting {
+  long long sync = -1, pushed = -1, applied = -1, steps = -1;
+  double accuracy = -1;
+};
+inline Accounting accounting(const std::string& out) {
+  Accounting a;
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"((\d+) synchronous steps, (\d+) gradients pushed, (\d+) applied)"))) {
+    a.sync = std::stoll(m[1]);
+    a.pushed = std::stoll(m[2]);
+    a.applied = std::stoll(m[3]);
+  }
+  if (std::regex_search(out, m, std::regex(R"(test accuracy ([0-9.]+) .*\((\d+) steps)"))) {
+    a.accuracy = std::stod(m[1]);
+    a.steps = std::stoll(m[2]);
+  }
+  return a;
 }
 
 // A coordinator and workers, each one CPU device, on loopback.

@@ -66,6 +66,16 @@ void expect_exactly_once(const std::string& out, int views, int largest_global_b
   EXPECT_EQ(std::stoi(m[3]), views) << out;
 }
 
+// Node indices follow the order the joins reached the coordinator, not the
+// order the workers were started: a worker's index, found by its pid in the
+// coordinator's "node N joined: ... pid P" line ("" if not there).
+std::string node_index(const std::string& log, int pid) {
+  std::smatch joined;
+  if (!std::regex_search(log, joined, std::regex("node (\\d+) joined: [^\\n]*pid " + std::to_string(pid) + "\\b")))
+    return "";
+  return joined[1].str();
+}
+
 std::string mode_tag(const std::string& mode) { return mode == "ssp:2" ? "ssp" : mode; }
 
 // kill -9 of a worker in the first epoch: removed at the next step boundary,
@@ -139,14 +149,9 @@ TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
   Process unknown({TROUPE_BINARY, "ctl", "--at", control, "drain", "9"}, c.dir + "/unknown.log");
   EXPECT_NE(unknown.wait_for(20s), 0) << unknown.output();
   EXPECT_NE(unknown.output().find("no node '9'"), std::string::npos) << unknown.output();
-  // Node indices follow the order the joins reached the coordinator, not the
-  // order the workers were started: find workers[1]'s index by its pid.
-  std::smatch joined;
-  const std::string log = c.coordinator->output();
-  ASSERT_TRUE(std::regex_search(log, joined, std::regex("node (\\d+) joined: [^\\n]*pid " +
-                                                           std::to_string(c.workers[1]->pid()) + "\\b")))
-      << log;
-  Process drain({TROUPE_BINARY, "ctl", "--at", control, "drain", joined[1].str()}, c.dir + "/drain.log");
+  const std::string index = node_index(c.coordinator->output(), c.workers[1]->pid());
+  ASSERT_FALSE(index.empty()) << c.logs();
+  Process drain({TROUPE_BINARY, "ctl", "--at", control, "drain", index}, c.dir + "/drain.log");
   EXPECT_EQ(drain.wait_for(20s), 0) << drain.output();
   EXPECT_NE(drain.output().find("leaves at the next step boundary"), std::string::npos) << drain.output();
   EXPECT_EQ(c.workers[1]->wait_for(30s), 0) << c.logs();
@@ -158,6 +163,45 @@ TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
   EXPECT_EQ(out.find("lost node"), std::string::npos) << out;
   expect_exactly_once(out, 3, 128);
   EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+}
+
+// A view change and a mode switch asked for together both happen, the view
+// first when they meet at one boundary (docs/ARCHITECTURE.md, "Order at a
+// boundary"). The coordinator is stopped (SIGSTOP) while `ctl drain` and
+// `ctl mode sync` are sent, so both requests wait in its sockets and arrive
+// within a few steps of each other when it goes on (at one boundary or at
+// two in a row). The job runs async: the switch to sync gathers the
+// server's state into the replicas, and the end of the job checks them
+// bitwise; no push is lost or applied twice. (This test found the job's
+// thread waiting for the switch's answer while the view it had to form
+// held the boundary: the switch was answered 409 after 10 s.)
+TEST(Elastic, AViewChangeAndAModeSwitchAskedForTogetherBothHappen) {
+  const std::string control = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  Cluster c("elastic-mode-view", job("async", 1), 2, {"--control", control, "--start-nodes", "3"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+  const std::string index = node_index(c.coordinator->output(), c.workers[1]->pid());
+  ASSERT_FALSE(index.empty()) << c.logs();
+  c.coordinator->signal(SIGSTOP);
+  Process drain({TROUPE_BINARY, "ctl", "--timeout", "30", "--at", control, "drain", index}, c.dir + "/drain.log");
+  Process mode({TROUPE_BINARY, "ctl", "--timeout", "30", "--at", control, "mode", "sync"}, c.dir + "/mode.log");
+  std::this_thread::sleep_for(500ms);  // both requests sent, waiting in the coordinator's sockets
+  c.coordinator->signal(SIGCONT);
+  EXPECT_EQ(drain.wait_for(40s), 0) << drain.output();
+  EXPECT_EQ(mode.wait_for(40s), 0) << mode.output();
+  EXPECT_NE(mode.output().find("mode is sync from step"), std::string::npos) << mode.output();
+  EXPECT_EQ(c.workers[1]->wait_for(30s), 0) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find(": 2 replica(s) on 2 node(s) (was 3 on 3)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("lost node"), std::string::npos) << out;
+  const Accounting a = accounting(out);
+  EXPECT_GT(a.pushed, 0) << out;
+  EXPECT_EQ(a.pushed, a.applied) << "a push was lost or applied twice\n" << out;
+  EXPECT_GT(a.sync, 0) << out;
+  EXPECT_EQ(a.steps, a.sync + a.applied) << "global steps are not the updates applied\n" << out;
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_GE(final_accuracy(out), 0.8) << out;
 }
 
 // A stopped worker (SIGSTOP: its process is there, its sockets open, it

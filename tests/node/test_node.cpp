@@ -28,25 +28,6 @@ using namespace std::chrono_literals;
 using testing::Process;
 namespace fs = std::filesystem;
 
-// "modes: ... | S synchronous steps, P gradients pushed, A applied by the server"
-struct Accounting {
-  long long sync = -1, pushed = -1, applied = -1, steps = -1;
-  double accuracy = -1;
-};
-Accounting accounting(const std::string& out) {
-  Accounting a;
-  std::smatch m;
-  if (std::regex_search(out, m, std::regex(R"((\d+) synchronous steps, (\d+) gradients pushed, (\d+) applied)"))) {
-    a.sync = std::stoll(m[1]);
-    a.pushed = std::stoll(m[2]);
-    a.applied = std::stoll(m[3]);
-  }
-  if (std::regex_search(out, m, std::regex(R"(test accuracy ([0-9.]+) .*\((\d+) steps)"))) {
-    a.accuracy = std::stod(m[1]);
-    a.steps = std::stoll(m[2]);
-  }
-  return a;
-}
 
 const char* kMlpJob = R"(model = "mlp"
 data = "fashion-mnist"
