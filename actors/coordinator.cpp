@@ -70,6 +70,7 @@ struct CoordinatorState {
   std::int64_t stale_reports = 0;      // reports of an ended view, dropped
   int start_world = 1;                 // replicas of the first view
   int views_in_epoch = 0;              // view changes during the current epoch
+  bool resumed_mid_epoch = false;      // this epoch began before a resume
   bool paused = false;                 // fewer than --min-nodes nodes
   Clock::time_point paused_since;
   std::string pause_reason;
@@ -268,6 +269,16 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
       c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(at_end ? 0 : used / global);
     }
     c.position.cursor.shuffle_seed = st.config.seed;
+    // The segment, so a resume continues every replica's data exactly
+    // (actors/resume.hpp), whatever views came before.
+    c.position.segment.start_clock = static_cast<std::uint64_t>(st.seg_start);
+    c.position.segment.offset = static_cast<std::uint64_t>(st.seg_offset);
+    c.position.segment.world = static_cast<std::uint32_t>(st.config.replicas);
+    c.position.segment.batch = static_cast<std::uint64_t>(st.batch);
+    c.position.segment.steps_before = static_cast<std::uint64_t>(st.epoch_steps_before);
+    c.position.segment.epoch_examples = static_cast<std::uint64_t>(st.epoch_examples);
+    c.position.segment.epoch_loss_sum = st.epoch_loss_sum;
+    c.position.segment.epoch_correct = static_cast<std::uint64_t>(st.epoch_correct);
     c.schedule.spec = st.config.schedule->spec();
     c.schedule.evaluated_at_step = static_cast<std::uint64_t>(global_step);
     c.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(st.epoch);
@@ -602,11 +613,12 @@ void run_actions(Self* self) {
           e.seconds = st.train_seconds;
           st.config.callbacks.on_evaluate(e);
         }
-        if (st.config.elastic && st.views_in_epoch > 0)
+        if ((st.config.elastic && st.views_in_epoch > 0) || st.resumed_mid_epoch)
           log_line("epoch " + std::to_string(st.epoch + 1) + " trained on " + std::to_string(st.epoch_examples) +
                    " examples (the data set has " + std::to_string(st.config.dataset_examples) + ") in " +
                    std::to_string(st.views_in_epoch + 1) + " views");
         st.views_in_epoch = 0;
+        st.resumed_mid_epoch = false;
         ++st.epoch;
         // The next epoch is one segment, in this view.
         st.seg_start += st.seg_steps;
@@ -908,10 +920,23 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;
   s.epoch = s.config.start.epoch;
-  // The first segment: the whole epoch in the first view.
-  s.seg_start = s.epoch * s.config.batches_per_epoch;
-  s.seg_offset = 0;
-  s.seg_steps = s.config.batches_per_epoch;
+  // The first segment: the whole epoch in the first view, or on resume the
+  // segment the checkpoint recorded (or a new one from where it stood).
+  const DataStart& d = s.config.start_data;
+  if (d.segment_clock >= 0) {
+    s.seg_start = d.segment_clock;
+    s.seg_offset = d.offset;
+    s.seg_steps = segment_steps(s, d.offset, s.config.replicas, s.batch);
+    s.epoch_steps_before = d.steps_before;
+    s.epoch_examples = d.epoch_examples;
+    s.epoch_correct = d.epoch_correct;
+    s.epoch_loss_sum = d.epoch_loss_sum;
+    s.resumed_mid_epoch = d.mid_epoch();
+  } else {
+    s.seg_start = s.epoch * s.config.batches_per_epoch;
+    s.seg_offset = 0;
+    s.seg_steps = s.config.batches_per_epoch;
+  }
   s.result.mode_history.push_back(s.mode.str() + "@" + std::to_string(s.global_step));
   // Scheduled switches already in the past (a resumed job) are skipped.
   while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step < s.global_step)

@@ -66,6 +66,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "actors/resume.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {
@@ -126,6 +127,9 @@ struct CoordinatorConfig {
   // Each replica's clock at the start (by rank; empty: all 0). On resume the
   // replicas were moved to these clocks and data positions beforehand.
   std::vector<std::int64_t> start_clocks;
+  // The data segment the start epoch continues in, and what that epoch
+  // trained before (a resume; default: the start epoch's beginning).
+  DataStart start_data;
   // Checkpoint at the next step boundary once this much time has passed
   // since the last one (0: never by time). Bounds what a crash loses.
   std::chrono::milliseconds checkpoint_interval{0};

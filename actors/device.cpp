@@ -288,7 +288,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.clock = at.clock;
         st.grant.up_to = at.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.config.loader, st.config.timeout, seek_atom::value, data::Cursor{at.epoch, at.batch})
+        self->request(st.config.loader, st.config.timeout, seek_atom::value, data::Cursor{at.epoch, at.batch, at.offset})
             .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;

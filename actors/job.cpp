@@ -12,6 +12,7 @@
 #include "actors/device.hpp"
 #include "actors/reducer.hpp"
 #include "actors/replica.hpp"
+#include "actors/resume.hpp"
 #include "kernels/registry.hpp"
 #include "net/collective/local.hpp"
 
@@ -214,34 +215,9 @@ JobResult Job::run(const models::Callbacks& callbacks) {
   };
   int world = local;
   std::vector<std::int64_t> start_clocks;  // by rank; empty: every replica starts at 0
-  auto cursor_of = [this](std::int64_t clock) { return data::Cursor{clock / batches_per_epoch_, clock % batches_per_epoch_}; };
-  // The replicas' clocks from a checkpoint. Written by as many replicas as
-  // this job has: each continues exactly where it was. Written by another
-  // number (or by the single-replica trainer, which records none): every
-  // replica continues at the same fraction of the checkpoint's epoch, in the
-  // new world's data order, and the user is told.
-  auto resume_clocks = [&](const checkpoint::State& c, const std::string& path, int w) {
-    std::vector<std::int64_t> clocks;
-    const auto& saved = c.position.replica_clocks;
-    if (static_cast<int>(saved.size()) == w) {
-      for (std::uint64_t v : saved) clocks.push_back(static_cast<std::int64_t>(v));
-      return clocks;
-    }
-    const int w_old = std::max<int>(1, static_cast<int>(saved.size()));
-    data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
-    const std::int64_t from = data::batches_per_epoch(plan, {0, w_old});
-    const std::int64_t batch = static_cast<std::int64_t>(c.position.cursor.batch_in_epoch);
-    const std::int64_t clock = static_cast<std::int64_t>(c.position.cursor.epoch) * batches_per_epoch_ +
-                               (from > 0 ? batch * batches_per_epoch_ / from : 0);
-    std::fprintf(stderr,
-                 "resume: %s was written by %d replica(s), resuming on %d: every replica continues at batch %lld "
-                 "of epoch %lld in the new data order (some examples of this epoch may be seen twice or not at "
-                 "all)\n",
-                 path.c_str(), w_old, w, static_cast<long long>(clock % batches_per_epoch_),
-                 static_cast<long long>(clock / batches_per_epoch_ + 1));
-    clocks.assign(static_cast<std::size_t>(w), clock);
-    return clocks;
-  };
+  std::vector<data::Cursor> start_cursors;  // by rank; empty: every replica starts at the beginning
+  DataStart data_start;                     // the segment training starts in (a resume)
+  auto start_cursor = [&](std::size_t r) { return r < start_cursors.size() ? start_cursors[r] : data::Cursor{}; };
   // Anything failing before training starts must still stop what was
   // spawned (~actor_system waits for every live actor) and tell the nodes.
   try {
@@ -269,10 +245,16 @@ JobResult Job::run(const models::Callbacks& callbacks) {
 
     // Where each replica resumes (its clock and data cursor), now that the
     // world size is known.
-    if (resumed) start_clocks = resume_clocks(*resumed, resumed_path, world);
-    const data::Cursor start_cursor = cursor_of(start_clocks.empty() ? 0 : start_clocks[0]);
+    if (resumed) {
+      const data::PlanOptions data_plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+      ResumePlan rp = plan_resume(*resumed, resumed_path, world, t.batch, data_plan);
+      if (!rp.note.empty()) std::fprintf(stderr, "resume: %s\n", rp.note.c_str());
+      start_clocks = std::move(rp.clocks);
+      start_cursors = std::move(rp.cursors);
+      data_start = rp.start;
+    }
     if (cluster) {
-      collectives = cluster->form(self, reducer, local, world, start_cursor);
+      collectives = cluster->form(self, reducer, local, world, start_cursor(0));
     } else {
       for (auto& c : net::make_local_group(world, net::CollectiveOptions{config_.timeout})) collectives.emplace_back(std::move(c));
     }
@@ -289,7 +271,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       plan.schedule = schedule;
       plan.collective = collectives[static_cast<std::size_t>(r)];
       plan.reducer = reducer;
-      plan.start = cursor_of(start_clocks.empty() ? 0 : start_clocks[static_cast<std::size_t>(r)]);
+      plan.start = start_cursor(static_cast<std::size_t>(r));
       plan.prefetch = config_.prefetch;
       plan.threads = config_.threads_per_device;
       plan.timeout = config_.timeout;
@@ -364,10 +346,10 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     auto install = [&](const ReplicaState& state, std::size_t first, const std::string& what) {
       for (std::size_t r = first; r < all_devices.size(); ++r) {
         const std::int64_t clock = start_clocks.empty() ? 0 : start_clocks[r];
-        const data::Cursor at = cursor_of(clock);
+        const data::Cursor at = start_cursor(r);
         std::string error;
         self->request(all_devices[r], config_.timeout, set_state_atom::value, state,
-                      ReplicaPosition{clock, at.epoch, at.batch})
+                      ReplicaPosition{clock, at.epoch, at.batch, at.offset})
             .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
         if (!error.empty()) throw std::runtime_error(what + ": " + error);
       }
@@ -417,6 +399,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.seed = t.seed;
     cc.start = start;
     cc.start_clocks = start_clocks;
+    cc.start_data = data_start;
     cc.checkpoint_interval = std::chrono::milliseconds(static_cast<std::int64_t>(t.checkpoint_minutes * 60000.0));
     cc.classification = data_.train.task == data::Task::classification;
     cc.timeout = config_.timeout;

@@ -130,8 +130,9 @@ struct ReplicaState {
 // without its clock would count from 0 and redo every step.
 struct ReplicaPosition {
   std::int64_t clock = 0;
-  std::int64_t epoch = 0;      // data cursor: clock / batches per epoch
-  std::int64_t batch = 0;      //              clock % batches per epoch
+  std::int64_t epoch = 0;      // data cursor (models/data/epoch_plan.hpp, 4. and 5.):
+  std::int64_t batch = 0;      //   the next batch of its segment,
+  std::int64_t offset = 0;     //   which starts at this permutation position
 };
 
 // A node's part of a new membership view, sent by the coordinator node to
@@ -274,9 +275,10 @@ void serialize(P& p, ReplicaState& s, const unsigned int) {
 
 template <class P>
 void serialize(P& p, ReplicaPosition& r, const unsigned int) {
-  detail::check(p(r.clock, r.epoch, r.batch), "ReplicaPosition");
+  detail::check(p(r.clock, r.epoch, r.batch, r.offset), "ReplicaPosition");
   if constexpr (P::writes_state) {
-    if (r.clock < 0 || r.epoch < 0 || r.batch < 0) throw std::runtime_error("a received ReplicaPosition is negative");
+    if (r.clock < 0 || r.epoch < 0 || r.batch < 0 || r.offset < 0)
+      throw std::runtime_error("a received ReplicaPosition is negative");
   }
 }
 

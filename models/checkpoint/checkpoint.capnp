@@ -154,6 +154,49 @@ struct Position {
   replicaClocksCrc32 @4 :UInt32;
   # zlib crc32 over replicaClocks (count, then each value, as 8 little-endian
   # bytes); added after format version 1, so it has its own check.
+
+  segment @5 :Segment;
+  # The data segment the replicas were training (elastic membership; written
+  # by the actor runtime, absent -- world 0 -- in older files and from the
+  # single-replica trainer). With it a resume continues each replica's data
+  # exactly even after view changes, and on another number of replicas in
+  # sync every example of the epoch is still used once.
+
+  segmentCrc32 @6 :UInt32;
+  # zlib crc32 over the segment's fields in their order (8 little-endian
+  # bytes each; lossSum as its IEEE-754 bits); its own check, like
+  # replicaClocksCrc32.
+}
+
+struct Segment {
+  # models/data/epoch_plan.hpp, 5.: a segment starts at permutation position
+  # `offset` of its epoch and splits the positions after it among `world`
+  # replicas of `batch` examples each. Replica r's next batch is number
+  # (replicaClocks[r] - startClock) of the segment.
+  startClock @0 :UInt64;
+  # The replicas' clock when the segment began.
+
+  offset @1 :UInt64;
+  # Permutation positions of the epoch used before the segment.
+
+  world @2 :UInt32;
+  # Replicas that train it (0: no segment recorded).
+
+  batch @3 :UInt64;
+  # Examples per replica and step.
+
+  stepsBefore @4 :UInt64;
+  # Steps (clock) of the epoch before this segment, for progress shown as
+  # "step k/n of the epoch".
+
+  epochExamples @5 :UInt64;
+  # Examples trained in the epoch so far, with their loss sum and top-1
+  # correct count: an epoch's training loss and accuracy after a resume are
+  # those of the whole epoch, and its examples can be counted.
+
+  epochLossSum @6 :Float64;
+
+  epochCorrect @7 :UInt64;
 }
 
 struct DataCursor {

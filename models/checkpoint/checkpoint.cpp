@@ -265,6 +265,19 @@ std::uint32_t replica_clocks_crc32(const std::vector<std::uint64_t>& clocks) {
   return crc.value();
 }
 
+std::uint32_t segment_crc32(const Segment& g) {
+  MetadataCrc crc;
+  crc.add(g.start_clock);
+  crc.add(g.offset);
+  crc.add(std::uint64_t{g.world});
+  crc.add(g.batch);
+  crc.add(g.steps_before);
+  crc.add(g.epoch_examples);
+  crc.add_double(g.epoch_loss_sum);
+  crc.add(g.epoch_correct);
+  return crc.value();
+}
+
 std::int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -309,6 +322,19 @@ void build_message(capnp::MessageBuilder& message, const State& s) {
     auto clocks = position.initReplicaClocks(static_cast<unsigned>(s.position.replica_clocks.size()));
     for (unsigned i = 0; i < s.position.replica_clocks.size(); ++i) clocks.set(i, s.position.replica_clocks[i]);
     position.setReplicaClocksCrc32(replica_clocks_crc32(s.position.replica_clocks));
+  }
+  if (s.position.segment.recorded()) {
+    const Segment& g = s.position.segment;
+    auto segment = position.initSegment();
+    segment.setStartClock(g.start_clock);
+    segment.setOffset(g.offset);
+    segment.setWorld(g.world);
+    segment.setBatch(g.batch);
+    segment.setStepsBefore(g.steps_before);
+    segment.setEpochExamples(g.epoch_examples);
+    segment.setEpochLossSum(g.epoch_loss_sum);
+    segment.setEpochCorrect(g.epoch_correct);
+    position.setSegmentCrc32(segment_crc32(g));
   }
 
   auto schedule = root.initSchedule();
@@ -547,6 +573,20 @@ State decode(const std::string& path, const FileBytes& file) {
     for (std::uint64_t c : position.getReplicaClocks()) s.position.replica_clocks.push_back(c);
     if (replica_clocks_crc32(s.position.replica_clocks) != position.getReplicaClocksCrc32())
       fail(path, "replica clocks CRC mismatch (the replicas' data positions are damaged)");
+  }
+  if (position.hasSegment()) {
+    auto segment = position.getSegment();
+    Segment& g = s.position.segment;
+    g.start_clock = segment.getStartClock();
+    g.offset = segment.getOffset();
+    g.world = segment.getWorld();
+    g.batch = segment.getBatch();
+    g.steps_before = segment.getStepsBefore();
+    g.epoch_examples = segment.getEpochExamples();
+    g.epoch_loss_sum = segment.getEpochLossSum();
+    g.epoch_correct = segment.getEpochCorrect();
+    if (segment_crc32(g) != position.getSegmentCrc32())
+      fail(path, "data segment CRC mismatch (the replicas' data positions are damaged)");
   }
 
   auto schedule = root.getSchedule();

@@ -61,6 +61,20 @@ struct DataCursor {
   std::uint64_t shuffle_seed = 0;
 };
 
+// The data segment replicas train (checkpoint.capnp, Segment); world 0:
+// none recorded.
+struct Segment {
+  std::uint64_t start_clock = 0;
+  std::uint64_t offset = 0;       // permutation positions of the epoch used before it
+  std::uint32_t world = 0;
+  std::uint64_t batch = 0;        // per replica
+  std::uint64_t steps_before = 0; // steps of the epoch before it
+  std::uint64_t epoch_examples = 0;
+  double epoch_loss_sum = 0;
+  std::uint64_t epoch_correct = 0;
+  bool recorded() const { return world > 0; }
+};
+
 struct Position {
   std::uint64_t global_step = 0;  // also names the file in Directory::save
   std::uint64_t epoch = 0;
@@ -68,6 +82,7 @@ struct Position {
   // Steps each replica had completed, by rank (the actor runtime writes it;
   // empty from the single-replica trainer and in older files).
   std::vector<std::uint64_t> replica_clocks;
+  Segment segment;                // the actor runtime writes it
 };
 
 struct ScheduleState {

@@ -122,6 +122,39 @@ void expect_exact_async_resume(const std::string& mode) {
 TEST(Resume, AsyncMidEpochContinuesEachReplicaAtItsClock) { expect_exact_async_resume("async"); }
 TEST(Resume, SspMidEpochContinuesEachReplicaAtItsClock) { expect_exact_async_resume("ssp:2"); }
 
+// Resumed on another number of replicas in sync, the rest of the epoch is
+// split among the new replicas from the first unused example: the epoch
+// uses every example once (counted by the coordinator across both runs,
+// the checkpoint carries the epoch's count), never the "same fraction of
+// the epoch" that reuses or skips some.
+TEST(Resume, OnAnotherNumberOfReplicasSyncUsesEveryExampleOnce) {
+  const std::string dir = fresh_dir("rescale");
+  {
+    Job j(job("sync", 37, dir));
+    ASSERT_TRUE(j.run().error.empty());
+  }
+  JobConfig c = job("sync", 0, dir);
+  c.train.resume = true;
+  c.devices = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+  ::testing::internal::CaptureStderr();
+  JobResult r;
+  {
+    Job j(c);
+    r = j.run();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_NE(err.find("written by 2 replica(s) of batch 32, resuming on 3 of batch 32: the rest of epoch 1 "
+                     "(57632 examples after position 2368)"),
+            std::string::npos)
+      << err;
+  // 37 steps of 64, then (60000 - 2368) / 96 = 600 steps of 96 (32 left over).
+  EXPECT_EQ(r.steps, 37 + 600);
+  EXPECT_NE(err.find("epoch 1 trained on 59968 examples (the data set has 60000)"), std::string::npos) << err;
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_GT(r.epochs[0].test_accuracy, 0.8);
+}
+
 TEST(Resume, AFinishedJobTrainsNothingAndSaysSo) {
   const std::string dir = fresh_dir("finished");
   {

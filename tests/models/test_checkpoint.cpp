@@ -165,7 +165,8 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
                          {"v", special},
                          {"velocity", {}}};
   s.optimizer.scalars = {{"adam_step", 1234.0}, {"m_schedule", 0.987654321}};
-  s.position = {1234, 3, {3, 17, 0xdeadbeefcafef00dull}, {1234, 1233, 1235}};
+  s.position = {1234, 3, {3, 17, 0xdeadbeefcafef00dull}, {1234, 1233, 1235},
+                {1200, 41216, 3, 32, 500, 45000, 12345.678, 40001}};
   s.schedule = {"cosine base=0.1 warmup=500", 1233, 3, 0.0421};
   s.rng = {42, 987654321987ull};
   s.update_mode = "ssp:4";
@@ -196,6 +197,14 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
   EXPECT_EQ(r.position.cursor.batch_in_epoch, 17u);
   EXPECT_EQ(r.position.cursor.shuffle_seed, 0xdeadbeefcafef00dull);
   EXPECT_EQ(r.position.replica_clocks, (std::vector<std::uint64_t>{1234, 1233, 1235}));
+  EXPECT_EQ(r.position.segment.start_clock, 1200u);
+  EXPECT_EQ(r.position.segment.offset, 41216u);
+  EXPECT_EQ(r.position.segment.world, 3u);
+  EXPECT_EQ(r.position.segment.batch, 32u);
+  EXPECT_EQ(r.position.segment.steps_before, 500u);
+  EXPECT_EQ(r.position.segment.epoch_examples, 45000u);
+  EXPECT_EQ(r.position.segment.epoch_loss_sum, 12345.678);
+  EXPECT_EQ(r.position.segment.epoch_correct, 40001u);
   EXPECT_EQ(r.schedule.spec, s.schedule.spec);
   EXPECT_EQ(r.schedule.evaluated_at_step, 1233u);
   EXPECT_EQ(r.schedule.evaluated_at_epoch, 3u);
@@ -457,6 +466,18 @@ TEST_F(CheckpointErrorTest, DamagedMetadataFailsTheMetadataCrc) {
 
   error = error_after("note.troupe", s, [&](std::string& b) { b[find_or_fail(b, "loss=0.5") + 5] = '9'; });
   EXPECT_NE(error.find("metadata CRC mismatch"), std::string::npos) << error;
+}
+
+// The data segment (elastic resume) has its own CRC, like the replica clocks.
+TEST_F(CheckpointErrorTest, DamagedDataSegmentFailsItsCrc) {
+  State s = small_state(0x1122334455667788ull);
+  s.position.replica_clocks = {700, 700};
+  s.position.segment = {600, 0x0000123456789abcull, 2, 32, 100, 20000, 1.5, 17000};
+  const std::string error = error_after("segment.troupe", s, [&](std::string& b) {
+    b[find_or_fail(b, bytes_of(s.position.segment.offset)) + 2] ^= 0x10;
+  });
+  EXPECT_NE(error.find(path("segment.troupe")), std::string::npos) << error;
+  EXPECT_NE(error.find("data segment CRC mismatch"), std::string::npos) << error;
 }
 
 TEST_F(CheckpointErrorTest, ChunkBytesMustMatchTheElementCount) {

@@ -106,6 +106,33 @@ TEST(Elastic, AKilledWorkerIsRemovedAndTheSurvivorsFinishInEveryMode) {
   }
 }
 
+// A checkpoint written after a view change records the data segment the
+// survivors train, so a resume continues it exactly: a job of 3 nodes loses
+// one at step 100 (the rest of epoch 1 is split among 2), stops at step 400
+// with a checkpoint, and a coordinator restarted with --resume and one
+// worker finish the epoch. Counted across both runs (the checkpoint carries
+// the epoch's count), every example of the epoch is used once.
+TEST(Elastic, AResumeAfterAViewChangeContinuesTheSegmentExactly) {
+  const std::string checkpoints = temp_dir("elastic-resume-ckpt");
+  const std::string stop_at_400 = job("sync", 1) + "steps = 400\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+  {
+    Cluster c("elastic-resume-1", stop_at_400, 2, {"--start-nodes", "3"}, {}, 1);
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+    c.workers[1]->signal(SIGKILL);
+    EXPECT_EQ(c.coordinator->wait_for(120s), 0) << c.logs();
+    EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+    EXPECT_NE(c.coordinator->output().find(": 2 replica(s) on 2 node(s) (was 3 on 3)"), std::string::npos) << c.logs();
+  }
+  Cluster r("elastic-resume-2", job("sync", 1) + "checkpoint_dir = \"" + checkpoints + "\"\n", 1, {"--resume"});
+  EXPECT_EQ(r.coordinator->wait_for(120s), 0) << r.logs();
+  EXPECT_EQ(r.workers[0]->wait_for(10s), 0) << r.logs();
+  const std::string out = r.coordinator->output();
+  EXPECT_EQ(out.find("resume: "), std::string::npos) << "the same 2 replicas resumed: no new data order\n" << out;
+  expect_exactly_once(out, 1, 96);
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_GE(final_accuracy(out), 0.8) << out;
+}
+
 // A node that joins a running job is admitted at the next step boundary,
 // takes the job's state, trains in the new view, and `troupe ctl status`
 // lists it.
