@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "net/crypto/crypto.hpp"
+#include "util/config_file.hpp"
 
 namespace troupe::net {
 
@@ -34,6 +35,24 @@ bool parse_fields(const std::string& text, std::string& ts, std::string& nonce, 
   return !ts.empty() && !nonce.empty() && !mac.empty();
 }
 }  // namespace
+
+std::string load_metrics_token(const std::string& path) {
+  const std::string text = util::read_config_file(path, "metrics token file", 4096);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const std::string token = first == std::string::npos ? "" : text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+  const std::string how = " (make one with: openssl rand -hex 32 > " + path + ")";
+  if (token.size() < 16)
+    throw util::ConfigFileError("metrics token file '" + path + "' holds " + std::to_string(token.size()) +
+                                " characters; a token needs at least 16" + how);
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c < 0x21 || c > 0x7e)
+      throw util::ConfigFileError("metrics token file '" + path + "': character " + std::to_string(i + 1) +
+                                  " of the token is not visible ASCII (a token is one word sent in an HTTP header)" +
+                                  how);
+  }
+  return token;
+}
 
 std::int64_t unix_seconds_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
 

@@ -17,6 +17,12 @@
 //   req.set("Authorization", sign_control_request(k, "POST", "/stop", "", now));
 //   ControlAuth auth(k);                                   // server
 //   std::string why = auth.check(header, "POST", "/stop", "", now);  // "" = ok
+//
+// GET /metrics also takes `Authorization: Bearer TOKEN` with the token of the
+// job's --metrics-token-file (ControlServerOptions::metrics_token): a
+// Prometheus server sends one from its `authorization: credentials_file:`
+// but cannot sign. It opens /metrics only, and is its own file, not derived
+// from the secret, so it can be changed without touching the cluster.
 #pragma once
 
 #include <chrono>
@@ -35,6 +41,14 @@ std::int64_t unix_seconds_now();
 // The Authorization header value for one request (a fresh nonce each call).
 std::string sign_control_request(const std::string& key, const std::string& method, const std::string& target,
                                  const std::string& body, std::int64_t unix_seconds);
+
+// The bearer token in `path` (--metrics-token-file): the file's text less
+// leading and trailing whitespace, as Prometheus reads a credentials_file.
+// Throws util::ConfigFileError (a std::invalid_argument) naming the file when
+// it cannot be read, is not a regular file or is over 4 KiB, or when the
+// token is shorter than 16 characters or holds a character other than
+// visible ASCII (it travels in an HTTP header).
+std::string load_metrics_token(const std::string& path);
 
 class ControlAuth {
  public:

@@ -1,6 +1,8 @@
 #include "net/control/control_server.hpp"
 
 #include "net/control/control_auth.hpp"
+#include "net/control/prometheus.hpp"
+#include "net/crypto/crypto.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <cctype>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -29,7 +32,7 @@ constexpr std::uint64_t kBodyLimit = 64 * 1024;
 // to this many, for at most a second) before closing, so that closing with
 // unread data does not reset the connection before the client reads the answer.
 constexpr std::size_t kDrainLimit = 1 << 20;
-constexpr const char* kEndpoints = "GET /status, POST /mode, POST /checkpoint, POST /stop, POST /drain";
+constexpr const char* kEndpoints = "GET /status, GET /metrics, POST /mode, POST /checkpoint, POST /stop, POST /drain";
 
 // Set on the handler thread while a handler runs, so stop() can refuse to be
 // called from inside one (it would wait for itself).
@@ -44,19 +47,30 @@ std::string message_json(bool ok, const std::string& message) {
 
 struct Answer {
   unsigned status = 200;
-  std::string body;   // JSON
+  std::string body;   // JSON, or the Prometheus text of GET /metrics
   std::string allow;  // the Allow header of a 405
   bool authenticate = false;  // a 401: send WWW-Authenticate
+  const char* content_type = "application/json";
 };
 
 Answer error_answer(unsigned status, const std::string& message) { return {status, message_json(false, message), {}}; }
 
-enum class Endpoint { status, mode, checkpoint, stop, drain };
+enum class Endpoint { status, mode, checkpoint, stop, drain, metrics };
 
 std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return {};
   return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+// "Bearer TOKEN" (the scheme in any case, RFC 7235) -> true and TOKEN.
+bool bearer_token(const std::string& credential, std::string& token) {
+  static const std::string scheme = "bearer ";
+  if (credential.size() < scheme.size()) return false;
+  for (std::size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(credential[i])) != scheme[i]) return false;
+  token = trim(credential.substr(scheme.size()));
+  return true;
 }
 
 }  // namespace
@@ -77,6 +91,9 @@ struct ControlServer::Impl {
   std::unique_ptr<ControlAuth> auth;  // set when options.auth_key is
 
   void accept();
+  // Why the request's credential is refused, or "" when it is good.
+  std::string refusal(const std::string& credential, bool get_metrics, const std::string& method,
+                      const std::string& target, const std::string& body);
   Answer call(Endpoint endpoint, const std::string& body);  // on the handler thread
 };
 
@@ -107,26 +124,28 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return close();  // a socket error
 
     const auto& req = parser_->get();
+    std::string path(req.target());
+    if (const auto q = path.find('?'); q != std::string::npos) path.resize(q);
     // With a key, nothing is routed, let alone done, before the credential
     // checks out: every refusal is the same 401, whatever the path.
     if (server_.auth) {
       const auto header = req.find(http::field::authorization);
-      const std::string why =
-          server_.auth->check(header == req.end() ? std::string() : std::string(header->value()),
-                              std::string(req.method_string()), std::string(req.target()), req.body(),
-                              unix_seconds_now());
+      const std::string why = server_.refusal(header == req.end() ? std::string() : std::string(header->value()),
+                                              path == "/metrics" && req.method() == http::verb::get,
+                                              std::string(req.method_string()), std::string(req.target()), req.body());
       if (!why.empty()) {
         Answer a = error_answer(401, why);
         a.authenticate = true;
         return answer(std::move(a));
       }
     }
-    std::string path(req.target());
-    if (const auto q = path.find('?'); q != std::string::npos) path.resize(q);
     Endpoint endpoint;
     http::verb wanted = http::verb::post;
     if (path == "/status") {
       endpoint = Endpoint::status;
+      wanted = http::verb::get;
+    } else if (path == "/metrics") {
+      endpoint = Endpoint::metrics;
       wanted = http::verb::get;
     } else if (path == "/mode") {
       endpoint = Endpoint::mode;
@@ -158,11 +177,13 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.result(a.status);
     response_.version(11);
     response_.set(http::field::server, "troupe");
-    response_.set(http::field::content_type, "application/json");
+    response_.set(http::field::content_type, a.content_type);
     if (!a.allow.empty()) response_.set(http::field::allow, a.allow);
     if (a.authenticate) response_.set(http::field::www_authenticate, kControlAuthScheme);
     response_.keep_alive(false);
-    response_.body() = std::move(a.body) + "\n";
+    // JSON gets a newline for the terminal; the metrics text ends in one.
+    response_.body() = std::move(a.body);
+    if (response_.body().empty() || response_.body().back() != '\n') response_.body() += "\n";
     response_.prepare_payload();
     stream_.expires_after(server_.options.io_timeout);
     http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -216,8 +237,26 @@ void ControlServer::Impl::accept() {
   });
 }
 
+std::string ControlServer::Impl::refusal(const std::string& credential, bool get_metrics, const std::string& method,
+                                         const std::string& target, const std::string& body) {
+  std::string token;
+  if (!bearer_token(credential, token)) return auth->check(credential, method, target, body, unix_seconds_now());
+  // A Prometheus server sends a token from a file; it cannot sign. The token
+  // reads metrics and nothing else, so a leaked one cannot steer the job.
+  if (!get_metrics)
+    return "a bearer token opens GET /metrics only; every other request must be signed (troupe ctl signs with "
+           "--secret-file or TROUPE_SECRET, the job's secret)";
+  if (options.metrics_token.empty())
+    return "this job takes no bearer token: start it with --metrics-token-file FILE, or sign the request "
+           "(troupe ctl metrics --secret-file)";
+  if (!constant_time_equal(token, options.metrics_token))
+    return "the bearer token does not match the job's --metrics-token-file";
+  return {};
+}
+
 Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
-  static constexpr const char* names[] = {"GET /status", "POST /mode", "POST /checkpoint", "POST /stop", "POST /drain"};
+  static constexpr const char* names[] = {"GET /status",  "POST /mode",  "POST /checkpoint",
+                                          "POST /stop",   "POST /drain", "GET /metrics"};
   const char* name = names[static_cast<int>(endpoint)];
   struct InHandler {
     InHandler() { in_handler = true; }
@@ -246,6 +285,12 @@ Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
         if (!handlers.drain) return not_available();
         reply = handlers.drain(trim(body));
         break;
+      case Endpoint::metrics: {
+        if (!handlers.metrics) return not_available();
+        Answer a{200, handlers.metrics(), {}};
+        a.content_type = prometheus::kContentType;
+        return a;
+      }
     }
     if (reply.status < 100 || reply.status > 599)
       return error_answer(500, std::string("the handler for ") + name + " returned HTTP status " +
@@ -278,6 +323,10 @@ ControlServer::ControlServer(const std::string& address, Handlers handlers, Cont
                                 ") is not a loopback address, and without a cluster secret the control endpoint "
                                 "has no credential to ask for: bind it to 127.0.0.1, or give the job a secret "
                                 "(--secret-file or TROUPE_SECRET) so that every request must be signed with it");
+  if (s.options.auth_key.empty() && !s.options.metrics_token.empty())
+    throw std::invalid_argument("a metrics token needs a cluster secret: without one the control endpoint asks no "
+                                "credential at all (it binds loopback addresses only), so the token would protect "
+                                "nothing; give the job a secret (--secret-file or TROUPE_SECRET)");
   if (!s.options.auth_key.empty())
     s.auth = std::make_unique<ControlAuth>(s.options.auth_key, s.options.auth_window);
   const auto fail = [&](const char* what) {

@@ -6,9 +6,11 @@
 //   POST /stop         -> {"ok":..,"message":..}
 //   POST /drain        body NODE (index or name) -> {"ok":..,"message":..}
 //                      a cluster node leaves at the next step boundary
+//   GET  /metrics      -> the job's metrics in the Prometheus text format 0.0.4
+//                      (net/control/prometheus.hpp), as the job wrote them
 //
-// Every response is JSON (Content-Type application/json) and closes the
-// connection. Errors: malformed HTTP 400, unknown path 404 (listing the
+// Every response but /metrics' is JSON (Content-Type application/json), and
+// every response closes the connection. Errors: malformed HTTP 400, unknown path 404 (listing the
 // endpoints), wrong method 405, header over 8 KiB 431, body over 64 KiB 413
 // (refused from its Content-Length, never allocated), a handler that throws
 // 500 with its message, a handler the job did not supply 501. A client that
@@ -26,6 +28,10 @@
 // endpoint binds loopback addresses only (std::invalid_argument otherwise).
 // Requests and answers travel in the clear either way: the credential proves
 // who asks and that the request is unaltered, it hides nothing.
+// GET /metrics alone also takes `Authorization: Bearer TOKEN` with
+// ControlServerOptions::metrics_token, because a Prometheus server cannot
+// sign requests but can send a token from a file. The token opens nothing
+// else, and is compared in constant time.
 #pragma once
 
 #include <chrono>
@@ -55,6 +61,7 @@ struct Handlers {
   std::function<Reply()> checkpoint;                      // POST /checkpoint
   std::function<Reply()> stop;                            // POST /stop
   std::function<Reply(const std::string& body)> drain;    // POST /drain: body "2" or a node's name
+  std::function<std::string()> metrics;                   // GET /metrics: Prometheus text, sent as is
 };
 
 struct ControlServerOptions {
@@ -67,14 +74,18 @@ struct ControlServerOptions {
   // How far a credential's timestamp may be from this clock, and how long a
   // used nonce is remembered.
   std::chrono::seconds auth_window{60};
+  // With auth_key: a bearer token that GET /metrics accepts instead of a
+  // signed request (--metrics-token-file; load_metrics_token). Empty: none,
+  // /metrics must be signed like every other request.
+  std::string metrics_token;
 };
 
 class ControlServer {
  public:
   // Resolves and binds `address` ("HOST:PORT"; port 0 picks a free port) and
   // listens; serving starts with start(). Throws std::invalid_argument for a
-  // malformed address, an unknown host, or a non-loopback address without
-  // options.auth_key, ControlError naming the address and
+  // malformed address, an unknown host, a non-loopback address without
+  // options.auth_key, or a metrics_token without one, ControlError naming the address and
   // the OS error when it cannot listen there (in use, not a local address).
   ControlServer(const std::string& address, Handlers handlers, ControlServerOptions options = {});
   ~ControlServer();  // stop()

@@ -167,9 +167,10 @@ TEST(ControlServer, UnknownPathIs404ListingEndpointsAndWrongMethodIs405) {
   FakeJob job;
   Served s(job.handlers());
   const ControlClient client = s.client();
-  ControlResponse r = client.request("GET", "/metrics");
+  ControlResponse r = client.request("GET", "/metric");
   EXPECT_EQ(r.status, 404);
-  for (const char* e : {"GET /status", "POST /mode", "POST /checkpoint", "POST /stop"}) EXPECT_CONTAINS(r.body, e);
+  for (const char* e : {"GET /status", "GET /metrics", "POST /mode", "POST /checkpoint", "POST /stop"})
+    EXPECT_CONTAINS(r.body, e);
 
   r = client.request("POST", "/status");
   EXPECT_EQ(r.status, 405);
@@ -187,6 +188,31 @@ TEST(ControlServer, UnknownPathIs404ListingEndpointsAndWrongMethodIs405) {
   EXPECT_EQ(http_status(resp), 405);
   EXPECT_CONTAINS(resp, "Allow: POST");
   EXPECT_EQ(job.last_mode(), "");
+}
+
+TEST(ControlServer, MetricsAnswersThePrometheusTextAsIsWithItsContentType) {
+  Handlers h;
+  const std::string text = "# HELP troupe_step The global step.\n# TYPE troupe_step gauge\ntroupe_step 7\n";
+  h.metrics = [&text] { return text; };
+  Served s(std::move(h));
+  RawSocket sock(s.server.port());
+  sock.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string resp = sock.read_all();
+  EXPECT_EQ(http_status(resp), 200) << resp;
+  EXPECT_CONTAINS(resp, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n");
+  // The body is the text, not one byte more (no extra blank line).
+  EXPECT_EQ(resp.substr(resp.find("\r\n\r\n") + 4), text);
+
+  const ControlClient client = s.client();
+  EXPECT_EQ(client.request("GET", "/metrics?name[]=troupe_step").body, text);  // a query is ignored
+  ControlResponse r = client.request("POST", "/metrics");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_CONTAINS(r.body, "use GET /metrics");
+
+  Served without(Handlers{});
+  r = without.client().request("GET", "/metrics");
+  EXPECT_EQ(r.status, 501);
+  EXPECT_CONTAINS(r.body, "GET /metrics is not available in this job");
 }
 
 TEST(ControlServer, HandlerThatThrowsIs500AndTheServerLives) {

@@ -155,6 +155,91 @@ TEST(ControlServerAuth, UnsignedWrongExpiredAndReplayedRequestsAre401AndDoNothin
   server.stop();
 }
 
+TEST(ControlServerAuth, ABearerTokenOpensGetMetricsOnly) {
+  CountingJob job;
+  Handlers h = job.handlers();
+  h.metrics = [] { return std::string("troupe_step 1\n"); };
+  ControlServerOptions o = with_key();
+  o.metrics_token = "0123456789abcdef0123456789abcdef";
+  ControlServer server("127.0.0.1:0", h, o);
+  server.start();
+  const std::uint16_t port = server.port();
+
+  std::string answer = raw_request(port, "GET", "/metrics", "Bearer 0123456789abcdef0123456789abcdef");
+  EXPECT_CONTAINS(answer, "HTTP/1.1 200");
+  EXPECT_CONTAINS(answer, "troupe_step 1");
+  // The scheme is case-insensitive (RFC 7235); the same token works again (no nonce).
+  EXPECT_CONTAINS(raw_request(port, "GET", "/metrics", "bearer 0123456789abcdef0123456789abcdef"), "HTTP/1.1 200");
+
+  answer = raw_request(port, "GET", "/metrics", "Bearer 0123456789abcdef0123456789abcdeX");
+  EXPECT_CONTAINS(answer, "HTTP/1.1 401");
+  EXPECT_CONTAINS(answer, "does not match the job's --metrics-token-file");
+  answer = raw_request(port, "GET", "/metrics", "");
+  EXPECT_CONTAINS(answer, "HTTP/1.1 401");
+  EXPECT_CONTAINS(answer, "no credential");
+  // The token opens nothing else, not even a read.
+  for (const auto& [method, path] : {std::pair<const char*, const char*>{"POST", "/stop"}, {"GET", "/status"},
+                                     {"POST", "/metrics"}, {"POST", "/mode"}}) {
+    answer = raw_request(port, method, path, "Bearer 0123456789abcdef0123456789abcdef");
+    EXPECT_CONTAINS(answer, "HTTP/1.1 401");
+    EXPECT_CONTAINS(answer, "a bearer token opens GET /metrics only");
+  }
+  EXPECT_EQ(job.calls.load(), 0) << "a refused request reached a handler";
+
+  // A signed GET /metrics works too (troupe ctl metrics).
+  ControlClient signed_client(server.address());
+  signed_client.sign_with(kKey);
+  const auto r = signed_client.request("GET", "/metrics");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "troupe_step 1\n");
+  server.stop();
+
+  // A job with a secret but no token file refuses every bearer token.
+  ControlServer no_token("127.0.0.1:0", h, with_key());
+  no_token.start();
+  answer = raw_request(no_token.port(), "GET", "/metrics", "Bearer 0123456789abcdef0123456789abcdef");
+  EXPECT_CONTAINS(answer, "HTTP/1.1 401");
+  EXPECT_CONTAINS(answer, "this job takes no bearer token");
+  no_token.stop();
+
+  // Without a secret nothing asks for a credential, so a token would protect nothing: refused.
+  ControlServerOptions token_only;
+  token_only.metrics_token = o.metrics_token;
+  try {
+    ControlServer s("127.0.0.1:0", h, token_only);
+    ADD_FAILURE() << "a metrics token without a secret was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_CONTAINS(e.what(), "a metrics token needs a cluster secret");
+  }
+}
+
+TEST(ControlAuth, MetricsTokenFilesAreTrimmedAndCheckedLikeACredential) {
+  const std::string dir = ::testing::TempDir() + "troupe_token_" + std::to_string(::getpid());
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  };
+  // Prometheus trims the file's whitespace before sending it: so does the job.
+  EXPECT_EQ(load_metrics_token(write("good", "  0123456789abcdef0123456789abcdef\r\n")), "0123456789abcdef0123456789abcdef");
+  auto refused = [](const std::string& path, const std::string& why) {
+    try {
+      load_metrics_token(path);
+      ADD_FAILURE() << "accepted " << path;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_CONTAINS(e.what(), why);
+      EXPECT_CONTAINS(e.what(), path);
+    }
+  };
+  refused(write("short", "abc\n"), "holds 3 characters; a token needs at least 16");
+  refused(write("empty", "\n"), "holds 0 characters");
+  refused(write("space", "0123456789 abcdef0123\n"), "character 11 of the token is not visible ASCII");
+  refused(write("utf8", "0123456789abcdef\xc3\xa9\n"), "character 17");
+  refused(dir + "missing", "metrics token file");
+  refused(write("big", std::string(5000, 'a')), "metrics token file");
+  for (const char* name : {"good", "short", "empty", "space", "utf8", "big"}) std::remove((dir + name).c_str());
+}
+
 TEST(ControlServerAuth, WithoutASecretOnlyLoopbackAddressesBind) {
   try {
     ControlServer s("0.0.0.0:0", Handlers{});
