@@ -1,5 +1,7 @@
 #include "actors/coordinator.hpp"
 
+#include "actors/job_metrics.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -976,6 +978,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           return;
         }
         st.idle_boundaries = 0;
+        if (st.config.metrics) st.config.metrics->record_step(r);
         st.last_reports[static_cast<std::size_t>(r.rank)] = r;
         const std::int64_t before = min_clock(st);
         st.clocks[static_cast<std::size_t>(r.rank)] = r.clock;

@@ -71,6 +71,8 @@
 
 namespace troupe::actors {
 
+class JobMetrics;  // actors/job_metrics.hpp
+
 struct ControlReply {
   int status = 200;  // HTTP-style: 200 done, 400 bad request, 409 not possible now
   std::string message;
@@ -144,6 +146,7 @@ struct CoordinatorConfig {
   bool fixed_global_batch = false;     // elastic_batch = "global"
   int min_nodes = 1;                   // pause below this many nodes
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
+  std::shared_ptr<JobMetrics> metrics;  // /metrics: each accepted report's timings (null: none)
 };
 
 // Spawns the coordinator (its state stays private to coordinator.cpp).

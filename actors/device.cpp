@@ -74,7 +74,10 @@ void maybe_continue(Self* self) {
   self->send(self, step_atom::value);
 }
 
-void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, bool pushed) {
+// `started`: when the step asked for its batch; `wait_seconds`: its
+// all-reduce or push round trip (StepReport, for /metrics).
+void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, bool pushed,
+            net::Clock::time_point started, double wait_seconds) {
   auto& s = self->state;
   StepReport r;
   r.view = s.config.view;
@@ -84,6 +87,8 @@ void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t cor
   r.examples = examples;
   r.correct = correct;
   r.pushed = pushed;
+  r.step_seconds = std::chrono::duration<double>(net::Clock::now() - started).count();
+  r.wait_seconds = wait_seconds;
   self->send(s.config.coordinator, step_done_atom::value, r);
   maybe_continue(self);
 }
@@ -129,7 +134,7 @@ void check_gradient(const DeviceState& s, const Tensor& gradient) {
                              std::to_string(s.config.rank));
 }
 
-void run_step(Self* self, const Batch& b) {
+void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   auto& s = self->state;
   // The cuda ops run on the calling thread's current GPU; synchronize()
   // makes this replica's GPU current (and is cheap when it is idle).
@@ -144,6 +149,7 @@ void run_step(Self* self, const Batch& b) {
   if (s.grant.mode.kind == Mode::Kind::sync) {
     const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale, correct) : 0.0;
     check_loss(s, loss_sum);
+    const auto reduce_started = net::Clock::now();
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
     if (s.config.elastic) {
       // The state this step starts from, kept for a rollback: copied while
@@ -159,11 +165,12 @@ void run_step(Self* self, const Batch& b) {
     } else {
       work->wait(net::Clock::now() + s.config.timeout);
     }
+    const double reduce_seconds = std::chrono::duration<double>(net::Clock::now() - reduce_started).count();
     check_gradient(s, s.model->gradients());
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
     ++s.clock;
-    report(self, loss_sum, b.examples, correct, false);
+    report(self, loss_sum, b.examples, correct, false, started, reduce_seconds);
     return;
   }
   // async / ssp: the gradient of this replica's own mean loss goes to the server.
@@ -177,13 +184,15 @@ void run_step(Self* self, const Batch& b) {
   push.clock = s.clock + 1;
   push.gradient = s.model->gradients().to(kernels::Device::cpu());
   const std::int64_t examples = b.examples;
+  const auto pushed_at = net::Clock::now();
   self->request(s.config.reducer, s.config.timeout, push_atom::value, std::move(push))
       .await(
           [=](const Tensor& fresh) {
             auto& st = self->state;
+            const double push_seconds = std::chrono::duration<double>(net::Clock::now() - pushed_at).count();
             st.model->parameters().copy_from(fresh);
             ++st.clock;
-            report(self, loss_sum, examples, correct, true);
+            report(self, loss_sum, examples, correct, true, started, push_seconds);
           },
           [=](caf::error& e) { fail(self, "pushing its gradient to the parameter server: " + self->system().render(e)); });
 }
@@ -234,11 +243,12 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         auto& st = self->state;
         st.step_queued = false;
         if (st.failed || st.clock >= st.grant.up_to) return;
+        const auto started = net::Clock::now();  // the step's time includes waiting for its batch
         self->request(st.config.loader, st.config.timeout, next_batch_atom::value)
             .await(
                 [=](const Batch& b) {
                   try {
-                    run_step(self, b);
+                    run_step(self, b, started);
                   } catch (const Interrupted& e) {
                     interrupt(self, e.what());
                   } catch (const std::exception& e) {

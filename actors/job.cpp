@@ -241,6 +241,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     rc.optimizer = t.optimizer;
     rc.schedule = schedule;
     rc.replicas = world;
+    rc.metrics = config_.metrics;
     reducer = system.spawn<caf::detached>(reducer_actor, rc);
 
     // Where each replica resumes (its clock and data cursor), now that the
@@ -386,6 +387,8 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     cc.switches = config_.switches;
     cc.devices = all_devices;
     if (cluster) cc.nodes = cluster->nodes();
+    if (cluster && config_.metrics) config_.metrics->set_nodes(0, cc.nodes);
+    cc.metrics = config_.metrics;
     cc.reducer = reducer;
     cc.listener = caf::actor_cast<caf::actor>(self);
     cc.checkpoints = checkpoints_;
@@ -471,6 +474,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
           }
         }
         f.devices = all_devices;
+        if (config_.metrics) config_.metrics->set_nodes(f.view, f.nodes);
       } else {
         for (auto& c : fresh) c->abort(f.error);
       }

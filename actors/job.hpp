@@ -24,6 +24,7 @@
 #include <caf/all.hpp>
 
 #include "actors/coordinator.hpp"
+#include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
@@ -98,6 +99,10 @@ struct JobConfig {
   // --tensorboard wins). Where the coordinator writes, not part of the job
   // the nodes train: left out of the job text and its fingerprint.
   std::string tensorboard_dir;
+  // What GET /metrics reports (the CLI makes one with --control): the
+  // coordinator, the parameter server and this job's thread feed it. Null:
+  // nothing recorded.
+  std::shared_ptr<JobMetrics> metrics;
 };
 
 // The devices troupe uses when none are named: every GPU when there are

@@ -100,6 +100,12 @@ struct StepReport {
   std::int64_t examples = 0;
   std::int64_t correct = 0;    // examples whose top-1 prediction was right (classification)
   bool pushed = false;         // the gradient went to the parameter server
+  // Timings for /metrics (actors/job_metrics.hpp), measured on the device's
+  // own node: the whole step from asking for its batch to its update
+  // applied, and within it the wait for the all-reduce (sync) or for the
+  // parameter server's answer to the push (async, ssp).
+  double step_seconds = 0;
+  double wait_seconds = 0;
 };
 
 // A gradient pushed to the parameter server (async / ssp).
@@ -247,6 +253,8 @@ template <class P>
 void serialize(P& p, StepReport& r, const unsigned int) {
   detail::check(p(r.view, r.rank, r.clock, r.examples, r.correct, r.pushed), "StepReport");
   detail::raw(p, r.loss_sum, "StepReport");
+  detail::raw(p, r.step_seconds, "StepReport");
+  detail::raw(p, r.wait_seconds, "StepReport");
 }
 
 template <class P>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "actors/device.hpp"
+#include "actors/job_metrics.hpp"
 
 namespace troupe::actors {
 
@@ -12,6 +13,13 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
   s.master = Tensor::zeros({s.config.parameter_count});
   s.optimizer = models::make_optimizer(s.config.optimizer, s.master);
   s.clocks.assign(static_cast<std::size_t>(s.config.replicas), 0);
+  s.pulled_at.assign(s.clocks.size(), 0);
+  // Every replica holds the server's parameters (a switch to async, a
+  // resume, a new view): staleness counts from here.
+  auto everyone_pulled = [self] {
+    auto& st = self->state;
+    st.pulled_at.assign(st.clocks.size(), st.counters.applied);
+  };
   return {
       [=](push_atom, const GradientPush& push) -> caf::result<Tensor> {
         auto& st = self->state;
@@ -29,9 +37,13 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         const float lr = st.config.schedule->at(st.position.global_step + st.applied_since_position,
                                                 st.position.epoch);
         st.optimizer->step(st.master, push.gradient, lr);
+        const auto rank = static_cast<std::size_t>(push.rank);
+        if (st.config.metrics && rank < st.pulled_at.size())
+          st.config.metrics->record_push_staleness(push.view, push.rank, st.counters.applied - st.pulled_at[rank]);
         ++st.applied_since_position;
         ++st.counters.applied;
-        st.clocks[static_cast<std::size_t>(push.rank)] = push.clock;
+        st.clocks[rank] = push.clock;
+        if (rank < st.pulled_at.size()) st.pulled_at[rank] = st.counters.applied;  // the answer below
         return st.master.clone();
       },
       [=](get_state_atom) -> ReplicaState {
@@ -46,6 +58,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
       },
       [=](set_state_atom, const ReplicaState& state) {
         restore_state(self->state.master, *self->state.optimizer, state);
+        everyone_pulled();
         return caf::ok_atom::value;
       },
       [=](position_atom, const Position& p, const std::vector<std::int64_t>& clocks) {
@@ -53,6 +66,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         st.position = p;
         st.applied_since_position = 0;
         st.clocks = clocks;
+        everyone_pulled();
         return caf::ok_atom::value;
       },
       [=](counters_atom) -> ServerCounters { return self->state.counters; },
@@ -61,6 +75,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         auto& st = self->state;
         st.view = view;
         st.clocks = clocks;
+        everyone_pulled();
         return caf::ok_atom::value;
       },
   };

@@ -18,6 +18,8 @@
 // bound of ssp is enforced by the coordinator's grants; the reducer measures
 // it independently: for each push it records how far the pusher's starting
 // clock was ahead of the slowest replica's clock as the server has seen it.
+// For /metrics it also records each push's staleness: the updates it applied
+// between the pusher's receiving parameters and this push (JobMetrics).
 #pragma once
 
 #include <caf/all.hpp>
@@ -30,11 +32,14 @@
 
 namespace troupe::actors {
 
+class JobMetrics;  // actors/job_metrics.hpp
+
 struct ReducerConfig {
   std::int64_t parameter_count = 0;
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
+  std::shared_ptr<JobMetrics> metrics;  // null: no staleness recorded
 };
 
 struct ReducerState {
@@ -44,6 +49,9 @@ struct ReducerState {
   Position position;
   std::int64_t applied_since_position = 0;
   std::vector<std::int64_t> clocks;
+  // By rank: `counters.applied` when the replica last received parameters
+  // (a push's answer, or a state every replica shares), for staleness.
+  std::vector<std::int64_t> pulled_at;
   std::uint32_t view = 0;
   ServerCounters counters;
   static inline const char* name = "reducer";
