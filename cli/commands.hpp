@@ -25,6 +25,7 @@ struct TrainOptions {
   std::string switches;           // "500:async,1500:sync"
   std::string control;            // HOST:PORT of the HTTP control endpoint; empty: none
   std::string secret_file;        // signs control requests (else TROUPE_SECRET; neither: loopback only)
+  std::string metrics_token_file; // a bearer token GET /metrics accepts (Prometheus' credentials_file)
   int prefetch = 2;
   int threads = 1;                // per device
   std::string metrics;
@@ -59,7 +60,7 @@ int run_eval(EvalOptions& options);
 
 struct CtlOptions {
   std::string at;        // HOST:PORT of the job's control endpoint
-  std::string action;    // status, mode, checkpoint, stop or drain
+  std::string action;    // status, metrics, mode, checkpoint, stop or drain
   std::string mode;      // for mode: sync, async, ssp:N
   std::string node;      // for drain: a node's index or name
   double timeout_s = 5;  // connect (retried while nothing listens yet) and answer together

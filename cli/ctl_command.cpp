@@ -1,6 +1,7 @@
 // troupe ctl: talk to a running job's HTTP control endpoint.
 //
 //   troupe ctl --at 127.0.0.1:7070 status
+//   troupe ctl --at 127.0.0.1:7070 metrics        (Prometheus text, as a scrape sees it)
 //   troupe ctl --at 127.0.0.1:7070 mode ssp:3
 //   troupe ctl --at 127.0.0.1:7070 checkpoint
 //   troupe ctl --at 127.0.0.1:7070 stop
@@ -10,7 +11,7 @@
 // With --secret-file (or TROUPE_SECRET) every request is signed with a key
 // derived from the job's cluster secret (net/control/control_auth.hpp); a job
 // with a secret answers an unsigned or wrongly signed request with 401.
-// Prints the job's JSON answer on stdout and exits 0 on a 2xx answer; 1 with
+// Prints the job's answer (JSON; Prometheus text for metrics) on stdout and exits 0 on a 2xx answer; 1 with
 // the answer on stderr on an HTTP error, or with a message when nothing
 // answers within --timeout; 2 on a usage error.
 #include <chrono>
@@ -36,6 +37,8 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   cmd->require_subcommand(1);
   cmd->add_subcommand("status", "Print the job's status (step, epoch, mode, replicas, throughput, loss)")
       ->callback([&o] { o.action = "status"; });
+  cmd->add_subcommand("metrics", "Print the job's metrics in the Prometheus text format (GET /metrics)")
+      ->callback([&o] { o.action = "metrics"; });
   auto* mode = cmd->add_subcommand("mode", "Switch the update mode at the next step boundary");
   mode->add_option("MODE", o.mode, "sync, async or ssp:N")->required();
   mode->callback([&o] { o.action = "mode"; });
@@ -54,9 +57,9 @@ int run_ctl(CtlOptions& o) {
   const net::Secret secret = net::Secret::load(o.secret_file);
   if (secret.configured()) client.sign_with(secret.derive(net::kControlKeyLabel));
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(o.timeout_s * 1000)));
-  if (o.action != "status" && o.action != "mode" && o.action != "checkpoint" && o.action != "stop" &&
-      o.action != "drain")
-    throw UsageError("ctl: expected status, mode MODE, checkpoint, stop or drain NODE");
+  if (o.action != "status" && o.action != "metrics" && o.action != "mode" && o.action != "checkpoint" &&
+      o.action != "stop" && o.action != "drain")
+    throw UsageError("ctl: expected status, metrics, mode MODE, checkpoint, stop or drain NODE");
   // A job started a moment ago (`troupe train ... --control A &` and then
   // `troupe ctl --at A ...`) binds its endpoint only after loading its data:
   // while nothing listens yet, try again until --timeout is spent.
@@ -66,8 +69,8 @@ int run_ctl(CtlOptions& o) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      if (o.action == "status")
-        r = client.request("GET", "/status", "", std::max(left, std::chrono::milliseconds(1)));
+      if (o.action == "status" || o.action == "metrics")
+        r = client.request("GET", "/" + o.action, "", std::max(left, std::chrono::milliseconds(1)));
       else if (o.action == "mode")
         r = client.request("POST", "/mode", o.mode, std::max(left, std::chrono::milliseconds(1)));
       else if (o.action == "drain")

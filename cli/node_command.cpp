@@ -46,6 +46,9 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                 "Coordinator, with --resume: start from step 0 when checkpoint_dir holds no checkpoint");
   cmd->add_option("--control", o.reporting.control,
                   "Coordinator: serve the HTTP control endpoint at HOST:PORT (troupe ctl --at HOST:PORT)");
+  cmd->add_option("--metrics-token-file", o.reporting.metrics_token_file,
+                  "Coordinator, with a secret: a file holding a bearer token that GET /metrics on --control accepts "
+                  "instead of a signed request (Prometheus' authorization credentials_file)");
   cmd->add_option("--metrics", o.reporting.metrics, "Coordinator: write metrics rows here (CSV, or JSON lines)");
   cmd->add_option("--log-every", o.reporting.log_every, "Coordinator: steps between log lines")->capture_default_str();
   cmd->add_option("--summary-json", o.reporting.summary_json, "Coordinator: write the final figures here as JSON");
@@ -95,9 +98,10 @@ int run_node(NodeOptions& o) {
   use_threads(n.threads_per_device);
   if (!n.join.empty()) {
     if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty() ||
-        !o.reporting.tensorboard.empty() || o.reporting.config.resume || o.reporting.config.resume_or_start)
-      throw UsageError("--control, --metrics, --summary-json, --tensorboard, --resume and --resume-or-start belong to "
-                       "the coordinator (--listen)");
+        !o.reporting.tensorboard.empty() || o.reporting.config.resume || o.reporting.config.resume_or_start ||
+        !o.reporting.metrics_token_file.empty())
+      throw UsageError("--control, --metrics, --metrics-token-file, --summary-json, --tensorboard, --resume and "
+                       "--resume-or-start belong to the coordinator (--listen)");
     return actors::run_worker(n);
   }
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");

@@ -12,6 +12,7 @@
 
 #include "actors/job.hpp"
 #include "actors/job_file.hpp"
+#include "actors/job_metrics.hpp"
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
 #include "kernels/registry.hpp"
@@ -196,9 +197,19 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
 
 }  // namespace
 
-int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
+int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   create_output_folders(o);
-  Report report(jc.train.epochs, o.log_every, o.metrics);
+  Report report(job_config.train.epochs, o.log_every, o.metrics);
+  if (!o.metrics_token_file.empty() && o.control.empty())
+    throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
+  actors::JobConfig jc = job_config;
+  // GET /metrics: the job feeds it as it trains (only with an endpoint to serve it).
+  std::shared_ptr<actors::JobMetrics> metrics;
+  if (!o.control.empty()) {
+    const std::size_t local = jc.devices.empty() ? actors::default_devices().size() : jc.devices.size();
+    metrics = std::make_shared<actors::JobMetrics>(jc.mode, jc.cluster ? 0 : static_cast<int>(local));
+    jc.metrics = metrics;
+  }
   actors::Job job(jc);  // every configuration error surfaces here
 
   std::string devices_text;
@@ -233,12 +244,25 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
       auto r = job.request_drain(node);
       return net::Reply{r.status, r.message};
     };
+    // Read straight from the metrics the actors feed: a scrape never waits
+    // for the job's thread or the coordinator.
+    h.metrics = [metrics] { return metrics->prometheus_text(); };
     net::ControlServerOptions control_options;
     const net::Secret secret = net::Secret::load(o.secret_file);  // ConfigFileError: exit 2
     if (secret.configured()) control_options.auth_key = secret.derive(net::kControlKeyLabel);
+    if (!o.metrics_token_file.empty()) {
+      if (!secret.configured())
+        throw UsageError("--metrics-token-file " + o.metrics_token_file +
+                         ": without a cluster secret the control endpoint asks no credential at all (it binds "
+                         "loopback only), so a token would protect nothing; give the job a secret (--secret-file or "
+                         "TROUPE_SECRET), or leave the token out");
+      control_options.metrics_token = net::load_metrics_token(o.metrics_token_file);  // ConfigFileError: exit 2
+    }
     control = std::make_unique<net::ControlServer>(o.control, h, control_options);
     control->start();
-    std::fprintf(stderr, "control: http://%s (GET /status; POST /mode, /checkpoint, /stop, /drain; troupe ctl --at %s)\n",
+    std::fprintf(stderr,
+                 "control: http://%s (GET /status, /metrics; POST /mode, /checkpoint, /stop, /drain; troupe ctl --at "
+                 "%s)\n",
                  control->address().c_str(), control->address().c_str());
   }
 
@@ -248,6 +272,7 @@ int run_actor_job(const actors::JobConfig& jc, const TrainOptions& o) {
   cb.should_stop = [] { return stop_signal.load() != 0; };
   LastCheckpoint last;
   last.watch(cb);
+  if (metrics) metrics->watch(cb);
   // A cluster's world size is known once its nodes joined: the coordinator
   // reports it as view 0 when training starts (Callbacks::on_view_change).
   if (!jc.cluster) report.set_world(static_cast<int>(job.config().devices.size()));
@@ -305,6 +330,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Serve the HTTP control endpoint at HOST:PORT (loopback only without a secret)");
   cmd->add_option("--secret-file", o.secret_file,
                   "File holding the cluster secret that control requests must be signed with (else TROUPE_SECRET)");
+  cmd->add_option("--metrics-token-file", o.metrics_token_file,
+                  "With a secret: a file holding a bearer token that GET /metrics accepts instead of a signed request "
+                  "(a Prometheus server's authorization credentials_file)");
   cmd->add_option("--prefetch", o.prefetch, "Batches each data loader keeps ready")->capture_default_str();
   cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam or nadam")
       ->check(CLI::IsMember(models::optimizer_names()))
@@ -347,6 +375,8 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
 int run_train(TrainOptions& o) {
   use_threads(o.threads);
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
+  if (!o.metrics_token_file.empty() && o.control.empty())
+    throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
   actors::Mode::parse(o.mode);  // usage errors before any data is loaded
   actors::parse_switch_schedule(o.switches);
   std::vector<kernels::Device> devices =
