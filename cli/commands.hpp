@@ -69,6 +69,10 @@ struct CtlOptions {
 void add_ctl_command(CLI::App& app, CtlOptions& options);
 int run_ctl(CtlOptions& options);
 
+// `troupe --version`: "troupe X.Y.Z" on the first line, then how this binary
+// was built (type, compiler, CUDA, NCCL, CAF), one fact a line; no final newline.
+std::string version_text();
+
 // Applies --threads to this process's CPU kernels.
 void use_threads(int threads);
 

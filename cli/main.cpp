@@ -4,6 +4,7 @@
 //   troupe eval --checkpoint runs/ckpt/ckpt-000000001874.troupe
 //   troupe node --listen 127.0.0.1:7000 --job job.toml --min-nodes 3
 //   troupe node --join 127.0.0.1:7000
+//   troupe --version          (also `troupe version`: the version and how it was built)
 //
 // Exit status (README.md, "Exit status"):
 //   0    success (also --help and --version)
@@ -136,7 +137,9 @@ std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
 int main(int argc, char** argv) {
   CLI::App app{"troupe " TROUPE_VERSION ": a distributed deep-learning trainer on the actor model"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
+  app.set_version_flag("--version", [] { return troupe::cli::version_text(); },
+                       "Print the version and how this binary was built, and exit");
+  app.add_subcommand("version", "Print the version and how this binary was built (as --version)");
   app.footer("Run 'troupe COMMAND --help' for a command's options.");
 
   troupe::cli::TrainOptions train;
@@ -157,6 +160,10 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (app.got_subcommand("version")) {
+      std::printf("%s\n", troupe::cli::version_text().c_str());
+      return 0;
+    }
     if (app.got_subcommand("train")) return troupe::cli::run_train(train);
     if (app.got_subcommand("eval")) return troupe::cli::run_eval(eval);
     if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);

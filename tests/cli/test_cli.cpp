@@ -20,6 +20,7 @@
 #include <string>
 #include "tests/support/ports.hpp"
 #include <thread>
+#include "kernels/config.hpp"
 #include <vector>
 
 namespace {
@@ -124,6 +125,30 @@ TEST(Cli, HelpListsCommandsAndOptions) {
                            "--threads", "--seed", "--steps", "--checkpoint-dir", "--resume", "--metrics",
                            "--summary-json"})
     EXPECT_CONTAINS(r.output, flag);
+}
+
+// `troupe --version` and `troupe version`: the project's version on the
+// first line (as scripts read it), then how the binary was built.
+TEST(Cli, VersionPrintsTheVersionAndHowTheBinaryWasBuilt) {
+  const Result flag = troupe("--version");
+  ASSERT_EQ(flag.status, 0) << flag.output;
+  const std::vector<std::string> lines = lines_of(flag.output);
+  ASSERT_EQ(lines.size(), 5u) << flag.output;
+  EXPECT_EQ(lines[0], std::string("troupe ") + TROUPE_VERSION);
+  EXPECT_EQ(lines[1].rfind("build: ", 0), 0u) << flag.output;
+  EXPECT_CONTAINS(lines[1], "C++17");
+  // This build's own facts, as CMake found them.
+  EXPECT_EQ(lines[2].rfind(TROUPE_HAVE_CUDA ? "CUDA: yes (nvcc " : "CUDA: no", 0), 0u) << flag.output;
+  EXPECT_EQ(lines[3].rfind(TROUPE_HAVE_CUDA ? "NCCL: yes (" : "NCCL: no", 0), 0u) << flag.output;
+  EXPECT_EQ(lines[4], "CAF: 0.17.6");
+  EXPECT_EQ(flag.output.find("\n\n"), std::string::npos) << "a blank line:\n" << flag.output;
+
+  const Result command = troupe("version");
+  EXPECT_EQ(command.status, 0) << command.output;
+  EXPECT_EQ(command.output, flag.output);
+  const Result extra = troupe("version --json");
+  EXPECT_EQ(extra.status, 2) << extra.output;
+  EXPECT_CONTAINS(extra.output, "troupe: ");
 }
 
 TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
