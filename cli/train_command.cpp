@@ -202,6 +202,21 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   Report report(job_config.train.epochs, o.log_every, o.metrics);
   if (!o.metrics_token_file.empty() && o.control.empty())
     throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
+  // The endpoint's credentials, read before the data is loaded so a bad
+  // file is an error at once.
+  net::ControlServerOptions control_options;
+  if (!o.control.empty()) {
+    const net::Secret secret = net::Secret::load(o.secret_file);  // ConfigFileError: exit 2
+    if (secret.configured()) control_options.auth_key = secret.derive(net::kControlKeyLabel);
+    if (!o.metrics_token_file.empty()) {
+      if (!secret.configured())
+        throw UsageError("--metrics-token-file " + o.metrics_token_file +
+                         ": without a cluster secret the control endpoint asks no credential at all (it binds "
+                         "loopback only), so a token would protect nothing; give the job a secret (--secret-file or "
+                         "TROUPE_SECRET), or leave the token out");
+      control_options.metrics_token = net::load_metrics_token(o.metrics_token_file);  // ConfigFileError: exit 2
+    }
+  }
   actors::JobConfig jc = job_config;
   // GET /metrics: the job feeds it as it trains (only with an endpoint to serve it).
   std::shared_ptr<actors::JobMetrics> metrics;
@@ -247,17 +262,6 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
     // Read straight from the metrics the actors feed: a scrape never waits
     // for the job's thread or the coordinator.
     h.metrics = [metrics] { return metrics->prometheus_text(); };
-    net::ControlServerOptions control_options;
-    const net::Secret secret = net::Secret::load(o.secret_file);  // ConfigFileError: exit 2
-    if (secret.configured()) control_options.auth_key = secret.derive(net::kControlKeyLabel);
-    if (!o.metrics_token_file.empty()) {
-      if (!secret.configured())
-        throw UsageError("--metrics-token-file " + o.metrics_token_file +
-                         ": without a cluster secret the control endpoint asks no credential at all (it binds "
-                         "loopback only), so a token would protect nothing; give the job a secret (--secret-file or "
-                         "TROUPE_SECRET), or leave the token out");
-      control_options.metrics_token = net::load_metrics_token(o.metrics_token_file);  // ConfigFileError: exit 2
-    }
     control = std::make_unique<net::ControlServer>(o.control, h, control_options);
     control->start();
     std::fprintf(stderr,
