@@ -21,6 +21,9 @@ packages=(
   dataset-fashion-mnist           # the default training data
   wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
   gnuplot-nox                     # examples/mode_switch_experiment: the accuracy-against-time plot
+  prometheus                      # tests/cli/prometheus_scrape.cpp: a real server scrapes GET /metrics
+                                  # (about 8 s to install; on a host with systemd it also starts its own
+                                  # service on :9090, which the test does not use)
 )
 
 missing=()
