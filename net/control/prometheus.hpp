@@ -1,6 +1,7 @@
 // The Prometheus text exposition format, version 0.0.4: what GET /metrics
 // answers (Content-Type kContentType). Written here, not with Debian 12's
-// prometheus-cpp (1.0.1): see net/control/README.md, "Why not prometheus-cpp".
+// prometheus-cpp (1.0.1): net/control/README.md says why ("/metrics: the
+// format, and why not prometheus-cpp").
 //
 //   # HELP troupe_step The global step: updates applied to the model.
 //   # TYPE troupe_step gauge
