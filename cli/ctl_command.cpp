@@ -37,8 +37,6 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   cmd->require_subcommand(1);
   cmd->add_subcommand("status", "Print the job's status (step, epoch, mode, replicas, throughput, loss)")
       ->callback([&o] { o.action = "status"; });
-  cmd->add_subcommand("metrics", "Print the job's metrics in the Prometheus text format (GET /metrics)")
-      ->callback([&o] { o.action = "metrics"; });
   auto* mode = cmd->add_subcommand("mode", "Switch the update mode at the next step boundary");
   mode->add_option("MODE", o.mode, "sync, async or ssp:N")->required();
   mode->callback([&o] { o.action = "mode"; });
@@ -48,6 +46,8 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   auto* drain = cmd->add_subcommand("drain", "Make a cluster node leave the job at the next step boundary (no step lost)");
   drain->add_option("NODE", o.node, "The node's index (as `troupe ctl status` lists it) or name")->required();
   drain->callback([&o] { o.action = "drain"; });
+  cmd->add_subcommand("metrics", "Print the job's metrics in the Prometheus text format (GET /metrics)")
+      ->callback([&o] { o.action = "metrics"; });
 }
 
 int run_ctl(CtlOptions& o) {

@@ -139,7 +139,6 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", [] { return troupe::cli::version_text(); },
                        "Print the version and how this binary was built, and exit");
-  app.add_subcommand("version", "Print the version and how this binary was built (as --version)");
   app.footer("Run 'troupe COMMAND --help' for a command's options.");
 
   troupe::cli::TrainOptions train;
@@ -150,6 +149,7 @@ int main(int argc, char** argv) {
   troupe::cli::add_ctl_command(app, ctl);
   troupe::cli::NodeOptions node;
   troupe::cli::add_node_command(app, node);
+  app.add_subcommand("version", "Print the version and how this binary was built (as --version)");
 
   try {
     app.parse(argc, argv);
