@@ -84,7 +84,7 @@ Json target(int port, const std::string& job) {
   return nullptr;
 }
 
-TEST(Prometheus, ARealServerScrapesARunningClusterWithItsBearerToken) {
+TEST(PrometheusServer, ARealServerScrapesARunningClusterWithItsBearerToken) {
   const std::string prometheus = find_prometheus();
   if (prometheus.empty())
     GTEST_SKIP() << "no prometheus binary on PATH (Debian's `prometheus` package: apt-get install prometheus, as "

@@ -15,7 +15,7 @@ namespace {
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "text was:\n" << (haystack)
 
-TEST(Prometheus, GaugesCountersAndAHistogramAsWrittenByHand) {
+TEST(PrometheusText, GaugesCountersAndAHistogramAsWrittenByHand) {
   Family step{"troupe_step", "The global step.", Type::gauge, {{{}, 1200}}, {}};
   Family mode{"troupe_mode", "1 for the update mode the job is in, 0 for the others.", Type::gauge, {}, {}};
   mode.values = {{{{"mode", "sync"}}, 0}, {{{"mode", "async"}}, 1}, {{{"mode", "ssp"}}, 0}};
@@ -49,7 +49,7 @@ TEST(Prometheus, GaugesCountersAndAHistogramAsWrittenByHand) {
   EXPECT_EQ(exposition({step, mode, examples, seconds}), expected);
 }
 
-TEST(Prometheus, AHistogramWithoutLabelsAndWithoutObservations) {
+TEST(PrometheusText, AHistogramWithoutLabelsAndWithoutObservations) {
   Family f{"troupe_push_staleness", "Staleness.", Type::histogram, {}, {{{}, Histogram({0, 1, 2})}}};
   EXPECT_EQ(exposition({f}),
             "# HELP troupe_push_staleness Staleness.\n"
@@ -62,7 +62,7 @@ TEST(Prometheus, AHistogramWithoutLabelsAndWithoutObservations) {
             "troupe_push_staleness_count 0\n");
 }
 
-TEST(Prometheus, ValuesAreGoParseFloatNumbersWithNaNAndInfinitiesSpelledOut) {
+TEST(PrometheusText, ValuesAreGoParseFloatNumbersWithNaNAndInfinitiesSpelledOut) {
   EXPECT_EQ(format_value(0), "0");
   EXPECT_EQ(format_value(1200), "1200");
   EXPECT_EQ(format_value(-3), "-3");
@@ -83,7 +83,7 @@ TEST(Prometheus, ValuesAreGoParseFloatNumbersWithNaNAndInfinitiesSpelledOut) {
   EXPECT_EQ(exposition({loss}), "# HELP troupe_loss Loss.\n# TYPE troupe_loss gauge\ntroupe_loss NaN\n");
 }
 
-TEST(Prometheus, LabelValuesAndHelpAreEscaped) {
+TEST(PrometheusText, LabelValuesAndHelpAreEscaped) {
   EXPECT_EQ(escape_label_value("worker/host-b:7000"), "worker/host-b:7000");
   EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
   EXPECT_EQ(escape_help("line one\nback\\slash \"quoted\""), "line one\\nback\\\\slash \"quoted\"");
@@ -95,14 +95,14 @@ TEST(Prometheus, LabelValuesAndHelpAreEscaped) {
             "troupe_node_info{node=\"1\",name=\"worker/\\\"odd\\\"\\\\name\\n\"} 1\n");
 }
 
-TEST(Prometheus, AFamilyWithNoSamplesIsLeftOut) {
+TEST(PrometheusText, AFamilyWithNoSamplesIsLeftOut) {
   Family empty{"troupe_push_seconds", "Push latency.", Type::histogram, {}, {}};
   Family step{"troupe_step", "Step.", Type::gauge, {{{}, 3}}, {}};
   EXPECT_EQ(exposition({empty, step}), "# HELP troupe_step Step.\n# TYPE troupe_step gauge\ntroupe_step 3\n");
   EXPECT_EQ(exposition({}), "");
 }
 
-TEST(Prometheus, NaNObservationsCountInPlusInfOnly) {
+TEST(PrometheusText, NaNObservationsCountInPlusInfOnly) {
   Histogram h({1, 2});
   h.observe(std::nan(""));
   h.observe(1.5);
@@ -113,7 +113,7 @@ TEST(Prometheus, NaNObservationsCountInPlusInfOnly) {
   EXPECT_CONTAINS(exposition({f}), "x_seconds_bucket{le=\"2\"} 1\nx_seconds_bucket{le=\"+Inf\"} 2\nx_seconds_sum NaN\n");
 }
 
-TEST(Prometheus, BadNamesAndInconsistentSamplesAreRefusedWithTheirNames) {
+TEST(PrometheusText, BadNamesAndInconsistentSamplesAreRefusedWithTheirNames) {
   auto refused = [](const Family& f, const std::string& why) {
     try {
       exposition({f});
