@@ -23,8 +23,9 @@ const std::vector<double>& JobMetrics::staleness_bounds() {
   return b;
 }
 
-JobMetrics::JobMetrics(const Mode& mode, int replicas) : mode_(mode), replicas_(replicas) {
-  series(-1);  // one host: the histograms exist (empty) from the start
+JobMetrics::JobMetrics(const Mode& mode, int replicas, bool cluster)
+    : mode_(mode), replicas_(cluster ? 0 : replicas), cluster_(cluster) {
+  if (!cluster_) series(-1);  // one host: the histograms exist (empty) from the start
 }
 
 JobMetrics::NodeSeries& JobMetrics::series(int node) {
@@ -71,7 +72,7 @@ void JobMetrics::watch(models::Callbacks& cb) {
 
 void JobMetrics::set_nodes(std::uint32_t view, const std::vector<NodeInfo>& nodes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!cluster_) by_node_.erase(-1);  // a cluster labels every series with its node
+  by_node_.erase(-1);  // a cluster labels every series with its node
   cluster_ = true;
   view_ = view;
   nodes_ = nodes;
@@ -144,7 +145,8 @@ std::string JobMetrics::prometheus_text() const {
   f.push_back(std::move(mode));
   gauge("troupe_ssp_bound", "N of the mode ssp:N (steps a replica may run ahead of the slowest); 0 in sync and async.",
         static_cast<double>(mode_.kind == Mode::Kind::ssp ? mode_.staleness : 0));
-  gauge("troupe_nodes", "Nodes (hosts) in the job's current membership view; 1 for a job on one host.",
+  gauge("troupe_nodes", "Nodes (hosts) in the job's current membership view; 1 for a job on one host, 0 while a "
+                        "cluster gathers its first nodes.",
         static_cast<double>(cluster_ ? nodes_.size() : 1));
   gauge("troupe_replicas", "Model replicas in the job's current membership view, all nodes together.",
         static_cast<double>(replicas_));

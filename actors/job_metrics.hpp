@@ -35,9 +35,10 @@ namespace troupe::actors {
 
 class JobMetrics {
  public:
-  // The mode the job starts in and its replicas (a cluster's are known once
-  // its nodes joined: set_nodes and the first view's on_view_change).
-  JobMetrics(const Mode& mode, int replicas);
+  // The mode the job starts in and its replicas. A cluster's (`cluster`
+  // true) are known once its nodes joined (set_nodes): until then it
+  // reports 0 nodes and 0 replicas.
+  JobMetrics(const Mode& mode, int replicas, bool cluster = false);
 
   // Chains onto `cb` (after what it already does): step, epoch, loss,
   // samples/s, test accuracy and loss, mode switches, world size.

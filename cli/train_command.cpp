@@ -222,7 +222,7 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   std::shared_ptr<actors::JobMetrics> metrics;
   if (!o.control.empty()) {
     const std::size_t local = jc.devices.empty() ? actors::default_devices().size() : jc.devices.size();
-    metrics = std::make_shared<actors::JobMetrics>(jc.mode, jc.cluster ? 0 : static_cast<int>(local));
+    metrics = std::make_shared<actors::JobMetrics>(jc.mode, static_cast<int>(local), jc.cluster != nullptr);
     jc.metrics = metrics;
   }
   actors::Job job(jc);  // every configuration error surfaces here

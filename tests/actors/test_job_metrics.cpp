@@ -100,7 +100,11 @@ TEST(JobMetrics, OneHostSeriesFromTheCallbacksAndTheReports) {
 }
 
 TEST(JobMetrics, ClusterSeriesCarryTheNodeOfEachRankInTheCurrentView) {
-  JobMetrics m(Mode::parse("async"), 0);
+  JobMetrics m(Mode::parse("async"), 1, /*cluster=*/true);
+  // Before the nodes have joined: no view yet.
+  EXPECT_EQ(sample(m.prometheus_text(), "troupe_nodes"), "0");
+  EXPECT_EQ(sample(m.prometheus_text(), "troupe_replicas"), "0");
+  EXPECT_LACKS(m.prometheus_text(), "troupe_step_seconds_count");
   models::Callbacks cb;
   m.watch(cb);
   NodeInfo coordinator{0, "coordinator", "127.0.0.1:7001", 0, 1, {"cpu:0"}};
