@@ -14,8 +14,11 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
   s.optimizer = models::make_optimizer(s.config.optimizer, s.master);
   s.clocks.assign(static_cast<std::size_t>(s.config.replicas), 0);
   s.pulled_at.assign(s.clocks.size(), 0);
-  // Every replica holds the server's parameters (a switch to async, a
-  // resume, a new view): staleness counts from here.
+  // Staleness counts from here for every replica: after a switch to async
+  // (every replica holds the state the server just took), and at a new
+  // view, whose ranks are numbered anew (a survivor's first push then looks
+  // fresher than it is, once per view change). Not at `position`: that
+  // comes at every step boundary, where async replicas keep older parameters.
   auto everyone_pulled = [self] {
     auto& st = self->state;
     st.pulled_at.assign(st.clocks.size(), st.counters.applied);
@@ -66,7 +69,7 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         st.position = p;
         st.applied_since_position = 0;
         st.clocks = clocks;
-        everyone_pulled();
+        if (st.pulled_at.size() != clocks.size()) everyone_pulled();
         return caf::ok_atom::value;
       },
       [=](counters_atom) -> ServerCounters { return self->state.counters; },

@@ -50,7 +50,8 @@ struct ReducerState {
   std::int64_t applied_since_position = 0;
   std::vector<std::int64_t> clocks;
   // By rank: `counters.applied` when the replica last received parameters
-  // (a push's answer, or a state every replica shares), for staleness.
+  // (a push's answer, or the state every replica shares after a switch to
+  // async), for staleness.
   std::vector<std::int64_t> pulled_at;
   std::uint32_t view = 0;
   ServerCounters counters;
