@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# What elastic membership costs when nothing joins or leaves (issue 13: the
+# view tags must cost < 2%). Runs the same 3-node job (a coordinator and two
+# workers on loopback, one CPU device each) with two troupe binaries,
+# interleaved round by round so that the machine's load hits both alike:
+# BEFORE, a build from before views (e.g. commit ea08e74), and AFTER, this
+# build. Prints each run's samples/s (the coordinator's final line) and the
+# medians with their ratio.
+#
+#   bench/views_overhead.sh BEFORE/troupe AFTER/troupe [MODEL] [MODE]   (default mlp sync)
+#   ROUNDS=5 EPOCHS=1 bench/views_overhead.sh ...
+set -u
+BEFORE=$(readlink -f "${1:?usage: $0 BEFORE/troupe AFTER/troupe [MODEL] [MODE]}")
+AFTER=$(readlink -f "${2:?usage: $0 BEFORE/troupe AFTER/troupe [MODEL] [MODE]}")
+MODEL=${3:-mlp}
+MODE=${4:-sync}
+ROUNDS=${ROUNDS:-3}
+EPOCHS=${EPOCHS:-1}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/troupe-views.XXXXXX")
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+printf 'model = "%s"\ndata = "fashion-mnist"\nseed = 5\nbatch = 32\nepochs = %d\nmode = "%s"\n' "$MODEL" "$EPOCHS" "$MODE" >"$TMP/job.toml"
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+run() {  # binary, log -> prints samples/s
+  local bin=$1 log=$2 port addr c
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  addr=127.0.0.1:$port
+  "$bin" node --listen "$addr" --job "$TMP/job.toml" --min-nodes 3 --devices cpu:0 --log-every 1000 >"$log" 2>&1 &
+  c=$!
+  PIDS+=($c)
+  sleep 0.3
+  "$bin" node --join "$addr" --devices cpu:0 >"$log.w1" 2>&1 &
+  PIDS+=($!)
+  "$bin" node --join "$addr" --devices cpu:0 >"$log.w2" 2>&1 &
+  PIDS+=($!)
+  wait "$c"
+  wait
+  grep -o '[0-9]* samples/s, ' "$log" | tail -1 | grep -o '^[0-9]*'
+}
+
+echo "views overhead: $MODEL $MODE, $EPOCHS epoch(s), $ROUNDS round(s); before $BEFORE, after $AFTER"
+: >"$TMP/before"
+: >"$TMP/after"
+for ((r = 1; r <= ROUNDS; r++)); do
+  b=$(run "$BEFORE" "$TMP/b$r.log")
+  a=$(run "$AFTER" "$TMP/a$r.log")
+  echo "round $r: before ${b:-?} samples/s, after ${a:-?} samples/s"
+  [[ -n "$b" ]] && echo "$b" >>"$TMP/before"
+  [[ -n "$a" ]] && echo "$a" >>"$TMP/after"
+done
+mb=$(median <"$TMP/before")
+ma=$(median <"$TMP/after")
+echo "median: before $mb samples/s, after $ma samples/s, after/before $(awk -v a="$ma" -v b="$mb" 'BEGIN { printf "%.3f", a / b }')"
