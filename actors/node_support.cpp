@@ -22,11 +22,12 @@ void default_log(const std::string& line) { std::fprintf(stderr, "troupe node: %
 std::function<void(const std::string&)> logger(const NodeOptions& o) { return o.log ? o.log : default_log; }
 
 // Remoting with heartbeats (../shared/CAF-0.17.md, section 3): a silent peer
-// is declared down after about 5 s, a closed connection at once.
+// is declared down after about 4 s (the timeout plus up to one interval;
+// a silent node is to be found in < 5 s), a closed connection at once.
 void configure_cluster(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
-  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(5)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(4)});
   register_message_types(cfg);
 }
 

@@ -28,7 +28,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/troupe-elastic.XXXXXX")
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
+# Stamps each line with its arrival time. One process for the whole stream:
+# a `date` per line fell behind async's thousands of lines per second and
+# added its lag to every figure.
+stamp() { python3 -u -c 'import sys, time
+for line in sys.stdin: sys.stdout.write("%.6f %s" % (time.time(), line))'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 rate() { grep "^[0-9.]* epoch $2/3:" "$1" | grep -o "[0-9.]*k samples/s" | head -1 | tr -d 'k samples/'; }
 
