@@ -46,6 +46,7 @@
 
 #include "args.hpp"
 #include "launch.hpp"
+#include "plot.hpp"
 
 namespace {
 
@@ -111,8 +112,6 @@ int current_world(const std::vector<Row>& rows) {
     if (r.kind == "view") w = r.world;
   return w;
 }
-
-bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
@@ -268,16 +267,15 @@ int main(int argc, char** argv) {
     for (const auto& r : rows)
       if (r.kind == "eval") final_accuracy = r.test_accuracy;
     std::printf("final test accuracy %.4f\n", final_accuracy);
-    if (!have_gnuplot()) {
-      std::printf("gnuplot is not installed: no plot (install gnuplot-nox, then run `gnuplot %s`)\n", script.c_str());
-    } else if (std::system(("gnuplot '" + script + "' 2>/dev/null").c_str()) != 0) {
-      std::string text = gp.str();
-      text.replace(text.find("pngcairo"), 8, "png");  // a gnuplot without cairo
-      write_text(script, text);
-      if (std::system(("gnuplot '" + script + "'").c_str()) != 0) throw std::runtime_error("gnuplot failed on " + script);
-      std::printf("plot: %s\n", png.c_str());
-    } else {
-      std::printf("plot: %s\n", png.c_str());
+    switch (examples::render_plot(script)) {
+      case examples::Plot::drawn:
+        std::printf("plot: %s\n", png.c_str());
+        break;
+      case examples::Plot::no_gnuplot:
+        std::printf("gnuplot is not installed: no plot (install gnuplot-nox, then run `gnuplot %s`)\n", script.c_str());
+        break;
+      case examples::Plot::failed:
+        throw std::runtime_error("gnuplot failed on " + script);
     }
     std::printf("second worker exited %d, the killed one %d\n", second->status, first.status);
     return 0;

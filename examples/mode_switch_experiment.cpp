@@ -42,6 +42,7 @@
 #include <troupe/troupe.hpp>
 
 #include "args.hpp"
+#include "plot.hpp"
 
 namespace {
 
@@ -115,8 +116,6 @@ void write_csv(const Run& run, const std::string& path) {
         << p.epoch << ',' << p.train_loss << ',' << p.test_loss << ',' << p.test_accuracy << '\n';
   if (!out.flush()) throw std::runtime_error("writing " + path + " failed");
 }
-
-bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
 
 }  // namespace
 
@@ -266,28 +265,18 @@ int main(int argc, char** argv) {
            << runs[i].name << "'";
       gp << ", " << threshold << " with lines dashtype 2 linecolor 'gray' title '" << threshold << "'\n";
     }
-    if (!have_gnuplot()) {
-      std::printf("\ngnuplot is not installed: no plot (install gnuplot-nox, e.g. scripts/setup.sh, then run "
-                  "`gnuplot %s`). CSVs: %s/*.csv\n",
-                  script.c_str(), dir.c_str());
-    } else if (std::system(("gnuplot '" + script + "'").c_str()) != 0) {
-      // pngcairo may be missing from a gnuplot build: fall back to png.
-      std::string text;
-      {
-        std::ifstream in(script);
-        text.assign(std::istreambuf_iterator<char>(in), {});
-      }
-      text.replace(text.find("pngcairo"), 8, "png");
-      {
-        std::ofstream gp(script, std::ios::trunc);
-        gp << text;
-      }
-      if (std::system(("gnuplot '" + script + "'").c_str()) != 0)
-        std::printf("\ngnuplot failed on %s: no plot; CSVs: %s/*.csv\n", script.c_str(), dir.c_str());
-      else
+    switch (examples::render_plot(script)) {
+      case examples::Plot::drawn:
         std::printf("\nplot: %s\n", png.c_str());
-    } else {
-      std::printf("\nplot: %s\n", png.c_str());
+        break;
+      case examples::Plot::no_gnuplot:
+        std::printf("\ngnuplot is not installed: no plot (install gnuplot-nox, e.g. scripts/setup.sh, then run "
+                    "`gnuplot %s`). CSVs: %s/*.csv\n",
+                    script.c_str(), dir.c_str());
+        break;
+      case examples::Plot::failed:
+        std::printf("\ngnuplot failed on %s: no plot; CSVs: %s/*.csv\n", script.c_str(), dir.c_str());
+        break;
     }
     std::printf("CSVs: %s/{sync,async,ssp2,sync_async_sync}.csv; table: %s/table.md\n", dir.c_str(), dir.c_str());
     return 0;
