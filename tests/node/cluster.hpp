@@ -11,6 +11,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/node/process.hpp"
@@ -33,6 +34,22 @@ std::string write_file(const std::string& dir, const std::string& name, const st
   const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   return path;
+}
+
+// Waits until the coordinator logged a step of epoch 1 at or beyond `step`
+// (async logs whichever global steps its --log-every mark falls between,
+// so not necessarily `step` itself).
+inline bool wait_for_step(const Process& p, int step, std::chrono::milliseconds limit) {
+  const std::regex line(R"(epoch 1 step (\d+)/)");
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string out = p.output();
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
+      if (std::stoi((*it)[1]) >= step) return true;
+    if (out.find("epoch 2 step") != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
 }
 
 // "modes: ... | S synchronous steps, P gradients pushed, A applied by the server"

@@ -65,18 +65,7 @@ TEST_P(ElasticScale, EightNodesInNamespacesWithTwoJoinsAndTwoKills) {
     return out;
   };
   for (int i = 1; i < 6; ++i) start(i);
-  // Async logs whichever global steps the --log-every mark falls between:
-  // wait for any step of epoch 1 at or past 40.
-  const auto started = std::chrono::steady_clock::now();
-  const std::regex step_line(R"(epoch 1 step (\d+)/)");
-  auto past_step_40 = [&] {
-    const std::string out = coordinator.output();
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), step_line); it != std::sregex_iterator(); ++it)
-      if (std::stoi((*it)[1]) >= 40) return true;
-    return out.find("epoch 2 step") != std::string::npos;
-  };
-  while (!past_step_40() && std::chrono::steady_clock::now() - started < 240s) std::this_thread::sleep_for(50ms);
-  ASSERT_TRUE(past_step_40()) << logs();
+  ASSERT_TRUE(wait_for_step(coordinator, 40, 240s)) << logs();
   // Two joins, one after the other, then two kills, each once the view
   // before it formed.
   start(6);

@@ -26,21 +26,6 @@ std::string job(const std::string& mode, int epochs) {
   return std::string(kJob) + "epochs = " + std::to_string(epochs) + "\nmode = \"" + mode + "\"\n";
 }
 
-// Waits until the coordinator logged a step of epoch 1 at or beyond `step`
-// (--log-every 20).
-bool wait_for_step(const Process& p, int step, std::chrono::milliseconds limit) {
-  const std::regex line(R"(epoch 1 step (\d+)/)");
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const std::string out = p.output();
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
-      if (std::stoi((*it)[1]) >= step) return true;
-    if (out.find("epoch 2 step") != std::string::npos) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
 double final_accuracy(const std::string& out) {
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(test accuracy ([0-9.]+) )"))) return std::stod(m[1]);
