@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -131,17 +132,58 @@ struct Child {
   }
 };
 
+// What wait_all does when one child fails (ends with a non-zero status)
+// while others still run.
+enum class OnFailure {
+  keep_waiting,  // the others may still end by themselves (e.g. a worker after its chief was killed)
+  stop_the_rest  // like torchrun and mpirun: the others get SIGTERM, then SIGKILL 10 s later
+};
+
 // Waits until every child ended or `limit` passed; then kills the rest.
-// True when all ended by themselves.
-inline bool wait_all(std::vector<Child*> children, std::chrono::seconds limit) {
+// True when all ended by themselves (or, with OnFailure::stop_the_rest,
+// after one failed and the rest were stopped: the failure is in its status).
+// Without stop_the_rest a chief whose worker died before joining waits for
+// it until its own cluster timeout, minutes, for nothing.
+inline bool wait_all(std::vector<Child*> children, std::chrono::seconds limit,
+                     OnFailure on_failure = OnFailure::keep_waiting) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
-    bool all = true;
-    for (Child* c : children) all = c->done() && all;
+    bool all = true, failed = false;
+    for (Child* c : children) {
+      all = c->done() && all;
+      failed = failed || (c->done() && c->status != 0);
+    }
     if (all) return true;
+    if (failed && on_failure == OnFailure::stop_the_rest) {
+      for (Child* c : children)
+        if (!c->done()) ::kill(c->pid, SIGTERM);
+      const auto grace = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+      while (std::chrono::steady_clock::now() < grace) {
+        bool rest = true;
+        for (Child* c : children) rest = c->done() && rest;
+        if (rest) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      for (Child* c : children) c->kill_now();
+      return true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (Child* c : children) c->kill_now();
+  return false;
+}
+
+// True when a child could not listen on its port because something else
+// took it: the ports a launcher picks with free_port() are free when picked,
+// and another process (a parallel test, say) can bind one before the child
+// does. A launcher that picked the ports itself then tries fresh ones.
+inline bool lost_a_port(const std::vector<Child*>& children) {
+  for (const Child* c : children) {
+    const std::string out = c->output();
+    if (c->status != 0 && out.find("cannot listen on") != std::string::npos &&
+        out.find("Address already in use") != std::string::npos)
+      return true;
+  }
   return false;
 }
 

@@ -136,12 +136,14 @@ int main(int argc, char** argv) {
   }
 
   // ---- the launcher ---------------------------------------------------------------
-  std::vector<std::string> workers;
-  if (args.str("--workers").empty()) {
-    for (int i = 0; i < 2; ++i) workers.push_back("127.0.0.1:" + std::to_string(examples::free_port()));
-  } else {
-    workers = split(args.str("--workers"));
-  }
+  const bool pick_ports = args.str("--workers").empty();
+  auto pick_workers = [&] {
+    std::vector<std::string> out;
+    if (!pick_ports) return split(args.str("--workers"));
+    for (int i = 0; i < 2; ++i) out.push_back("127.0.0.1:" + std::to_string(examples::free_port()));
+    return out;
+  };
+  std::vector<std::string> workers = pick_workers();
   for (std::size_t i = 0; i < workers.size(); ++i) {
     try {  // the strategy checks each task's spec as the worker will (addresses, duplicates)
       troupe::ClusterOptions o;
@@ -173,24 +175,35 @@ int main(int argc, char** argv) {
     }
     forwarded.push_back(a);
   }
-  std::vector<std::unique_ptr<examples::Child>> children;
-  for (int i = 0; i < n; ++i) {
-    std::vector<std::string> child_args{argv[0], "--task", std::to_string(i)};
-    child_args.insert(child_args.end(), forwarded.begin(), forwarded.end());
-    const std::string spec = examples::cluster_json(workers, i);
-    std::string line = "TROUPE_CLUSTER='" + spec + "'";
-    for (const auto& a : child_args) line += " " + a;
-    std::printf("launching: %s\n", line.c_str());
-    children.push_back(std::make_unique<examples::Child>(child_args, spec, dir + "/worker" + std::to_string(i) + ".log"));
-  }
-  std::vector<examples::Child*> all;
-  for (auto& c : children) all.push_back(c.get());
-  const bool in_time = examples::wait_all(all, std::chrono::seconds(deadline));
-  bool ok = in_time;
-  for (int i = 0; i < n; ++i) {
-    std::printf("---- worker %d (exit status %d)%s\n", i, children[i]->status, i == 0 ? " the chief" : "");
-    examples::print_prefixed("[worker " + std::to_string(i) + "] ", children[i]->output());
-    ok = ok && children[i]->status == 0;
+  // When a worker fails, the other is stopped at once (a chief would wait
+  // for a lost worker until its cluster timeout). Ports the launcher picked
+  // itself can be taken by another process before a worker binds them; then
+  // it tries again on fresh ones, up to 3 times.
+  bool in_time = false, ok = false;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    std::vector<std::unique_ptr<examples::Child>> children;
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::string> child_args{argv[0], "--task", std::to_string(i)};
+      child_args.insert(child_args.end(), forwarded.begin(), forwarded.end());
+      const std::string spec = examples::cluster_json(workers, i);
+      std::string line = "TROUPE_CLUSTER='" + spec + "'";
+      for (const auto& a : child_args) line += " " + a;
+      std::printf("launching: %s\n", line.c_str());
+      children.push_back(std::make_unique<examples::Child>(child_args, spec, dir + "/worker" + std::to_string(i) + ".log"));
+    }
+    std::vector<examples::Child*> all;
+    for (auto& c : children) all.push_back(c.get());
+    in_time = examples::wait_all(all, std::chrono::seconds(deadline), examples::OnFailure::stop_the_rest);
+    ok = in_time;
+    for (int i = 0; i < n; ++i) {
+      std::printf("---- worker %d (exit status %d)%s\n", i, children[i]->status, i == 0 ? " the chief" : "");
+      examples::print_prefixed("[worker " + std::to_string(i) + "] ", children[i]->output());
+      ok = ok && children[i]->status == 0;
+    }
+    if (ok || !pick_ports || attempt == 3 || !examples::lost_a_port(all)) break;
+    workers = pick_workers();
+    std::printf("another process took a port the launcher had picked; again on fresh ports (attempt %d of 3)\n",
+                attempt + 1);
   }
   std::filesystem::remove_all(dir);
   if (!in_time) std::fprintf(stderr, "error: the workers did not finish within %lld s (--deadline); killed\n", deadline);

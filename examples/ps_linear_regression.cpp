@@ -279,7 +279,10 @@ int main(int argc, char** argv) {
     if (args.str("--workers").empty()) workers = pick_workers();  // the old ports may linger in TIME_WAIT
     children = launch(workers, true, "resumed ");
   }
-  const bool in_time = examples::wait_all(pointers(children), std::chrono::seconds(deadline));
+  // A failed process stops the others at once: a chief whose worker died
+  // would otherwise wait for it until its cluster timeout.
+  const bool in_time =
+      examples::wait_all(pointers(children), std::chrono::seconds(deadline), examples::OnFailure::stop_the_rest);
   report(children, args.has("--kill-and-resume") ? "resumed " : "");
   for (auto& c : children) ok = ok && c->status == 0;
   std::filesystem::remove_all(logs);

@@ -147,7 +147,9 @@ TEST(Examples, ModeSwitchExperimentShort) {
 }
 
 TEST(Examples, MultiworkerShort) {
-  Result r = run(EXAMPLE_MULTIWORKER, "--short");
+  // --deadline below the test's own timeout, so that a hang ends with the
+  // workers' logs printed instead of a test killed without output.
+  Result r = run(EXAMPLE_MULTIWORKER, "--short --deadline 200");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "total batch 64 = 32 x 2 workers");
   EXPECT_CONTAINS(r.output, "[worker 0] worker 0 (chief): 2 workers; total batch 64 = 32 x 2 workers");
@@ -187,7 +189,7 @@ TEST(Examples, ElasticJoinThenKillAndThePlotOfAccuracyAndWorldSize) {
 
 TEST(Examples, PsLinearRegressionKilledAndResumed) {
   const std::string dir = temp("ps");
-  Result r = run(EXAMPLE_PS_LINEAR_REGRESSION, "--short --kill-and-resume --dir " + dir);
+  Result r = run(EXAMPLE_PS_LINEAR_REGRESSION, "--short --kill-and-resume --deadline 120 --dir " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "killed the chief (SIGKILL) at checkpoint step ");
   EXPECT_GT(number_after(r.output, "killed the chief (SIGKILL) at checkpoint step "), 0);
