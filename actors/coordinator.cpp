@@ -1,4 +1,5 @@
 #include "actors/coordinator.hpp"
+#include "actors/view_start.hpp"
 
 #include "actors/job_metrics.hpp"
 
@@ -41,13 +42,16 @@ struct CoordinatorState {
   std::int64_t last_checkpoint_step = -1;
   std::int64_t last_eval_step = -1;
   std::vector<std::int64_t> rank_examples;  // examples each replica trained on
-  std::vector<StepReport> last_reports;     // by rank: undone when its step is rolled back
+  std::vector<StepReport> last_reports;     // by rank: a lost node's, undone when no survivor completed its step
   std::int64_t announced_epoch = -1;
   int idle_boundaries = 0;  // consecutive boundaries without a step in between
   // Throughput and loss.
   Clock::time_point t_start, t_resume, t_epoch;
   double train_seconds = 0, epoch_train_seconds = 0;
   std::int64_t examples = 0, epoch_examples = 0, epoch_correct = 0;
+  // Of epoch_examples: used in a step no report counted (a lost node's last
+  // step; actors/view_start.hpp), so not in the loss sum and correct count.
+  std::int64_t epoch_unscored = 0;
   double epoch_loss_sum = 0;
   Clock::time_point last_checkpoint_time;
   bool timed_checkpoint_queued = false;
@@ -63,7 +67,7 @@ struct CoordinatorState {
   std::int64_t seg_offset = 0;   // permutation positions of the epoch used before it
   std::int64_t seg_steps = 0;    // its steps (the epoch ends at seg_start + seg_steps)
   std::int64_t epoch_steps_before = 0;  // steps (clock) of the epoch's earlier segments
-  int rolled_back = 0;           // survivors whose step in flight this view change discarded
+  int rolled_forward = 0;        // survivors that took the state of one that completed the step in flight
   std::int64_t batch = 1;        // per replica in this view
   std::vector<int> joins, leaves;      // node indices
   std::vector<std::string> leave_reasons;
@@ -279,6 +283,7 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
     c.position.segment.batch = static_cast<std::uint64_t>(st.batch);
     c.position.segment.steps_before = static_cast<std::uint64_t>(st.epoch_steps_before);
     c.position.segment.epoch_examples = static_cast<std::uint64_t>(st.epoch_examples);
+    c.position.segment.epoch_unscored = static_cast<std::uint64_t>(st.epoch_unscored);
     c.position.segment.epoch_loss_sum = st.epoch_loss_sum;
     c.position.segment.epoch_correct = static_cast<std::uint64_t>(st.epoch_correct);
     c.schedule.spec = st.config.schedule->spec();
@@ -405,30 +410,53 @@ void change_view(Self* self, std::function<void()> then) {
   auto& s = self->state;
   s.view_change_due = false;
   const bool sync = !s.mode.uses_server();
-  // Sync: the survivors are at most one step apart (a replica begins step
-  // k+1's all-reduce only after its step k completed everywhere); the view
-  // starts at the smallest clock. Async and ssp: aligned by on_quiescent.
-  const std::int64_t clock = sync ? min_clock(s) : max_clock(s);
+  // Sync: the survivors are at most one step apart and the view starts at
+  // the newest clock; those behind take the state of one that completed the
+  // step (actors/view_start.hpp). Async and ssp: aligned by on_quiescent.
+  ViewStart start;
+  if (sync) {
+    ViewEnd end;
+    end.clocks = s.clocks;
+    end.alive = s.alive;
+    end.nodes = s.config.nodes;
+    end.data.examples = s.config.dataset_examples;
+    end.data.batch_size = s.batch;
+    end.data.drop_remainder = s.config.drop_remainder;
+    end.segment_clock = s.seg_start;
+    end.segment_offset = s.seg_offset;
+    try {
+      start = plan_view_start(end);
+    } catch (const std::exception& e) {
+      fail_job(self, std::string("forming view ") + std::to_string(s.view + 1) + ": " + e.what());
+      return;
+    }
+  } else {
+    start.clock = max_clock(s);
+  }
+  const std::int64_t clock = start.clock;
   auto proceed = [=]() {
     auto& st = self->state;
+    ViewPlan plan;
     if (sync) {
-      // Steps a survivor completed that not every survivor did are rolled
-      // back: their reports no longer count.
-      for (std::size_t r = 0; r < st.clocks.size(); ++r) {
-        if (!alive(st, r) || st.clocks[r] <= clock) continue;
+      // The completed step's batches nobody reported were used all the same;
+      // a lost node's report of a step no survivor completed is taken back
+      // (that step is redone with its data).
+      st.examples += start.unreported_examples;
+      st.epoch_examples += start.unreported_examples;
+      st.epoch_unscored += start.unreported_examples;
+      for (std::size_t r : start.undone) {
         const StepReport& undo = st.last_reports[r];
         st.examples -= undo.examples;
         st.epoch_examples -= undo.examples;
         st.epoch_correct -= undo.correct;
         st.epoch_loss_sum -= undo.loss_sum;
-        st.rank_examples[r] -= undo.examples;
-        st.clocks[r] = st.grants[r] = clock;
-        ++st.result.steps_discarded;
-        ++st.rolled_back;
       }
+      st.rolled_forward = static_cast<int>(start.behind.size());
+      st.result.rolled_forward += st.rolled_forward;
       st.global_step = st.global_at_base + (clock - st.clock_at_base);
+      plan.behind = start.behind;
+      plan.source = start.source;
     }
-    ViewPlan plan;
     plan.view = st.view + 1;
     plan.clock = clock;
     const std::int64_t used = std::min(
@@ -506,10 +534,11 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
                      " (unchanged by the view); the rest of epoch " + std::to_string(s.epoch + 1) + " (" +
                      std::to_string(s.config.dataset_examples - s.seg_offset) + " examples) is split in " +
                      std::to_string(s.seg_steps) + " steps; " +
-                     (s.rolled_back ? "the step in flight rolled back on " + std::to_string(s.rolled_back) +
-                                          " survivor(s) that had completed it"
-                                    : "no completed step rolled back");
-  s.rolled_back = 0;
+                     (s.rolled_forward ? std::to_string(s.rolled_forward) +
+                                             " survivor(s) that had not completed the step in flight took the "
+                                             "state of one that had (rolled forward)"
+                                       : "no survivor behind");
+  s.rolled_forward = 0;
   log_line(line);
   s.result.view_history.push_back(line);
   ++s.views_in_epoch;
@@ -600,10 +629,10 @@ void run_actions(Self* self) {
         models::EpochResult r = eval;
         r.epoch = st.epoch;
         r.step = st.global_step;
-        r.train_loss = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : 0;
-        r.train_accuracy = st.config.classification && st.epoch_examples
-                               ? double(st.epoch_correct) / double(st.epoch_examples)
-                               : std::nan("");
+        const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
+        r.train_loss = scored > 0 ? st.epoch_loss_sum / double(scored) : 0;
+        r.train_accuracy = st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored)
+                                                                   : std::nan("");
         r.lr = st.last_lr;
         r.seconds = seconds(Clock::now() - st.t_epoch);
         r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
@@ -628,6 +657,7 @@ void run_actions(Self* self) {
         st.seg_offset = 0;
         st.seg_steps = segment_steps(st, 0, st.config.replicas, st.batch);
         st.epoch_examples = 0;
+        st.epoch_unscored = 0;
         st.epoch_correct = 0;
         st.epoch_loss_sum = 0;
         st.epoch_train_seconds = 0;
@@ -873,7 +903,7 @@ std::string status_json(const CoordinatorState& s) {
   if (s.config.elastic) {
     out["view"] = s.view;
     out["stale_reports"] = s.stale_reports;
-    out["steps_discarded"] = s.result.steps_discarded;
+    out["rolled_forward"] = s.result.rolled_forward;
   }
   if (!s.config.nodes.empty()) {
     // Every node of a cluster: its devices, its step (its slowest replica's
@@ -931,6 +961,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
     s.seg_steps = segment_steps(s, d.offset, s.config.replicas, s.batch);
     s.epoch_steps_before = d.steps_before;
     s.epoch_examples = d.epoch_examples;
+    s.epoch_unscored = d.epoch_unscored;
     s.epoch_correct = d.epoch_correct;
     s.epoch_loss_sum = d.epoch_loss_sum;
     s.resumed_mid_epoch = d.mid_epoch();
@@ -1001,7 +1032,8 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           const double t = st.epoch_train_seconds + seconds(Clock::now() - st.t_resume);
           // The epoch's mean loss so far, as Keras shows it: the bar and the
           // epoch's summary line then agree.
-          const double mean = st.epoch_examples ? st.epoch_loss_sum / double(st.epoch_examples) : st.last_loss;
+          const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
+          const double mean = scored > 0 ? st.epoch_loss_sum / double(scored) : st.last_loss;
           // Steps into the epoch: the segments before this one (each in its
           // own view's global batches) and this one's.
           st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start,

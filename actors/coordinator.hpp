@@ -91,7 +91,7 @@ struct JobResult {
   // Membership views after the first: "view 2 at step 340: 3 replicas on 2 nodes".
   std::vector<std::string> view_history;
   std::int64_t stale_reports = 0;     // step reports of an ended view, dropped
-  std::int64_t steps_discarded = 0;   // sync steps rolled back at a view change
+  std::int64_t rolled_forward = 0;    // survivors that took a completed step's state at a view change (sync)
   Mode final_mode;
   bool stopped_early = false;
   // Resumed from a checkpoint of a job that had already trained every epoch

@@ -38,35 +38,6 @@ void interrupt(Self* self, const std::string& why) {
     self->send(s.config.coordinator, step_aborted_atom::value, s.config.view, s.config.rank, s.clock, why);
 }
 
-// The state a sync step starts from, before it is applied (elastic jobs),
-// copied into `pending`; it becomes `committed` once the step's all-reduce
-// succeeded (see DeviceState).
-void keep_pending(DeviceState& s) {
-  auto& k = s.pending;
-  if (!k.parameters.defined() || k.parameters.raw() == nullptr)
-    k.parameters = s.model->parameters().clone();
-  else
-    k.parameters.copy_from(s.model->parameters());
-  const auto& buffers = s.optimizer->buffers();
-  if (k.buffers.size() != buffers.size()) {
-    k.buffers.clear();
-    for (const auto& [name, buffer] : buffers) k.buffers.push_back(buffer.clone());
-  } else {
-    for (std::size_t i = 0; i < buffers.size(); ++i) k.buffers[i].copy_from(buffers[i].second);
-  }
-  k.scalars = s.optimizer->scalars();
-  k.clock = s.clock;
-}
-
-void roll_back(DeviceState& s) {
-  const auto& k = s.committed;
-  s.model->parameters().copy_from(k.parameters);
-  const auto& buffers = s.optimizer->buffers();
-  for (std::size_t i = 0; i < buffers.size() && i < k.buffers.size(); ++i) buffers[i].second.copy_from(k.buffers[i]);
-  for (const auto& [name, value] : k.scalars) s.optimizer->set_scalar(name, value);
-  s.clock = k.clock;
-}
-
 void maybe_continue(Self* self) {
   auto& s = self->state;
   if (s.failed || s.step_queued || s.clock >= s.grant.up_to) return;
@@ -152,16 +123,14 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const auto reduce_started = net::Clock::now();
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);
     if (s.config.elastic) {
-      // The state this step starts from, kept for a rollback: copied while
-      // the all-reduce runs (it touches only the gradients), so the copy
-      // hides behind the network instead of adding to the step.
-      keep_pending(s);
       try {
         work->wait(net::Clock::now() + s.config.timeout);
       } catch (const std::exception& e) {
-        throw Interrupted(e.what());  // `committed` still holds the step before
+        // Nothing of this step is applied: the replica stays at the last
+        // step it completed. If another survivor completed this one, the
+        // next view hands its state to this replica (view_start.hpp).
+        throw Interrupted(e.what());
       }
-      std::swap(s.committed, s.pending);
     } else {
       work->wait(net::Clock::now() + s.config.timeout);
     }
@@ -308,23 +277,19 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.grant.up_to = st.clock;
         return st.clock;
       },
-      // A new membership view. Every replica of it starts at a.clock: a
-      // survivor one step ahead (its all-reduce completed, another's did
-      // not) rolls that step back; a joiner takes the clock (its state
-      // follows in set_state).
+      // A new membership view. Every replica of it starts at a.clock, the
+      // newest step a survivor completed: a survivor a step behind (its
+      // all-reduce failed where another's completed) and a joiner take the
+      // clock here and the state in set_state (view_start.hpp). Nobody is
+      // ever ahead of it.
       [=](reconfig_atom, const ViewAssignment& a) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
-        if (st.clock > a.clock) {
-          if (st.clock == a.clock + 1 && st.committed.clock == a.clock) {
-            roll_back(st);
-          } else {
-            return caf::make_error(caf::sec::runtime_error,
-                                   "replica " + std::to_string(st.config.rank) + " is at step " +
-                                       std::to_string(st.clock) + " and cannot go back to step " +
-                                       std::to_string(a.clock) + " of view " + std::to_string(a.view));
-          }
-        }
+        if (st.clock > a.clock)
+          return caf::make_error(caf::sec::runtime_error,
+                                 "replica " + std::to_string(st.config.rank) + " is at step " +
+                                     std::to_string(st.clock) + ", past step " + std::to_string(a.clock) +
+                                     " where view " + std::to_string(a.view) + " starts");
         st.config.view = a.view;
         st.config.rank = a.rank;
         st.config.collective = a.collective;

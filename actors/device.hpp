@@ -15,8 +15,8 @@
 //   halt                      -> clock          run no step beyond the one in progress
 //   reconfig, ViewAssignment  -> ok             enter a new membership view: rank, world,
 //                                               batch, collective, clock and data position
-//                                               (a sync step the view change discarded is
-//                                               rolled back first)
+//                                               (a survivor a step behind the view's clock
+//                                               takes a survivor's state in set_state next)
 //
 // One step: ask the data loader for the next batch, forward and backward
 // (the gradient lands in the model's flat gradient buffer), then
@@ -32,14 +32,12 @@
 // Elastic (cluster jobs): a sync step whose all-reduce fails (a member was
 // lost; the coordinator node aborts every collective of the view) is not a
 // failure: the device reports `step_aborted, view, rank, clock, why` and
-// waits for the next view. It keeps a copy of the state its last completed
-// sync step started from, so a step that completed here but not on every
-// survivor can be rolled back in memory: survivors stay bitwise identical,
-// no disk read. The copy is taken while a step's all-reduce runs, into a
-// second buffer that becomes the kept one only once that all-reduce
-// succeeded: a replica that completed step k and then failed in step k+1's
-// all-reduce must still be able to go back to k (another survivor may never
-// have finished k). Grants of another view are dropped and counted.
+// waits for the next view, with nothing of the failed step applied. The
+// view starts at the newest step a survivor completed; a survivor that had
+// not completed it takes the state of one that had (roll forward,
+// actors/view_start.hpp): survivors stay bitwise identical, no disk read,
+// and no per-step copy of the state. Grants of another view are dropped and
+// counted.
 #pragma once
 
 #include <caf/all.hpp>
@@ -91,16 +89,6 @@ struct DeviceState {
   std::string failure;           // why, kept until the coordinator is known
   bool classification = true;
   models::Metrics metrics;       // per step: top-1 correct for the training accuracy
-  // Elastic: `committed` is the state the last completed sync step started
-  // from; `pending` is being filled for the step in flight and swaps in
-  // only when that step's all-reduce succeeded.
-  struct Kept {
-    Tensor parameters;
-    std::vector<Tensor> buffers;
-    std::vector<std::pair<std::string, double>> scalars;
-    std::int64_t clock = -1;
-  };
-  Kept committed, pending;
   std::int64_t stale_grants = 0;  // grants of another view, dropped
   static inline const char* name = "device";
 };

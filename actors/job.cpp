@@ -435,7 +435,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       FormedView f = cluster->reform(self, plan, local, reducer, fresh);
       const int w = local + static_cast<int>(f.devices.size());
       if (f.error.empty()) {
-        // This host's replicas enter the view (one a step ahead rolls it back).
+        // This host's replicas enter the view.
         for (int r = 0; r < local && f.error.empty(); ++r) {
           ViewAssignment a;
           a.view = plan.view;
@@ -455,22 +455,45 @@ JobResult Job::run(const models::Callbacks& callbacks) {
         collectives = fresh;
         all_devices = devices;
         for (auto& d : f.devices) all_devices.push_back(d);
-        // The newcomers' replicas take replica 0's state (parameters and
-        // optimizer state; their clock and data position came with the view).
+        // The newcomers' replicas, and survivors a step behind the view's
+        // clock (sync: their all-reduce failed where another's completed),
+        // take the state of a replica at that clock (parameters and
+        // optimizer state; their clock and data position came with the
+        // view). Ranks are found by node: they change between views.
+        auto rank_of = [&](const ReplicaRef& ref) -> int {
+          for (const auto& n : f.nodes)
+            if (n.index == ref.node && ref.local < n.replicas) return n.first_rank + ref.local;
+          return -1;
+        };
+        std::vector<int> targets;
         const auto joined = cluster->newcomers();
-        if (!joined.empty()) {
+        for (const auto& n : f.nodes)
+          if (std::find(joined.begin(), joined.end(), n.index) != joined.end())
+            for (int r = n.first_rank; r < n.first_rank + n.replicas; ++r) targets.push_back(r);
+        for (const auto& ref : plan.behind) {
+          const int r = rank_of(ref);
+          if (r < 0) {
+            f.error = "replica " + std::to_string(ref.local) + " of node " + std::to_string(ref.node) +
+                      " is behind the view's step but not in view " + std::to_string(plan.view);
+            break;
+          }
+          targets.push_back(r);
+        }
+        const int source = plan.behind.empty() ? 0 : rank_of(plan.source);
+        if (f.error.empty() && !targets.empty() && source < 0)
+          f.error = "replica " + std::to_string(plan.source.local) + " of node " + std::to_string(plan.source.node) +
+                    ", whose state the view hands on, is not in view " + std::to_string(plan.view);
+        if (f.error.empty() && !targets.empty()) {
           ReplicaState state;
-          self->request(devices[0], config_.timeout, get_state_atom::value)
+          self->request(all_devices[static_cast<std::size_t>(source)], config_.timeout, get_state_atom::value)
               .receive([&](ReplicaState& st) { state = std::move(st); },
-                       [&](caf::error& e) { f.error = "reading the state for the joiners: " + system.render(e); });
-          for (const auto& n : f.nodes) {
+                       [&](caf::error& e) { f.error = "reading replica " + std::to_string(source) + "'s state: " + system.render(e); });
+          for (int r : targets) {
             if (!f.error.empty()) break;
-            if (std::find(joined.begin(), joined.end(), n.index) == joined.end()) continue;
-            for (int r = n.first_rank; r < n.first_rank + n.replicas && f.error.empty(); ++r)
-              self->request(all_devices[static_cast<std::size_t>(r)], config_.timeout, set_state_atom::value, state)
-                  .receive([](caf::ok_atom) {}, [&](caf::error& e) {
-                    f.error = "handing the state to node " + std::to_string(n.index) + ": " + system.render(e);
-                  });
+            self->request(all_devices[static_cast<std::size_t>(r)], config_.timeout, set_state_atom::value, state)
+                .receive([](caf::ok_atom) {}, [&](caf::error& e) {
+                  f.error = "handing the state to replica " + std::to_string(r) + ": " + system.render(e);
+                });
           }
         }
         f.devices = all_devices;

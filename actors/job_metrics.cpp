@@ -169,8 +169,8 @@ std::string JobMetrics::prometheus_text() const {
     f.push_back(std::move(replicas));
     f.push_back(std::move(step));
   }
-  Family examples{"troupe_examples_total", "Training examples the replicas have trained on (steps rolled back at a "
-                                           "view change included); rate() gives samples per second.",
+  Family examples{"troupe_examples_total", "Training examples the replicas have trained on, as their step reports "
+                                           "said; rate() gives samples per second.",
                   Type::counter, {}, {}};
   Family step{"troupe_step_seconds", "Wall time of one training step on a replica: waiting for its batch, forward, "
                                      "backward, all-reduce or push, optimizer.",

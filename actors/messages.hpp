@@ -183,10 +183,22 @@ struct NodeInfo {
   std::vector<std::string> devices;
 };
 
+// One replica, by node: the membership's node index and the replica's
+// place among that node's devices (ranks change between views; this does not).
+struct ReplicaRef {
+  int node = 0;
+  int local = 0;
+  friend bool operator==(const ReplicaRef& a, const ReplicaRef& b) { return a.node == b.node && a.local == b.local; }
+};
+
 // What the coordinator asks the job's thread to form at a step boundary.
 struct ViewPlan {
   std::uint32_t view = 0;
   std::int64_t clock = 0;           // every replica's clock in the new view
+  // Sync: survivors a step behind `clock` take the state of `source` (a
+  // survivor at `clock`), as joiners do (actors/view_start.hpp).
+  std::vector<ReplicaRef> behind;
+  ReplicaRef source;
   data::Cursor cursor;              // the new segment: epoch, batch 0, offset
   std::int64_t batch = 1;           // per replica (elastic_batch "replica")
   std::int64_t global_batch = 0;    // >0: keep this global batch (elastic_batch "global")

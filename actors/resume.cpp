@@ -53,9 +53,13 @@ ResumePlan plan_resume(const checkpoint::State& c, const std::string& path, int 
     if (static_cast<std::int64_t>(v) < seg_clock)
       throw std::runtime_error(path + ": a replica clock (" + std::to_string(v) + ") lies before its data segment (from " +
                                std::to_string(seg_clock) + ")");
+  if (g.epoch_unscored > g.epoch_examples)
+    throw std::runtime_error(path + ": the data segment counts " + std::to_string(g.epoch_unscored) +
+                             " examples without a loss among only " + std::to_string(g.epoch_examples));
   ResumePlan out;
   out.start.epoch_examples = static_cast<std::int64_t>(g.epoch_examples);
   out.start.epoch_correct = static_cast<std::int64_t>(g.epoch_correct);
+  out.start.epoch_unscored = static_cast<std::int64_t>(g.epoch_unscored);
   out.start.epoch_loss_sum = g.epoch_loss_sum;
   if (static_cast<int>(g.world) == world && static_cast<std::int64_t>(g.batch) == batch) {
     // The same replicas: each one exactly where it was.

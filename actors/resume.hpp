@@ -33,6 +33,7 @@ struct DataStart {
   std::int64_t offset = 0;          // permutation positions of the epoch used before the segment
   std::int64_t steps_before = 0;    // the epoch's steps before the segment
   std::int64_t epoch_examples = 0, epoch_correct = 0;
+  std::int64_t epoch_unscored = 0;  // of epoch_examples: without a loss or correct count (view_start.hpp)
   double epoch_loss_sum = 0;
   bool mid_epoch() const { return offset > 0 || steps_before > 0 || epoch_examples > 0; }
 };

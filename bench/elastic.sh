@@ -9,8 +9,8 @@
 #   detect    the fault          -> the coordinator's "lost node" line
 #   resume    "lost node"        -> the first step line of the new view
 #   join      joiner started     -> its "view N: replicas" line (it trains)
-#   rolled    survivors that rolled the step in flight back (at most the
-#             one step in flight is lost; async/ssp: none)
+#   rolled    survivors that had not completed the step in flight and took
+#             the state of one that had (roll forward; async/ssp: none)
 #
 # and the samples/s of epoch 1 (3 -> 2 nodes) and epoch 3 (3 nodes again).
 # TRIALS runs (default 3); the last lines give the medians.
@@ -67,11 +67,11 @@ for ((t = 1; t <= TRIALS; t++)); do
   t_view=$(grep -m1 "coordinator: view 1 " "$d/c.log" | cut -d' ' -f1)
   t_step=$(awk -v v="$t_view" '$1 > v && /step [0-9]+\// { print $1; exit }' "$d/c.log")
   t_in=$(grep -m1 "view 2: replicas" "$d/w3.log" | cut -d' ' -f1)
-  rolled=$(grep -m1 "coordinator: view 1 " "$d/c.log" | grep -o "rolled back on [0-9]*" | grep -o "[0-9]*$")
+  rolled=$(grep -m1 "coordinator: view 1 " "$d/c.log" | grep -o "view 1 at .*: [0-9]* survivor(s) that had not" | grep -o "[0-9]* survivor" | grep -o "^[0-9]*")
   acc=$(grep -h "^[0-9.]* test accuracy" "$d/c.log" | awk '{print $4}')
   awk -v k="$hit" -v l="$t_lost" -v v="$t_view" -v s="$t_step" -v j="$joined" -v i="$t_in" \
       -v r="${rolled:-0}" -v e1="$(rate "$d/c.log" 1)" -v e3="$(rate "$d/c.log" 3)" -v a="$acc" -v t="$t" 'BEGIN {
-    printf "trial %d: detect %.3f s  new view %.3f s  resume %.3f s  join %.3f s  rolled back %d  epoch 1 %sk/s  epoch 3 %sk/s  accuracy %s\n",
+    printf "trial %d: detect %.3f s  new view %.3f s  resume %.3f s  join %.3f s  rolled forward %d  epoch 1 %sk/s  epoch 3 %sk/s  accuracy %s\n",
            t, l - k, v - l, s - l, i - j, r, e1, e3, a
   }' | tee -a "$TMP/trials"
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -81,8 +81,8 @@ echo "medians over $TRIALS trial(s):"
 for f in detect "new view" resume join; do
   printf '  %-10s %s s\n' "$f" "$(grep -o "$f [0-9.]*" "$TMP/trials" | awk '{print $NF}' | median)"
 done
-printf '  %-10s %s (most over trials: %s)\n' "rolled" "$(grep -o 'rolled back [0-9]*' "$TMP/trials" | awk '{print $3}' | median)" \
-  "$(grep -o 'rolled back [0-9]*' "$TMP/trials" | awk '{print $3}' | sort -n | tail -1)"
+printf '  %-10s %s (most over trials: %s)\n' "rolled forward" "$(grep -o 'rolled forward [0-9]*' "$TMP/trials" | awk '{print $3}' | median)" \
+  "$(grep -o 'rolled forward [0-9]*' "$TMP/trials" | awk '{print $3}' | sort -n | tail -1)"
 printf '  %-10s %sk samples/s (epoch 1, 3 -> 2 nodes), %sk samples/s (epoch 3, 3 nodes)\n' "rate" \
   "$(grep -o 'epoch 1 [0-9.]*' "$TMP/trials" | awk '{print $3}' | median)" \
   "$(grep -o 'epoch 3 [0-9.]*' "$TMP/trials" | awk '{print $3}' | median)"

@@ -10,8 +10,9 @@
 //   - `troupe node --join` at any time: the node enters at the next step
 //     boundary with the job's parameters, optimizer state, step and data
 //     position (view 1: 3 replicas);
-//   - kill -9 of a worker: the coordinator logs the loss within a second, the
-//     step in flight is discarded on every survivor and redone in the new
+//   - kill -9 of a worker: the coordinator logs the loss within a second; a
+//     survivor whose all-reduce of the step in flight failed while another's
+//     completed takes that one's state, and training goes on in the new
 //     view (view 2: 2 replicas); no process restarts, no --resume;
 //   - in sync every example of an epoch is still used exactly once (the rest
 //     of the epoch is split among each new view), and the coordinator checks

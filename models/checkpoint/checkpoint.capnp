@@ -197,6 +197,12 @@ struct Segment {
   epochLossSum @6 :Float64;
 
   epochCorrect @7 :UInt64;
+
+  epochUnscored @8 :UInt64;
+  # Of epochExamples: examples used in a step whose report never reached the
+  # coordinator (a lost node's last step; elastic membership), so in neither
+  # the loss sum nor the correct count. In segmentCrc32 only when non-zero
+  # (files written before it keep their CRC).
 }
 
 struct DataCursor {

@@ -275,6 +275,9 @@ std::uint32_t segment_crc32(const Segment& g) {
   crc.add(g.epoch_examples);
   crc.add_double(g.epoch_loss_sum);
   crc.add(g.epoch_correct);
+  // Added after the other fields: in the check only when set, so files
+  // written before it (where it reads as 0) keep their CRC.
+  if (g.epoch_unscored != 0) crc.add(g.epoch_unscored);
   return crc.value();
 }
 
@@ -334,6 +337,7 @@ void build_message(capnp::MessageBuilder& message, const State& s) {
     segment.setEpochExamples(g.epoch_examples);
     segment.setEpochLossSum(g.epoch_loss_sum);
     segment.setEpochCorrect(g.epoch_correct);
+    segment.setEpochUnscored(g.epoch_unscored);
     position.setSegmentCrc32(segment_crc32(g));
   }
 
@@ -585,6 +589,7 @@ State decode(const std::string& path, const FileBytes& file) {
     g.epoch_examples = segment.getEpochExamples();
     g.epoch_loss_sum = segment.getEpochLossSum();
     g.epoch_correct = segment.getEpochCorrect();
+    g.epoch_unscored = segment.getEpochUnscored();
     if (segment_crc32(g) != position.getSegmentCrc32())
       fail(path, "data segment CRC mismatch (the replicas' data positions are damaged)");
   }

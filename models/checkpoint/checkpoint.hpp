@@ -72,6 +72,7 @@ struct Segment {
   std::uint64_t epoch_examples = 0;
   double epoch_loss_sum = 0;
   std::uint64_t epoch_correct = 0;
+  std::uint64_t epoch_unscored = 0;  // of epoch_examples: used without a loss or correct count (a lost node's last step)
   bool recorded() const { return world > 0; }
 };
 

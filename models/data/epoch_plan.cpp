@@ -67,6 +67,14 @@ std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard, s
   return options.drop_remainder ? left / global : (left + global - 1) / global;
 }
 
+std::int64_t batch_examples(const PlanOptions& options, const Shard& shard, std::int64_t offset, std::int64_t t) {
+  if (t < 0 || t >= data::batches_per_epoch(options, shard, offset)) return 0;
+  const std::int64_t world = shard.world;
+  const std::int64_t first = offset + t * options.batch_size * world + shard.rank;
+  if (first >= options.examples) return 0;
+  return std::min(options.batch_size, (options.examples - first + world - 1) / world);
+}
+
 EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch, std::int64_t offset)
     : options_(options),
       shard_(shard),

@@ -88,6 +88,12 @@ struct Cursor {
 // With `offset`: the batches of the segment that starts there (5.).
 std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard, std::int64_t offset = 0);
 
+// How many examples rank `shard.rank`'s batch at step t of the segment that
+// starts at `offset` holds (3. and 5.): the batch size, fewer in a last
+// partial global batch, 0 past the segment's end. EpochPlan::batch(t).size()
+// without building the permutation.
+std::int64_t batch_examples(const PlanOptions& options, const Shard& shard, std::int64_t offset, std::int64_t t);
+
 // One epoch's order, with the batches of any rank and the global batches.
 class EpochPlan {
  public:

@@ -214,6 +214,29 @@ TEST(EpochPlanSegments, EveryExampleExactlyOnceWhateverJoinsOrLeaves) {
   }
 }
 
+// batch_examples, which the coordinator uses to count the examples of a
+// step whose report never came (a lost node's last step), is the size of
+// the batch EpochPlan hands that rank, on random segments.
+TEST(EpochPlanSegments, BatchExamplesIsTheSizeOfTheRanksBatch) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 300);
+    const PlanOptions o{n, 1 + static_cast<std::int64_t>(rng() % 9), true, rng(), (rng() & 1) != 0};
+    const int world = 1 + static_cast<int>(rng() % 5);
+    const std::int64_t offset = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n + 1));
+    for (int r = 0; r < world; ++r) {
+      const EpochPlan plan(o, {r, world}, 0, offset);
+      for (std::int64_t t = -1; t <= plan.batches(); ++t) {
+        const std::int64_t expected =
+            t >= 0 && t < plan.batches() ? static_cast<std::int64_t>(plan.batch(t).size()) : 0;
+        ASSERT_EQ(batch_examples(o, {r, world}, offset, t), expected)
+            << "n " << n << ", batch " << o.batch_size << ", world " << world << ", rank " << r << ", offset " << offset
+            << ", step " << t;
+      }
+    }
+  }
+}
+
 TEST(EpochPlanSegments, RejectsAnOffsetOutsideTheEpoch) {
   PlanOptions o{100, 4, true, 1, false};
   EXPECT_THROW(batches_per_epoch(o, {0, 2}, 101), std::invalid_argument);
