@@ -51,6 +51,24 @@ TEST(ResumePlan, AnotherWorldInSyncStartsANewSegmentWhereTheOldOneStood) {
   EXPECT_EQ(p.note.find("async"), std::string::npos) << p.note;
 }
 
+// The epoch's examples used without a loss (a lost node's last step) come
+// back with the rest; more of them than the epoch's examples is a damaged
+// file, named.
+TEST(ResumePlan, TheUnscoredExamplesComeBackAndMustBeAmongTheEpochs) {
+  checkpoint::Segment g{0, 0, 2, 32, 0, 2368, 10.0, 2000};
+  g.epoch_unscored = 32;
+  EXPECT_EQ(plan_resume(written({37, 37}, g), "ck", 2, 32, kData).start.epoch_unscored, 32);
+  g.epoch_unscored = 2369;
+  try {
+    plan_resume(written({37, 37}, g), "ck.troupe", 2, 32, kData);
+    FAIL() << "more unscored examples than the epoch's were accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ck.troupe: the data segment counts 2369 examples without a loss among only 2368"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ResumePlan, AnotherBatchIsAnotherWorldToo) {
   const auto c = written({10, 10}, {0, 0, 2, 32, 0, 640, 1.0, 500});
   const ResumePlan p = plan_resume(c, "ck", 2, 16, kData);

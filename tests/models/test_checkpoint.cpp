@@ -480,6 +480,21 @@ TEST_F(CheckpointErrorTest, DamagedDataSegmentFailsItsCrc) {
   EXPECT_NE(error.find("data segment CRC mismatch"), std::string::npos) << error;
 }
 
+// epochUnscored (a lost node's last step, counted without a loss): it
+// round-trips, and a damaged value fails the segment's CRC.
+TEST_F(CheckpointErrorTest, TheSegmentsUnscoredCountRoundTripsAndIsCoveredByItsCrc) {
+  State s = small_state(0x5566778899aabbccull);
+  s.position.replica_clocks = {700, 700};
+  s.position.segment = {600, 9000, 2, 32, 100, 20000, 1.5, 17000};
+  s.position.segment.epoch_unscored = 0x0000777766665555ull;
+  write(path("unscored.troupe"), s);
+  EXPECT_EQ(read(path("unscored.troupe")).position.segment.epoch_unscored, 0x0000777766665555ull);
+  const std::string error = error_after("unscored-damaged.troupe", s, [&](std::string& b) {
+    b[find_or_fail(b, bytes_of(s.position.segment.epoch_unscored)) + 1] ^= 0x01;
+  });
+  EXPECT_NE(error.find("data segment CRC mismatch"), std::string::npos) << error;
+}
+
 TEST_F(CheckpointErrorTest, ChunkBytesMustMatchTheElementCount) {
   // The count appears twice: model.parameterCount, then the buffer's elementCount.
   const std::uint64_t count = 123457;
