@@ -2,6 +2,7 @@
 #include "actors/view_start.hpp"
 
 #include "actors/job_metrics.hpp"
+#include "actors/timeline.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -304,6 +305,7 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
     st.last_checkpoint_time = Clock::now();
     st.timed_checkpoint_queued = false;
     if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, global_step);
+    if (st.config.timeline) st.config.timeline->instant("checkpoint", global_step, path);
     then(path);
   });
   (void)s;
@@ -316,6 +318,8 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
     auto& st = self->state;
     st.mode = to;
     st.result.mode_history.push_back(to.str() + "@" + std::to_string(st.global_step));
+    if (st.config.timeline)
+      st.config.timeline->instant("mode switch", st.global_step, from.str() + " -> " + to.str());
     if (st.config.callbacks.on_mode_switch) st.config.callbacks.on_mode_switch(st.global_step, to.str());
     then();
   };
@@ -540,6 +544,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
                                        : "no survivor behind");
   s.rolled_forward = 0;
   log_line(line);
+  if (s.config.timeline) s.config.timeline->instant("view", s.global_step, line);
   s.result.view_history.push_back(line);
   ++s.views_in_epoch;
   if (s.config.callbacks.on_view_change) {
@@ -571,8 +576,16 @@ void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) 
   auto& s = self->state;
   auto run = [=]() {
     self->request(self->state.config.devices[0], self->state.config.timeout, evaluate_atom::value)
-        .then([=](const models::EpochResult& r) { then(r); },
-              [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
+        .then(
+            [=](const models::EpochResult& r) {
+              auto& st = self->state;
+              if (st.config.timeline)
+                st.config.timeline->instant("evaluation", st.global_step,
+                                            "test loss " + std::to_string(r.test_loss) + ", test accuracy " +
+                                                std::to_string(r.test_accuracy));
+              then(r);
+            },
+            [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
   };
   if (!s.mode.uses_server()) {
     run();

@@ -72,6 +72,7 @@
 namespace troupe::actors {
 
 class JobMetrics;  // actors/job_metrics.hpp
+class Timeline;    // actors/timeline.hpp
 
 struct ControlReply {
   int status = 200;  // HTTP-style: 200 done, 400 bad request, 409 not possible now
@@ -147,6 +148,7 @@ struct CoordinatorConfig {
   int min_nodes = 1;                   // pause below this many nodes
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
   std::shared_ptr<JobMetrics> metrics;  // /metrics: each accepted report's timings (null: none)
+  std::shared_ptr<Timeline> timeline;   // --timeline: instants for switches, evaluations, checkpoints, views
 };
 
 // Spawns the coordinator (its state stays private to coordinator.cpp).

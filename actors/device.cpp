@@ -38,8 +38,14 @@ void interrupt(Self* self, const std::string& why) {
     self->send(s.config.coordinator, step_aborted_atom::value, s.config.view, s.config.rank, s.clock, why);
 }
 
+// A span of the step this replica is running (clock + 1) on the timeline.
+void mark(const DeviceState& s, const char* name, net::Clock::time_point begin, net::Clock::time_point end) {
+  if (s.config.timeline) s.config.timeline->span(s.config.track, name, begin, end, s.clock + 1, s.config.rank);
+}
+
 void maybe_continue(Self* self) {
   auto& s = self->state;
+  if (!s.failed && s.clock >= s.grant.up_to && !s.idle_since && s.config.timeline) s.idle_since = net::Clock::now();
   if (s.failed || s.step_queued || s.clock >= s.grant.up_to) return;
   s.step_queued = true;
   self->send(self, step_atom::value);
@@ -76,6 +82,7 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
   const Tensor& y = models::on_device(yb, s.y_dev, s.config.device);
   s.model->set_step_seed(kernels::math::random_bits(s.config.seed ^ (0x9e37ULL * (s.config.rank + 1)),
                                                     static_cast<std::uint64_t>(s.clock)));
+  const auto forward_started = net::Clock::now();
   const Tensor& out = s.model->forward(x, /*training=*/true);
   if (!s.dout.defined() || s.dout.raw() == nullptr || s.dout.shape() != out.shape())
     s.dout = Tensor::empty(out.shape(), kernels::DType::f32, s.config.device);
@@ -85,7 +92,10 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
     s.metrics.add(out, y, loss_sum, /*classification=*/true);
     correct = s.metrics.top1_correct();
   }
+  const auto backward_started = net::Clock::now();
+  mark(s, "forward", forward_started, backward_started);
   s.model->backward(s.dout);
+  mark(s, "backward", backward_started, net::Clock::now());
   return loss_sum;
 }
 
@@ -134,10 +144,13 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     } else {
       work->wait(net::Clock::now() + s.config.timeout);
     }
-    const double reduce_seconds = std::chrono::duration<double>(net::Clock::now() - reduce_started).count();
+    const auto reduced = net::Clock::now();
+    const double reduce_seconds = std::chrono::duration<double>(reduced - reduce_started).count();
+    mark(s, "all-reduce", reduce_started, reduced);
     check_gradient(s, s.model->gradients());
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
+    mark(s, "optimizer", reduced, net::Clock::now());
     ++s.clock;
     report(self, loss_sum, b.examples, correct, false, started, reduce_seconds);
     return;
@@ -158,8 +171,11 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
       .await(
           [=](const Tensor& fresh) {
             auto& st = self->state;
-            const double push_seconds = std::chrono::duration<double>(net::Clock::now() - pushed_at).count();
+            const auto answered = net::Clock::now();
+            const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
+            mark(st, "push", pushed_at, answered);
             st.model->parameters().copy_from(fresh);
+            mark(st, "pull", answered, net::Clock::now());
             ++st.clock;
             report(self, loss_sum, examples, correct, true, started, push_seconds);
           },
@@ -205,7 +221,12 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
           ++self->state.stale_grants;  // from a view this replica has left
           return;
         }
-        self->state.grant = g;
+        auto& st = self->state;
+        st.grant = g;
+        if (st.idle_since && st.clock < g.up_to) {
+          mark(st, "grant wait", *st.idle_since, net::Clock::now());
+          st.idle_since.reset();
+        }
         maybe_continue(self);
       },
       [=](step_atom) {
@@ -216,6 +237,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         self->request(st.config.loader, st.config.timeout, next_batch_atom::value)
             .await(
                 [=](const Batch& b) {
+                  mark(self->state, "data wait", started, net::Clock::now());
                   try {
                     run_step(self, b, started);
                   } catch (const Interrupted& e) {

@@ -43,6 +43,7 @@
 #include <caf/all.hpp>
 
 #include <memory>
+#include <optional>
 
 #include "actors/messages.hpp"
 #include "models/data/dataset.hpp"
@@ -50,6 +51,7 @@
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
+#include "actors/timeline.hpp"
 #include "net/collective/collective.hpp"
 
 namespace troupe::actors {
@@ -74,6 +76,8 @@ struct DeviceConfig {
   std::chrono::milliseconds timeout{60000};
   caf::actor loader, reducer;
   caf::actor coordinator;  // learnt from the first grant
+  std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
+  int track = 0;                       // its track there: the replica's place on its node
 };
 
 struct DeviceState {
@@ -90,6 +94,9 @@ struct DeviceState {
   bool classification = true;
   models::Metrics metrics;       // per step: top-1 correct for the training accuracy
   std::int64_t stale_grants = 0;  // grants of another view, dropped
+  // Since when the replica has run every step it was granted (timeline:
+  // the "grant wait" span); unset while it has steps to run.
+  std::optional<net::Clock::time_point> idle_since;
   static inline const char* name = "device";
 };
 

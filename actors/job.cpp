@@ -145,6 +145,10 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.view = plan.view;
   dc.loader = out.loader;
   dc.reducer = plan.reducer;
+  dc.timeline = plan.timeline;
+  dc.track = plan.track;
+  if (plan.timeline)
+    plan.timeline->name_track(plan.track, "replica " + std::to_string(plan.track) + " (" + plan.device.str() + ")");
   out.device = system.spawn<caf::detached>(device_actor, dc);
   return out;
 }
@@ -277,6 +281,8 @@ JobResult Job::run(const models::Callbacks& callbacks) {
       plan.threads = config_.threads_per_device;
       plan.timeout = config_.timeout;
       plan.elastic = cluster != nullptr;
+      plan.timeline = config_.timeline;
+      plan.track = r;
       ReplicaActors a = spawn_replica(system, plan);
       loaders.push_back(a.loader);
       devices.push_back(a.device);
@@ -389,6 +395,7 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     if (cluster) cc.nodes = cluster->nodes();
     if (cluster && config_.metrics) config_.metrics->set_nodes(0, cc.nodes);
     cc.metrics = config_.metrics;
+    cc.timeline = config_.timeline;
     cc.reducer = reducer;
     cc.listener = caf::actor_cast<caf::actor>(self);
     cc.checkpoints = checkpoints_;

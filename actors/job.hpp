@@ -26,6 +26,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
+#include "actors/timeline.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
 
@@ -103,6 +104,9 @@ struct JobConfig {
   // coordinator, the parameter server and this job's thread feed it. Null:
   // nothing recorded.
   std::shared_ptr<JobMetrics> metrics;
+  // --timeline: every local replica's step spans and the coordinator's
+  // instants (actors/timeline.hpp). Null: none.
+  std::shared_ptr<Timeline> timeline;
 };
 
 // The devices troupe uses when none are named: every GPU when there are

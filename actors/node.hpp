@@ -81,6 +81,9 @@ struct NodeOptions {
   std::chrono::milliseconds rejoin_timeout{120000};
   std::chrono::milliseconds timeout{60000};          // any one collective or remote request
   std::function<void(const std::string&)> log;       // default: stderr, "troupe node: ..."
+  // worker: --timeline, this node's replicas' spans (the coordinator's go
+  // through JobConfig::timeline). Null: none.
+  std::shared_ptr<Timeline> timeline;
 };
 
 // The coordinator's side: hooks for JobConfig::cluster. Throws

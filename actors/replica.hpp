@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
@@ -32,6 +33,8 @@ struct ReplicaPlan {
   std::chrono::milliseconds timeout{60000};
   bool elastic = false;                          // a cluster job: membership may change
   std::uint32_t view = 0;
+  std::shared_ptr<Timeline> timeline;            // --timeline (null: none)
+  int track = 0;                                 // the replica's place on its node (its timeline track)
 };
 
 struct ReplicaActors {

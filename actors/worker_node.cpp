@@ -299,6 +299,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   plan.timeout = options.timeout;
                   plan.elastic = true;
                   plan.view = f.view;
+                  plan.timeline = options.timeline;
+                  plan.track = static_cast<int>(r);
                   ReplicaActors a = spawn_replica(system, plan);
                   loaders.push_back(a.loader);
                   replicas.push_back(a.device);

@@ -31,6 +31,8 @@ struct TrainOptions {
   std::string metrics;
   std::string summary_json;
   std::string tensorboard;        // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
+  std::string timeline;           // --timeline FILE: a Chrome trace of every replica's steps (actors/timeline.hpp)
+  std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
 };
 void add_train_command(CLI::App& app, TrainOptions& options);

@@ -54,6 +54,11 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--summary-json", o.reporting.summary_json, "Coordinator: write the final figures here as JSON");
   cmd->add_option("--tensorboard", o.reporting.tensorboard,
                   "Coordinator: write TensorBoard event files into this folder");
+  cmd->add_option("--timeline", o.reporting.timeline,
+                  "Write a Chrome trace of this node's replicas' steps here (each node its own file; "
+                  "scripts/timeline.py merges them)");
+  cmd->add_option("--timeline-steps", o.reporting.timeline_steps, "The steps --timeline records, A:B")
+      ->capture_default_str();
   cmd->add_option_function<double>(
       "--wait-timeout", [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
       "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker; reaching the coordinator "
@@ -102,7 +107,16 @@ int run_node(NodeOptions& o) {
         !o.reporting.metrics_token_file.empty())
       throw UsageError("--control, --metrics, --metrics-token-file, --summary-json, --tensorboard, --resume and "
                        "--resume-or-start belong to the coordinator (--listen)");
-    return actors::run_worker(n);
+    if (!o.reporting.timeline.empty()) {
+      const auto [first, last] = actors::Timeline::parse_steps(o.reporting.timeline_steps);
+      n.timeline = std::make_shared<actors::Timeline>(o.reporting.timeline, "worker " + n.join, first, last);
+    }
+    const int status = actors::run_worker(n);
+    if (n.timeline) {
+      n.timeline->write();
+      std::fprintf(stderr, "troupe node: timeline: %s\n", n.timeline->path().c_str());
+    }
+    return status;
   }
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");
   actors::JobConfig jc = actors::load_job_file(n.job_file);

@@ -218,6 +218,10 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
     }
   }
   actors::JobConfig jc = job_config;
+  if (!o.timeline.empty()) {
+    const auto [first, last] = actors::Timeline::parse_steps(o.timeline_steps);
+    jc.timeline = std::make_shared<actors::Timeline>(o.timeline, jc.cluster ? "coordinator" : "troupe train", first, last);
+  }
   // GET /metrics: the job feeds it as it trains (only with an endpoint to serve it).
   std::shared_ptr<actors::JobMetrics> metrics;
   if (!o.control.empty()) {
@@ -284,6 +288,12 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
       open_tensorboard(o, jc, jc.cluster ? 0 : static_cast<std::int64_t>(job.config().devices.size()), cb);
   actors::JobResult r = job.run(cb);
   if (control) control->stop();
+  if (jc.timeline) {
+    jc.timeline->write();
+    std::fprintf(stderr, "timeline: %s (steps %lld to %lld; open it in ui.perfetto.dev or chrome://tracing)\n",
+                 jc.timeline->path().c_str(), static_cast<long long>(jc.timeline->first_step()),
+                 static_cast<long long>(jc.timeline->last_step()));
+  }
   if (tensorboard) tensorboard->record_mode_history(r.mode_history);
   if (!r.error.empty()) throw std::runtime_error(r.error);
   if (r.already_finished) {
@@ -374,6 +384,10 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--summary-json", o.summary_json, "Write the final figures here as JSON");
   cmd->add_option("--tensorboard", o.tensorboard,
                   "Write TensorBoard event files into this folder (tensorboard --logdir DIR)");
+  cmd->add_option("--timeline", o.timeline,
+                  "Write a Chrome trace of every replica's steps here (data wait, forward, backward, all-reduce or "
+                  "push/pull, optimizer; open it in ui.perfetto.dev)");
+  cmd->add_option("--timeline-steps", o.timeline_steps, "The steps --timeline records, A:B")->capture_default_str();
 }
 
 int run_train(TrainOptions& o) {
@@ -385,7 +399,8 @@ int run_train(TrainOptions& o) {
   actors::parse_switch_schedule(o.switches);
   std::vector<kernels::Device> devices =
       o.devices.empty() ? actors::default_devices() : actors::parse_devices(o.devices);
-  if (devices.size() == 1 && o.mode == "sync" && o.switches.empty() && o.control.empty())
+  actors::Timeline::parse_steps(o.timeline_steps);  // a usage error before any data is loaded
+  if (devices.size() == 1 && o.mode == "sync" && o.switches.empty() && o.control.empty() && o.timeline.empty())
     return run_single(o, devices[0]);
   return run_job(o, std::move(devices));
 }
