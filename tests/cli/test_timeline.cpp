@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +17,7 @@
 
 #include "actors/timeline.hpp"
 #include "tests/node/process.hpp"
+#include "tests/support/ports.hpp"
 
 namespace {
 
@@ -123,6 +126,55 @@ TEST(Timeline, AsyncStepsPushAndPullAndAModeSwitchIsAnInstant) {
   EXPECT_GT(count["all-reduce"], 0);
   // Every replica waited for its grant at the switch's boundary at least once.
   EXPECT_GT(count["grant wait"], 0) << trace.dump().substr(0, 2000);
+}
+
+// A coordinator and a worker, each with its own file: scripts/timeline.py
+// merges them into one trace with both nodes' replicas on the same clock,
+// and draws a window of it.
+TEST(Timeline, TwoNodesFilesMergeIntoOneTraceAndDrawAsAPicture) {
+  const std::string job = scratch("job.toml");
+  std::ofstream(job) << "model = \"mlp\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nepochs = 1\nsteps = 40\n";
+  const std::string at = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  const std::string c = scratch("c.json"), w = scratch("w.json"), both = scratch("both.json");
+  Process coordinator({TROUPE_BINARY, "node", "--listen", at, "--job", job, "--min-nodes", "2", "--devices", "cpu:0",
+                       "--timeline", c, "--timeline-steps", "5:10"},
+                      scratch("c.log"));
+  Process worker({TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeline", w, "--timeline-steps", "5:10",
+                  "--rejoin-timeout", "0"},
+                 scratch("w.log"));
+  ASSERT_EQ(coordinator.wait_for(180s), 0) << coordinator.output();
+  ASSERT_EQ(worker.wait_for(60s), 0) << worker.output();
+  Process merge({"/usr/bin/python3", TROUPE_SOURCE_DIR "/scripts/timeline.py", "merge", both, c, w}, scratch("merge.log"));
+  ASSERT_EQ(merge.wait_for(60s), 0) << merge.output();
+  const nlohmann::json trace = read_json(both);
+  std::set<std::string> processes;
+  std::map<int, std::set<std::int64_t>> steps_by_pid;
+  std::map<std::int64_t, std::vector<double>> allreduce_end_by_step;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "process_name") processes.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") != "X") continue;
+    steps_by_pid[e.at("pid").get<int>()].insert(e.at("args").at("step").get<std::int64_t>());
+    if (e.at("name") == "all-reduce")
+      allreduce_end_by_step[e.at("args").at("step").get<std::int64_t>()].push_back(e.at("ts").get<double>() +
+                                                                                 e.at("dur").get<double>());
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"coordinator", "worker " + at}));
+  ASSERT_EQ(steps_by_pid.size(), 2u);
+  for (const auto& [pid, steps] : steps_by_pid) EXPECT_EQ(steps, (std::set<std::int64_t>{5, 6, 7, 8, 9, 10})) << pid;
+  // One clock: a step's all-reduce ends on both nodes within a few ms
+  // (it completes when the last gradient arrives).
+  for (const auto& [step, ends] : allreduce_end_by_step) {
+    ASSERT_EQ(ends.size(), 2u) << step;
+    EXPECT_LT(std::abs(ends[0] - ends[1]), 50'000.0) << "step " << step;  // microseconds
+  }
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed: no picture";
+  const std::string png = scratch("both.png");
+  Process plot({"/usr/bin/python3", TROUPE_SOURCE_DIR "/scripts/timeline.py", "plot", both, png, "--steps", "6:8"},
+               scratch("plot.log"));
+  ASSERT_EQ(plot.wait_for(60s), 0) << plot.output();
+  EXPECT_GT(fs::file_size(png), 2000u);
+  EXPECT_NE(plot.output().find("2 replica(s), steps 6 to 8"), std::string::npos) << plot.output();
+  EXPECT_NE(plot.output().find("all-reduce"), std::string::npos) << plot.output();
 }
 
 TEST(Timeline, BadStepWindowsAreUsageErrors) {
