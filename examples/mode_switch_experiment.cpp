@@ -13,6 +13,7 @@
 // trained on, epoch, last batch loss, test loss, test accuracy. Then it plots
 // test accuracy against training time for all runs (DIR/accuracy.png, with
 // gnuplot; without gnuplot it says so and still writes the CSVs and table)
+// and TensorBoard event files of every run (DIR/tensorboard/<run>/)
 // and prints a table: training time, wall time, steps and examples to reach
 // the --threshold test accuracy (at the first evaluation at or above it, so
 // the resolution is --eval-every steps), final accuracy, samples/s.
@@ -210,7 +211,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "run %s%s%s\n", run.name.c_str(), run.switches.empty() ? "" : ": switches ",
                    run.switches.c_str());
       auto recorder = std::make_shared<Recorder>(run, switch_async, switch_sync, batch, replicas);
-      run.history = strategy->fit(config, {recorder});
+      // TensorBoard's view of the same run: DIR/tensorboard/<run>/
+      // (tensorboard --logdir DIR/tensorboard; scripts/tensorboard_plot.py
+      // draws it without TensorBoard).
+      std::filesystem::remove_all(dir + "/tensorboard/" + run.file);  // one event file per run, this one's
+      auto tensorboard = std::make_shared<troupe::TensorBoard>(dir + "/tensorboard/" + run.file, eval_every);
+      run.history = strategy->fit(config, {recorder, tensorboard});
       write_csv(run, dir + "/" + run.file + ".csv");
     }
 

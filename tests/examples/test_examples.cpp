@@ -139,10 +139,33 @@ TEST(Examples, ModeSwitchExperimentShort) {
     EXPECT_GE(lines(csv), 1 + 4) << csv;  // evaluations every 8 steps and at epoch ends
   }
   EXPECT_TRUE(fs::exists(dir + "/table.md"));
-  if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
+  const bool gnuplot = std::system("command -v gnuplot > /dev/null 2>&1") == 0;
+  if (gnuplot) {
     EXPECT_TRUE(fs::exists(dir + "/accuracy.png")) << r.output;
   } else {
     EXPECT_CONTAINS(r.output, "gnuplot is not installed");
+  }
+  // Each run's TensorBoard events, read by scripts/tensorboard_plot.py (its
+  // own reader: TFRecord CRCs, Event protos): the last test accuracy is
+  // the CSV's last one.
+  if (!gnuplot) return;
+  std::string runs;
+  for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) runs += " " + dir + "/tensorboard/" + file;
+  Result plot = run("python3 " TROUPE_SOURCE_DIR "/scripts/tensorboard_plot.py", dir + "/tb.png test/accuracy" + runs);
+  ASSERT_EQ(plot.status, 0) << plot.output;
+  EXPECT_GT(fs::file_size(dir + "/tb.png"), 2000u);
+  for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) {
+    std::ifstream in(dir + "/" + file + ".csv");
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    const double csv_accuracy = std::atof(last.substr(last.rfind(',') + 1).c_str());
+    EXPECT_GE(number_after(plot.output, std::string(file) + ": "), 4) << plot.output;  // "N points of ..."
+    const std::string prefix = std::string(file) + ": ";
+    const std::size_t at = plot.output.find(prefix);
+    ASSERT_NE(at, std::string::npos) << plot.output;
+    const double last_value = number_after(plot.output.substr(at), "the last ");
+    EXPECT_NEAR(last_value, csv_accuracy, 1e-4) << file << "\n" << plot.output;
   }
 }
 
