@@ -26,7 +26,9 @@ extern char** environ;
 namespace troupe::cli {
 
 void add_node_command(CLI::App& app, NodeOptions& o) {
-  auto* cmd = app.add_subcommand("node", "Run one node of a cluster: the coordinator (--listen) or a worker (--join)");
+  auto* cmd = app.add_subcommand("node",
+                                 "Run one node of a cluster: the coordinator (--listen) or a worker (--join), or the role "
+                                 "a cluster spec or a launcher (mpirun, SLURM, torchrun) gives");
   auto& n = o.node;
   cmd->add_option("--listen", n.listen, "Be the coordinator, accepting nodes at HOST:PORT");
   cmd->add_option("--join", n.join, "Be a worker, joining the coordinator at HOST:PORT");
