@@ -43,7 +43,9 @@ int run_actor_job(const actors::JobConfig& job, const TrainOptions& reporting);
 
 struct NodeOptions {
   actors::NodeOptions node;
-  std::string cluster;        // --cluster FILE (else $TROUPE_CLUSTER)
+  std::string cluster;        // --cluster FILE; without it and --listen / --join, a launcher's environment
+  std::string coordinator;    // --coordinator HOST:PORT: completes a launcher's environment (net/cluster/launcher_env.hpp)
+  int port = 0;               // --port: the coordinator's port under a launcher (else TROUPE_PORT)
   std::string devices;
   TrainOptions reporting;     // --control, --metrics, --log-every, --summary-json
 };

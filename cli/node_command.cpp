@@ -3,21 +3,43 @@
 //   troupe node --listen 0.0.0.0:7000 --job job.toml --min-nodes 3 --control 127.0.0.1:8080
 //   troupe node --join host-a:7000
 //   TROUPE_CLUSTER='{"cluster":{"worker":["a:7000","b:7001"]},"task":{"type":"worker","index":1}}' troupe node
+//   mpirun -np 3 -x MASTER_ADDR=host-a -x MASTER_PORT=7000 troupe node --job job.toml
+//   srun -n 4 troupe node --job job.toml --port 7000
+//
+// The role, in order: --listen / --join (explicit flags always win), then
+// --cluster FILE, then the environment of the launcher that started the
+// node (net/cluster/launcher_env.hpp: TROUPE_CLUSTER, TF_CONFIG, SLURM, Open
+// MPI, torchrun). A role read from a file or the environment is logged with
+// where each figure came from; rank 0 is the coordinator and waits for the
+// world size's nodes before it starts training.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "actors/job_file.hpp"
 #include "cli/commands.hpp"
 #include "net/cluster/cluster_spec.hpp"
+#include "net/cluster/launcher_env.hpp"
+
+extern char** environ;
 
 namespace troupe::cli {
 
 void add_node_command(CLI::App& app, NodeOptions& o) {
-  auto* cmd = app.add_subcommand("node", "Run one node of a cluster: the coordinator (--listen) or a worker (--join)");
+  auto* cmd = app.add_subcommand("node",
+                                 "Run one node of a cluster: the coordinator (--listen) or a worker (--join), or the role "
+                                 "a cluster spec or a launcher (mpirun, SLURM, torchrun) gives");
   auto& n = o.node;
   cmd->add_option("--listen", n.listen, "Be the coordinator, accepting nodes at HOST:PORT");
   cmd->add_option("--join", n.join, "Be a worker, joining the coordinator at HOST:PORT");
   cmd->add_option("--cluster", o.cluster,
-                  "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER); index 0 is the coordinator");
+                  "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER or TF_CONFIG); index 0 is the coordinator");
+  cmd->add_option("--coordinator", o.coordinator,
+                  "Under a launcher (SLURM, mpirun, torchrun; no --listen / --join): the coordinator's HOST:PORT, "
+                  "instead of the first SLURM host or MASTER_ADDR:MASTER_PORT; rank 0 listens there");
+  cmd->add_option("--port", o.port,
+                  "Under a launcher: the coordinator's port (else TROUPE_PORT; SLURM needs one of them, for "
+                  "mpirun and torchrun it replaces MASTER_PORT)");
   cmd->add_option("--job", n.job_file,
                   "Job file (coordinator: required; worker: optional, refused if it differs from the coordinator's)");
   cmd->add_option("--max-nodes", n.max_nodes,
@@ -73,27 +95,92 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
       "Seconds any one collective or remote request may take (default 60)");
 }
 
+namespace {
+
+void node_log(const std::string& line) { std::fprintf(stderr, "troupe node: %s\n", line.c_str()); }
+
+// The role --cluster FILE or the launcher's environment gives, when neither
+// --listen nor --join was given (those always win: the environment is then
+// left aside, and the log says so).
+std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
+  const auto& n = o.node;
+  const bool explicit_role = !n.listen.empty() || !n.join.empty();
+  const net::Environment env = net::environment_of(environ);
+  if (!o.cluster.empty()) {
+    if (explicit_role) throw UsageError("give either --listen / --join or --cluster " + o.cluster + ", not both");
+    if (!o.coordinator.empty() || o.port != 0)
+      throw UsageError("--coordinator and --port complete a launcher's environment; --cluster " + o.cluster +
+                       " names every address itself");
+    return net::role_from_cluster_spec(*net::load_cluster_spec(o.cluster));
+  }
+  if (explicit_role) {
+    if (!o.coordinator.empty() || o.port != 0)
+      throw UsageError("--coordinator and --port complete a launcher's environment (SLURM, mpirun, torchrun); with " +
+                       std::string(n.listen.empty() ? "--join" : "--listen") + " give the address there");
+    if (const auto launcher = net::launcher_in_environment(env))
+      node_log(std::string(n.listen.empty() ? "--join" : "--listen") + " given: the role in the " + *launcher +
+               " environment is not used");
+    return std::nullopt;
+  }
+  net::LauncherFlags flags;
+  flags.coordinator = o.coordinator;
+  flags.port = o.port;
+  auto role = net::role_from_environment(env, flags);
+  if (!role && (!o.coordinator.empty() || o.port != 0))
+    throw UsageError("--coordinator and --port complete a launcher's environment, and none was found (SLURM_PROCID, "
+                     "OMPI_COMM_WORLD_RANK or RANK for the rank); give --listen or --join instead");
+  return role;
+}
+
+// A worker started with the command line every rank shares: the
+// coordinator's options are its business, not an error here.
+void drop_coordinator_options(NodeOptions& o, int rank) {
+  auto& r = o.reporting;
+  std::string dropped;
+  const auto drop = [&](bool given, const char* flag) {
+    if (given) dropped += (dropped.empty() ? "" : ", ") + std::string(flag);
+  };
+  drop(!r.control.empty(), "--control");
+  drop(!r.metrics.empty(), "--metrics");
+  drop(!r.metrics_token_file.empty(), "--metrics-token-file");
+  drop(!r.summary_json.empty(), "--summary-json");
+  drop(!r.tensorboard.empty(), "--tensorboard");
+  drop(r.config.resume, "--resume");
+  drop(r.config.resume_or_start, "--resume-or-start");
+  if (dropped.empty()) return;
+  node_log("rank " + std::to_string(rank) + " is a worker: " + dropped + " left to the coordinator (rank 0)");
+  r.control.clear();
+  r.metrics.clear();
+  r.metrics_token_file.clear();
+  r.summary_json.clear();
+  r.tensorboard.clear();
+  r.config.resume = r.config.resume_or_start = false;
+}
+
+}  // namespace
+
 int run_node(NodeOptions& o) {
   auto& n = o.node;
-  if (auto spec = net::load_cluster_spec(o.cluster)) {
-    if (!n.listen.empty() || !n.join.empty())
-      throw UsageError("give either --listen / --join or a cluster spec (" + spec->source + "), not both");
-    if (spec->task_type == "ps")
-      throw UsageError(spec->source + ": task type \"ps\": troupe keeps the parameter server on the coordinator; "
-                       "start this host as a worker instead");
-    if (spec->is_coordinator()) {
-      n.listen = spec->self().str();
-      // Every node of the spec before training starts; losing one later
-      // does not stop the job (--min-nodes, default 1).
-      n.start_nodes = static_cast<int>(spec->nodes().size());
+  if (const auto role = role_of(o)) {
+    if (role->is_coordinator()) {
+      n.listen = role->coordinator.str();
+      // Every node of the launch before training starts (unless
+      // --start-nodes says otherwise); losing one later does not stop the
+      // job (--min-nodes, default 1).
+      if (n.start_nodes == 0) n.start_nodes = role->world_size;
+      node_log("role from " + role->launcher + ": " + role->summary() + "; training starts with " +
+               std::to_string(std::max(n.start_nodes, n.min_nodes)) + " node(s)");
     } else {
-      n.join = spec->coordinator().str();
-      if (n.data_address.empty()) n.data_address = spec->self().str();
+      n.join = role->coordinator.str();
+      if (n.data_address.empty()) n.data_address = role->own_address;
+      node_log("role from " + role->launcher + ": " + role->summary());
+      drop_coordinator_options(o, role->rank);
     }
   }
   if (n.listen.empty() == n.join.empty())
     throw UsageError("troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
-                     "or --cluster FILE");
+                     "or --cluster FILE, or a launcher's environment (TROUPE_CLUSTER, TF_CONFIG, SLURM, mpirun, "
+                     "torchrun)");
   if (n.threads_per_device < 1) throw UsageError("--threads must be at least 1");
   if (n.prefetch < 1) throw UsageError("--prefetch must be at least 1");
   if (n.timeout.count() <= 0 || n.wait_timeout.count() <= 0) throw UsageError("timeouts must be positive");

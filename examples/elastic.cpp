@@ -121,10 +121,20 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 std::string default_troupe() {
+  // Installed (cmake --install): this program is PREFIX/libexec/troupe/examples/elastic,
+  // the binary of the same install PREFIX/bin/troupe.
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = self.parent_path() / ".." / ".." / ".." / "bin" / "troupe";
+    if (self.parent_path().filename() == "examples" && self.parent_path().parent_path().filename() == "troupe" &&
+        fs::exists(installed, ec))
+      return installed.lexically_normal().string();
+  }
 #ifdef TROUPE_BINARY
-  if (fs::exists(TROUPE_BINARY)) return TROUPE_BINARY;
+  if (fs::exists(TROUPE_BINARY)) return TROUPE_BINARY;  // the build tree's
 #endif
-  return "troupe";  // installed: from PATH
+  return "troupe";  // from PATH
 }
 
 }  // namespace

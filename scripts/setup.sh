@@ -24,6 +24,7 @@ packages=(
   prometheus                      # tests/cli/prometheus_scrape.cpp: a real server scrapes GET /metrics
                                   # (about 8 s to install; on a host with systemd it also starts its own
                                   # service on :9090, which the test does not use)
+  openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
 )
 
 missing=()
