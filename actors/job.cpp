@@ -3,8 +3,10 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -153,6 +155,63 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   return out;
 }
 
+namespace {
+std::atomic<int> abandoned_systems{0};
+}  // namespace
+
+caf::actor_system& ActorSystemSlot::create(const std::function<void(caf::actor_system_config&)>& configure) {
+  if (!system_) {
+    config_ = std::make_unique<caf::actor_system_config>();
+    configure(*config_);
+    system_ = std::make_unique<caf::actor_system>(*config_);
+  }
+  return *system_;
+}
+
+void ActorSystemSlot::reset() {
+  system_.reset();
+  config_.reset();
+}
+
+void run_with_bounded_shutdown(const std::function<void(ActorSystemSlot&)>& body, std::chrono::milliseconds limit) {
+  auto outcome = std::make_shared<std::promise<void>>();
+  auto shut_down = std::make_shared<std::promise<void>>();
+  std::future<void> returned = outcome->get_future();
+  std::future<void> ended = shut_down->get_future();
+  std::thread runner([&body, outcome, shut_down]() {
+    ActorSystemSlot slot;
+    try {
+      body(slot);
+      outcome->set_value();
+    } catch (...) {
+      outcome->set_exception(std::current_exception());
+    }
+    slot.reset();  // ~actor_system, on the thread that made it
+    shut_down->set_value();
+  });
+  // `body` is not touched after `returned` is ready: the caller's frame
+  // may go once it is.
+  std::exception_ptr error;
+  try {
+    returned.get();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (ended.wait_for(limit) == std::future_status::ready) {
+    runner.join();
+  } else {
+    runner.detach();
+    ++abandoned_systems;
+    std::fprintf(stderr,
+                 "troupe: the actor system did not shut down within %.0f s (an actor that ended is still referenced "
+                 "inside CAF); leaving it behind\n",
+                 std::chrono::duration<double>(limit).count());
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+int abandoned_actor_systems() { return abandoned_systems.load(); }
+
 void configure_actor_system(caf::actor_system_config& cfg) {
   cfg.set("scheduler.max-threads", 1);
   cfg.set("work-stealing.aggressive-poll-attempts", 0);
@@ -160,7 +219,15 @@ void configure_actor_system(caf::actor_system_config& cfg) {
   cfg.set("logger.verbosity", caf::atom("quiet"));
 }
 
+// The job on a thread of its own, so that its actor system's shutdown has a
+// deadline (run_with_bounded_shutdown, actors/replica.hpp).
 JobResult Job::run(const models::Callbacks& callbacks) {
+  JobResult result;
+  run_with_bounded_shutdown([&](ActorSystemSlot& slot) { result = run_here(callbacks, slot); });
+  return result;
+}
+
+JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slot) {
   const auto& t = config_.train;
   const int local = static_cast<int>(config_.devices.size());
   auto train = std::make_shared<const data::Dataset>(data_.train);
@@ -203,10 +270,11 @@ JobResult Job::run(const models::Callbacks& callbacks) {
     }
   }
 
-  caf::actor_system_config cfg;
-  configure_actor_system(cfg);
-  if (cluster) cluster->configure(cfg);
-  caf::actor_system system{cfg};
+  // Destroyed after run_here returns, on this thread, with a deadline.
+  caf::actor_system& system = slot.create([&](caf::actor_system_config& cfg) {
+    configure_actor_system(cfg);
+    if (cluster) cluster->configure(cfg);
+  });
   caf::scoped_actor self{system};
 
   caf::actor reducer;

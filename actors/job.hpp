@@ -115,6 +115,8 @@ std::vector<kernels::Device> default_devices();
 // "cpu:0,cpu:1" -> devices. Throws std::invalid_argument naming the item.
 std::vector<kernels::Device> parse_devices(const std::string& text);
 
+class ActorSystemSlot;  // actors/replica.hpp
+
 class Job {
  public:
   // Loads the data, builds the model once to validate it, checks the
@@ -138,6 +140,8 @@ class Job {
   const models::ModelSpec& spec() const { return spec_; }
 
  private:
+  // run() on the thread that owns the job's actor system (made through `slot`).
+  JobResult run_here(const models::Callbacks& callbacks, ActorSystemSlot& slot);
   // A control request from another thread. run()'s own thread forwards it
   // to the coordinator, so no CAF actor is ever created on a foreign thread.
   struct ControlRequest {

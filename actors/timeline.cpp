@@ -15,6 +15,10 @@ namespace troupe::actors {
 Timeline::Timeline(std::string path, std::string process, std::int64_t first_step, std::int64_t last_step)
     : path_(std::move(path)), process_(std::move(process)), first_(first_step), last_(last_step) {
   if (path_.empty()) throw std::invalid_argument("--timeline: an empty file name");
+  // Nodes started with one shared command line (mpirun, srun) on one host
+  // need a file each: "{pid}" in the name becomes the process id.
+  for (std::size_t at = path_.find("{pid}"); at != std::string::npos; at = path_.find("{pid}", at))
+    path_.replace(at, 5, std::to_string(::getpid()));
   if (first_ < 1 || last_ < first_)
     throw std::invalid_argument("--timeline-steps " + std::to_string(first_) + ":" + std::to_string(last_) +
                                 ": want A:B with 1 <= A <= B");

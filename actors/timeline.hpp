@@ -39,7 +39,8 @@ class Timeline {
   static constexpr std::size_t kMaxEvents = 2'000'000;
   static constexpr int kCoordinatorTrack = 1000;
 
-  // `process`: this node's name in the trace. Throws std::invalid_argument
+  // `process`: this node's name in the trace; "{pid}" in `path` becomes the
+  // process id (one file per node under a shared command line). Throws std::invalid_argument
   // when last_step < first_step or first_step < 1.
   Timeline(std::string path, std::string process, std::int64_t first_step = 1, std::int64_t last_step = 500);
   ~Timeline();  // writes the file if write() was not called (errors are logged, not thrown)

@@ -21,9 +21,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "actors/replica.hpp"
 #include "cli/commands.hpp"
 #include "kernels/config.hpp"
 #include "models/data/load.hpp"
@@ -134,7 +136,7 @@ std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_troupe(int argc, char** argv) {
   CLI::App app{"troupe " TROUPE_VERSION ": a distributed deep-learning trainer on the actor model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] { return troupe::cli::version_text(); },
@@ -182,4 +184,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 2;
+}
+
+int main(int argc, char** argv) {
+  const int status = run_troupe(argc, argv);
+  // A job's actor system that could not shut down was left behind with its
+  // threads blocked inside CAF (actors/replica.hpp, BoundedActorSystem):
+  // exit without running static destructors under them.
+  if (troupe::actors::abandoned_actor_systems() > 0) {
+    std::fflush(nullptr);
+    std::_Exit(status);
+  }
+  return status;
 }

@@ -218,6 +218,11 @@ TEST(Timeline, TheRecorderKeepsItsWindowAndWritesAtomically) {
   EXPECT_THROW(Timeline::parse_steps("7"), std::invalid_argument);
   EXPECT_EQ(Timeline::parse_steps("100:200"), (std::pair<std::int64_t, std::int64_t>{100, 200}));
   EXPECT_THROW(Timeline("/no/such/dir/t.json", "unit").write(), std::runtime_error);
+  // "{pid}": a file per process under a shared command line.
+  const std::string pattern = scratch("t-{pid}.json");
+  const std::string expected = scratch("t-" + std::to_string(::getpid()) + ".json");
+  EXPECT_EQ(Timeline(pattern, "unit").path(), expected);
+  EXPECT_TRUE(fs::exists(expected));  // written when it went out of scope
 }
 
 }  // namespace
