@@ -189,7 +189,9 @@ TEST(Elastic, DrainedWorkersLeaveAtAStepBoundaryWithNoStepLost) {
 // held the boundary: the switch was answered 409 after 10 s.)
 TEST(Elastic, AViewChangeAndAModeSwitchAskedForTogetherBothHappen) {
   const std::string control = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  Cluster c("elastic-mode-view", job("async", 1), 2, {"--control", control, "--start-nodes", "3"}, {}, 1);
+  // 3 epochs: one lasts about 5 s here, and under a loaded machine the
+  // requests below can take seconds to arrive; they must find the job running.
+  Cluster c("elastic-mode-view", job("async", 3), 2, {"--control", control, "--start-nodes", "3"}, {}, 1);
   ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
   const std::string index = node_index(c.coordinator->output(), c.workers[1]->pid());
   ASSERT_FALSE(index.empty()) << c.logs();
