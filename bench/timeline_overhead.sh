@@ -29,7 +29,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
   echo "round $r: without $off, with $on samples/s ($events spans, $(du -k "$TMP/t.json" | cut -f1) KiB)"
   echo "$off" >>"$TMP/off"
   echo "$on" >>"$TMP/on"
+  echo "$off $on" >>"$TMP/rounds"
 done
 m_off=$(median <"$TMP/off")
 m_on=$(median <"$TMP/on")
 awk -v a="$m_off" -v b="$m_on" 'BEGIN { printf "median: without %d, with %d samples/s; ratio %.3f (overhead %.1f%%)\n", a, b, b / a, 100 * (1 - b / a) }'
+echo "median of the rounds' with/without: $(awk '{ print $2 / $1 }' "$TMP/rounds" | median)"
