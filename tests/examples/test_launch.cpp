@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../examples/launch.hpp"
@@ -43,8 +44,14 @@ TEST(Launch, AFailedChildStopsTheOthersAtOnce) {
 }
 
 TEST(Launch, AChildIgnoringSigtermIsKilledAfterTheGrace) {
+  // SIGTERM ignored (inherited through exec) before it says "ready"; the
+  // failing child starts only then, or the SIGTERM could come first.
+  auto stubborn = shell("trap '' TERM; echo ready; exec sleep 60", "stubborn");
+  const auto ready_by = Clock::now() + std::chrono::seconds(20);
+  while (stubborn->output().find("ready") == std::string::npos && Clock::now() < ready_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(stubborn->output().find("ready"), std::string::npos) << "the shell did not start";
   auto failing = shell("exit 1", "failing2");
-  auto stubborn = shell("trap '' TERM; sleep 60 & wait; sleep 60", "stubborn");
   const auto start = Clock::now();
   EXPECT_TRUE(examples::wait_all({failing.get(), stubborn.get()}, std::chrono::seconds(50),
                                  examples::OnFailure::stop_the_rest));
