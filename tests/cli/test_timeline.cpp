@@ -161,11 +161,13 @@ TEST(Timeline, TwoNodesFilesMergeIntoOneTraceAndDrawAsAPicture) {
   EXPECT_EQ(processes, (std::set<std::string>{"coordinator", "worker " + at}));
   ASSERT_EQ(steps_by_pid.size(), 2u);
   for (const auto& [pid, steps] : steps_by_pid) EXPECT_EQ(steps, (std::set<std::int64_t>{5, 6, 7, 8, 9, 10})) << pid;
-  // One clock: a step's all-reduce ends on both nodes within a few ms
-  // (it completes when the last gradient arrives).
+  // One clock: a step's all-reduce ends on both nodes at about the same
+  // moment (it completes when the last gradient arrives); the margin allows
+  // for a loaded machine descheduling a process, while files on clocks of
+  // their own (a steady clock per process) would differ by far more.
   for (const auto& [step, ends] : allreduce_end_by_step) {
     ASSERT_EQ(ends.size(), 2u) << step;
-    EXPECT_LT(std::abs(ends[0] - ends[1]), 50'000.0) << "step " << step;  // microseconds
+    EXPECT_LT(std::abs(ends[0] - ends[1]), 250'000.0) << "step " << step;  // microseconds
   }
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed: no picture";
   const std::string png = scratch("both.png");
