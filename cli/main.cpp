@@ -189,7 +189,7 @@ int run_troupe(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int status = run_troupe(argc, argv);
   // A job's actor system that could not shut down was left behind with its
-  // threads blocked inside CAF (actors/replica.hpp, BoundedActorSystem):
+  // threads blocked inside CAF (actors/replica.hpp, run_with_bounded_shutdown):
   // exit without running static destructors under them.
   if (troupe::actors::abandoned_actor_systems() > 0) {
     std::fflush(nullptr);
