@@ -34,6 +34,13 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
       e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& e : layers_)
+    if (e.count > 0) out.emplace_back(e.offset, e.count);
+  return out;
+}
+
 void Model::initialize(std::uint64_t seed) {
   kernels::ops::fill(params_, 0.0f);
   for (std::size_t i = 0; i < layers_.size(); ++i)

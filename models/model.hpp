@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/layer.hpp"
@@ -36,6 +37,10 @@ class Model {
   const Tensor& parameters() const { return params_; }
   const Tensor& gradients() const { return grads_; }
   std::int64_t parameter_count() const { return params_.numel(); }
+  // Where each layer with parameters lies in the flat buffer, in order:
+  // {offset, count}, the count without the padding after it (how a
+  // sharded parameter server places layers, actors/ps/partition.hpp).
+  std::vector<std::pair<std::int64_t, std::int64_t>> layer_ranges() const;
   const ModelSpec& spec() const { return spec_; }
   const Shape& input_shape() const { return spec_.input; }
   const Shape& output_shape() const { return output_; }
