@@ -216,7 +216,7 @@ void run_actions(Self* self);
 template <class Then>
 void fetch_state(Self* self, Then then) {
   auto& s = self->state;
-  caf::actor source = s.mode.uses_server() ? s.config.reducer : s.config.devices[0];
+  caf::actor source = s.mode.uses_server() ? s.config.parameter_server : s.config.devices[0];
   self->request(source, s.config.timeout, get_state_atom::value)
       .then([=](const ReplicaState& state) { then(state); },
             [=](caf::error& e) {
@@ -330,7 +330,7 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
     self->request(s.config.devices[0], s.config.timeout, get_state_atom::value)
         .then(
             [=](const ReplicaState& state) {
-              self->request(self->state.config.reducer, self->state.config.timeout, set_state_atom::value, state)
+              self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value, state)
                   .then([=](caf::ok_atom) { done(); },
                         [=](caf::error& e) { fail_job(self, "switching to " + to.str() + ": " + self->system().render(e)); });
             },
@@ -338,7 +338,7 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
   } else {
     // async/ssp -> sync: every replica takes the server's parameters and
     // optimizer state, so they start the synchronous phase identical.
-    self->request(s.config.reducer, s.config.timeout, get_state_atom::value)
+    self->request(s.config.parameter_server, s.config.timeout, get_state_atom::value)
         .then(
             [=](const ReplicaState& state) {
               auto remaining = std::make_shared<int>(self->state.config.replicas);
@@ -480,7 +480,7 @@ void change_view(Self* self, std::function<void()> then) {
   }
   // Async: the global step is what the server applied (a lost node's push
   // may have been applied without its report ever arriving).
-  self->request(s.config.reducer, s.config.timeout, counters_atom::value)
+  self->request(s.config.parameter_server, s.config.timeout, counters_atom::value)
       .then(
           [=](const ServerCounters& c) {
             auto& st = self->state;
@@ -567,7 +567,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   } else if (short_of_nodes) {
     s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
   }
-  self->request(s.config.reducer, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
+  self->request(s.config.parameter_server, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
       .then([=](caf::ok_atom) { then(); },
             [=](caf::error& e) { fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " + self->system().render(e)); });
 }
@@ -593,7 +593,7 @@ void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) 
   }
   // Evaluate the server's parameters: replica 0 takes them first (it would
   // receive them with its next push anyway).
-  self->request(s.config.reducer, s.config.timeout, get_state_atom::value)
+  self->request(s.config.parameter_server, s.config.timeout, get_state_atom::value)
       .then(
           [=](const ReplicaState& state) {
             self->request(self->state.config.devices[0], self->state.config.timeout, set_state_atom::value, state)
@@ -623,7 +623,7 @@ void run_actions(Self* self) {
       s.announced_epoch = s.epoch;
       if (s.config.callbacks.on_epoch_begin) s.config.callbacks.on_epoch_begin(s.epoch, s.seg_steps, s.last_lr);
     }
-    self->request(s.config.reducer, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch}, s.clocks)
+    self->request(s.config.parameter_server, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch}, s.clocks)
         .then(
             [=](caf::ok_atom) {
               self->state.t_resume = Clock::now();
@@ -859,7 +859,7 @@ void finish(Self* self) {
 // the last epoch end just evaluated this very state.
 void conclude(Self* self) {
   auto& s = self->state;
-  self->request(s.config.reducer, s.config.timeout, counters_atom::value)
+  self->request(s.config.parameter_server, s.config.timeout, counters_atom::value)
       .then(
           [=](const ServerCounters& c) {
             self->state.result.server = c;
@@ -1003,7 +1003,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           self->request(st.config.devices[0], st.config.timeout, get_state_atom::value)
               .then(
                   [=](const ReplicaState& state) {
-                    self->request(self->state.config.reducer, self->state.config.timeout, set_state_atom::value, state)
+                    self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value, state)
                         .then([=](caf::ok_atom) { begin(); },
                               [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
                   },

@@ -116,7 +116,7 @@ struct CoordinatorConfig {
   std::int64_t window = 16;            // steps a grant runs ahead
   std::vector<caf::actor> devices;
   std::vector<NodeInfo> nodes;         // a cluster's nodes (empty on one host)
-  caf::actor reducer;
+  caf::actor parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards
   caf::actor listener;
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none
   std::int64_t checkpoint_every = 0;   // global steps

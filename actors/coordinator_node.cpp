@@ -181,7 +181,7 @@ class CoordinatorCluster final : public ClusterHooks {
     return counts;
   }
 
-  std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& reducer, int local,
+  std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server, int local,
                                                       int world, const data::Cursor& start) override {
     ViewPlan plan;
     plan.view = 0;
@@ -189,7 +189,7 @@ class CoordinatorCluster final : public ClusterHooks {
     plan.clock = 0;  // the job installs each replica's clock and position after this
     plan.batch = batch_;
     std::vector<std::shared_ptr<net::Collective>> out;
-    send_view(self, plan, local, world, batch_, reducer);
+    send_view(self, plan, local, world, batch_, parameter_server);
     connect_view(plan.view, local, world, out, options_.timeout);
     return out;
   }
@@ -282,7 +282,7 @@ class CoordinatorCluster final : public ClusterHooks {
       if (!gone_->contains(n.index)) self->send(n.handle, abort_view_atom::value, view_, why);
   }
 
-  FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& reducer,
+  FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& parameter_server,
                     std::vector<std::shared_ptr<net::Collective>>& collectives) override {
     FormedView out;
     out.view = plan.view;
@@ -322,7 +322,7 @@ class CoordinatorCluster final : public ClusterHooks {
       gone_->add(n.index);
     }
     try {
-      send_view(self, plan, local, world, out.batch, reducer);
+      send_view(self, plan, local, world, out.batch, parameter_server);
       collectives.clear();
       // Peers of a view that fails to form are found by the membership's
       // heartbeats within seconds: a shorter connect deadline than --timeout.
@@ -392,7 +392,7 @@ class CoordinatorCluster final : public ClusterHooks {
   // Sends every member its part of the view (FormView) and records the
   // nodes (with their ranks) for status.
   void send_view(caf::scoped_actor& self, const ViewPlan& plan, int local, int world, std::int64_t batch,
-                 const caf::actor& reducer) {
+                 const caf::actor& parameter_server) {
     std::vector<std::string> addresses{data_address_};
     for (const auto& n : ready_) addresses.push_back(n.data_address);
     nodes_.clear();
@@ -412,7 +412,7 @@ class CoordinatorCluster final : public ClusterHooks {
       f.batch = plan.cursor.batch;
       f.offset = plan.cursor.offset;
       f.batch_size = batch;
-      self->send(n.handle, form_atom::value, f, reducer);
+      self->send(n.handle, form_atom::value, f, parameter_server);
       first += static_cast<int>(n.devices.size());
     }
   }

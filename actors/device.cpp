@@ -160,26 +160,43 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
       b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1)), correct) : 0.0;
   check_loss(s, loss_sum);
   check_gradient(s, s.model->gradients());
-  GradientPush push;
-  push.view = s.config.view;
-  push.rank = s.config.rank;
-  push.clock = s.clock + 1;
-  push.gradient = s.model->gradients().to(kernels::Device::cpu());
+  // One staging buffer in the shards' packed layout; each shard gets a
+  // view of its part. The next step rewrites it only after every shard has
+  // answered this one.
+  if (!s.config.partition) s.config.partition = std::make_shared<ps::Partition>(ps::Partition::whole(s.model->parameter_count()));
+  const auto partition = s.config.partition;
+  if (!s.staging.defined() || s.staging.raw() == nullptr) s.staging = Tensor::empty({partition->total()});
+  partition->pack_all(s.model->gradients(), s.staging);
   const std::int64_t examples = b.examples;
   const auto pushed_at = net::Clock::now();
-  self->request(s.config.reducer, s.config.timeout, push_atom::value, std::move(push))
-      .await(
-          [=](const Tensor& fresh) {
-            auto& st = self->state;
-            const auto answered = net::Clock::now();
-            const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
-            mark(st, "push", pushed_at, answered);
-            st.model->parameters().copy_from(fresh);
-            mark(st, "pull", answered, net::Clock::now());
-            ++st.clock;
-            report(self, loss_sum, examples, correct, true, started, push_seconds);
-          },
-          [=](caf::error& e) { fail(self, "pushing its gradient to the parameter server: " + self->system().render(e)); });
+  auto left = std::make_shared<int>(partition->shards());
+  for (int i = 0; i < partition->shards(); ++i) {
+    GradientPush push;
+    push.view = s.config.view;
+    push.rank = s.config.rank;
+    push.clock = s.clock + 1;
+    push.gradient = partition->part(i, s.staging);
+    self->request(s.config.shards.at(static_cast<std::size_t>(i)), s.config.timeout, push_atom::value, std::move(push))
+        .await(
+            [=](const Tensor& fresh) {
+              auto& st = self->state;
+              if (st.failed) return;
+              const auto answered = net::Clock::now();
+              partition->unpack(i, fresh, st.model->parameters());
+              if (--*left > 0) return;
+              // Every shard has applied its part: the step is done.
+              const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
+              mark(st, "push", pushed_at, answered);
+              mark(st, "pull", answered, net::Clock::now());
+              ++st.clock;
+              report(self, loss_sum, examples, correct, true, started, push_seconds);
+            },
+            [=](caf::error& e) {
+              fail(self, "pushing its gradient to the parameter server" +
+                             (partition->shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " +
+                             self->system().render(e));
+            });
+  }
 }
 
 ReplicaState snapshot(const DeviceState& s) {
@@ -333,15 +350,6 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         return models::evaluate_model(*st.model, *st.config.test, st.config.eval_batch);
       },
   };
-}
-
-void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state) {
-  parameters.copy_from(state.parameters);
-  for (const auto& [name, buffer] : optimizer.buffers()) {
-    for (const auto& [saved_name, saved] : state.buffers)
-      if (saved_name == name) buffer.copy_from(saved);
-  }
-  for (const auto& [name, value] : state.scalars) optimizer.set_scalar(name, value);
 }
 
 }  // namespace troupe::actors

@@ -23,8 +23,11 @@
 //   sync:        all-reduce the gradient buffer with the other replicas
 //                (net::Collective) and apply the same optimizer step as every
 //                other replica;
-//   async, ssp:  push a copy of the gradient to the parameter server (the
-//                reducer actor) and take the fresh parameters it returns.
+//   async, ssp:  pack the gradient into one staging buffer in the parameter
+//                server's shard layout (actors/ps/partition.hpp), push each
+//                shard its part (a view of it) and copy the fresh parts it
+//                returns into the parameters; the step ends when every
+//                shard has answered.
 // After each step it reports StepReport to the coordinator and continues
 // while its grant allows. Any error is reported as `failed` with the reason,
 // and aborts the collective so that no other replica waits for this one.
@@ -46,6 +49,7 @@
 #include <optional>
 
 #include "actors/messages.hpp"
+#include "actors/ps/partition.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
@@ -74,7 +78,12 @@ struct DeviceConfig {
   bool regression = false;
   std::int64_t eval_batch = 1000;
   std::chrono::milliseconds timeout{60000};
-  caf::actor loader, reducer;
+  caf::actor loader;
+  // The parameter server (async, ssp): its shards by index in `partition`.
+  // A replica on another node has one, its relay to the whole server, and
+  // no partition (the whole buffer).
+  std::vector<caf::actor> shards;
+  std::shared_ptr<const ps::Partition> partition;
   caf::actor coordinator;  // learnt from the first grant
   std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
   int track = 0;                       // its track there: the replica's place on its node
@@ -86,6 +95,7 @@ struct DeviceState {
   std::unique_ptr<models::Optimizer> optimizer;
   std::unique_ptr<models::Loss> loss;
   Tensor x_dev, y_dev, dout;
+  Tensor staging;  // async, ssp: the gradient in the shards' packed layout (host)
   std::int64_t clock = 0;
   Grant grant;
   bool step_queued = false;
@@ -101,9 +111,5 @@ struct DeviceState {
 };
 
 caf::behavior device_actor(caf::stateful_actor<DeviceState>* self, DeviceConfig config);
-
-// Copies parameters, and the optimizer state of the same names, into a
-// replica or the parameter server's master copy.
-void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state);
 
 }  // namespace troupe::actors

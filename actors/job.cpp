@@ -12,7 +12,7 @@
 
 #include "actors/data_loader.hpp"
 #include "actors/device.hpp"
-#include "actors/reducer.hpp"
+#include "actors/ps/parameter_server.hpp"
 #include "actors/replica.hpp"
 #include "actors/resume.hpp"
 #include "kernels/registry.hpp"
@@ -103,6 +103,17 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
+    // The parameter server's shards (async, ssp): whole layers round-robin,
+    // big ones split. Shards that would own nothing are not run.
+    std::vector<ps::Range> layers;
+    for (const auto& [offset, count] : probe.layer_ranges()) layers.push_back({offset, count});
+    const ps::Partition all = ps::Partition::make(parameter_count_, layers, config_.ps_shards, config_.ps_split_above);
+    partition_ = std::make_shared<const ps::Partition>(all.without_empty_shards());
+    if (partition_->shards() < config_.ps_shards)
+      std::fprintf(stderr, "note: ps_shards = %d, but model %s has parts for %d (layers of at most %lld floats stay "
+                           "whole); running %d\n",
+                   config_.ps_shards, spec_.name.c_str(), partition_->shards(),
+                   static_cast<long long>(config_.ps_split_above), partition_->shards());
   }
   models::LrSchedule(t.schedule, t.lr, t.warmup_steps);  // validates the schedule
   models::make_optimizer(t.optimizer, Tensor::zeros({1}));  // validates the optimizer name
@@ -146,7 +157,8 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.elastic = plan.elastic;
   dc.view = plan.view;
   dc.loader = out.loader;
-  dc.reducer = plan.reducer;
+  dc.shards = plan.shards;
+  dc.partition = plan.partition;
   dc.timeline = plan.timeline;
   dc.track = plan.track;
   if (plan.timeline)
@@ -277,13 +289,14 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   });
   caf::scoped_actor self{system};
 
-  caf::actor reducer;
+  ps::ParameterServer server;
   std::vector<std::shared_ptr<net::Collective>> collectives;
   std::vector<caf::actor> loaders, devices, all_devices;
   auto shutdown = [&]() {
     for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
-    if (reducer) self->send_exit(reducer, caf::exit_reason::user_shutdown);
+    if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);  // and its shards (linked)
+    for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
   };
   int world = local;
   std::vector<std::int64_t> start_clocks;  // by rank; empty: every replica starts at 0
@@ -308,13 +321,14 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       }
     }
 
-    ReducerConfig rc;
-    rc.parameter_count = parameter_count_;
-    rc.optimizer = t.optimizer;
-    rc.schedule = schedule;
-    rc.replicas = world;
-    rc.metrics = config_.metrics;
-    reducer = system.spawn<caf::detached>(reducer_actor, rc);
+    ps::ParameterServerConfig pc;
+    pc.partition = partition_;
+    pc.optimizer = t.optimizer;
+    pc.schedule = schedule;
+    pc.replicas = world;
+    pc.metrics = config_.metrics;
+    pc.timeout = config_.timeout;
+    server = ps::spawn_parameter_server(system, pc);
 
     // Where each replica resumes (its clock and data cursor), now that the
     // world size is known.
@@ -327,7 +341,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       data_start = rp.start;
     }
     if (cluster) {
-      collectives = cluster->form(self, reducer, local, world, start_cursor(0));
+      collectives = cluster->form(self, server.front, local, world, start_cursor(0));
     } else {
       for (auto& c : net::make_local_group(world, net::CollectiveOptions{config_.timeout})) collectives.emplace_back(std::move(c));
     }
@@ -343,7 +357,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       plan.test_data = r == 0 ? test : nullptr;
       plan.schedule = schedule;
       plan.collective = collectives[static_cast<std::size_t>(r)];
-      plan.reducer = reducer;
+      plan.shards = server.shards;  // this process's replicas push to the shards directly
+      plan.partition = server.partition;
       plan.start = start_cursor(static_cast<std::size_t>(r));
       plan.prefetch = config_.prefetch;
       plan.threads = config_.threads_per_device;
@@ -464,7 +479,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     if (cluster && config_.metrics) config_.metrics->set_nodes(0, cc.nodes);
     cc.metrics = config_.metrics;
     cc.timeline = config_.timeline;
-    cc.reducer = reducer;
+    cc.parameter_server = server.front;
     cc.listener = caf::actor_cast<caf::actor>(self);
     cc.checkpoints = checkpoints_;
     cc.checkpoint_every = t.checkpoint_every;
@@ -507,7 +522,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     // because the hooks talk to the nodes from this thread.
     auto form_view = [&](const ViewPlan& plan) {
       std::vector<std::shared_ptr<net::Collective>> fresh;
-      FormedView f = cluster->reform(self, plan, local, reducer, fresh);
+      FormedView f = cluster->reform(self, plan, local, server.front, fresh);
       const int w = local + static_cast<int>(f.devices.size());
       if (f.error.empty()) {
         // This host's replicas enter the view.

@@ -5,7 +5,7 @@
 //     │ grant, step_done
 //   device 0 ... device W-1   (detached: each computes on its own thread)
 //     │ next_batch               │ push (async, ssp)      ║ all-reduce (sync)
-//   data loader 0 ... W-1      reducer (parameter server)  ║ net::Collective "local"
+//   data loader 0 ... W-1      parameter server (shards)   ║ net::Collective "local"
 //
 // run() blocks until the job completes, fails or is stopped. The control
 // functions are thread-safe and may be called while run() is in progress
@@ -26,6 +26,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
+#include "actors/ps/partition.hpp"
 #include "actors/timeline.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
@@ -45,7 +46,7 @@ class ClusterHooks {
   virtual std::vector<int> gather(caf::scoped_actor& self) = 0;
   // Asks every node to connect the data plane and spawn its replicas, and
   // returns the collectives of this host's `local` replicas (ranks 0..local-1).
-  virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& reducer,
+  virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server,
                                                               int local, int world, const data::Cursor& start) = 0;
   // The other nodes' device actors, in rank order.
   virtual std::vector<caf::actor> remote_devices(caf::scoped_actor& self) = 0;
@@ -72,7 +73,7 @@ class ClusterHooks {
   // entering it. Returns the other nodes' devices (ranks local.. in order),
   // every node and the per-replica batch, or why it failed (and which nodes
   // were found gone meanwhile).
-  virtual FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& reducer,
+  virtual FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& parameter_server,
                             std::vector<std::shared_ptr<net::Collective>>& collectives) = 0;
   // The nodes that entered the last view formed (they take the state).
   virtual std::vector<int> newcomers() const = 0;
@@ -87,6 +88,11 @@ struct JobConfig {
   std::vector<ScheduledSwitch> switches;
   int prefetch = 2;                    // batches each data loader keeps ready
   int threads_per_device = 1;
+  // The parameter server of async and ssp (actors/ps/): its shards, and the
+  // size above which a layer is split across all of them (floats). One
+  // shard is the single server, bit for bit.
+  int ps_shards = 1;
+  std::int64_t ps_split_above = ps::default_split_above;
   std::chrono::milliseconds timeout{60000};  // any single wait between actors
   bool collect_replica_parameters = false;   // fill JobResult-side copies (tests)
   std::shared_ptr<ClusterHooks> cluster;     // null: this host only
@@ -155,6 +161,7 @@ class Job {
   data::Splits data_;
   models::ModelSpec spec_;
   std::int64_t parameter_count_ = 0;
+  std::shared_ptr<const ps::Partition> partition_;  // the parameter server's shards
   std::int64_t batches_per_epoch_ = 0;
   std::shared_ptr<checkpoint::Directory> checkpoints_;
   std::vector<std::vector<float>> replica_parameters_;

@@ -159,6 +159,8 @@ const std::vector<Key>& keys() {
          }
        }},
       {"", "prefetch", Type::integer, [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "ps_shards", Type::integer, [](const Value& v, C& c) { c.ps_shards = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "ps_split_above", Type::integer, [](const Value& v, C& c) { c.ps_split_above = as_int(v, 1, max64); }},
       {"", "threads_per_device", Type::integer, set_threads},
       {"", "threads", Type::integer, set_threads, "threads_per_device"},  // as --threads
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
@@ -517,6 +519,8 @@ std::string to_job_text(const actors::JobConfig& c) {
   out << "switch = " << quoted(switches, "switch") << "\n";
   out << "prefetch = " << c.prefetch << "\n";
   out << "threads_per_device = " << c.threads_per_device << "\n";
+  out << "ps_shards = " << c.ps_shards << "\n";
+  out << "ps_split_above = " << c.ps_split_above << "\n";
   out << "checkpoint_dir = " << quoted(t.checkpoint_dir, "checkpoint_dir") << "\n";
   out << "checkpoint_every = " << t.checkpoint_every << "\n";
   out << "checkpoint_minutes = " << float_text(static_cast<float>(t.checkpoint_minutes)) << "\n";

@@ -38,7 +38,7 @@
 // needs no more than this file.
 // Training keys (one per flag of `troupe train`, '-' written '_'): model,
 // data, epochs, batch, steps, lr, schedule, warmup, seed, mode, switch,
-// prefetch, threads_per_device (or threads), checkpoint_dir,
+// prefetch, threads_per_device (or threads), ps_shards, ps_split_above, checkpoint_dir,
 // checkpoint_every, keep, eval_batch, eval_every, and the optimizer flat:
 // optimizer (the name), momentum, nesterov, weight_decay, epsilon, beta1,
 // beta2. A setting given twice (momentum and [optimizer] momentum, threads

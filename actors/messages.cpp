@@ -13,4 +13,13 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<FormView>("troupe::FormView");
 }
 
+void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state) {
+  parameters.copy_from(state.parameters);
+  for (const auto& [name, buffer] : optimizer.buffers()) {
+    for (const auto& [saved_name, saved] : state.buffers)
+      if (saved_name == name) buffer.copy_from(saved);
+  }
+  for (const auto& [name, value] : state.scalars) optimizer.set_scalar(name, value);
+}
+
 }  // namespace troupe::actors

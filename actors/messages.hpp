@@ -27,6 +27,7 @@
 #include "actors/mode.hpp"
 #include "kernels/tensor.hpp"
 #include "models/data/epoch_plan.hpp"
+#include "models/optimizer.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
 
@@ -130,6 +131,11 @@ struct ReplicaState {
   std::vector<std::int64_t> replica_clocks;
 };
 
+// Copies parameters, and the optimizer state of the same names, into a
+// replica or a parameter-server shard (whose state is its packed part of
+// the whole, actors/ps/partition.hpp).
+void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state);
+
 // Where a replica stands in the job: the steps it has completed (its clock)
 // and so the next batch of its shard. Sent with a state on resume (and, for
 // elastic membership, when a replica joins): a replica handed parameters
@@ -227,6 +233,9 @@ struct ServerCounters {
   std::int64_t applied = 0;     // gradients applied by the parameter server
   std::int64_t max_lead = 0;    // largest observed (pusher's start clock - slowest clock)
   std::int64_t dropped = 0;     // pushes from an ended view, not applied
+  // By parameter-server shard: the gradients each applied (every shard
+  // applies every push; `applied` is the least of them).
+  std::vector<std::int64_t> shard_applied;
 };
 
 

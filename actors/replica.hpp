@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "actors/ps/partition.hpp"
 #include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
@@ -28,7 +29,10 @@ struct ReplicaPlan {
   std::shared_ptr<const data::Dataset> test_data;  // rank 0 evaluates; null elsewhere
   std::shared_ptr<const models::LrSchedule> schedule;
   std::shared_ptr<net::Collective> collective;   // sync all-reduce
-  caf::actor reducer;                            // the parameter server (async, ssp)
+  // The parameter server (async, ssp): its shards and their partition
+  // (actors/ps/parameter_server.hpp), or one relay to it and no partition.
+  std::vector<caf::actor> shards;
+  std::shared_ptr<const ps::Partition> partition;
   data::Cursor start;                            // where the data order resumes
   int prefetch = 2, threads = 1;
   std::chrono::milliseconds timeout{60000};

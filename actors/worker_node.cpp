@@ -258,7 +258,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
       self->receive(
           // A membership view: the first spawns this node's replicas, every
           // one connects the data plane anew and moves the replicas into it.
-          [&](form_atom, const FormView& f, const caf::actor& reducer) {
+          [&](form_atom, const FormView& f, const caf::actor& parameter_server) {
             auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
             try {
               // The collectives of the view before are done with.
@@ -274,7 +274,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
               tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
               std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
-              if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, reducer, options.timeout));
+              if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
               net::CollectiveOptions co{options.timeout};
               for (auto& c : net::make_hierarchical_group(net::make_local_group(static_cast<int>(devices.size()), co),
                                                           across, f.first_rank, f.world, co))
@@ -292,7 +292,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   plan.train_data = train;
                   plan.schedule = schedule;
                   plan.collective = collectives[r];
-                  plan.reducer = relays.back();
+                  plan.shards = {relays.back()};  // the whole server, through the relay
                   plan.start = cursor;
                   plan.prefetch = options.prefetch;
                   plan.threads = options.threads_per_device;

@@ -28,6 +28,8 @@ struct TrainOptions {
   std::string metrics_token_file; // a bearer token GET /metrics accepts (Prometheus' credentials_file)
   int prefetch = 2;
   int threads = 1;                // per device
+  int ps_shards = 1;              // parameter-server shards (async, ssp)
+  std::int64_t ps_split_above = actors::ps::default_split_above;  // floats: bigger layers are split
   std::string metrics;
   std::string summary_json;
   std::string tensorboard;        // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)

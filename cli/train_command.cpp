@@ -192,6 +192,8 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
   jc.switches = actors::parse_switch_schedule(o.switches);
   jc.prefetch = o.prefetch;
   jc.threads_per_device = o.threads;
+  jc.ps_shards = o.ps_shards;
+  jc.ps_split_above = o.ps_split_above;
   return run_actor_job(jc, o);
 }
 
@@ -348,6 +350,12 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "With a secret: a file holding a bearer token that GET /metrics accepts instead of a signed request "
                   "(a Prometheus server's authorization credentials_file)");
   cmd->add_option("--prefetch", o.prefetch, "Batches each data loader keeps ready")->capture_default_str();
+  cmd->add_option("--ps-shards", o.ps_shards,
+                  "Parameter-server shards of async and ssp modes (1: the single server)")
+      ->capture_default_str();
+  cmd->add_option("--ps-split-above", o.ps_split_above,
+                  "Layers of more floats than this are split across every parameter-server shard")
+      ->capture_default_str();
   cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam or nadam")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
@@ -393,6 +401,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
 int run_train(TrainOptions& o) {
   use_threads(o.threads);
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
+  if (o.ps_shards < 1) throw UsageError("--ps-shards must be at least 1, got " + std::to_string(o.ps_shards));
+  if (o.ps_split_above < 1)
+    throw UsageError("--ps-split-above must be at least 1 (floats), got " + std::to_string(o.ps_split_above));
   if (!o.metrics_token_file.empty() && o.control.empty())
     throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
   actors::Mode::parse(o.mode);  // usage errors before any data is loaded

@@ -51,6 +51,8 @@ mode = "ssp:2"
 switch = "500:async,1500:sync"
 prefetch = 4
 threads_per_device = 2
+ps_shards = 3
+ps_split_above = 65_536
 checkpoint_dir = "C:\\ckpt"
 checkpoint_every = 250
 keep = 0
@@ -82,6 +84,8 @@ beta2 = 0.99
   EXPECT_EQ(c.switches[1].mode, actors::Mode::parse("sync"));
   EXPECT_EQ(c.prefetch, 4);
   EXPECT_EQ(c.threads_per_device, 2);
+  EXPECT_EQ(c.ps_shards, 3);
+  EXPECT_EQ(c.ps_split_above, 65536);
   EXPECT_EQ(t.checkpoint_dir, "C:\\ckpt");
   EXPECT_EQ(t.checkpoint_every, 250);
   EXPECT_EQ(t.keep_last, 0u);
@@ -222,6 +226,9 @@ TEST(ClusterJobFile, BadValues) {
   EXPECT_JOB_ERROR("lr = 1e39\n", "key 'lr': 1e39 is out of range");
   EXPECT_JOB_ERROR("[optimizer]\nmomentum = 1.0\n", "JOB.toml:2: key 'optimizer.momentum': 1.0 is out of range [0, 1)");
   EXPECT_JOB_ERROR("model = \"\"\n", "key 'model': must not be empty");
+  EXPECT_JOB_ERROR("\nps_shards = 0\n", "JOB.toml:2: key 'ps_shards': 0 is out of range (1..2147483647)");
+  EXPECT_JOB_ERROR("ps_shards = \"2\"\n", "key 'ps_shards'");
+  EXPECT_JOB_ERROR("ps_split_above = -1\n", "key 'ps_split_above': -1 is out of range (1..");
 }
 
 // Above 2^64 - 1 a seed used to be taken as 2^64 - 1 and changed results.
@@ -306,6 +313,8 @@ actors::JobConfig unusual_job() {
   c.mode = actors::Mode::parse("ssp:3");
   c.switches = actors::parse_switch_schedule("10:async,20:sync,30:ssp:1");
   c.prefetch = 5;
+  c.ps_shards = 4;
+  c.ps_split_above = 1000;
   c.threads_per_device = 3;
   return c;
 }
@@ -345,6 +354,8 @@ TEST(ClusterJobFile, RoundTrip) {
     }
     EXPECT_EQ(back.prefetch, c.prefetch);
     EXPECT_EQ(back.threads_per_device, c.threads_per_device);
+    EXPECT_EQ(back.ps_shards, c.ps_shards);
+    EXPECT_EQ(back.ps_split_above, c.ps_split_above);
     EXPECT_EQ(job_identity(back).fingerprint, job_identity(c).fingerprint);
   }
   // Floats are written short when that is exact.

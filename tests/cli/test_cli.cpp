@@ -183,6 +183,28 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
   EXPECT_CONTAINS(r.output, "mlp on fashion-mnist/test (10000 examples, step 60): accuracy");
 }
 
+// Issue 17: a parameter server of 3 shards (the mlp's two big layers split
+// across them) trains, its checkpoint is the usual one that `troupe eval`
+// reads, and a shard count below 1 is a usage error before any data loads.
+TEST(Cli, ShardedParameterServerTrainsAndItsCheckpointEvaluates) {
+  const std::string dir = temp("ps_shards");
+  fs::remove_all(dir);
+  Result r = troupe("train --model mlp --steps 60 --mode async --devices cpu:0,cpu:1 --ps-shards 3 "
+                    "--ps-split-above 10000 --checkpoint-dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "test accuracy");
+  std::string ckpt;
+  for (auto& e : fs::directory_iterator(dir)) ckpt = e.path().string();
+  ASSERT_FALSE(ckpt.empty());
+  r = troupe("eval --checkpoint " + ckpt);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "mlp on fashion-mnist/test (10000 examples, step 60): accuracy");
+
+  r = troupe("train --model mlp --steps 1 --mode async --ps-shards 0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "troupe: --ps-shards must be at least 1, got 0");
+}
+
 TEST(Cli, UnknownNamesListTheKnownOnes) {
   Result r = troupe("train --model resnet --steps 1");
   EXPECT_EQ(r.status, 2);

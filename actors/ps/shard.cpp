@@ -1,16 +1,15 @@
-#include "actors/reducer.hpp"
+#include "actors/ps/shard.hpp"
 
 #include <algorithm>
 
-#include "actors/device.hpp"
 #include "actors/job_metrics.hpp"
 
-namespace troupe::actors {
+namespace troupe::actors::ps {
 
-caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConfig config) {
+caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, ShardConfig config) {
   auto& s = self->state;
   s.config = std::move(config);
-  s.master = Tensor::zeros({s.config.parameter_count});
+  s.master = Tensor::zeros({s.config.size});
   s.optimizer = models::make_optimizer(s.config.optimizer, s.master);
   s.clocks.assign(static_cast<std::size_t>(s.config.replicas), 0);
   s.pulled_at.assign(s.clocks.size(), 0);
@@ -28,6 +27,13 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         auto& st = self->state;
         // A push from a view that has ended (a node removed while it was
         // computing, or one that was stopped and came back) is never applied.
+        if (push.gradient.numel() != st.master.numel()) {
+          ++st.counters.dropped;
+          return caf::make_error(caf::sec::runtime_error,
+                                 "push from replica " + std::to_string(push.rank) + " dropped: " +
+                                     std::to_string(push.gradient.numel()) + " floats for shard " +
+                                     std::to_string(st.config.index) + " of " + std::to_string(st.master.numel()));
+        }
         if (push.view != st.view || push.rank < 0 || static_cast<std::size_t>(push.rank) >= st.clocks.size()) {
           ++st.counters.dropped;
           return caf::make_error(caf::sec::runtime_error,
@@ -72,7 +78,11 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
         if (st.pulled_at.size() != clocks.size()) everyone_pulled();
         return caf::ok_atom::value;
       },
-      [=](counters_atom) -> ServerCounters { return self->state.counters; },
+      [=](counters_atom) -> ServerCounters {
+        ServerCounters c = self->state.counters;
+        c.shard_applied = {c.applied};
+        return c;
+      },
       // A new membership view: its replicas, all at the same clock.
       [=](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
         auto& st = self->state;
@@ -84,4 +94,4 @@ caf::behavior reducer_actor(caf::stateful_actor<ReducerState>* self, ReducerConf
   };
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::actors::ps

@@ -1,0 +1,81 @@
+// The parameter server of async and ssp modes: N shard actors (shard.hpp),
+// each owning a part of the flat parameter buffer and its optimizer state
+// (partition.hpp), and one parameter_server actor in front of them that
+// speaks for the whole.
+//
+//   coordinator ──get_state / set_state / position / counters / reconfig──► parameter_server
+//                                                                             │ asks every shard,
+//   replica on this process ──push (its part)──► shard 0 … shard N-1  ◄───────┘ gathers / scatters
+//   replica on another node ──push (whole)──► relay ──► parameter_server ──► every shard
+//
+// Replicas in the coordinator's process push straight to the shards: one
+// staging buffer in the packed layout, each shard getting a view of its
+// part (no copy per shard). Replicas on other nodes push the whole
+// gradient through their relay to the parameter_server actor, which packs
+// it and pushes each part (moving these pushes onto the data plane, and the
+// shards onto ps tasks, is issue 17's later part).
+//
+// The parameter_server actor answers exactly as a single shard owning the
+// whole buffer would, so the coordinator does not know how many shards
+// there are:
+//   push, GradientPush        -> Tensor        every shard applies its part; the fresh whole
+//   get_state                 -> ReplicaState  the shards' parts gathered into one state
+//   set_state, ReplicaState   -> ok            the state scattered into the shards' parts
+//   position / reconfig       -> ok            to every shard
+//   counters                  -> ServerCounters the least `applied`, the largest lead and
+//                                              drop count, and each shard's `applied`
+// The coordinator asks for the state only at step boundaries, when no push
+// is in flight, so the parts it gathers are of one consistent state: every
+// shard has applied the same pushes (shard.hpp). SSP clocks and grants stay
+// with the coordinator.
+//
+// With one shard (ps_shards = 1, the default) the shard owns the whole
+// buffer in one range and the result is bit for bit the single parameter
+// server troupe had before shards (tests/actors/test_ps_shards.cpp).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/ps/partition.hpp"
+#include "models/optimizer.hpp"
+#include "models/schedule.hpp"
+
+namespace troupe::actors {
+
+class JobMetrics;  // actors/job_metrics.hpp
+
+namespace ps {
+
+struct ParameterServerConfig {
+  std::shared_ptr<const Partition> partition;  // without empty shards
+  models::OptimizerConfig optimizer;
+  std::shared_ptr<const models::LrSchedule> schedule;
+  int replicas = 1;
+  std::shared_ptr<JobMetrics> metrics;  // staleness, recorded by shard 0
+  std::chrono::milliseconds timeout{60000};  // each question to a shard
+};
+
+// What a job holds: the front actor for the coordinator and remote nodes,
+// and the shards for the replicas of its own process. The front is linked
+// to every shard: an exit of one ends all.
+struct ParameterServer {
+  caf::actor front;
+  std::vector<caf::actor> shards;  // by index in `partition`
+  std::shared_ptr<const Partition> partition;
+};
+
+ParameterServer spawn_parameter_server(caf::actor_system& system, const ParameterServerConfig& config);
+
+// Shard s's packed part of a whole state (parameters and every optimizer
+// buffer; scalars, clocks as they are), and the part put back into a whole
+// state (whose tensors are allocated on the first part).
+ReplicaState state_part(const Partition& partition, int shard, const ReplicaState& whole);
+void put_state_part(const Partition& partition, int shard, const ReplicaState& part, ReplicaState& whole);
+
+}  // namespace ps
+}  // namespace troupe::actors
