@@ -163,7 +163,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   // One staging buffer in the shards' packed layout; each shard gets a
   // view of its part. The next step rewrites it only after every shard has
   // answered this one.
-  if (!s.config.partition) s.config.partition = std::make_shared<ps::Partition>(ps::Partition::whole(s.model->parameter_count()));
+  if (!s.config.partition)
+    s.config.partition = std::make_shared<ps::Partition>(ps::Partition::whole(s.model->parameter_count()));
   const auto partition = s.config.partition;
   if (!s.staging.defined() || s.staging.raw() == nullptr) s.staging = Tensor::empty({partition->total()});
   partition->pack_all(s.model->gradients(), s.staging);

@@ -159,7 +159,8 @@ const std::vector<Key>& keys() {
          }
        }},
       {"", "prefetch", Type::integer, [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
-      {"", "ps_shards", Type::integer, [](const Value& v, C& c) { c.ps_shards = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "ps_shards", Type::integer,
+       [](const Value& v, C& c) { c.ps_shards = static_cast<int>(as_int(v, 1, max_int)); }},
       {"", "ps_split_above", Type::integer, [](const Value& v, C& c) { c.ps_split_above = as_int(v, 1, max64); }},
       {"", "threads_per_device", Type::integer, set_threads},
       {"", "threads", Type::integer, set_threads, "threads_per_device"},  // as --threads

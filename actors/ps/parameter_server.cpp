@@ -120,7 +120,8 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
             self,
             [rp, partition](std::vector<ReplicaState>& parts) mutable {
               ReplicaState whole;
-              for (std::size_t i = 0; i < parts.size(); ++i) put_state_part(*partition, static_cast<int>(i), parts[i], whole);
+              for (std::size_t i = 0; i < parts.size(); ++i)
+                put_state_part(*partition, static_cast<int>(i), parts[i], whole);
               rp.deliver(std::move(whole));
             },
             [rp](const caf::error& e) mutable { rp.deliver(e); }, get_state_atom::value);
@@ -223,7 +224,8 @@ void put_state_part(const Partition& partition, int shard, const ReplicaState& p
     whole.replica_clocks = part.replica_clocks;
     whole.parameters = Tensor::zeros({partition.total()});
     whole.buffers.clear();
-    for (const auto& [name, buffer] : part.buffers) whole.buffers.emplace_back(name, Tensor::zeros({partition.total()}));
+    for (const auto& [name, buffer] : part.buffers)
+      whole.buffers.emplace_back(name, Tensor::zeros({partition.total()}));
   }
   partition.unpack(shard, part.parameters, whole.parameters);
   for (std::size_t b = 0; b < part.buffers.size() && b < whole.buffers.size(); ++b)
