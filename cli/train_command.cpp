@@ -312,9 +312,16 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   result.stopped_early = r.stopped_early;
   std::string history;
   for (const auto& h : r.mode_history) history += (history.empty() ? "" : ", ") + h;
-  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server\n",
+  // With several parameter-server shards, what each applied (each applies
+  // every push: all equal).
+  std::string by_shard;
+  if (r.server.shard_applied.size() > 1)
+    for (std::size_t i = 0; i < r.server.shard_applied.size(); ++i)
+      by_shard += (i ? ", " : " (by shard: ") + std::to_string(r.server.shard_applied[i]) +
+                  (i + 1 == r.server.shard_applied.size() ? ")" : "");
+  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s\n",
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
-               static_cast<long long>(r.server.applied));
+               static_cast<long long>(r.server.applied), by_shard.c_str());
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return exit_status(result, jc.train.checkpoint_dir, last);

@@ -104,6 +104,28 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
   }
 }
 
+// Issue 17: the parameter server in 2 shards on the coordinator (the mlp's
+// two big layers split across both). The workers' relays push whole
+// gradients to its front actor, which pushes each shard its part; the
+// coordinator's own replica pushes to the shards directly. Every shard
+// applies every push, and the job learns as with one server.
+TEST(Node, ThreeNodesLearnInAsyncOnTwoParameterServerShards) {
+  Cluster c("learn-ps-shards",
+            std::string(kMlpJob) +
+                "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"async\"\nps_shards = 2\n"
+                "ps_split_above = 10000\n",
+            2);
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0, 0})) << c.logs();
+  const std::string out = c.coordinator->output();
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
+  EXPECT_EQ(a.steps, a.applied) << c.logs();
+  EXPECT_EQ(a.pushed, 1875) << c.logs();
+  EXPECT_NE(out.find("1875 applied by the server (by shard: 1875, 1875)"), std::string::npos) << c.logs();
+  // As ThreeNodesLearnInAsyncAndSsp on one server (85.1-85.3%).
+  EXPECT_GE(a.accuracy, 0.84) << c.logs();
+}
+
 TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode) {
   const int control = troupe::testing::free_loopback_port();
   Cluster c("switch",
