@@ -228,6 +228,8 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
   jc.switches = actors::parse_switch_schedule(config.switches);
   jc.threads_per_device = config.threads_per_device;
   jc.prefetch = config.prefetch;
+  jc.ps_shards = config.ps_shards;  // checked by the Job (at least 1)
+  jc.ps_split_above = config.ps_split_above;
   jc.collect_replica_parameters = true;  // History::model
   configure_job(jc);
   auto job = std::make_shared<actors::Job>(jc);  // configuration errors surface here

@@ -228,6 +228,13 @@ struct FitConfig : models::TrainConfig {
   std::string switches;
   int threads_per_device = 1;  // CPU threads of each CPU replica
   int prefetch = 2;            // batches each replica's data loader keeps ready
+  // The parameter server of async / ssp in shards, each owning part of the
+  // parameters and optimizer state (TF's ps tasks with a
+  // variable_partitioner): whole layers round-robin, a layer of more than
+  // ps_split_above floats split across every shard (MinSizePartitioner).
+  // 1 is the single server. Every shard runs in this process for now.
+  int ps_shards = 1;
+  std::int64_t ps_split_above = std::int64_t{1} << 20;
 };
 
 struct History {

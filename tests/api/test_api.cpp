@@ -85,6 +85,23 @@ TEST(Api, SwitchModeFromACallbackIsQueuedNotDeadlocked) {
   EXPECT_EQ(count("train/loss"), 4u);  // steps 50, 100, 150, 200
 }
 
+// Issue 17: a parameter server in shards (the mlp's two big layers split
+// across 3) behind the same fit(); a shard count below 1 is refused before
+// training.
+TEST(Api, ParameterServerStrategyInShards) {
+  troupe::ParameterServerStrategy strategy("async", troupe::parse_devices("cpu:0,cpu:1"));
+  troupe::FitConfig c = small_mlp(300);
+  c.ps_shards = 3;
+  c.ps_split_above = 10000;
+  troupe::History h = strategy.fit(c);
+  EXPECT_EQ(h.steps, 300);
+  EXPECT_EQ(h.pushes, 300);
+  EXPECT_GT(h.final.test_accuracy, 0.7) << "the mlp learns in 300 async steps";
+  ASSERT_TRUE(h.model);
+  c.ps_shards = 0;
+  EXPECT_THROW(strategy.fit(c), std::invalid_argument);
+}
+
 TEST(Api, BadStrategyArguments) {
   EXPECT_THROW(troupe::ParameterServerStrategy("sync"), std::invalid_argument);
   EXPECT_THROW(troupe::ParameterServerStrategy("ssp:-1"), std::invalid_argument);
