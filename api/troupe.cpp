@@ -20,6 +20,7 @@
 #include "kernels/registry.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "net/cluster/cluster_spec.hpp"
+#include "net/cluster/launcher_env.hpp"
 
 namespace troupe {
 
@@ -401,8 +402,8 @@ Role resolve_role(ClusterOptions& o) {
       throw std::invalid_argument("MultiWorkerMirroredStrategy: give either listen / join or a cluster spec (" +
                                   spec->source + "), not both");
     if (spec->task_type == "ps")
-      throw std::invalid_argument(spec->source + ": task type \"ps\": troupe keeps the parameter server on the "
-                                  "coordinator; start this process as a worker instead");
+      throw std::invalid_argument(net::ps_task_refusal(spec->source + ": task ps " + std::to_string(spec->task_index) +
+                                                       " (" + spec->self().str() + ")"));
     role.nodes = static_cast<int>(spec->nodes().size());
     role.rank = spec->rank();
     role.coordinator = spec->is_coordinator();

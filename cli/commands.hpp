@@ -10,6 +10,7 @@
 #include "actors/job.hpp"
 #include "actors/node.hpp"
 #include "models/trainer.hpp"
+#include "net/cluster/cluster_spec.hpp"
 
 namespace troupe::cli {
 
@@ -48,6 +49,8 @@ struct NodeOptions {
   std::string cluster;        // --cluster FILE; without it and --listen / --join, a launcher's environment
   std::string coordinator;    // --coordinator HOST:PORT: completes a launcher's environment (net/cluster/launcher_env.hpp)
   int port = 0;               // --port: the coordinator's port under a launcher (else TROUPE_PORT)
+  net::ClusterFlags tf1;      // --ps_hosts --worker_hosts --job_name --task_index (TF1's spelling)
+  bool ps = false;            // --ps: --job_name ps (refused: ps tasks are not supported yet)
   std::string devices;
   TrainOptions reporting;     // --control, --metrics, --log-every, --summary-json
 };

@@ -5,9 +5,11 @@
 //   TROUPE_CLUSTER='{"cluster":{"worker":["a:7000","b:7001"]},"task":{"type":"worker","index":1}}' troupe node
 //   mpirun -np 3 -x MASTER_ADDR=host-a -x MASTER_PORT=7000 troupe node --job job.toml
 //   srun -n 4 troupe node --job job.toml --port 7000
+//   troupe node --worker_hosts a:7000,b:7000 --ps_hosts p:7001 --job_name worker --task_index 0 --job job.toml
 //
 // The role, in order: --listen / --join (explicit flags always win), then
-// --cluster FILE, then the environment of the launcher that started the
+// --cluster FILE or TF1's flags (--worker_hosts ...: the same spec
+// written as flags), then the environment of the launcher that started the
 // node (net/cluster/launcher_env.hpp: TROUPE_CLUSTER, TF_CONFIG, SLURM, Open
 // MPI, torchrun). A role read from a file or the environment is logged with
 // where each figure came from; rank 0 is the coordinator and waits for the
@@ -40,6 +42,23 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--port", o.port,
                   "Under a launcher: the coordinator's port (else TROUPE_PORT; SLURM needs one of them, for "
                   "mpirun and torchrun it replaces MASTER_PORT)");
+  auto& tf1 = o.tf1;
+  cmd->add_option("--worker_hosts,--worker-hosts", tf1.worker_hosts,
+                  "TF1's cluster flags (the seed's spelling): the workers' HOST:PORT list, comma-separated; worker 0 "
+                  "is the chief (the coordinator). With --job_name and --task_index");
+  cmd->add_option("--ps_hosts,--ps-hosts", tf1.ps_hosts,
+                  "TF1's cluster flags: the ps tasks' HOST:PORT list. ps tasks are not supported yet: the "
+                  "parameter-server shards run on the coordinator and these hosts are left unused");
+  cmd->add_option("--job_name,--job-name", tf1.job_name,
+                  "TF1's cluster flags: worker or ps (ps tasks are refused: not supported yet)");
+  cmd->add_option_function<int>(
+      "--task_index,--task-index",
+      [&tf1](int i) {
+        tf1.task_index = i;
+        tf1.task_index_given = true;
+      },
+      "TF1's cluster flags: this task's index in its job's list (default 0)");
+  cmd->add_flag("--ps", o.ps, "Be a parameter-server task (--job_name ps): refused, ps tasks are not supported yet");
   cmd->add_option("--job", n.job_file,
                   "Job file (coordinator: required; worker: optional, refused if it differs from the coordinator's)");
   cmd->add_option("--max-nodes", n.max_nodes,
@@ -106,6 +125,29 @@ std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
   const auto& n = o.node;
   const bool explicit_role = !n.listen.empty() || !n.join.empty();
   const net::Environment env = net::environment_of(environ);
+  net::ClusterFlags tf1 = o.tf1;
+  if (o.ps) {
+    if (!tf1.job_name.empty() && tf1.job_name != "ps")
+      throw UsageError("--ps and --job_name " + tf1.job_name + " disagree");
+    tf1.job_name = "ps";
+  }
+  if (tf1.given()) {
+    // A ps task is refused the same way however it was asked for.
+    if (tf1.worker_hosts.empty() && tf1.ps_hosts.empty()) {
+      if (tf1.job_name == "ps")
+        throw UsageError(net::ps_task_refusal(o.ps ? "this node (--ps)" : "this node (--job_name ps)"));
+      throw UsageError("--job_name and --task_index go with --worker_hosts (and --ps_hosts), TF1's cluster flags; "
+                       "with --listen, --join, --cluster or a launcher's environment leave them out");
+    }
+    if (explicit_role || !o.cluster.empty())
+      throw UsageError("give one of --listen / --join, --cluster FILE and --worker_hosts / --ps_hosts, not two");
+    if (!o.coordinator.empty() || o.port != 0)
+      throw UsageError("--coordinator and --port complete a launcher's environment; --worker_hosts and --ps_hosts "
+                       "name every address themselves");
+    if (const auto launcher = net::launcher_in_environment(env))
+      node_log("--worker_hosts given: the role in the " + *launcher + " environment is not used");
+    return net::role_from_cluster_spec(net::cluster_spec_from_flags(tf1));
+  }
   if (!o.cluster.empty()) {
     if (explicit_role) throw UsageError("give either --listen / --join or --cluster " + o.cluster + ", not both");
     if (!o.coordinator.empty() || o.port != 0)
@@ -162,6 +204,10 @@ void drop_coordinator_options(NodeOptions& o, int rank) {
 int run_node(NodeOptions& o) {
   auto& n = o.node;
   if (const auto role = role_of(o)) {
+    if (role->ps_tasks > 0)
+      node_log(role->launcher + " lists " + std::to_string(role->ps_tasks) +
+               " ps task(s): ps tasks are not supported yet (issue 17), so those hosts are left unused and the "
+               "parameter-server shards run in the coordinator's process (ps_shards in the job file)");
     if (role->is_coordinator()) {
       n.listen = role->coordinator.str();
       // Every node of the launch before training starts (unless

@@ -475,7 +475,8 @@ class MultiWorkerMirroredStrategy : public Strategy {
  public:
   // Throws std::invalid_argument naming what is wrong: no spec and no
   // listen/join, both, a malformed address, a task index out of range, a
-  // "ps" task (troupe keeps the parameter server on the coordinator).
+  // "ps" task (not supported yet: the parameter-server shards run on the
+  // coordinator; a spec's ps entries are left unused).
   explicit MultiWorkerMirroredStrategy(ClusterOptions options = {});
   ~MultiWorkerMirroredStrategy() override;
 

@@ -291,4 +291,44 @@ std::optional<ClusterSpec> load_cluster_spec(const std::string& path) {
   return std::nullopt;
 }
 
+namespace {
+// "a:1,b:2" as its entries; an empty one ("a:1,,b:2", a trailing comma) is
+// refused here, where the message can name the flag.
+std::vector<std::string> split_hosts(const std::string& list, const std::string& flag) {
+  std::vector<std::string> out;
+  if (list.empty()) return out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = list.find(',', start);
+    const std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (entry.empty())
+      throw std::invalid_argument(flag + " '" + list + "': entry " + std::to_string(out.size()) +
+                                  " is empty (expected HOST:PORT,HOST:PORT,...)");
+    out.push_back(entry);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+}  // namespace
+
+ClusterSpec cluster_spec_from_flags(const ClusterFlags& flags) {
+  if (flags.worker_hosts.empty())
+    throw std::invalid_argument("--worker_hosts is missing: TF1's cluster flags need the workers' HOST:PORT list "
+                                "(e.g. --worker_hosts a:7000,b:7000 --job_name worker --task_index 0)");
+  if (flags.job_name.empty())
+    throw std::invalid_argument("--job_name is missing: ps or worker, with --task_index (worker 0 is the chief)");
+  if (flags.job_name != "ps" && flags.job_name != "worker")
+    throw std::invalid_argument("--job_name '" + flags.job_name + "' is not ps or worker (TF1's cluster flags "
+                                "have no chief: worker 0 is the chief)");
+  // The same spec in TF_CONFIG's shape, read by the one parser, so that
+  // both spellings are checked alike.
+  Json spec;
+  spec["cluster"]["worker"] = split_hosts(flags.worker_hosts, "--worker_hosts");
+  const auto ps = split_hosts(flags.ps_hosts, "--ps_hosts");
+  if (!ps.empty()) spec["cluster"]["ps"] = ps;
+  spec["task"]["type"] = flags.job_name;
+  spec["task"]["index"] = flags.task_index;
+  return parse_cluster_spec(spec.dump(), "--worker_hosts/--ps_hosts");
+}
+
 }  // namespace troupe::net

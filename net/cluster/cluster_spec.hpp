@@ -11,9 +11,10 @@
 //   chief   the coordinator (TF's chief owns checkpoints and membership, as
 //           troupe's coordinator does). At most one entry. It also trains.
 //   worker  training nodes. Without a chief, worker[0] is the coordinator.
-//   ps      hosts for parameter-server (reducer) shards in async/ssp mode;
-//           they train nothing. Without a ps list the reducer runs on the
-//           coordinator.
+//   ps      hosts for parameter-server shards in async/ssp mode; they
+//           would train nothing. Not supported yet (issue 17): a ps task is
+//           refused (launcher_env.hpp) and the ps list of the other tasks
+//           is left unused; the shards run in the coordinator's process.
 // Training nodes are ranked chief first, then the workers in list order;
 // rank 0 is the coordinator.
 //
@@ -62,6 +63,25 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
 // nothing. Throws std::invalid_argument (util::ConfigFileError for a file
 // that cannot be read, is not a regular file or holds more than 1 MiB).
 std::optional<ClusterSpec> load_cluster_spec(const std::string& path);
+
+// TF1's cluster flags, in the spelling of the seed's scripts: --ps_hosts and
+// --worker_hosts (comma-separated HOST:PORT lists), --job_name ("ps" or
+// "worker") and --task_index (default 0, as in TF1). As in TF1, worker 0 is
+// the chief (troupe's coordinator); the flags have no chief list.
+struct ClusterFlags {
+  std::string ps_hosts, worker_hosts, job_name;
+  int task_index = 0;
+  bool task_index_given = false;
+  // Any of the four given.
+  bool given() const { return !ps_hosts.empty() || !worker_hosts.empty() || !job_name.empty() || task_index_given; }
+};
+
+// The spec the flags describe, with the checks parse_cluster_spec makes
+// (its errors begin "--worker_hosts/--ps_hosts" and name entries as
+// cluster.worker[1]). Throws std::invalid_argument for a missing
+// --worker_hosts or --job_name, a job name other than ps or worker, an empty
+// entry in a list, and everything parse_cluster_spec refuses.
+ClusterSpec cluster_spec_from_flags(const ClusterFlags& flags);
 
 // Splits "HOST:PORT" (IPv6 in brackets) of the cluster entry `what`, with
 // errors naming it. Port 0 is refused: peers must know where to connect.

@@ -199,10 +199,16 @@ std::string LauncherRole::summary() const {
          coordinator_source + ")";
 }
 
+std::string ps_task_refusal(const std::string& what) {
+  return what + " is a parameter-server task, and ps tasks are not supported yet (issue 17): the "
+         "parameter-server shards run in the coordinator's process (ps_shards in the job file). Start only the "
+         "chief and worker tasks; the ps hosts are left unused";
+}
+
 LauncherRole role_from_cluster_spec(const ClusterSpec& spec) {
   if (spec.task_type == "ps")
-    fail(spec.source + ": task type \"ps\": troupe keeps the parameter server on the coordinator; start this host "
-         "as a worker instead");
+    fail(ps_task_refusal(spec.source + ": task ps " + std::to_string(spec.task_index) + " (" + spec.self().str() +
+                         ")"));
   LauncherRole role;
   role.launcher = spec.source;
   role.rank = spec.rank();
@@ -211,6 +217,7 @@ LauncherRole role_from_cluster_spec(const ClusterSpec& spec) {
   role.own_address = spec.self().str();
   role.rank_source = "task " + spec.task_type + " " + std::to_string(spec.task_index);
   role.coordinator_source = spec.chief.empty() ? "cluster.worker[0]" : "cluster.chief[0]";
+  role.ps_tasks = spec.ps.size();
   return role;
 }
 

@@ -70,6 +70,9 @@ struct LauncherRole {
   // Where the figures came from, for the log: "SLURM_PROCID, SLURM_NTASKS"
   // and "first host of SLURM_JOB_NODELIST, port from TROUPE_PORT".
   std::string rank_source, coordinator_source;
+  // A cluster spec's ps entries. ps tasks are not supported yet (issue 17):
+  // the node logs that these hosts are left unused.
+  std::size_t ps_tasks = 0;
 
   bool is_coordinator() const { return rank == 0; }
   // "rank 1 of 3 (SLURM_PROCID, SLURM_NTASKS): a worker, joining
@@ -84,9 +87,14 @@ struct LauncherRole {
 // incomplete.
 std::optional<LauncherRole> role_from_environment(const Environment& env, const LauncherFlags& flags = {});
 
-// The role a parsed cluster spec gives (a "ps" task is refused: troupe keeps
-// the parameter server on the coordinator). `launcher` names its source.
+// The role a parsed cluster spec gives; its source names the launcher. A
+// "ps" task is refused with ps_task_refusal (not supported yet).
 LauncherRole role_from_cluster_spec(const ClusterSpec& spec);
+
+// The one message that refuses a parameter-server task, wherever it was
+// asked for (`what`: "TF_CONFIG: task ps 0 (p:7001)", "this node (--ps)"): ps tasks are
+// not supported yet (issue 17), the shards run in the coordinator's process.
+std::string ps_task_refusal(const std::string& what);
 
 // The name of the launcher whose variables `env` holds (in the order
 // above), without reading them further: for the log line that says an

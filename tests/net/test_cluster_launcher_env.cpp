@@ -246,12 +246,23 @@ TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
   EXPECT_CONTAINS(error_of([] { role_from_environment({{"TF_CONFIG", "{"}}); }), "TF_CONFIG: malformed JSON");
   // An empty TF_CONFIG is no cluster (as TensorFlow reads it).
   EXPECT_FALSE(role_from_environment({{"TF_CONFIG", " "}}).has_value());
-  // A parameter-server task is refused with the reason.
-  EXPECT_CONTAINS(error_of([] {
-                    role_from_environment(
-                        {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})"}});
-                  }),
-                  "TF_CONFIG: task type \"ps\": troupe keeps the parameter server on the coordinator");
+  // A parameter-server task is refused with the reason (not supported yet).
+  const std::string ps_error = error_of([] {
+    role_from_environment(
+        {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})"}});
+  });
+  EXPECT_CONTAINS(ps_error, "TF_CONFIG: task ps 0 (p:2) is a parameter-server task, and ps tasks are not supported yet");
+  EXPECT_CONTAINS(ps_error, "Start only the chief and worker tasks");
+  // The other tasks of a cluster with ps entries start; the role counts the
+  // ps entries, which the node logs as left unused.
+  role = role_from_environment(
+      {{"TF_CONFIG", R"({"cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:2", "q:2"]},
+                        "task": {"type": "worker", "index": 0}})"}});
+  ASSERT_TRUE(role.has_value());
+  EXPECT_EQ(role->rank, 1);
+  EXPECT_EQ(role->world_size, 2);  // ps tasks are no training nodes
+  EXPECT_EQ(role->ps_tasks, 2u);
+  EXPECT_EQ(role->coordinator.str(), "c:1");
   // --coordinator / --port do not mix with a spec that names every address.
   LauncherFlags flags;
   flags.port = 7000;

@@ -208,4 +208,77 @@ TEST(ClusterSpec, IndexAsNumberOrStringAndWrongTypesNamed) {
   EXPECT_ERROR(R"(["a:1"])", "must be a JSON object, got array");
 }
 
+// ---- TF1's flags: --ps_hosts --worker_hosts --job_name --task_index -----------
+
+namespace {
+
+ClusterFlags tf1(const std::string& workers, const std::string& ps, const std::string& job, int index = 0) {
+  ClusterFlags f;
+  f.worker_hosts = workers;
+  f.ps_hosts = ps;
+  f.job_name = job;
+  f.task_index = index;
+  f.task_index_given = true;
+  return f;
+}
+
+std::string flags_error_of(const ClusterFlags& flags) {
+  try {
+    cluster_spec_from_flags(flags);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ClusterFlags, TheSeedsFlagsGiveTheSpecTfConfigWould) {
+  const ClusterSpec w1 = cluster_spec_from_flags(tf1("a:7000,b:7000", "p:7001,q:7001", "worker", 1));
+  EXPECT_EQ(w1.source, "--worker_hosts/--ps_hosts");
+  EXPECT_TRUE(w1.chief.empty());  // worker 0 is TF1's chief
+  ASSERT_EQ(w1.workers.size(), 2u);
+  ASSERT_EQ(w1.ps.size(), 2u);
+  EXPECT_EQ(w1.ps[1].str(), "q:7001");
+  EXPECT_EQ(w1.rank(), 1);
+  EXPECT_EQ(w1.coordinator().str(), "a:7000");
+  EXPECT_EQ(w1.self().str(), "b:7000");
+
+  ClusterFlags first = tf1("a:7000", "", "worker");
+  first.task_index_given = false;  // --task_index defaults to 0, as in TF1
+  const ClusterSpec w0 = cluster_spec_from_flags(first);
+  EXPECT_TRUE(w0.is_coordinator());
+  EXPECT_TRUE(w0.ps.empty());
+
+  const ClusterSpec p = cluster_spec_from_flags(tf1("a:7000", "p:7001,q:7001", "ps", 1));
+  EXPECT_EQ(p.task_type, "ps");
+  EXPECT_EQ(p.rank(), -1);
+  EXPECT_EQ(p.self().str(), "q:7001");
+}
+
+TEST(ClusterFlags, BadFlagsAreRefusedNamingTheFlagOrEntry) {
+  auto expect = [](const ClusterFlags& f, const std::string& fragment) {
+    const std::string message = flags_error_of(f);
+    EXPECT_NE(message.find(fragment), std::string::npos) << "no \"" << fragment << "\" in: " << message;
+  };
+  expect(tf1("", "p:1", "ps"), "--worker_hosts is missing");
+  expect(tf1("a:1", "", ""), "--job_name is missing: ps or worker");
+  expect(tf1("a:1", "", "chief"), "--job_name 'chief' is not ps or worker");
+  expect(tf1("a:1,,b:1", "", "worker"), "--worker_hosts 'a:1,,b:1': entry 1 is empty");
+  expect(tf1("a:1,", "", "worker"), "--worker_hosts 'a:1,': entry 1 is empty");
+  expect(tf1("a:1", ",p:2", "worker"), "--ps_hosts ',p:2': entry 0 is empty");
+  // What the spec parser refuses, with the flags as the source.
+  expect(tf1("a:1,b", "", "worker"), "--worker_hosts/--ps_hosts: cluster.worker[1] 'b': missing port");
+  expect(tf1("a:1,b:2", "", "worker", 2), "task.index 2 is out of range for cluster.worker (0..1)");
+  expect(tf1("a:1", "", "worker", -1), "task.index -1 is out of range");
+  expect(tf1("a:1", "", "ps"), "task.type is 'ps' but cluster.ps is missing or empty");
+  expect(tf1("a:1,b:2", "B:2", "worker"), "duplicate address B:2 in cluster.worker[1] and cluster.ps[0]");
+  // given(): nothing set is no flags at all.
+  EXPECT_FALSE(ClusterFlags{}.given());
+  ClusterFlags only_index;
+  only_index.task_index_given = true;
+  EXPECT_TRUE(only_index.given());
+}
+
+}  // namespace
+
+
 }  // namespace troupe::net

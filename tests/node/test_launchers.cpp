@@ -210,6 +210,82 @@ TEST(Launchers, TorchrunAndTfConfigVariablesStartTwoNodes) {
   }
 }
 
+// ---- seed 002's shape: TF1's flags, ps entries ----------------------------------
+
+// TF1's ps/worker launch, in the seed's flag spelling and as a TF_CONFIG with
+// chief, worker and ps entries. ps tasks are not supported yet (issue 17):
+// the training tasks start a working job with the parameter-server shards on
+// the coordinator and say that the ps hosts are left unused; a ps task
+// itself is refused with that reason (exit status 2), however it is asked
+// for.
+TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
+  clear_launcher_environment();
+  const std::string dir = temp_dir("tf1-flags");
+  const std::string a = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  const std::string b = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  const std::string p = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  {
+    SCOPED_TRACE("--ps_hosts --worker_hosts --job_name --task_index, async on 2 shards");
+    std::string text = kShortJob;
+    const std::string sync_line = "mode = \"sync\"";
+    text.replace(text.find(sync_line), sync_line.size(), "mode = \"async\"\nps_shards = 2");
+    const std::string job = write_file(dir, "async.toml", text);
+    auto flags = [&](int index) {
+      return std::vector<std::string>{"--worker_hosts", a + "," + b, "--ps_hosts", p, "--job_name", "worker",
+                                      "--task_index", std::to_string(index)};
+    };
+    Process w0(node_command(job, flags(0)), dir + "/worker0.log");
+    Process w1(node_command(job, flags(1)), dir + "/worker1.log");
+    ASSERT_EQ(w0.wait_for(300s), 0) << w0.output() << "--- worker 1:\n" << w1.output();
+    ASSERT_EQ(w1.wait_for(10s), 0) << w1.output();
+    const std::string out = w0.output();
+    EXPECT_CONTAINS(out, "role from --worker_hosts/--ps_hosts: rank 0 of 2 (task worker 0): the coordinator, "
+                         "listening at " + a);
+    EXPECT_CONTAINS(w1.output(), "role from --worker_hosts/--ps_hosts: rank 1 of 2 (task worker 1): a "
+                                           "worker, joining " + a);
+    EXPECT_CONTAINS(out, "--worker_hosts/--ps_hosts lists 1 ps task(s): ps tasks are not supported yet");
+    EXPECT_CONTAINS(out, "starting with 2 node(s), 2 replica(s)");
+    const Accounting acc = accounting(out);
+    EXPECT_EQ(acc.pushed, 30) << out;
+    EXPECT_EQ(acc.applied, 30) << out;
+    EXPECT_CONTAINS(out, "30 applied by the server (by shard: 30, 30)");
+  }
+  {
+    SCOPED_TRACE("TF_CONFIG with chief, worker and ps entries");
+    const std::string job = write_file(dir, "sync.toml", kShortJob);
+    auto env = [&](const std::string& type) {
+      return std::vector<std::string>{R"(TF_CONFIG={"cluster": {"chief": [")" + a + R"("], "worker": [")" + b +
+                                      R"("], "ps": [")" + p + R"("]}, "task": {"type": ")" + type +
+                                      R"(", "index": 0}})"};
+    };
+    Launch launch("tf-config-ps", node_command(job), {env("chief"), env("worker")});
+    ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0})) << launch.logs();
+    EXPECT_CONTAINS(launch.nodes[0]->output(),
+                    "role from TF_CONFIG: rank 0 of 2 (task chief 0): the coordinator, listening at " + a);
+    EXPECT_CONTAINS(launch.nodes[1]->output(), "role from TF_CONFIG: rank 1 of 2 (task worker 0): a worker, joining " + a);
+    EXPECT_CONTAINS(launch.nodes[1]->output(), "TF_CONFIG lists 1 ps task(s): ps tasks are not supported yet");
+    expect_trained_together(launch.nodes[0]->output(), 2);
+  }
+  {
+    SCOPED_TRACE("a ps task is refused, however it is asked for");
+    Process flags({TROUPE_BINARY, "node", "--worker_hosts", a, "--ps_hosts", p, "--job_name", "ps", "--task_index", "0",
+                   "--devices", "cpu:0"},
+                  dir + "/ps-flags.log");
+    EXPECT_EQ(flags.wait_for(30s), 2) << flags.output();
+    EXPECT_CONTAINS(flags.output(), "troupe: --worker_hosts/--ps_hosts: task ps 0 (" + p +
+                                        ") is a parameter-server task, and ps tasks are not supported yet (issue 17)");
+    Process tf_config({TROUPE_BINARY, "node", "--devices", "cpu:0"}, dir + "/ps-tf-config.log",
+                      {R"(TF_CONFIG={"cluster": {"worker": [")" + a + R"("], "ps": [")" + p +
+                       R"("]}, "task": {"type": "ps", "index": 0}})"});
+    EXPECT_EQ(tf_config.wait_for(30s), 2) << tf_config.output();
+    EXPECT_CONTAINS(tf_config.output(), "troupe: TF_CONFIG: task ps 0 (" + p + ") is a parameter-server task");
+    Process ps_flag({TROUPE_BINARY, "node", "--ps", "--join", a, "--devices", "cpu:0"}, dir + "/ps-flag.log");
+    EXPECT_EQ(ps_flag.wait_for(30s), 2) << ps_flag.output();
+    EXPECT_CONTAINS(ps_flag.output(),
+                    "troupe: this node (--ps) is a parameter-server task, and ps tasks are not supported yet");
+  }
+}
+
 // ---- errors and precedence --------------------------------------------------------
 
 // Runs `troupe node ARGS` with the extra environment `env`; (status, output).
