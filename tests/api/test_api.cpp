@@ -172,4 +172,21 @@ TEST(Api, FitWithoutBackendsFailsAtOnce) {
   EXPECT_LT(seconds, 30) << out;
 }
 
+// Issue 17: a ps task of a cluster spec is refused with the message `troupe
+// node` gives (ps tasks are not supported yet), before any socket is opened.
+TEST(ApiCluster, APsTaskIsRefusedAsNotSupportedYet) {
+  troupe::ClusterOptions o;
+  o.cluster_spec_json =
+      R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}})";
+  try {
+    troupe::MultiWorkerMirroredStrategy strategy(o);
+    FAIL() << "a ps task was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster spec: task ps 0 (127.0.0.1:2) is a parameter-server task, and ps "
+                                         "tasks are not supported yet (issue 17)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
