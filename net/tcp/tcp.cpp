@@ -32,6 +32,7 @@
 #include <thread>
 #include <utility>
 
+#include "net/tcp/sealed.hpp"
 #include "net/tcp/wire.hpp"
 
 namespace troupe::net {
@@ -84,8 +85,44 @@ struct Broken {
   std::string detail;
 };
 
+// One ring connection: its socket and, when the handshake gave keys, the
+// sealer and opener of its records (sealed.hpp). Each direction is used by
+// one thread at a time: frames by the sender or receiver thread, the small
+// messages of the handshake and of send/recv's acknowledgement by the
+// calling thread, never at once with frames the same way.
+struct Link {
+  int fd = -1;
+  std::unique_ptr<wire::RecordSealer> sealer;  // null: plaintext
+  std::unique_ptr<wire::RecordOpener> opener;
+  bool sealed() const { return sealer != nullptr; }
+};
+
+Link make_link(int fd, const LinkKeys& keys) {
+  Link link;
+  link.fd = fd;
+  if (keys.protects()) {
+    link.sealer = std::make_unique<wire::RecordSealer>(keys.send);
+    link.opener = std::make_unique<wire::RecordOpener>(keys.receive);
+  }
+  return link;
+}
+
+// A message of a fixed size (Hello, Ack): one record when sealed.
+void send_message(Link& link, const void* data, std::size_t bytes, Deadline deadline) {
+  if (link.sealed())
+    link.sealer->write(link.fd, data, bytes, deadline);
+  else
+    wire::write_all(link.fd, data, bytes, nullptr, 0, deadline);
+}
+void receive_message(Link& link, void* data, std::size_t bytes, Deadline deadline) {
+  if (link.sealed())
+    link.opener->read_exact(link.fd, data, bytes, deadline);
+  else
+    wire::read_all(link.fd, data, bytes, deadline);
+}
+
 struct SendJob {
-  FrameFields frame;  // length set; crc32c computed by the sender thread
+  FrameFields frame;  // length set; crc32c computed by the sender thread (plaintext links)
   const char* data = nullptr;
   Deadline deadline;
 };
@@ -114,7 +151,7 @@ int mod(int a, int w) { return ((a % w) + w) % w; }
 
 class TcpGroup final : public Collective {
  public:
-  TcpGroup(const TcpGroupConfig& config, int send_fd, int recv_fd);
+  TcpGroup(const TcpGroupConfig& config, Link send, Link recv);
   ~TcpGroup() override;
 
   int rank() const override { return rank_; }
@@ -213,8 +250,10 @@ class TcpGroup final : public Collective {
   const CollectiveOptions options_;
   const std::size_t chunk_bytes_;
   const std::vector<std::string> addresses_;
-  int send_fd_;  // to rank r+1
-  int recv_fd_;  // from rank r-1
+  Link send_link_;  // to rank r+1
+  Link recv_link_;  // from rank r-1
+  const int send_fd_;
+  const int recv_fd_;
   std::uint64_t next_seq_ = 0;
 
   std::mutex mu_;
@@ -238,10 +277,10 @@ class TcpGroup final : public Collective {
   std::thread receiver_;
 };
 
-TcpGroup::TcpGroup(const TcpGroupConfig& config, int send_fd, int recv_fd)
+TcpGroup::TcpGroup(const TcpGroupConfig& config, Link send, Link recv)
     : rank_(config.rank), world_(static_cast<int>(config.addresses.size())), job_id_(config.job_id),
       options_(config.options), chunk_bytes_(config.chunk_bytes), addresses_(config.addresses),
-      send_fd_(send_fd), recv_fd_(recv_fd) {
+      send_link_(std::move(send)), recv_link_(std::move(recv)), send_fd_(send_link_.fd), recv_fd_(recv_link_.fd) {
   if (world_ > 1) {
     staging_.assign(kStagingSlots, std::vector<char>(chunk_bytes_));
     sender_ = std::thread([this] { sender_loop(); });
@@ -277,9 +316,18 @@ void TcpGroup::sender_loop() {
     send_busy_ = true;
     lock.unlock();
     try {
-      job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
-      const auto header = wire::encode_frame_header(job.frame);
-      wire::write_all(send_fd_, header.data(), header.size(), job.data, job.frame.length, job.deadline);
+      if (send_link_.sealed()) {
+        // Two records, header then payload, written together; the tag covers
+        // every byte, so no CRC.
+        const auto header = wire::encode_frame_header(job.frame);
+        send_link_.sealer->append(header.data(), header.size());
+        send_link_.sealer->append(job.data, job.frame.length);
+        send_link_.sealer->flush(send_fd_, job.deadline);
+      } else {
+        job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
+        const auto header = wire::encode_frame_header(job.frame);
+        wire::write_all(send_fd_, header.data(), header.size(), job.data, job.frame.length, job.deadline);
+      }
     } catch (const IoError& e) {
       fail(e.timed_out ? CollectiveErrorKind::timeout : CollectiveErrorKind::aborted,
            e.timed_out ? "timed out after " + format_timeout(options_.timeout) + " waiting for " + peer(next()) +
@@ -353,17 +401,26 @@ void TcpGroup::receive_one(const RecvJob& job) {
                            std::to_string(x.op_seq) + " step " + std::to_string(x.step) + " chunk " +
                            std::to_string(x.chunk) + "): ";
   auto bad = [&](CollectiveErrorKind kind, const std::string& what) { throw Broken{kind, from + what}; };
-  unsigned char prefix[4];
-  wire::read_all(recv_fd_, prefix, 4, job.deadline);
+  // The 4-byte length prefix at offset 4 and the header at 8, aligned for
+  // Cap'n Proto. Sealed, the two come in one record; the payload follows
+  // in a second.
+  alignas(8) unsigned char buffer[8 + wire::kMaxHeaderBytes];
+  const unsigned char* prefix = buffer + 4;
+  unsigned char* header = buffer + 8;
+  std::size_t sealed_bytes = 0;
+  if (recv_link_.sealed())
+    sealed_bytes = recv_link_.opener->read(recv_fd_, buffer + 4, 4 + wire::kMaxHeaderBytes, job.deadline);
+  else
+    wire::read_all(recv_fd_, buffer + 4, 4, job.deadline);
   const std::uint32_t header_bytes = static_cast<std::uint32_t>(prefix[0]) | (static_cast<std::uint32_t>(prefix[1]) << 8) |
                                      (static_cast<std::uint32_t>(prefix[2]) << 16) |
                                      (static_cast<std::uint32_t>(prefix[3]) << 24);
-  if (header_bytes == 0 || header_bytes > wire::kMaxHeaderBytes || header_bytes % 8 != 0)
+  if (header_bytes == 0 || header_bytes > wire::kMaxHeaderBytes || header_bytes % 8 != 0 ||
+      (recv_link_.sealed() && sealed_bytes != 4 + header_bytes))
     bad(CollectiveErrorKind::aborted, "header length field " + std::to_string(header_bytes) +
                                           " bytes (expected a multiple of 8, at most " +
-                                          std::to_string(wire::kMaxHeaderBytes) + ")");
-  alignas(8) unsigned char header[wire::kMaxHeaderBytes];
-  wire::read_all(recv_fd_, header, header_bytes, job.deadline);
+                                          std::to_string(wire::kMaxHeaderBytes) + ", filling its record)");
+  if (!recv_link_.sealed()) wire::read_all(recv_fd_, header, header_bytes, job.deadline);
   FrameFields f;
   try {
     f = wire::decode_frame_header(header, header_bytes);
@@ -383,6 +440,13 @@ void TcpGroup::receive_one(const RecvJob& job) {
   if (f.length != x.length)
     bad(CollectiveErrorKind::aborted, "payload length field " + std::to_string(f.length) + " bytes, expected " +
                                           std::to_string(x.length));
+  if (recv_link_.sealed()) {
+    // Opened in place: when the tag does not match, the destination holds
+    // garbage and the operation fails (the group is broken), so nothing
+    // trains on it.
+    recv_link_.opener->read_exact(recv_fd_, job.dest, x.length, job.deadline);
+    return;
+  }
   wire::read_all(recv_fd_, job.dest, x.length, job.deadline);
   const std::uint32_t crc = wire::crc32c(job.dest, x.length);
   if (crc != f.crc32c)
@@ -740,7 +804,7 @@ std::shared_ptr<Work> TcpGroup::send(const Tensor& buffer, int dst, int tag) {
     // The receiver acknowledges its copy on the same connection.
     unsigned char ack[wire::kAckBytes];
     try {
-      wire::read_all(send_fd_, ack, sizeof ack, deadline);
+      receive_message(send_link_, ack, sizeof ack, deadline);
     } catch (const IoError& e) {
       throw Broken{e.timed_out ? CollectiveErrorKind::timeout : CollectiveErrorKind::aborted,
                    e.timed_out ? "timed out after " + format_timeout(options_.timeout) + " waiting for " +
@@ -785,7 +849,7 @@ std::shared_ptr<Work> TcpGroup::recv(const Tensor& buffer, int src, int tag) {
       ack[4 + i] = static_cast<unsigned char>(static_cast<std::uint32_t>(tag) >> (8 * i));
     }
     try {
-      wire::write_all(recv_fd_, ack, sizeof ack, nullptr, 0, deadline);
+      send_message(recv_link_, ack, sizeof ack, deadline);
     } catch (const IoError& e) {
       throw Broken{CollectiveErrorKind::aborted, "connection from " + peer(prev()) + " lost: " + e.what()};
     }
@@ -821,9 +885,9 @@ wire::Hello my_hello(const TcpGroupConfig& c) {
   return h;
 }
 
-// Connects to rank r+1 until `deadline`; returns the fd or throws
+// Connects to rank r+1 until `deadline`; returns the link or throws
 // CollectiveError(timeout) with the last reason.
-int connect_next(const TcpGroupConfig& c, Deadline deadline) {
+Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
   const int world = static_cast<int>(c.addresses.size());
   const int next = (c.rank + 1) % world;
   const std::string& address = c.addresses[static_cast<std::size_t>(next)];
@@ -832,13 +896,13 @@ int connect_next(const TcpGroupConfig& c, Deadline deadline) {
     int fd = -1;
     try {
       fd = wire::connect_tcp(address, deadline);
-      if (c.authenticate) c.authenticate(fd, false, deadline);
+      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
       unsigned char hello[wire::kHelloBytes];
       wire::encode_hello(my_hello(c), hello);
-      wire::write_all(fd, hello, sizeof hello, nullptr, 0, deadline);
-      wire::read_all(fd, hello, sizeof hello, deadline);
+      send_message(link, hello, sizeof hello, deadline);
+      receive_message(link, hello, sizeof hello, deadline);
       const std::string wrong = check_hello(wire::decode_hello(hello), c, next);
-      if (wrong.empty()) return fd;
+      if (wrong.empty()) return link;
       last = "its answer has " + wrong;
       std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address
                 << "): " << last << "\n";
@@ -857,15 +921,17 @@ int connect_next(const TcpGroupConfig& c, Deadline deadline) {
 // Accepts connections until rank r-1's passes the handshake. Connections
 // still handshaking are polled together, each with its own deadline (the
 // group's timeout), so a silent or slow one never holds up the right peer.
-int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
+Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
   const int world = static_cast<int>(c.addresses.size());
   const int prev = (c.rank + world - 1) % world;
   struct Pending {
     int fd;
     std::string from;
     Deadline until;
-    unsigned char hello[wire::kHelloBytes];
+    Link link;  // sealed: the Hello comes as one record
+    unsigned char hello[wire::kHelloBytes + wire::kRecordOverhead];
     std::size_t got;
+    std::size_t expected() const { return wire::kHelloBytes + (link.sealed() ? wire::kRecordOverhead : 0); }
   };
   std::vector<Pending> pending;
   auto drop = [&](std::size_t i, const std::string& why) {
@@ -878,7 +944,7 @@ int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
     for (std::size_t i = pending.size(); i-- > 0;)
       if (pending[i].until <= now)
         drop(i, pending[i].got ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
-                                     std::to_string(wire::kHelloBytes) + " bytes) in " + format_timeout(c.options.timeout)
+                                     std::to_string(pending[i].expected()) + " bytes) in " + format_timeout(c.options.timeout)
                                : "sent nothing within " + format_timeout(c.options.timeout));
     if (now >= deadline) break;
     Deadline wake = deadline;
@@ -891,7 +957,7 @@ int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
     for (std::size_t i = pending.size(); i-- > 0;) {
       if (!fds[i + 1].revents) continue;
       Pending& p = pending[i];
-      const ssize_t n = ::recv(p.fd, p.hello + p.got, wire::kHelloBytes - p.got, 0);
+      const ssize_t n = ::recv(p.fd, p.hello + p.got, p.expected() - p.got, 0);
       if (n == 0) {
         drop(i, "closed before its handshake was complete");
         continue;
@@ -901,8 +967,21 @@ int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
         continue;
       }
       p.got += static_cast<std::size_t>(n);
-      if (p.got < wire::kHelloBytes) continue;
-      const std::string wrong = check_hello(wire::decode_hello(p.hello), c, prev);
+      if (p.got < p.expected()) continue;
+      unsigned char hello[wire::kHelloBytes];
+      if (p.link.sealed()) {
+        try {
+          const auto opened = p.link.opener->open(reinterpret_cast<const char*>(p.hello), p.got,
+                                                  reinterpret_cast<char*>(hello), sizeof hello);
+          if (opened.bytes != sizeof hello) throw std::runtime_error("a Hello record of " + std::to_string(opened.bytes) + " bytes");
+        } catch (const std::exception& e) {
+          drop(i, e.what());
+          continue;
+        }
+      } else {
+        std::memcpy(hello, p.hello, sizeof hello);
+      }
+      const std::string wrong = check_hello(wire::decode_hello(hello), c, prev);
       if (!wrong.empty()) {
         drop(i, wrong);
         continue;
@@ -910,34 +989,35 @@ int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
       unsigned char reply[wire::kHelloBytes];
       wire::encode_hello(my_hello(c), reply);
       try {
-        wire::write_all(p.fd, reply, sizeof reply, nullptr, 0, deadline);
+        send_message(p.link, reply, sizeof reply, deadline);
       } catch (const std::exception& e) {
         drop(i, std::string("could not answer the handshake: ") + e.what());
         continue;
       }
-      const int fd = p.fd;
+      Link link = std::move(p.link);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       for (auto& other : pending) {
         log_drop(c, other.from, "rank " + std::to_string(prev) + " has connected");
         ::close(other.fd);
       }
-      return fd;
+      return link;
     }
     if (fds[0].revents & POLLIN) {
       const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       wire::prepare_socket(fd);
       const std::string from = wire::peer_address(fd);
+      LinkKeys keys;
       if (c.authenticate) {
         try {
-          c.authenticate(fd, true, std::min(deadline, Clock::now() + c.options.timeout));
+          keys = c.authenticate(fd, true, std::min(deadline, Clock::now() + c.options.timeout));
         } catch (const std::exception& e) {
           log_drop(c, from, std::string("authentication failed: ") + e.what());
           ::close(fd);
           continue;
         }
       }
-      pending.push_back({fd, from, std::min(deadline, Clock::now() + c.options.timeout), {}, 0});
+      pending.push_back({fd, from, std::min(deadline, Clock::now() + c.options.timeout), make_link(fd, keys), {}, 0});
     }
   }
   for (auto& p : pending) ::close(p.fd);
@@ -999,7 +1079,7 @@ std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
     invalid("chunk_bytes " + std::to_string(config.chunk_bytes) + " must be a positive multiple of 4, at most 1 GiB");
   if (world == 1) {
     if (config.listen_fd >= 0) ::close(config.listen_fd);
-    return std::make_unique<TcpGroup>(config, -1, -1);
+    return std::make_unique<TcpGroup>(config, Link{}, Link{});
   }
   int listen_fd = config.listen_fd;
   if (listen_fd < 0) {
@@ -1013,30 +1093,30 @@ std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
   const Deadline deadline = Clock::now() + config.connect_timeout;
   // Connect and accept at once: both sides' handshakes (and an
   // authentication hook's round trips) need the peer to be accepting.
-  int send_fd = -1;
+  Link send_link;
   std::exception_ptr connect_error;
   std::thread connector([&] {
     try {
-      send_fd = connect_next(config, deadline);
+      send_link = connect_next(config, deadline);
     } catch (...) {
       connect_error = std::current_exception();
     }
   });
-  int recv_fd = -1;
+  Link recv_link;
   std::exception_ptr accept_error;
   try {
-    recv_fd = accept_prev(config, listen_fd, deadline);
+    recv_link = accept_prev(config, listen_fd, deadline);
   } catch (...) {
     accept_error = std::current_exception();
   }
   connector.join();
   ::close(listen_fd);
   if (accept_error || connect_error) {
-    if (send_fd >= 0) ::close(send_fd);
-    if (recv_fd >= 0) ::close(recv_fd);
+    if (send_link.fd >= 0) ::close(send_link.fd);
+    if (recv_link.fd >= 0) ::close(recv_link.fd);
     std::rethrow_exception(accept_error ? accept_error : connect_error);
   }
-  return std::make_unique<TcpGroup>(config, send_fd, recv_fd);
+  return std::make_unique<TcpGroup>(config, std::move(send_link), std::move(recv_link));
 }
 
 }  // namespace troupe::net
