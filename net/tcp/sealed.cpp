@@ -2,6 +2,7 @@
 #include "net/tcp/sealed.hpp"
 
 #include <cstring>
+#include <utility>
 
 #include "net/tcp/wire.hpp"
 
@@ -27,18 +28,21 @@ void RecordSealer::seal(const void* in, std::size_t bytes, char* out) {
 }
 
 void RecordSealer::append(const void* in, std::size_t bytes) {
-  const std::size_t at = pending_.size();
-  pending_.resize(at + bytes + kRecordOverhead);
-  seal(in, bytes, pending_.data() + at);
+  const std::size_t need = pending_bytes_ + bytes + kRecordOverhead;
+  if (need > pending_capacity_) {
+    std::unique_ptr<char[]> grown(new char[need]);
+    std::memcpy(grown.get(), pending_.get(), pending_bytes_);
+    pending_ = std::move(grown);
+    pending_capacity_ = need;
+  }
+  seal(in, bytes, pending_.get() + pending_bytes_);
+  pending_bytes_ = need;
 }
 
 void RecordSealer::flush(int fd, Deadline deadline) {
-  // Cleared first: after a failed write the connection is given up anyway.
-  std::vector<char> out;
-  out.swap(pending_);
-  write_all(fd, out.data(), out.size(), nullptr, 0, deadline);
-  out.clear();
-  pending_.swap(out);  // keeps the capacity for the next frame
+  // Emptied first: after a failed write the connection is given up anyway.
+  const std::size_t bytes = std::exchange(pending_bytes_, 0);
+  write_all(fd, pending_.get(), bytes, nullptr, 0, deadline);
 }
 
 void RecordSealer::write(int fd, const void* in, std::size_t bytes, Deadline deadline) {

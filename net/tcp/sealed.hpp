@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -56,7 +57,10 @@ class RecordSealer {
 
  private:
   AeadDirection aead_;
-  std::vector<char> pending_;
+  // Records sealed and not yet written: [0, pending_bytes_) of pending_
+  // (grown as needed, never zero-filled: a frame is sealed straight into it).
+  std::unique_ptr<char[]> pending_;
+  std::size_t pending_bytes_ = 0, pending_capacity_ = 0;
 };
 
 class RecordOpener {
