@@ -27,175 +27,18 @@
 #include "net/tcp/sealed.hpp"
 #include "net/tcp/tcp.hpp"
 #include "tests/net/test_cluster_support.hpp"
+#include "tests/support/mitm_proxy.hpp"
 
 namespace troupe::net {
 namespace {
 
 using namespace std::chrono_literals;
 using namespace troupe::net::testing;
+using troupe::testing::Attack;
+using troupe::testing::AttackPlan;
+using troupe::testing::MitmProxy;
 using kernels::Shape;
 using kernels::Tensor;
-
-// ---------------------------------------------------------------------------
-// The proxy.
-
-enum class Attack { none, flip_bit, replay_frame, drop_frame, swap_frames };
-
-const char* attack_name(Attack a) {
-  switch (a) {
-    case Attack::none: return "none";
-    case Attack::flip_bit: return "flip_bit";
-    case Attack::replay_frame: return "replay_frame";
-    case Attack::drop_frame: return "drop_frame";
-    case Attack::swap_frames: return "swap_frames";
-  }
-  return "?";
-}
-
-struct AttackPlan {
-  Attack attack = Attack::none;
-  bool client_to_server = true;  // which direction is attacked
-  std::size_t record = 0;        // the first record of the attacked frame (0: the first after the handshake)
-  std::size_t records_per_frame = 1;  // the ring writes a frame as two records (header, payload)
-};
-
-// Listens on 127.0.0.1:0 and connects every client to 127.0.0.1:target.
-// Each direction is parsed: first the gate handshake's frames (a 4-byte
-// big-endian length, then the bytes: one from the joiner, two from the
-// acceptor), then sealed records (a 4-byte little-endian length, the
-// ciphertext, the tag), which is where the attack happens. The proxy knows
-// no key: it does what an attacker on the network path can do.
-class MitmProxy {
- public:
-  MitmProxy(std::uint16_t target, AttackPlan plan) : target_(target), plan_(plan) {
-    listen_fd_ = listen_tcp("127.0.0.1:0", &port_);
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
-  ~MitmProxy() {
-    stopping_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    acceptor_.join();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-    }
-    for (auto& t : threads_) t.join();
-    for (int fd : fds_) ::close(fd);
-    ::close(listen_fd_);
-  }
-  std::uint16_t port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  // Whether the attack was carried out (its records went by).
-  bool attacked() const { return attacked_; }
-
- private:
-  void accept_loop() {
-    while (!stopping_) {
-      const int client = ::accept(listen_fd_, nullptr, nullptr);
-      if (client < 0) {
-        if (stopping_) return;
-        continue;
-      }
-      const int server = connect_blocking(target_);
-      std::lock_guard<std::mutex> lock(mutex_);
-      fds_.push_back(client);
-      if (server < 0) {
-        ::shutdown(client, SHUT_RDWR);
-        continue;
-      }
-      fds_.push_back(server);
-      // Only the first connection is attacked (the ring and the relay make one).
-      const bool first = connections_++ == 0;
-      threads_.emplace_back([this, client, server, first] { pump(client, server, 1, first && plan_.client_to_server); });
-      threads_.emplace_back([this, client, server, first] { pump(server, client, 2, first && !plan_.client_to_server); });
-    }
-  }
-
-  // Copies one direction; `attack` says whether the plan applies to it.
-  void pump(int from, int to, int handshake_frames, bool attack) {
-    auto forward = [&](const std::string& bytes) { return send_all(to, bytes.data(), bytes.size()); };
-    auto read = [&](std::size_t n, std::string& out) {
-      out.assign(n, '\0');
-      return n == 0 || recv_all(from, out.data(), n);
-    };
-    std::string prefix, body;
-    for (int i = 0; i < handshake_frames; ++i) {
-      if (!read(4, prefix)) return finish(from, to);
-      const auto* p = reinterpret_cast<const unsigned char*>(prefix.data());
-      const std::size_t n = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
-      if (!read(n, body) || !forward(prefix + body)) return finish(from, to);
-    }
-    const std::size_t first = plan_.record, n = plan_.records_per_frame;
-    std::vector<std::string> held;  // swap_frames: the first frame, sent after the second
-    for (std::size_t index = 0;; ++index) {
-      if (!read(wire::kRecordPrefixBytes, prefix)) return finish(from, to);
-      const auto* p = reinterpret_cast<const unsigned char*>(prefix.data());
-      const std::size_t length = std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) |
-                                 (std::size_t{p[3]} << 24);
-      if (!read(length + kAeadTagBytes, body)) return finish(from, to);
-      std::string record = prefix + body;
-      if (attack && plan_.attack != Attack::none && index >= first && index < first + 2 * n) {
-        const bool in_first_frame = index < first + n;
-        switch (plan_.attack) {
-          case Attack::flip_bit:
-            if (index == first) {
-              record[wire::kRecordPrefixBytes + body.size() / 2] ^= 0x10;  // ciphertext, or tag when empty
-              attacked_ = true;
-            }
-            break;
-          case Attack::replay_frame:
-            if (in_first_frame) {
-              held.push_back(record);
-              if (held.size() == n) {  // the frame went through once: send it again
-                if (!forward(record)) return finish(from, to);
-                for (const auto& r : held)
-                  if (!forward(r)) return finish(from, to);
-                attacked_ = true;
-                continue;
-              }
-            }
-            break;
-          case Attack::drop_frame:
-            if (in_first_frame) {
-              if (index + 1 == first + n) attacked_ = true;
-              continue;
-            }
-            break;
-          case Attack::swap_frames:
-            if (in_first_frame) {
-              held.push_back(record);
-              continue;
-            }
-            if (index + 1 == first + 2 * n) {  // the second frame is through: now the first
-              if (!forward(record)) return finish(from, to);
-              for (const auto& r : held)
-                if (!forward(r)) return finish(from, to);
-              attacked_ = true;
-              continue;
-            }
-            break;
-          case Attack::none: break;
-        }
-      }
-      if (!forward(record)) return finish(from, to);
-    }
-  }
-  void finish(int from, int to) {
-    ::shutdown(from, SHUT_RDWR);
-    ::shutdown(to, SHUT_RDWR);
-  }
-
-  std::uint16_t target_;
-  AttackPlan plan_;
-  int listen_fd_ = -1;
-  std::uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false}, attacked_{false};
-  std::size_t connections_ = 0;  // under mutex_
-  std::mutex mutex_;
-  std::vector<int> fds_;
-  std::list<std::thread> threads_;
-  std::thread acceptor_;
-};
 
 // ---------------------------------------------------------------------------
 // The tcp ring: rank 0 reaches rank 1 through the proxy (rank 1 reaches
@@ -283,7 +126,7 @@ TEST_P(ClusterMitmRing, FailsTheAllreduceOnBothRanksNamingTheRecord) {
 INSTANTIATE_TEST_SUITE_P(Attacks, ClusterMitmRing,
                          ::testing::Values(Attack::flip_bit, Attack::replay_frame, Attack::drop_frame,
                                            Attack::swap_frames),
-                         [](const ::testing::TestParamInfo<Attack>& p) { return attack_name(p.param); });
+                         [](const ::testing::TestParamInfo<Attack>& p) { return troupe::testing::attack_name(p.param); });
 
 // ---------------------------------------------------------------------------
 // The gate: client -> relay -> proxy -> gate -> echo server (CAF's port).
