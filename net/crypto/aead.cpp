@@ -8,23 +8,11 @@
 #include <stdexcept>
 
 #include "net/crypto/crypto.hpp"
+#include "net/crypto/openssl_error.hpp"
 
 namespace troupe::net {
 
 namespace {
-// As crypto.cpp's: the oldest error on the queue, the queue cleared.
-[[noreturn]] void fail(const char* call) {
-  const unsigned long code = ERR_get_error();
-  std::string detail = "no detail";
-  if (code != 0) {
-    char text[256];
-    ERR_error_string_n(code, text, sizeof text);
-    detail = text;
-  }
-  ERR_clear_error();
-  throw std::runtime_error(std::string("OpenSSL ") + call + " failed: " + detail);
-}
-
 // EVP_*Update take an int length: feed larger buffers in pieces.
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
@@ -54,7 +42,7 @@ AeadDirection::AeadDirection(std::string_view key) : ctx_(std::make_unique<Conte
                                 std::to_string(key.size()));
   ctx_->key = std::string(key);
   ctx_->cipher = EVP_CIPHER_CTX_new();
-  if (ctx_->cipher == nullptr) fail("EVP_CIPHER_CTX_new");
+  if (ctx_->cipher == nullptr) openssl_fail("EVP_CIPHER_CTX_new");
 }
 
 AeadDirection::~AeadDirection() = default;
@@ -83,21 +71,21 @@ void AeadDirection::seal(const void* aad, std::size_t aad_bytes, const void* in,
   // only the nonce.
   const bool first = begin(Mode::seal);
   if (EVP_EncryptInit_ex(c, first ? EVP_aes_256_gcm() : nullptr, nullptr, first ? key : nullptr, iv) != 1)
-    fail("EVP_EncryptInit_ex(aes-256-gcm)");
+    openssl_fail("EVP_EncryptInit_ex(aes-256-gcm)");
   int n = 0;
   if (aad_bytes > 0 &&
       EVP_EncryptUpdate(c, nullptr, &n, static_cast<const unsigned char*>(aad), static_cast<int>(aad_bytes)) != 1)
-    fail("EVP_EncryptUpdate(aad)");
+    openssl_fail("EVP_EncryptUpdate(aad)");
   const auto* src = static_cast<const unsigned char*>(in);
   auto* dst = static_cast<unsigned char*>(out);
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t piece = std::min(kPiece, bytes - done);
-    if (EVP_EncryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) fail("EVP_EncryptUpdate");
+    if (EVP_EncryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) openssl_fail("EVP_EncryptUpdate");
     done += piece;
   }
-  if (EVP_EncryptFinal_ex(c, dst + bytes, &n) != 1) fail("EVP_EncryptFinal_ex");
+  if (EVP_EncryptFinal_ex(c, dst + bytes, &n) != 1) openssl_fail("EVP_EncryptFinal_ex");
   if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kAeadTagBytes), tag) != 1)
-    fail("EVP_CIPHER_CTX_ctrl(GET_TAG)");
+    openssl_fail("EVP_CIPHER_CTX_ctrl(GET_TAG)");
 }
 
 bool AeadDirection::open(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
@@ -109,22 +97,22 @@ bool AeadDirection::open(const void* aad, std::size_t aad_bytes, const void* in,
   const auto* key = reinterpret_cast<const unsigned char*>(ctx_->key.data());
   const bool first = begin(Mode::open);
   if (EVP_DecryptInit_ex(c, first ? EVP_aes_256_gcm() : nullptr, nullptr, first ? key : nullptr, iv) != 1)
-    fail("EVP_DecryptInit_ex(aes-256-gcm)");
+    openssl_fail("EVP_DecryptInit_ex(aes-256-gcm)");
   int n = 0;
   if (aad_bytes > 0 &&
       EVP_DecryptUpdate(c, nullptr, &n, static_cast<const unsigned char*>(aad), static_cast<int>(aad_bytes)) != 1)
-    fail("EVP_DecryptUpdate(aad)");
+    openssl_fail("EVP_DecryptUpdate(aad)");
   const auto* src = static_cast<const unsigned char*>(in);
   auto* dst = static_cast<unsigned char*>(out);
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t piece = std::min(kPiece, bytes - done);
-    if (EVP_DecryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) fail("EVP_DecryptUpdate");
+    if (EVP_DecryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) openssl_fail("EVP_DecryptUpdate");
     done += piece;
   }
   unsigned char expected[kAeadTagBytes];
   std::copy(tag, tag + kAeadTagBytes, expected);
   if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kAeadTagBytes), expected) != 1)
-    fail("EVP_CIPHER_CTX_ctrl(SET_TAG)");
+    openssl_fail("EVP_CIPHER_CTX_ctrl(SET_TAG)");
   // The tag is compared inside OpenSSL, in constant time.
   if (EVP_DecryptFinal_ex(c, dst + bytes, &n) != 1) {
     ERR_clear_error();

@@ -138,6 +138,14 @@ class MitmProxy {
     const std::size_t n = plan_.records_per_frame;
     bool counting = !plan_.wait_for_arm;
     std::vector<std::string> held;  // replay and swap: the first frame
+    // Sends `record`, then the held frame: the attack is done.
+    auto forward_then_held = [&](const std::string& record) {
+      if (!forward(record)) return false;
+      for (const auto& r : held)
+        if (!forward(r)) return false;
+      attacked_ = true;
+      return true;
+    };
     for (std::size_t index = 0;; ++index) {
       if (!counting && armed_) {
         counting = true;
@@ -162,10 +170,7 @@ class MitmProxy {
             if (in_first_frame) {
               held.push_back(record);
               if (held.size() == n) {  // the frame went through once: send it again
-                if (!forward(record)) return finish(from, to);
-                for (const auto& r : held)
-                  if (!forward(r)) return finish(from, to);
-                attacked_ = true;
+                if (!forward_then_held(record)) return finish(from, to);
                 continue;
               }
             }
@@ -182,10 +187,7 @@ class MitmProxy {
               continue;
             }
             if (index + 1 == first + 2 * n) {  // the second frame is through: now the first
-              if (!forward(record)) return finish(from, to);
-              for (const auto& r : held)
-                if (!forward(r)) return finish(from, to);
-              attacked_ = true;
+              if (!forward_then_held(record)) return finish(from, to);
               continue;
             }
             break;
