@@ -18,7 +18,7 @@
 // is the median over the repetitions, after the warm-up ones. Prints one
 // RESULT line per size, with cpu_ms: the CPU time (user + system, all of
 // rank 0's threads) per timed repetition, a figure that a loaded machine
-// disturbs far less than the wall-clock time.
+// disturbs far less than the wall-clock time, and its two parts.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,13 +77,16 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// User and system time of this process, all threads.
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
+// User and system time of this process, all threads, in seconds.
+struct Cpu {
+  double user = 0, system = 0;
+  static Cpu now() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return {s(u.ru_utime), s(u.ru_stime)};
+  }
+};
 
 int run_rank(const Options& o, int rank, const std::vector<std::string>& addresses, int listen_fd) {
   TcpGroupConfig config;
@@ -102,16 +105,18 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
     const auto n = static_cast<std::int64_t>(mb * 1024 * 1024 / 4);
     Tensor t = Tensor::full(Shape{n}, 1.0f);
     std::vector<double> seconds;
-    double cpu_start = 0;
+    Cpu cpu_start;
     for (int k = 0; k < o.warmup + o.reps; ++k) {
-      if (k == o.warmup) cpu_start = cpu_seconds();
+      if (k == o.warmup) cpu_start = Cpu::now();
       wait(group->barrier());
       const auto start = Clock::now();
       wait(group->allreduce(t, ReduceOp::mean));  // mean: the values stay 1
       const std::chrono::duration<double> took = Clock::now() - start;
       if (k >= o.warmup) seconds.push_back(took.count());
     }
-    const double cpu_ms = (cpu_seconds() - cpu_start) / o.reps * 1e3;
+    const Cpu cpu_end = Cpu::now();
+    const double user_ms = (cpu_end.user - cpu_start.user) / o.reps * 1e3;
+    const double sys_ms = (cpu_end.system - cpu_start.system) / o.reps * 1e3;
     if (t.f32()[n - 1] != 1.0f) {
       std::cerr << "rank " << rank << ": wrong result " << t.f32()[n - 1] << "\n";
       return 1;
@@ -122,9 +127,9 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
       const double algbw = static_cast<double>(n) * 4 / median / 1e9;
       const double busbw = algbw * 2.0 * (o.world - 1) / o.world;
       std::printf("RESULT troupe tcp-allreduce%s world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
-                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f\n",
+                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f\n",
                   o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
-                  seconds.back() * 1e3, cpu_ms);
+                  seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms);
       std::fflush(stdout);
     }
   }
