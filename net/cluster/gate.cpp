@@ -24,6 +24,7 @@
 
 #include "net/control/address.hpp"
 #include "net/tcp/sealed.hpp"
+#include "net/tcp/tcp.hpp"  // listen_tcp
 #include "net/tcp/wire.hpp"
 
 namespace troupe::net {
@@ -34,11 +35,7 @@ constexpr std::size_t kMagicBytes = sizeof(kGateMagic) - 1;
 constexpr std::size_t kSpliceBufferBytes = std::size_t{256} << 10;
 constexpr unsigned char kAdmitted = 1, kRefused = 0;
 
-std::string errno_text(int err) {
-  if (err == ECONNRESET) return "connection reset by peer";
-  if (err == EPIPE) return "connection closed (broken pipe)";
-  return std::strerror(err);
-}
+using wire::errno_text;
 
 // Text from the peer, fit for a log line: control bytes become '?', and it
 // is cut at 512 bytes.
@@ -246,44 +243,12 @@ struct WakePipe {
   }
 };
 
-// Binds and listens on `address`; EADDRINUSE gets advice.
+// listen_tcp (EADDRINUSE gets advice there), non-blocking: the accept
+// loops poll() it with a wake-up pipe.
 int listen_on(const std::string& address, std::uint16_t* port) {
-  const HostPort hp = parse_host_port(address);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(hp.port);
-  const int rc = ::getaddrinfo(hp.host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0) throw std::runtime_error("cannot listen on " + address + ": cannot resolve: " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-      ::freeaddrinfo(found);
-      return fd;
-    }
-    const int err = errno;
-    ::close(fd);
-    error = err == EADDRINUSE ? "port " + service +
-                                    " is already in use by another process (see which one holds it with "
-                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
-                              : std::strerror(err);
-  }
-  ::freeaddrinfo(found);
-  throw std::runtime_error("cannot listen on " + address + ": " + error);
+  const int fd = listen_tcp(address, port);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+  return fd;
 }
 
 // Waits for a connection on listen_fd or a byte on wake_fd. Returns the

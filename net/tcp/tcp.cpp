@@ -1047,7 +1047,7 @@ int listen_tcp(const std::string& address, std::uint16_t* port) {
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
@@ -1057,8 +1057,13 @@ int listen_tcp(const std::string& address, std::uint16_t* port) {
       ::freeaddrinfo(found);
       return fd;
     }
-    error = std::strerror(errno);
+    const int err = errno;
     ::close(fd);
+    const std::string service = address.substr(colon + 1);
+    error = err == EADDRINUSE ? "port " + service +
+                                    " is already in use by another process (see which one holds it with "
+                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
+                              : std::strerror(err);
   }
   ::freeaddrinfo(found);
   throw std::runtime_error("cannot listen on " + address + ": " + error);

@@ -138,12 +138,13 @@ class MitmProxy {
     const std::size_t n = plan_.records_per_frame;
     bool counting = !plan_.wait_for_arm;
     std::vector<std::string> held;  // replay and swap: the first frame
-    // Sends `record`, then the held frame: the attack is done.
+    // Sends `record`, then the held frame (the receiver may hang up at its
+    // first record, so the attack counts as done once that is on its way).
     auto forward_then_held = [&](const std::string& record) {
       if (!forward(record)) return false;
+      attacked_ = true;
       for (const auto& r : held)
         if (!forward(r)) return false;
-      attacked_ = true;
       return true;
     };
     for (std::size_t index = 0;; ++index) {
@@ -186,6 +187,9 @@ class MitmProxy {
               held.push_back(record);
               continue;
             }
+            // The second frame goes first: the receiver may give up at its
+            // first record, before the rest of it comes by.
+            if (index == first + n) attacked_ = true;
             if (index + 1 == first + 2 * n) {  // the second frame is through: now the first
               if (!forward_then_held(record)) return finish(from, to);
               continue;
