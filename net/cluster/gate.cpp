@@ -351,6 +351,13 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   HandshakeResult r;
   r.peer_address = wire::peer_address(fd);
   r.peer_host = socket_host(fd, true);
+  // Without a secret both ends insist on loopback: a joiner would otherwise
+  // talk, unauthenticated and unsealed, to whatever answers at a remote
+  // address.
+  if (std::string refusal = peer_refusal(config.secret, r.peer_host); !refusal.empty()) {
+    r.reason = std::move(refusal);
+    return r;
+  }
   const char* doing = "reading the gate's challenge";
   try {
     Joiner joiner(config.secret, config.identity);

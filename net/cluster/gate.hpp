@@ -32,7 +32,8 @@
 //   ◄── field(JoinResponse) field(version) ─────
 //   checks, in order: the proof (auth.hpp's Acceptor::verify: the secret on
 //   one side only, or a proof that does not match, is refused),
-//   peer_refusal (no secret: loopback peers only), the troupe version (must
+//   peer_refusal (no secret: loopback peers only; the joiner checks the
+//   same before it reads anything), the troupe version (must
 //   be equal; only a peer that passed the first two learns it), then
 //   GateConfig::admit
 //   ── status 1, field(identity), field(accept proof) ──►   admitted

@@ -5,6 +5,9 @@
 // server, stop() with live connections, and the handshake as the tcp
 // backend's authentication hook.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -92,6 +95,43 @@ TEST(ClusterGate, RoundTripsWithoutSecretOnLoopback) {
   EXPECT_EQ(gate.admitted(), 1u);
   EXPECT_EQ(gate.refused(), 0u);
   EXPECT_TRUE(log.has({"admitted", "127.0.0.1:", "'worker/a'"})) << log.all();
+}
+
+// An IPv4 address of this host that is not loopback, "" when it has none.
+std::string non_loopback_ipv4() {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = all; a && found.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    if (!is_loopback(text)) found = text;
+  }
+  ::freeifaddrs(all);
+  return found;
+}
+
+// Without a secret nothing crosses hosts: the joiner refuses a gate at a
+// non-loopback address before it reads a byte (so it never talks,
+// unauthenticated and unsealed, to whatever answers there), and the gate
+// would refuse it too.
+TEST(ClusterGate, WithoutSecretTheJoinerRefusesAGateThatIsNotOnLoopback) {
+  const std::string host = non_loopback_ipv4();
+  if (host.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+  EchoServer echo;
+  Log log;
+  GateConfig g = gate_config(echo.port(), handshake("coordinator"), &log);
+  g.listen_address = "0.0.0.0:0";
+  Gate gate(g);
+  JoinRelayConfig r = relay_config(gate.port(), handshake("worker/a"));
+  r.gate_address = host + ":" + std::to_string(gate.port());
+  const std::string error = error_of([&] { JoinRelay relay(r); });
+  EXPECT_NE(error.find("refusing peer " + host), std::string::npos) << error;
+  EXPECT_NE(error.find("only loopback peers"), std::string::npos) << error;
+  EXPECT_TRUE(eventually([&] { return gate.refused() == 1; })) << log.all();
+  EXPECT_EQ(gate.admitted(), 0u);
+  EXPECT_EQ(echo.connections(), 0u);
 }
 
 TEST(ClusterGate, RoundTripsWithSecretAndLaterConnectionsHandshakeAgain) {
