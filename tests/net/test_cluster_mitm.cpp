@@ -27,6 +27,7 @@
 #include "net/tcp/sealed.hpp"
 #include "net/tcp/tcp.hpp"
 #include "tests/net/test_cluster_support.hpp"
+#include "tests/net/test_tcp_support.hpp"
 #include "tests/support/mitm_proxy.hpp"
 
 namespace troupe::net {
@@ -127,6 +128,51 @@ INSTANTIATE_TEST_SUITE_P(Attacks, ClusterMitmRing,
                          ::testing::Values(Attack::flip_bit, Attack::replay_frame, Attack::drop_frame,
                                            Attack::swap_frames),
                          [](const ::testing::TestParamInfo<Attack>& p) { return troupe::testing::attack_name(p.param); });
+
+// The same attack on a ring of three processes: rank 0 reaches rank 1
+// through the proxy. Every rank's all-reduce fails (rank 1 reads the altered
+// record, the others lose their connections when it gives up) and every
+// process ends within seconds; none prints a result.
+TEST(ClusterMitm, AFlippedBitFailsAThreeProcessRingWithinSeconds) {
+  AttackPlan plan;
+  plan.attack = Attack::flip_bit;
+  plan.record = 2;  // the first payload rank 0 sends
+  MitmProxy proxy(0, plan);
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_processes(
+      3,
+      [&](int r, Listeners& l, int out) {
+        TcpGroupConfig c = config_for(l, r, 10s);
+        if (r == 0) c.addresses[1] = proxy.address();
+        c.authenticate = handshake_hook(handshake("rank/" + std::to_string(r), kSecretText));
+        Tensor t = Tensor::full(Shape{std::int64_t{3} << 20}, 1.0f);
+        std::string line;
+        int code = 0;
+        try {
+          auto group = make_tcp_group(c);
+          group->allreduce(t, ReduceOp::sum)->wait(Clock::now() + 15s);
+          line = "returned a result\n";
+        } catch (const std::exception& e) {
+          line = std::string("failed: ") + e.what() + "\n";
+          code = 1;
+        }
+        (void)!::write(out, line.data(), line.size());
+        return code;
+      },
+      {}, 30s, [&](Listeners& l) {
+        const std::string& rank1 = l.addresses[1];
+        proxy.set_target(static_cast<std::uint16_t>(std::stoi(rank1.substr(rank1.rfind(':') + 1))));
+      });
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(proxy.attacked());
+  for (int r = 0; r < 3; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 1) << "rank " << r << ": " << res.output;
+    EXPECT_EQ(res.output.find("returned a result"), std::string::npos) << "rank " << r << ": " << res.output;
+  }
+  EXPECT_NE(results[1].output.find("failed authentication"), std::string::npos) << results[1].output;
+  EXPECT_LT(took, 20s);
+}
 
 // ---------------------------------------------------------------------------
 // The gate: client -> relay -> proxy -> gate -> echo server (CAF's port).

@@ -153,10 +153,14 @@ struct ChildResult {
 // exits with its return value. The reference data the body uses is computed
 // in the parent before the fork. `after_start(pids)` runs in the parent
 // (e.g. to kill one). Children still alive after `limit` are killed.
+// `before_fork(listeners)` runs in the parent once the listeners are bound
+// (e.g. to point a proxy at one of them).
 inline std::vector<ChildResult> run_processes(int world, const std::function<int(int, Listeners&, int)>& body,
                                               const std::function<void(std::vector<pid_t>&)>& after_start = {},
-                                              std::chrono::seconds limit = 60s) {
+                                              std::chrono::seconds limit = 60s,
+                                              const std::function<void(Listeners&)>& before_fork = {}) {
   Listeners l(world);
+  if (before_fork) before_fork(l);
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r = 0; r < world; ++r) {

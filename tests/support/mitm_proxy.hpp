@@ -91,6 +91,9 @@ class MitmProxy {
   bool attacked() const { return attacked_; }
   // With AttackPlan::wait_for_arm: attack from the next record on.
   void arm() { armed_ = true; }
+  // Where later clients are connected to (for a target bound after the
+  // proxy was made).
+  void set_target(std::uint16_t target) { target_ = target; }
 
  private:
   void accept_loop() {
@@ -206,7 +209,7 @@ class MitmProxy {
     ::shutdown(to, SHUT_RDWR);
   }
 
-  std::uint16_t target_;
+  std::atomic<std::uint16_t> target_;
   AttackPlan plan_;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
