@@ -1,5 +1,6 @@
 #include "net/crypto/aead.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 
@@ -33,7 +34,10 @@ LinkKeys link_keys(std::string_view session_key, bool acceptor) {
 struct AeadDirection::Context {
   EVP_CIPHER_CTX* cipher = nullptr;
   std::string key;
-  ~Context() { EVP_CIPHER_CTX_free(cipher); }
+  ~Context() {
+    EVP_CIPHER_CTX_free(cipher);  // clears its key schedule
+    OPENSSL_cleanse(key.data(), key.size());
+  }
 };
 
 AeadDirection::AeadDirection(std::string_view key) : ctx_(std::make_unique<Context>()) {
