@@ -11,8 +11,8 @@
 //   chief   the coordinator (TF's chief owns checkpoints and membership, as
 //           troupe's coordinator does). At most one entry. It also trains.
 //   worker  training nodes. Without a chief, worker[0] is the coordinator.
-//   ps      hosts for parameter-server (reducer) shards in async/ssp mode;
-//           they train nothing. Without a ps list the reducer runs on the
+//   ps      hosts for parameter-server shards in async/ssp mode;
+//           they train nothing. Without a ps list the parameter server runs on the
 //           coordinator.
 // Training nodes are ranked chief first, then the workers in list order;
 // rank 0 is the coordinator.
