@@ -130,9 +130,11 @@ class CoordinatorCluster final : public ClusterHooks {
     log_("coordinator listening on " + options_.listen + " (troupe " + TROUPE_VERSION + ", job " +
          identity_.fingerprint.substr(0, 12) + ", data plane " + data_address_ + ")");
     if (!secret_.configured())
-      log_("no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted");
+      log_("no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted, and links are "
+           "not sealed");
     else
-      log_("cluster secret from " + secret_.origin());
+      log_("cluster secret from " + secret_.origin() +
+           ": every link to another node is sealed after the handshake (AES-256-GCM)");
     if (options_.start_nodes > 1) log_("waiting for " + std::to_string(options_.start_nodes - 1) + " more node(s)");
 
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;

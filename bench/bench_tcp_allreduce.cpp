@@ -5,12 +5,21 @@
 // from ../shared/anchors/torch_anchor.py, which uses the same MB = 2^20
 // bytes).
 //
-//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024]
+//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024] [--sealed]
+//
+// --sealed runs the cluster handshake with a secret on every ring
+// connection (net/cluster/gate.hpp's handshake_hook, as `troupe node` does
+// with --secret-file), so every frame travels in AES-256-GCM records
+// (net/tcp/sealed.hpp); without it the ring is plaintext with a CRC-32C per
+// payload, as on loopback without a secret.
 //
 // Each repetition: barrier, then one allreduce (sum) timed on rank 0, which
 // finishes with the last all-gather step like every other rank. The figure
 // is the median over the repetitions, after the warm-up ones. Prints one
-// RESULT line per size.
+// RESULT line per size, with cpu_ms: the CPU time (user + system, all of
+// rank 0's threads) per timed repetition, a figure that a loaded machine
+// disturbs far less than the wall-clock time, and its two parts.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "net/cluster/gate.hpp"
 #include "net/tcp/tcp.hpp"
 
 using troupe::kernels::Shape;
@@ -37,6 +47,7 @@ struct Options {
   int reps = 15;
   int warmup = 3;
   std::size_t chunk_kb = 1024;
+  bool sealed = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -51,6 +62,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
+    else if (a == "--sealed") o.sealed = true;
     else if (a == "--sizes") {
       o.sizes_mb.clear();
       std::stringstream s(value());
@@ -58,12 +70,23 @@ Options parse(int argc, char** argv) {
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
       throw std::invalid_argument("unknown argument " + a +
-                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb)");
+                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed)");
     }
   }
   if (o.world < 2 || o.reps < 1) throw std::invalid_argument("--world must be >= 2 and --reps >= 1");
   return o;
 }
+
+// User and system time of this process, all threads, in seconds.
+struct Cpu {
+  double user = 0, system = 0;
+  static Cpu now() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return {s(u.ru_utime), s(u.ru_stime)};
+  }
+};
 
 int run_rank(const Options& o, int rank, const std::vector<std::string>& addresses, int listen_fd) {
   TcpGroupConfig config;
@@ -73,19 +96,27 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
   config.options.timeout = std::chrono::seconds(60);
   config.chunk_bytes = o.chunk_kb * 1024;
   config.listen_fd = listen_fd;
+  if (o.sealed)
+    config.authenticate = handshake_hook(
+        HandshakeConfig{Secret::from_text("bench_tcp_allreduce"), "bench", "rank/" + std::to_string(rank)});
   auto group = make_tcp_group(config);
   const auto wait = [](const std::shared_ptr<Work>& w) { w->wait(Clock::now() + std::chrono::seconds(60)); };
   for (double mb : o.sizes_mb) {
     const auto n = static_cast<std::int64_t>(mb * 1024 * 1024 / 4);
     Tensor t = Tensor::full(Shape{n}, 1.0f);
     std::vector<double> seconds;
+    Cpu cpu_start;
     for (int k = 0; k < o.warmup + o.reps; ++k) {
+      if (k == o.warmup) cpu_start = Cpu::now();
       wait(group->barrier());
       const auto start = Clock::now();
       wait(group->allreduce(t, ReduceOp::mean));  // mean: the values stay 1
       const std::chrono::duration<double> took = Clock::now() - start;
       if (k >= o.warmup) seconds.push_back(took.count());
     }
+    const Cpu cpu_end = Cpu::now();
+    const double user_ms = (cpu_end.user - cpu_start.user) / o.reps * 1e3;
+    const double sys_ms = (cpu_end.system - cpu_start.system) / o.reps * 1e3;
     if (t.f32()[n - 1] != 1.0f) {
       std::cerr << "rank " << rank << ": wrong result " << t.f32()[n - 1] << "\n";
       return 1;
@@ -95,10 +126,10 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
       const double median = seconds[seconds.size() / 2];
       const double algbw = static_cast<double>(n) * 4 / median / 1e9;
       const double busbw = algbw * 2.0 * (o.world - 1) / o.world;
-      std::printf("RESULT troupe tcp-allreduce world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
-                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f\n",
-                  o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
-                  seconds.back() * 1e3);
+      std::printf("RESULT troupe tcp-allreduce%s world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
+                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f\n",
+                  o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
+                  seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms);
       std::fflush(stdout);
     }
   }

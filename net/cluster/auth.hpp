@@ -39,10 +39,12 @@
 //
 // After a successful handshake with a secret both sides hold the same
 // session_key, HMAC(s, "troupe-session-v1" || nonce_a || nonce_j || identity),
-// fresh per connection, for authenticating later frames. The handshake alone
-// authenticates the peers when the connection is made; it does not protect
-// what follows against an active man in the middle unless those frames are
-// MACed with the session key (or the link is otherwise protected).
+// fresh per connection. The handshake alone authenticates the peers when the
+// connection is made; what follows is protected because both transports
+// that use it (the gate's splice and the tcp ring, net/cluster/gate.hpp)
+// seal every later byte with keys derived from the session key
+// (net/crypto/aead.hpp's link_keys: one AES-256-GCM key per direction;
+// net/tcp/sealed.hpp's records).
 //
 // Without a secret on either side the handshake only agrees that neither has
 // one; the caller must then accept loopback peers only (peer_refusal()).

@@ -23,6 +23,8 @@
 #include <utility>
 
 #include "net/control/address.hpp"
+#include "net/tcp/sealed.hpp"
+#include "net/tcp/tcp.hpp"  // listen_tcp
 #include "net/tcp/wire.hpp"
 
 namespace troupe::net {
@@ -33,11 +35,7 @@ constexpr std::size_t kMagicBytes = sizeof(kGateMagic) - 1;
 constexpr std::size_t kSpliceBufferBytes = std::size_t{256} << 10;
 constexpr unsigned char kAdmitted = 1, kRefused = 0;
 
-std::string errno_text(int err) {
-  if (err == ECONNRESET) return "connection reset by peer";
-  if (err == EPIPE) return "connection closed (broken pipe)";
-  return std::strerror(err);
-}
+using wire::errno_text;
 
 // Text from the peer, fit for a log line: control bytes become '?', and it
 // is cut at 512 bytes.
@@ -245,44 +243,12 @@ struct WakePipe {
   }
 };
 
-// Binds and listens on `address`; EADDRINUSE gets advice.
+// listen_tcp (EADDRINUSE gets advice there), non-blocking: the accept
+// loops poll() it with a wake-up pipe.
 int listen_on(const std::string& address, std::uint16_t* port) {
-  const HostPort hp = parse_host_port(address);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(hp.port);
-  const int rc = ::getaddrinfo(hp.host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0) throw std::runtime_error("cannot listen on " + address + ": cannot resolve: " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-      ::freeaddrinfo(found);
-      return fd;
-    }
-    const int err = errno;
-    ::close(fd);
-    error = err == EADDRINUSE ? "port " + service +
-                                    " is already in use by another process (see which one holds it with "
-                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
-                              : std::strerror(err);
-  }
-  ::freeaddrinfo(found);
-  throw std::runtime_error("cannot listen on " + address + ": " + error);
+  const int fd = listen_tcp(address, port);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+  return fd;
 }
 
 // Waits for a connection on listen_fd or a byte on wake_fd. Returns the
@@ -369,6 +335,7 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
     r.verdict = true;
     r.ok = refusal.empty();
     r.reason = refusal;
+    if (r.ok) r.keys = link_keys(auth.session_key, true);
     doing = "sending the verdict";
     write_frame(fd, verdict, deadline);
   } catch (const std::exception& e) {
@@ -384,6 +351,13 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   HandshakeResult r;
   r.peer_address = wire::peer_address(fd);
   r.peer_host = socket_host(fd, true);
+  // Without a secret both ends insist on loopback: a joiner would otherwise
+  // talk, unauthenticated and unsealed, to whatever answers at a remote
+  // address.
+  if (std::string refusal = peer_refusal(config.secret, r.peer_host); !refusal.empty()) {
+    r.reason = std::move(refusal);
+    return r;
+  }
   const char* doing = "reading the gate's challenge";
   try {
     Joiner joiner(config.secret, config.identity);
@@ -427,6 +401,7 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
       const AuthResult checked = joiner.verify(text);  // mutual: the gate proves the secret too
       r.ok = checked.ok;
       r.reason = checked.reason;
+      if (r.ok) r.keys = link_keys(checked.session_key, false);
     }
   } catch (const std::exception& e) {
     r.ok = false;
@@ -435,44 +410,102 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   return r;
 }
 
-std::function<void(int, bool, Deadline)> handshake_hook(HandshakeConfig config) {
+std::function<LinkKeys(int, bool, Deadline)> handshake_hook(HandshakeConfig config) {
   return [config = std::move(config)](int fd, bool accepting, Deadline deadline) {
     const HandshakeResult r =
         accepting ? accept_handshake(fd, config, deadline) : join_handshake(fd, config, deadline);
     if (!r.ok) throw std::runtime_error(r.reason);
+    return r.keys;
   };
 }
 
 // ---------------------------------------------------------------------------
 // Splicing.
 
-std::string splice(int a, int b, std::chrono::milliseconds drain) {
+std::string splice(int a, int b, const LinkKeys& keys, std::chrono::milliseconds drain) {
   // One direction: bytes read from `from` wait in [begin, end) of `buffer`
-  // until `to` takes them.
+  // until `to` takes them; with keys, sealed into records on the way to b
+  // and opened on the way from b (records still incomplete wait in `raw`).
+  constexpr std::size_t kRawBytes = 2 * (kSpliceRecordBytes + wire::kRecordOverhead);
   struct Direction {
+    Direction(int f, int t, const char* f_name, const char* t_name)
+        : from(f), to(t), from_name(f_name), to_name(t_name) {}
     int from, to;
     const char* from_name;
     const char* to_name;
     std::unique_ptr<char[]> buffer{new char[kSpliceBufferBytes]};
     std::size_t begin = 0, end = 0;
+    std::unique_ptr<wire::RecordSealer> sealer;
+    std::unique_ptr<wire::RecordOpener> opener;
+    std::unique_ptr<char[]> raw;
+    std::size_t raw_bytes = 0;
     std::size_t pending() const { return end - begin; }
-  };
-  // Room at the tail, or enough at the front to be worth moving the pending
-  // bytes there (at most once per half buffer drained).
-  auto has_room = [](const Direction& d) {
-    return d.end < kSpliceBufferBytes || d.begin >= kSpliceBufferBytes / 2;
+    // Room one read needs at the tail of `buffer`: a whole record when
+    // sealing or opening.
+    std::size_t needed() const {
+      return sealer ? kSpliceRecordBytes + wire::kRecordOverhead : opener ? kSpliceRecordBytes : 1;
+    }
+    // Room at the tail, or enough at the front to be worth moving the
+    // pending bytes there (at most once per half buffer drained).
+    bool has_room() const {
+      return kSpliceBufferBytes - end >= needed() ||
+             (begin >= kSpliceBufferBytes / 2 && kSpliceBufferBytes - pending() >= needed());
+    }
+    void make_room() {
+      if (kSpliceBufferBytes - end >= needed()) return;
+      std::memmove(buffer.get(), buffer.get() + begin, pending());
+      end -= begin;
+      begin = 0;
+    }
+    bool can_read() const { return opener ? raw_bytes < kRawBytes : has_room(); }
+    // Opens the whole records in `raw` while there is room for them; throws
+    // as RecordOpener::open.
+    void open_ready() {
+      std::size_t used = 0;
+      while (has_room()) {
+        make_room();
+        const auto opened = opener->open(raw.get() + used, raw_bytes - used, buffer.get() + end, kSpliceRecordBytes);
+        if (opened.consumed == 0) break;
+        end += opened.bytes;
+        used += opened.consumed;
+      }
+      std::memmove(raw.get(), raw.get() + used, raw_bytes - used);
+      raw_bytes -= used;
+    }
   };
   Direction dirs[2] = {{a, b, "a", "b"}, {b, a, "b", "a"}};
+  if (keys.protects()) {
+    dirs[0].sealer = std::make_unique<wire::RecordSealer>(keys.send);
+    dirs[1].opener = std::make_unique<wire::RecordOpener>(keys.receive);
+    dirs[1].raw.reset(new char[kRawBytes]);
+  }
   bool hung_up[2] = {false, false};  // POLLHUP/POLLERR seen while not reading it
   std::string ended;                 // set: no more reading, only draining
   Deadline drain_deadline{};
+  auto finish = [&](std::string why) {
+    if (ended.empty()) {
+      ended = std::move(why);
+      drain_deadline = Clock::now() + drain;
+    }
+  };
+  // Records that arrived whole but waited for room.
+  auto open_waiting = [&] {
+    Direction& d = dirs[1];
+    if (!d.opener || !ended.empty() || d.raw_bytes == 0) return;
+    try {
+      d.open_ready();
+    } catch (const std::exception& e) {
+      finish(std::string(d.from_name) + ": " + e.what());
+    }
+  };
 
   for (;;) {
+    open_waiting();
     if (!ended.empty() && dirs[0].pending() == 0 && dirs[1].pending() == 0) break;
     pollfd p[2] = {{a, 0, 0}, {b, 0, 0}};
     for (int i = 0; i < 2; ++i) {
       Direction& d = dirs[i];
-      if (ended.empty() && has_room(d)) p[i].events |= POLLIN;
+      if (ended.empty() && d.can_read()) p[i].events |= POLLIN;
       if (d.pending() > 0) p[1 - i].events |= POLLOUT;
     }
     for (int i = 0; i < 2; ++i)
@@ -492,27 +525,42 @@ std::string splice(int a, int b, std::chrono::milliseconds drain) {
     for (int i = 0; i < 2; ++i)
       if ((p[i].revents & (POLLHUP | POLLERR)) && !(p[i].events & POLLIN)) hung_up[i] = true;
 
-    auto finish = [&](std::string why) {
-      if (ended.empty()) {
-        ended = std::move(why);
-        drain_deadline = Clock::now() + drain;
-      }
-    };
     // Read what is ready, then write what is pending (a write right after
     // a read saves a poll() round when the other side can take it).
     for (int i = 0; i < 2; ++i) {
       Direction& d = dirs[i];
       if (!ended.empty() || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)) || !(p[i].events & POLLIN)) continue;
-      if (d.end == kSpliceBufferBytes) {  // full at the tail: move the rest to the front
-        std::memmove(d.buffer.get(), d.buffer.get() + d.begin, d.pending());
-        d.end -= d.begin;
-        d.begin = 0;
+      char* into;
+      std::size_t room;
+      if (d.opener) {
+        into = d.raw.get() + d.raw_bytes;
+        room = kRawBytes - d.raw_bytes;
+      } else {
+        d.make_room();
+        // Sealing: read a record's worth just past where its length prefix
+        // goes, and seal it in place.
+        into = d.buffer.get() + d.end + (d.sealer ? wire::kRecordPrefixBytes : 0);
+        room = d.sealer ? kSpliceRecordBytes : kSpliceBufferBytes - d.end;
       }
-      const ssize_t got = ::recv(d.from, d.buffer.get() + d.end, kSpliceBufferBytes - d.end, 0);
+      const ssize_t got = ::recv(d.from, into, room, 0);
       if (got > 0) {
-        d.end += static_cast<std::size_t>(got);
+        const auto bytes = static_cast<std::size_t>(got);
+        try {
+          if (d.sealer) {
+            d.sealer->seal(into, bytes, d.buffer.get() + d.end);
+            d.end += bytes + wire::kRecordOverhead;
+          } else if (d.opener) {
+            d.raw_bytes += bytes;
+            d.open_ready();
+          } else {
+            d.end += bytes;
+          }
+        } catch (const std::exception& e) {
+          finish(std::string(d.from_name) + ": " + e.what());
+        }
       } else if (got == 0) {
-        finish(std::string("closed by ") + d.from_name);
+        finish(std::string("closed by ") + d.from_name +
+               (d.raw_bytes > 0 ? " inside a record (" + std::to_string(d.raw_bytes) + " bytes of it dropped)" : ""));
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         finish(std::string(d.from_name) + ": " + errno_text(errno));
       }
@@ -587,8 +635,8 @@ void Gate::State::serve(ConnectionSet::Connection& c) {
     return;
   }
   if (!connections.adopt(c, fwd)) return;
-  log("admitted " + who + ", spliced to " + forward);
-  log("closed " + who + ": " + splice(fd, fwd));
+  log("admitted " + who + ", spliced to " + forward + (r.keys.protects() ? " (sealed)" : " (not sealed: no secret)"));
+  log("closed " + who + ": " + splice(fwd, fd, r.keys));
 }
 
 void Gate::State::accept_loop() {
@@ -651,6 +699,7 @@ struct JoinRelay::State {
   std::uint16_t port = 0;
   std::string local_host, gate_identity;
   int first_fd = -1;  // the authenticated socket, until the first local connection takes it
+  LinkKeys first_keys;  // its keys
   WakePipe wake;
   ConnectionSet connections;
   std::mutex log_mutex, stop_mutex;
@@ -661,7 +710,7 @@ struct JoinRelay::State {
   // Connects to the gate, and handshakes on that socket; both throw
   // std::runtime_error with the reason (the caller closes the socket).
   int connect(Deadline deadline);
-  void handshake(int fd, Deadline deadline);
+  LinkKeys handshake(int fd, Deadline deadline);  // the connection's keys
   void accept_loop();
 };
 
@@ -692,7 +741,7 @@ int JoinRelay::State::connect(Deadline deadline) {
   }
 }
 
-void JoinRelay::State::handshake(int fd, Deadline deadline) {
+LinkKeys JoinRelay::State::handshake(int fd, Deadline deadline) {
   const HandshakeResult r = join_handshake(fd, config.handshake, deadline);
   if (!r.ok) {
     throw std::runtime_error("joining the troupe gate at " + config.gate_address +
@@ -700,6 +749,7 @@ void JoinRelay::State::handshake(int fd, Deadline deadline) {
                              " failed: " + r.reason);
   }
   if (gate_identity.empty()) gate_identity = printable(r.peer_identity);
+  return r.keys;
 }
 
 void JoinRelay::State::accept_loop() {
@@ -708,14 +758,14 @@ void JoinRelay::State::accept_loop() {
     if (local == -2) return;
     if (local < 0) continue;
     const int first = std::exchange(first_fd, -1);
-    const bool started = connections.start(local, [this, first](ConnectionSet::Connection& c) {
+    const bool started = connections.start(local, [this, first, keys = std::exchange(first_keys, {})](ConnectionSet::Connection& c) mutable {
       int remote = first;
       if (remote < 0) {  // a later connection: a connection and a handshake of its own
         const Deadline deadline = Clock::now() + config.timeout;
         try {
           remote = connect(deadline);
           if (!connections.adopt(c, remote)) return;  // registered first, so stop() wakes the handshake
-          handshake(remote, deadline);
+          keys = handshake(remote, deadline);
         } catch (const std::exception& e) {
           log(std::string("closed a local connection: ") + e.what());
           return;
@@ -723,8 +773,9 @@ void JoinRelay::State::accept_loop() {
       } else if (!connections.adopt(c, remote)) {
         return;
       }
-      log("spliced a local connection to " + config.gate_address);
-      log("closed a connection to " + config.gate_address + ": " + splice(c.fds[0], remote));
+      log("spliced a local connection to " + config.gate_address +
+          (keys.protects() ? " (sealed)" : " (not sealed: no secret)"));
+      log("closed a connection to " + config.gate_address + ": " + splice(c.fds[0], remote, keys));
     });
     if (!started) {
       if (first >= 0) ::close(first);
@@ -742,7 +793,7 @@ JoinRelay::JoinRelay(JoinRelayConfig config) : state_(std::make_shared<State>())
   const Deadline deadline = Clock::now() + s.config.timeout;
   s.first_fd = s.connect(deadline);
   try {
-    s.handshake(s.first_fd, deadline);
+    s.first_keys = s.handshake(s.first_fd, deadline);
   } catch (...) {
     ::close(std::exchange(s.first_fd, -1));
     throw;

@@ -32,7 +32,8 @@
 //   ◄── field(JoinResponse) field(version) ─────
 //   checks, in order: the proof (auth.hpp's Acceptor::verify: the secret on
 //   one side only, or a proof that does not match, is refused),
-//   peer_refusal (no secret: loopback peers only), the troupe version (must
+//   peer_refusal (no secret: loopback peers only; the joiner checks the
+//   same before it reads anything), the troupe version (must
 //   be equal; only a peer that passed the first two learns it), then
 //   GateConfig::admit
 //   ── status 1, field(identity), field(accept proof) ──►   admitted
@@ -45,13 +46,18 @@
 // peers, identities, versions and where a secret came from, never the secret
 // or a proof.
 //
-// What it does not do: frames after the handshake are not MACed, so an
-// active man in the middle on the network path can still take over an
-// established connection (auth.hpp says the same; run over a trusted network
-// or a tunnel). And a relay serves any local process on the worker host: a
-// local user who can connect to 127.0.0.1:relay_port reaches the coordinator
-// as that worker, just as a local user on the coordinator host can reach its
-// CAF port directly. Both ends trust their own host.
+// After the handshake, with a cluster secret, every byte between the relay
+// and the gate travels in sealed records (AES-256-GCM with per-direction
+// keys from the handshake's session key and record numbers as nonces,
+// net/tcp/sealed.hpp): a man in the middle can neither read the CAF traffic
+// nor alter, replay, reorder or drop a record without the connection being
+// dropped (and logged) at the first such record. Without a secret, peers
+// must be on loopback and the bytes are not sealed.
+//
+// What it does not do: a relay serves any local process on the worker host:
+// a local user who can connect to 127.0.0.1:relay_port reaches the
+// coordinator as that worker, just as a local user on the coordinator host
+// can reach its CAF port directly. Both ends trust their own host.
 //
 // Threads: the gate and the relay each have one thread accepting (poll() on
 // the listener and a wake-up pipe) and one thread per connection
@@ -69,6 +75,7 @@
 
 #include "net/cluster/auth.hpp"
 #include "net/collective/collective.hpp"  // Deadline
+#include "net/crypto/aead.hpp"            // LinkKeys
 
 namespace troupe::net {
 
@@ -96,6 +103,10 @@ struct HandshakeResult {
   // refused); false when the connection was dropped on the way (I/O error,
   // timeout, malformed frame, bad magic).
   bool verdict = false;
+  // When ok with a cluster secret: this end's keys for the connection
+  // (link_keys of the handshake's session key), for everything after the
+  // handshake. Empty without a secret.
+  LinkKeys keys;
 };
 
 // Optional extra check on the acceptor after the peer authenticated: a
@@ -111,8 +122,9 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
 HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline deadline);
 
 // For TcpGroupConfig::authenticate: runs accept_handshake or join_handshake
-// (by `accepting`) and throws std::runtime_error(reason) when it fails.
-std::function<void(int fd, bool accepting, Deadline deadline)> handshake_hook(HandshakeConfig config);
+// (by `accepting`), throws std::runtime_error(reason) when it fails, and
+// returns the connection's keys (empty without a secret).
+std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> handshake_hook(HandshakeConfig config);
 
 // ---------------------------------------------------------------------------
 // Splicing.
@@ -123,8 +135,14 @@ std::function<void(int fd, bool accepting, Deadline deadline)> handshake_hook(Ha
 // (the caller closes them). 256 KiB buffered each way. Returns at once when
 // either socket is shut down by another thread (how stop() wakes it).
 // Returns a short description of how it ended, for logs ("closed by a",
-// "b: connection reset by peer").
-std::string splice(int a, int b, std::chrono::milliseconds drain = std::chrono::seconds(10));
+// "b: connection reset by peer", "b: record 7 failed authentication: ...").
+//
+// With keys that protect, `b` is the connection that crosses hosts: what
+// goes to b is sealed into records of at most kSpliceRecordBytes
+// (net/tcp/sealed.hpp) and what comes from b is opened; a record that does
+// not open ends the splice at once, and nothing of it or after it reaches a.
+constexpr std::size_t kSpliceRecordBytes = std::size_t{64} << 10;
+std::string splice(int a, int b, const LinkKeys& keys = {}, std::chrono::milliseconds drain = std::chrono::seconds(10));
 
 // ---------------------------------------------------------------------------
 // The gate.

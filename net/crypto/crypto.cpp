@@ -1,5 +1,7 @@
 #include "net/crypto/crypto.hpp"
 
+#include "net/crypto/openssl_error.hpp"
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -15,10 +17,9 @@
 
 namespace troupe::net {
 
-namespace {
 // The oldest OpenSSL error on this thread's queue, or "no detail", and the
 // queue cleared so the next failure reports its own.
-[[noreturn]] void fail(const char* call) {
+void openssl_fail(const char* call) {
   const unsigned long code = ERR_get_error();
   std::string detail = "no detail";
   if (code != 0) {
@@ -29,6 +30,8 @@ namespace {
   ERR_clear_error();
   throw std::runtime_error(std::string("OpenSSL ") + call + " failed: " + detail);
 }
+
+namespace {
 
 const unsigned char* bytes_of(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 }  // namespace
@@ -43,21 +46,21 @@ struct Sha256::Context {
 
 Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
   ctx_->md = EVP_MD_CTX_new();
-  if (ctx_->md == nullptr) fail("EVP_MD_CTX_new");
-  if (EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1) fail("EVP_DigestInit_ex(sha256)");
+  if (ctx_->md == nullptr) openssl_fail("EVP_MD_CTX_new");
+  if (EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1) openssl_fail("EVP_DigestInit_ex(sha256)");
 }
 
 Sha256::~Sha256() = default;
 
 void Sha256::update(std::string_view bytes) {
-  if (EVP_DigestUpdate(ctx_->md, bytes.data(), bytes.size()) != 1) fail("EVP_DigestUpdate");
+  if (EVP_DigestUpdate(ctx_->md, bytes.data(), bytes.size()) != 1) openssl_fail("EVP_DigestUpdate");
 }
 
 std::string Sha256::finish() {
   std::string out(EVP_MAX_MD_SIZE, '\0');
   unsigned int n = 0;
   if (EVP_DigestFinal_ex(ctx_->md, reinterpret_cast<unsigned char*>(out.data()), &n) != 1)
-    fail("EVP_DigestFinal_ex");
+    openssl_fail("EVP_DigestFinal_ex");
   out.resize(n);
   return out;
 }
@@ -67,7 +70,7 @@ std::string sha256(std::string_view bytes) {
   unsigned int n = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), reinterpret_cast<unsigned char*>(out.data()), &n, EVP_sha256(),
                  nullptr) != 1)
-    fail("EVP_Digest(sha256)");
+    openssl_fail("EVP_Digest(sha256)");
   out.resize(n);
   return out;
 }
@@ -83,7 +86,7 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
   static const unsigned char empty = 0;
   if (HMAC(EVP_sha256(), key.empty() ? &empty : bytes_of(key), static_cast<int>(key.size()), bytes_of(message),
            message.size(), reinterpret_cast<unsigned char*>(out.data()), &n) == nullptr)
-    fail("HMAC(sha256)");
+    openssl_fail("HMAC(sha256)");
   out.resize(n);
   return out;
 }
@@ -92,10 +95,10 @@ std::string hkdf_sha256(std::string_view key, std::string_view salt, std::string
   if (length == 0 || length > 255 * 32)
     throw std::invalid_argument("HKDF-SHA256 output of " + std::to_string(length) + " bytes (1 to 8160)");
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr);
-  if (kdf == nullptr) fail("EVP_KDF_fetch(HKDF)");
+  if (kdf == nullptr) openssl_fail("EVP_KDF_fetch(HKDF)");
   EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
   EVP_KDF_free(kdf);
-  if (ctx == nullptr) fail("EVP_KDF_CTX_new(HKDF)");
+  if (ctx == nullptr) openssl_fail("EVP_KDF_CTX_new(HKDF)");
   // OSSL_PARAM takes non-const pointers but only reads these.
   std::string k(key), s(salt), i(info);
   char digest[] = "SHA256";
@@ -109,7 +112,7 @@ std::string hkdf_sha256(std::string_view key, std::string_view salt, std::string
   std::string out(length, '\0');
   const int ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
   EVP_KDF_CTX_free(ctx);
-  if (ok != 1) fail("EVP_KDF_derive(HKDF-SHA256)");
+  if (ok != 1) openssl_fail("EVP_KDF_derive(HKDF-SHA256)");
   return out;
 }
 
@@ -141,7 +144,7 @@ std::string random_bytes(std::size_t count) {
   while (done < count) {
     const std::size_t chunk = std::min<std::size_t>(count - done, INT_MAX);
     if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data() + done), static_cast<int>(chunk)) != 1)
-      fail("RAND_bytes");
+      openssl_fail("RAND_bytes");
     done += chunk;
   }
   return out;

@@ -1,5 +1,6 @@
-// The tcp collective backend (tcp.hpp): ring setup, the sender and receiver
-// threads, and the ring algorithms the calling thread runs on them.
+// The tcp collective backend (tcp.hpp): the sender and receiver threads, and
+// the ring algorithms the calling thread runs on them. The connections come
+// from ring_setup.cpp.
 //
 // One operation, on the calling thread:
 //   1. check the arguments (a bad one fails with invalid; nothing was sent);
@@ -16,9 +17,6 @@
 #include "net/tcp/tcp.hpp"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,18 +24,19 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <iostream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <utility>
 
+#include "net/tcp/ring_link.hpp"
+#include "net/tcp/ring_setup.hpp"
 #include "net/tcp/wire.hpp"
 
 namespace troupe::net {
 
 namespace {
 
+using namespace troupe::net::ring;
 using wire::FrameFields;
 using wire::IoError;
 
@@ -54,18 +53,6 @@ const char* kind_name(std::uint16_t kind) {
     case kSend: return "send";
   }
   return "an unknown operation";
-}
-
-std::string format_timeout(std::chrono::milliseconds timeout) {
-  const auto ms = timeout.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(ms) + " ms";
-}
-
-std::string hex(std::uint64_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << v;
-  return s.str();
 }
 
 // Staging slots for incoming partial sums: the receiver runs at most this
@@ -85,7 +72,7 @@ struct Broken {
 };
 
 struct SendJob {
-  FrameFields frame;  // length set; crc32c computed by the sender thread
+  FrameFields frame;  // length set; crc32c computed by the sender thread (plaintext links)
   const char* data = nullptr;
   Deadline deadline;
 };
@@ -114,7 +101,7 @@ int mod(int a, int w) { return ((a % w) + w) % w; }
 
 class TcpGroup final : public Collective {
  public:
-  TcpGroup(const TcpGroupConfig& config, int send_fd, int recv_fd);
+  TcpGroup(const TcpGroupConfig& config, Link send, Link recv);
   ~TcpGroup() override;
 
   int rank() const override { return rank_; }
@@ -213,8 +200,10 @@ class TcpGroup final : public Collective {
   const CollectiveOptions options_;
   const std::size_t chunk_bytes_;
   const std::vector<std::string> addresses_;
-  int send_fd_;  // to rank r+1
-  int recv_fd_;  // from rank r-1
+  Link send_link_;  // to rank r+1
+  Link recv_link_;  // from rank r-1
+  const int send_fd_;
+  const int recv_fd_;
   std::uint64_t next_seq_ = 0;
 
   std::mutex mu_;
@@ -238,10 +227,10 @@ class TcpGroup final : public Collective {
   std::thread receiver_;
 };
 
-TcpGroup::TcpGroup(const TcpGroupConfig& config, int send_fd, int recv_fd)
+TcpGroup::TcpGroup(const TcpGroupConfig& config, Link send, Link recv)
     : rank_(config.rank), world_(static_cast<int>(config.addresses.size())), job_id_(config.job_id),
       options_(config.options), chunk_bytes_(config.chunk_bytes), addresses_(config.addresses),
-      send_fd_(send_fd), recv_fd_(recv_fd) {
+      send_link_(std::move(send)), recv_link_(std::move(recv)), send_fd_(send_link_.fd), recv_fd_(recv_link_.fd) {
   if (world_ > 1) {
     staging_.assign(kStagingSlots, std::vector<char>(chunk_bytes_));
     sender_ = std::thread([this] { sender_loop(); });
@@ -277,9 +266,18 @@ void TcpGroup::sender_loop() {
     send_busy_ = true;
     lock.unlock();
     try {
-      job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
-      const auto header = wire::encode_frame_header(job.frame);
-      wire::write_all(send_fd_, header.data(), header.size(), job.data, job.frame.length, job.deadline);
+      if (send_link_.sealed()) {
+        // Two records, header then payload, written together; the tag covers
+        // every byte, so no CRC.
+        const auto header = wire::encode_frame_header(job.frame);
+        send_link_.sealer->append(header.data(), header.size());
+        send_link_.sealer->append(job.data, job.frame.length);
+        send_link_.sealer->flush(send_fd_, job.deadline);
+      } else {
+        job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
+        const auto header = wire::encode_frame_header(job.frame);
+        wire::write_all(send_fd_, header.data(), header.size(), job.data, job.frame.length, job.deadline);
+      }
     } catch (const IoError& e) {
       fail(e.timed_out ? CollectiveErrorKind::timeout : CollectiveErrorKind::aborted,
            e.timed_out ? "timed out after " + format_timeout(options_.timeout) + " waiting for " + peer(next()) +
@@ -353,17 +351,26 @@ void TcpGroup::receive_one(const RecvJob& job) {
                            std::to_string(x.op_seq) + " step " + std::to_string(x.step) + " chunk " +
                            std::to_string(x.chunk) + "): ";
   auto bad = [&](CollectiveErrorKind kind, const std::string& what) { throw Broken{kind, from + what}; };
-  unsigned char prefix[4];
-  wire::read_all(recv_fd_, prefix, 4, job.deadline);
+  // The 4-byte length prefix at offset 4 and the header at 8, aligned for
+  // Cap'n Proto. Sealed, the two come in one record; the payload follows
+  // in a second.
+  alignas(8) unsigned char buffer[8 + wire::kMaxHeaderBytes];
+  const unsigned char* prefix = buffer + 4;
+  unsigned char* header = buffer + 8;
+  std::size_t sealed_bytes = 0;
+  if (recv_link_.sealed())
+    sealed_bytes = recv_link_.opener->read(recv_fd_, buffer + 4, 4 + wire::kMaxHeaderBytes, job.deadline);
+  else
+    wire::read_all(recv_fd_, buffer + 4, 4, job.deadline);
   const std::uint32_t header_bytes = static_cast<std::uint32_t>(prefix[0]) | (static_cast<std::uint32_t>(prefix[1]) << 8) |
                                      (static_cast<std::uint32_t>(prefix[2]) << 16) |
                                      (static_cast<std::uint32_t>(prefix[3]) << 24);
-  if (header_bytes == 0 || header_bytes > wire::kMaxHeaderBytes || header_bytes % 8 != 0)
+  if (header_bytes == 0 || header_bytes > wire::kMaxHeaderBytes || header_bytes % 8 != 0 ||
+      (recv_link_.sealed() && sealed_bytes != 4 + header_bytes))
     bad(CollectiveErrorKind::aborted, "header length field " + std::to_string(header_bytes) +
                                           " bytes (expected a multiple of 8, at most " +
-                                          std::to_string(wire::kMaxHeaderBytes) + ")");
-  alignas(8) unsigned char header[wire::kMaxHeaderBytes];
-  wire::read_all(recv_fd_, header, header_bytes, job.deadline);
+                                          std::to_string(wire::kMaxHeaderBytes) + ", filling its record)");
+  if (!recv_link_.sealed()) wire::read_all(recv_fd_, header, header_bytes, job.deadline);
   FrameFields f;
   try {
     f = wire::decode_frame_header(header, header_bytes);
@@ -383,6 +390,13 @@ void TcpGroup::receive_one(const RecvJob& job) {
   if (f.length != x.length)
     bad(CollectiveErrorKind::aborted, "payload length field " + std::to_string(f.length) + " bytes, expected " +
                                           std::to_string(x.length));
+  if (recv_link_.sealed()) {
+    // Opened in place: when the tag does not match, the destination holds
+    // garbage and the operation fails (the group is broken), so nothing
+    // trains on it.
+    recv_link_.opener->read_exact(recv_fd_, job.dest, x.length, job.deadline);
+    return;
+  }
   wire::read_all(recv_fd_, job.dest, x.length, job.deadline);
   const std::uint32_t crc = wire::crc32c(job.dest, x.length);
   if (crc != f.crc32c)
@@ -740,7 +754,7 @@ std::shared_ptr<Work> TcpGroup::send(const Tensor& buffer, int dst, int tag) {
     // The receiver acknowledges its copy on the same connection.
     unsigned char ack[wire::kAckBytes];
     try {
-      wire::read_all(send_fd_, ack, sizeof ack, deadline);
+      receive_message(send_link_, ack, sizeof ack, deadline);
     } catch (const IoError& e) {
       throw Broken{e.timed_out ? CollectiveErrorKind::timeout : CollectiveErrorKind::aborted,
                    e.timed_out ? "timed out after " + format_timeout(options_.timeout) + " waiting for " +
@@ -785,204 +799,14 @@ std::shared_ptr<Work> TcpGroup::recv(const Tensor& buffer, int src, int tag) {
       ack[4 + i] = static_cast<unsigned char>(static_cast<std::uint32_t>(tag) >> (8 * i));
     }
     try {
-      wire::write_all(recv_fd_, ack, sizeof ack, nullptr, 0, deadline);
+      send_message(recv_link_, ack, sizeof ack, deadline);
     } catch (const IoError& e) {
       throw Broken{CollectiveErrorKind::aborted, "connection from " + peer(prev()) + " lost: " + e.what()};
     }
   });
 }
 
-// ------------------------------------------------------------ ring setup
-
-void log_drop(const TcpGroupConfig& c, const std::string& from, const std::string& why) {
-  std::cerr << "troupe tcp: rank " << c.rank << " of " << c.addresses.size() << " dropped a connection from " << from
-            << ": " << why << "\n";
-}
-
-// What is wrong with a peer's Hello, or "" when it is the one expected.
-std::string check_hello(const wire::Hello& h, const TcpGroupConfig& c, int expected_rank) {
-  if (h.magic != wire::kHelloMagic) return "wrong magic " + hex(h.magic) + ": not a troupe data-plane peer";
-  if (h.version != wire::kProtocolVersion)
-    return "protocol version " + std::to_string(h.version) + ", this rank speaks " +
-           std::to_string(wire::kProtocolVersion);
-  if (h.job_id != c.job_id) return "wrong job id " + hex(h.job_id) + " (expected " + hex(c.job_id) + ")";
-  if (h.world != c.addresses.size())
-    return "world size " + std::to_string(h.world) + " (expected " + std::to_string(c.addresses.size()) + ")";
-  if (static_cast<int>(h.rank) != expected_rank)
-    return "sender rank " + std::to_string(h.rank) + " (expected rank " + std::to_string(expected_rank) + ")";
-  return {};
-}
-
-wire::Hello my_hello(const TcpGroupConfig& c) {
-  wire::Hello h;
-  h.job_id = c.job_id;
-  h.rank = static_cast<std::uint32_t>(c.rank);
-  h.world = static_cast<std::uint32_t>(c.addresses.size());
-  return h;
-}
-
-// Connects to rank r+1 until `deadline`; returns the fd or throws
-// CollectiveError(timeout) with the last reason.
-int connect_next(const TcpGroupConfig& c, Deadline deadline) {
-  const int world = static_cast<int>(c.addresses.size());
-  const int next = (c.rank + 1) % world;
-  const std::string& address = c.addresses[static_cast<std::size_t>(next)];
-  std::string last = "nothing tried";
-  while (Clock::now() < deadline) {
-    int fd = -1;
-    try {
-      fd = wire::connect_tcp(address, deadline);
-      if (c.authenticate) c.authenticate(fd, false, deadline);
-      unsigned char hello[wire::kHelloBytes];
-      wire::encode_hello(my_hello(c), hello);
-      wire::write_all(fd, hello, sizeof hello, nullptr, 0, deadline);
-      wire::read_all(fd, hello, sizeof hello, deadline);
-      const std::string wrong = check_hello(wire::decode_hello(hello), c, next);
-      if (wrong.empty()) return fd;
-      last = "its answer has " + wrong;
-      std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address
-                << "): " << last << "\n";
-    } catch (const std::exception& e) {
-      last = e.what();
-    }
-    if (fd >= 0) ::close(fd);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  throw CollectiveError(CollectiveErrorKind::timeout,
-                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) +
-                            ": timed out after " + format_timeout(c.connect_timeout) + " connecting to rank " +
-                            std::to_string(next) + " (" + address + "): " + last);
-}
-
-// Accepts connections until rank r-1's passes the handshake. Connections
-// still handshaking are polled together, each with its own deadline (the
-// group's timeout), so a silent or slow one never holds up the right peer.
-int accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
-  const int world = static_cast<int>(c.addresses.size());
-  const int prev = (c.rank + world - 1) % world;
-  struct Pending {
-    int fd;
-    std::string from;
-    Deadline until;
-    unsigned char hello[wire::kHelloBytes];
-    std::size_t got;
-  };
-  std::vector<Pending> pending;
-  auto drop = [&](std::size_t i, const std::string& why) {
-    log_drop(c, pending[i].from, why);
-    ::close(pending[i].fd);
-    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  for (;;) {
-    const auto now = Clock::now();
-    for (std::size_t i = pending.size(); i-- > 0;)
-      if (pending[i].until <= now)
-        drop(i, pending[i].got ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
-                                     std::to_string(wire::kHelloBytes) + " bytes) in " + format_timeout(c.options.timeout)
-                               : "sent nothing within " + format_timeout(c.options.timeout));
-    if (now >= deadline) break;
-    Deadline wake = deadline;
-    for (const auto& p : pending) wake = std::min(wake, p.until);
-    std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
-    for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
-    if (::poll(fds.data(), fds.size(), static_cast<int>(ms)) < 0 && errno != EINTR)
-      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-    for (std::size_t i = pending.size(); i-- > 0;) {
-      if (!fds[i + 1].revents) continue;
-      Pending& p = pending[i];
-      const ssize_t n = ::recv(p.fd, p.hello + p.got, wire::kHelloBytes - p.got, 0);
-      if (n == 0) {
-        drop(i, "closed before its handshake was complete");
-        continue;
-      }
-      if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop(i, std::strerror(errno));
-        continue;
-      }
-      p.got += static_cast<std::size_t>(n);
-      if (p.got < wire::kHelloBytes) continue;
-      const std::string wrong = check_hello(wire::decode_hello(p.hello), c, prev);
-      if (!wrong.empty()) {
-        drop(i, wrong);
-        continue;
-      }
-      unsigned char reply[wire::kHelloBytes];
-      wire::encode_hello(my_hello(c), reply);
-      try {
-        wire::write_all(p.fd, reply, sizeof reply, nullptr, 0, deadline);
-      } catch (const std::exception& e) {
-        drop(i, std::string("could not answer the handshake: ") + e.what());
-        continue;
-      }
-      const int fd = p.fd;
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-      for (auto& other : pending) {
-        log_drop(c, other.from, "rank " + std::to_string(prev) + " has connected");
-        ::close(other.fd);
-      }
-      return fd;
-    }
-    if (fds[0].revents & POLLIN) {
-      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      wire::prepare_socket(fd);
-      const std::string from = wire::peer_address(fd);
-      if (c.authenticate) {
-        try {
-          c.authenticate(fd, true, std::min(deadline, Clock::now() + c.options.timeout));
-        } catch (const std::exception& e) {
-          log_drop(c, from, std::string("authentication failed: ") + e.what());
-          ::close(fd);
-          continue;
-        }
-      }
-      pending.push_back({fd, from, std::min(deadline, Clock::now() + c.options.timeout), {}, 0});
-    }
-  }
-  for (auto& p : pending) ::close(p.fd);
-  throw CollectiveError(CollectiveErrorKind::timeout,
-                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) + ": timed out after " +
-                            format_timeout(c.connect_timeout) + " waiting for rank " + std::to_string(prev) + " (" +
-                            c.addresses[static_cast<std::size_t>(prev)] + ") to connect");
-}
-
 }  // namespace
-
-int listen_tcp(const std::string& address, std::uint16_t* port) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("address '" + address + "' is not host:port");
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
-  if (rc != 0) throw std::runtime_error("cannot resolve " + address + ": " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (port)
-        *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-      ::freeaddrinfo(found);
-      return fd;
-    }
-    error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  throw std::runtime_error("cannot listen on " + address + ": " + error);
-}
 
 std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
   const int world = static_cast<int>(config.addresses.size());
@@ -999,7 +823,7 @@ std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
     invalid("chunk_bytes " + std::to_string(config.chunk_bytes) + " must be a positive multiple of 4, at most 1 GiB");
   if (world == 1) {
     if (config.listen_fd >= 0) ::close(config.listen_fd);
-    return std::make_unique<TcpGroup>(config, -1, -1);
+    return std::make_unique<TcpGroup>(config, Link{}, Link{});
   }
   int listen_fd = config.listen_fd;
   if (listen_fd < 0) {
@@ -1010,33 +834,8 @@ std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
               "' needs a port (0 only with a pre-bound listen_fd)");
     listen_fd = listen_tcp(mine, nullptr);
   }
-  const Deadline deadline = Clock::now() + config.connect_timeout;
-  // Connect and accept at once: both sides' handshakes (and an
-  // authentication hook's round trips) need the peer to be accepting.
-  int send_fd = -1;
-  std::exception_ptr connect_error;
-  std::thread connector([&] {
-    try {
-      send_fd = connect_next(config, deadline);
-    } catch (...) {
-      connect_error = std::current_exception();
-    }
-  });
-  int recv_fd = -1;
-  std::exception_ptr accept_error;
-  try {
-    recv_fd = accept_prev(config, listen_fd, deadline);
-  } catch (...) {
-    accept_error = std::current_exception();
-  }
-  connector.join();
-  ::close(listen_fd);
-  if (accept_error || connect_error) {
-    if (send_fd >= 0) ::close(send_fd);
-    if (recv_fd >= 0) ::close(recv_fd);
-    std::rethrow_exception(accept_error ? accept_error : connect_error);
-  }
-  return std::make_unique<TcpGroup>(config, send_fd, recv_fd);
+  RingLinks links = connect_ring(config, listen_fd);
+  return std::make_unique<TcpGroup>(config, std::move(links.send), std::move(links.recv));
 }
 
 }  // namespace troupe::net

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "net/collective/collective.hpp"
+#include "net/crypto/aead.hpp"  // LinkKeys
 
 namespace troupe::net {
 
@@ -88,13 +89,18 @@ struct TcpGroupConfig {
   // A socket already bound and listening on addresses[rank] (see
   // listen_tcp); the group adopts it and closes it. -1: bind addresses[rank].
   int listen_fd = -1;
-  // AUTHENTICATION HOOK (for the cluster secret, not implemented here):
-  // called on every new connection, on both ends (`accepting` says which),
-  // before the troupe handshake, with the connected non-blocking socket and
-  // the deadline it must honour. Throw to reject the connection (an
-  // accepting rank logs it, drops it and keeps waiting; a connecting rank
-  // retries until its deadline). Default: none.
-  std::function<void(int fd, bool accepting, Deadline deadline)> authenticate;
+  // Authentication and keys (net/cluster/gate.hpp's handshake_hook runs
+  // the cluster handshake): called on every new connection, on both ends
+  // (`accepting` says which), before the troupe handshake, with the
+  // connected non-blocking socket and the deadline it must honour. Throw to
+  // reject the connection (an accepting rank logs it, drops it and keeps
+  // waiting; a connecting rank retries until its deadline). It returns the
+  // connection's keys: when they protect (a cluster secret on both ends),
+  // everything after it on that connection — Hellos, frames, acks — travels
+  // in sealed records (net/tcp/sealed.hpp), and the frames carry no CRC-32C
+  // (the tag covers every byte). Default: none (plaintext with a CRC-32C
+  // per payload; loopback rings of tests and benchmarks).
+  std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> authenticate;
 };
 
 // Connects this rank into the ring and returns it; blocks until both ring

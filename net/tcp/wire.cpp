@@ -41,12 +41,6 @@ std::uint64_t get_le(const unsigned char* p, int bytes) {
   return v;
 }
 
-std::string errno_text(int err) {
-  if (err == ECONNRESET) return "connection reset by peer";
-  if (err == EPIPE) return "connection closed (broken pipe)";
-  return std::strerror(err);
-}
-
 // Milliseconds for poll(): at least 1 while the deadline is ahead.
 int poll_ms(Deadline deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -68,6 +62,12 @@ void wait_fd(int fd, short events, Deadline deadline) {
 
 
 }  // namespace
+
+std::string errno_text(int err) {
+  if (err == ECONNRESET) return "connection reset by peer";
+  if (err == EPIPE) return "connection closed (broken pipe)";
+  return std::strerror(err);
+}
 
 void encode_hello(const Hello& hello, unsigned char out[kHelloBytes]) {
   put_u32(out, hello.magic);

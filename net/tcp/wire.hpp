@@ -85,5 +85,8 @@ int connect_tcp(const std::string& address, Deadline deadline);
 void prepare_socket(int fd);
 // "127.0.0.1:45678" for the peer of a connected socket.
 std::string peer_address(int fd);
+// strerror, with the words a reader of a socket error wants for ECONNRESET
+// and EPIPE.
+std::string errno_text(int err);
 
 }  // namespace troupe::net::wire

@@ -5,6 +5,9 @@
 // server, stop() with live connections, and the handshake as the tcp
 // backend's authentication hook.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -24,204 +27,13 @@
 #include "net/cluster/gate.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
+#include "tests/net/test_cluster_support.hpp"
 
 namespace troupe::net {
 namespace {
 
 using namespace std::chrono_literals;
-
-const std::string kSecretText = "correct horse battery staple";
-
-// ---------------------------------------------------------------------------
-// Helpers: an echo server, blocking clients, a log that tests can search.
-
-// Plays CAF's port on 127.0.0.1: echoes every byte back on every
-// connection, counting what it received.
-class EchoServer {
- public:
-  EchoServer() {
-    listen_fd_ = listen_tcp("127.0.0.1:0", &port_);
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
-  ~EchoServer() {
-    stopping_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    acceptor_.join();
-    close_connections();
-    for (auto& t : threads_) t.join();
-    ::close(listen_fd_);
-  }
-  std::uint16_t port() const { return port_; }
-  std::size_t bytes_received() const { return received_; }
-  std::size_t connections() const { return connections_; }
-  // Closes every connection from the server's side.
-  void close_connections() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-  }
-
- private:
-  void accept_loop() {
-    while (!stopping_) {
-      const int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) {
-        if (stopping_) return;
-        continue;
-      }
-      ++connections_;
-      std::lock_guard<std::mutex> lock(mutex_);
-      fds_.push_back(fd);
-      threads_.emplace_back([this, fd] { echo(fd); });
-    }
-  }
-  void echo(int fd) {
-    std::vector<char> buffer(64 << 10);
-    for (;;) {
-      const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
-      if (n <= 0) break;
-      received_ += static_cast<std::size_t>(n);
-      std::size_t done = 0;
-      while (done < static_cast<std::size_t>(n)) {
-        const ssize_t put = ::send(fd, buffer.data() + done, static_cast<std::size_t>(n) - done, MSG_NOSIGNAL);
-        if (put <= 0) break;
-        done += static_cast<std::size_t>(put);
-      }
-      if (done < static_cast<std::size_t>(n)) break;
-    }
-    ::shutdown(fd, SHUT_RDWR);
-    // closed by the destructor (after the threads are joined)
-  }
-
-  int listen_fd_ = -1;
-  std::uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<std::size_t> received_{0}, connections_{0};
-  std::mutex mutex_;
-  std::vector<int> fds_;
-  std::list<std::thread> threads_;
-  std::thread acceptor_;
-};
-
-// A blocking client socket with a receive timeout (so a broken test fails
-// instead of hanging).
-int connect_blocking(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-bool send_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (put <= 0) return false;
-    p += put;
-    n -= static_cast<std::size_t>(put);
-  }
-  return true;
-}
-
-bool recv_all(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t got = ::recv(fd, p, n, 0);
-    if (got <= 0) return false;
-    p += got;
-    n -= static_cast<std::size_t>(got);
-  }
-  return true;
-}
-
-// Whether the peer closes fd (EOF or reset) within `limit`, reading and
-// discarding anything before that.
-bool sees_eof(int fd, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  char buffer[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
-  }
-}
-
-// Waits up to 5 s for `condition`.
-template <typename F>
-bool eventually(F condition) {
-  const auto end = std::chrono::steady_clock::now() + 5s;
-  while (std::chrono::steady_clock::now() < end) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return condition();
-}
-
-// Collects log lines from any thread.
-struct Log {
-  std::mutex mutex;
-  std::vector<std::string> lines;
-  std::function<void(const std::string&)> sink() {
-    return [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mutex);
-      lines.push_back(line);
-    };
-  }
-  // Whether some line contains every one of `parts`.
-  bool has(std::initializer_list<std::string> parts) {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& line : lines) {
-      bool all = true;
-      for (const auto& part : parts) all = all && line.find(part) != std::string::npos;
-      if (all) return true;
-    }
-    return false;
-  }
-  std::string all() {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    return out;
-  }
-};
-
-HandshakeConfig handshake(const std::string& identity, const std::string& secret = "",
-                          const std::string& version = "1.2.3") {
-  HandshakeConfig c;
-  if (!secret.empty()) c.secret = Secret::from_text(secret);
-  c.version = version;
-  c.identity = identity;
-  return c;
-}
-
-GateConfig gate_config(std::uint16_t forward_port, HandshakeConfig h, Log* log = nullptr) {
-  GateConfig c;
-  c.listen_address = "127.0.0.1:0";
-  c.forward_port = forward_port;
-  c.handshake = std::move(h);
-  c.handshake_timeout = 2s;
-  if (log) c.log = log->sink();
-  return c;
-}
-
-JoinRelayConfig relay_config(std::uint16_t gate_port, HandshakeConfig h, Log* log = nullptr) {
-  JoinRelayConfig c;
-  c.gate_address = "127.0.0.1:" + std::to_string(gate_port);
-  c.handshake = std::move(h);
-  c.timeout = 3s;
-  if (log) c.log = log->sink();
-  return c;
-}
+using namespace troupe::net::testing;
 
 // The message of the exception `make` throws ("" when it throws none).
 template <typename F>
@@ -283,6 +95,43 @@ TEST(ClusterGate, RoundTripsWithoutSecretOnLoopback) {
   EXPECT_EQ(gate.admitted(), 1u);
   EXPECT_EQ(gate.refused(), 0u);
   EXPECT_TRUE(log.has({"admitted", "127.0.0.1:", "'worker/a'"})) << log.all();
+}
+
+// An IPv4 address of this host that is not loopback, "" when it has none.
+std::string non_loopback_ipv4() {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = all; a && found.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    if (!is_loopback(text)) found = text;
+  }
+  ::freeifaddrs(all);
+  return found;
+}
+
+// Without a secret nothing crosses hosts: the joiner refuses a gate at a
+// non-loopback address before it reads a byte (so it never talks,
+// unauthenticated and unsealed, to whatever answers there), and the gate
+// would refuse it too.
+TEST(ClusterGate, WithoutSecretTheJoinerRefusesAGateThatIsNotOnLoopback) {
+  const std::string host = non_loopback_ipv4();
+  if (host.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+  EchoServer echo;
+  Log log;
+  GateConfig g = gate_config(echo.port(), handshake("coordinator"), &log);
+  g.listen_address = "0.0.0.0:0";
+  Gate gate(g);
+  JoinRelayConfig r = relay_config(gate.port(), handshake("worker/a"));
+  r.gate_address = host + ":" + std::to_string(gate.port());
+  const std::string error = error_of([&] { JoinRelay relay(r); });
+  EXPECT_NE(error.find("refusing peer " + host), std::string::npos) << error;
+  EXPECT_NE(error.find("only loopback peers"), std::string::npos) << error;
+  EXPECT_TRUE(eventually([&] { return gate.refused() == 1; })) << log.all();
+  EXPECT_EQ(gate.admitted(), 0u);
+  EXPECT_EQ(echo.connections(), 0u);
 }
 
 TEST(ClusterGate, RoundTripsWithSecretAndLaterConnectionsHandshakeAgain) {

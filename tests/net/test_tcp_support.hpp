@@ -64,11 +64,17 @@ inline TcpGroupConfig config_for(Listeners& l, int rank, std::chrono::millisecon
 
 // A ring of `world` groups in this process (each constructed on its own
 // thread, since construction waits for the neighbours).
-inline std::vector<std::unique_ptr<Collective>> thread_ring(int world, std::chrono::milliseconds timeout = 10s,
-                                                            std::size_t chunk_bytes = std::size_t{1} << 20) {
+// `authenticate`: TcpGroupConfig::authenticate for every rank (keys that
+// protect make a sealed ring).
+inline std::vector<std::unique_ptr<Collective>> thread_ring(
+    int world, std::chrono::milliseconds timeout = 10s, std::size_t chunk_bytes = std::size_t{1} << 20,
+    const std::function<LinkKeys(int, bool, Deadline)>& authenticate = {}) {
   Listeners l(world);
   std::vector<TcpGroupConfig> configs;
-  for (int r = 0; r < world; ++r) configs.push_back(config_for(l, r, timeout, chunk_bytes));
+  for (int r = 0; r < world; ++r) {
+    configs.push_back(config_for(l, r, timeout, chunk_bytes));
+    configs.back().authenticate = authenticate;
+  }
   std::vector<std::unique_ptr<Collective>> groups(static_cast<std::size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
@@ -147,10 +153,14 @@ struct ChildResult {
 // exits with its return value. The reference data the body uses is computed
 // in the parent before the fork. `after_start(pids)` runs in the parent
 // (e.g. to kill one). Children still alive after `limit` are killed.
+// `before_fork(listeners)` runs in the parent once the listeners are bound
+// (e.g. to point a proxy at one of them).
 inline std::vector<ChildResult> run_processes(int world, const std::function<int(int, Listeners&, int)>& body,
                                               const std::function<void(std::vector<pid_t>&)>& after_start = {},
-                                              std::chrono::seconds limit = 60s) {
+                                              std::chrono::seconds limit = 60s,
+                                              const std::function<void(Listeners&)>& before_fork = {}) {
   Listeners l(world);
+  if (before_fork) before_fork(l);
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r = 0; r < world; ++r) {

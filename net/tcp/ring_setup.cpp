@@ -1,0 +1,270 @@
+// The ring's connection set-up (ring_setup.hpp): rank r connects to r+1
+// and accepts from r-1 at once, each connection authenticated by the hook,
+// then greeted with a Hello both ways (sealed when the hook gave keys).
+#include "net/tcp/ring_setup.hpp"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace troupe::net {
+
+namespace {
+
+using namespace troupe::net::ring;
+
+void log_drop(const TcpGroupConfig& c, const std::string& from, const std::string& why) {
+  std::cerr << "troupe tcp: rank " << c.rank << " of " << c.addresses.size() << " dropped a connection from " << from
+            << ": " << why << "\n";
+}
+
+// What is wrong with a peer's Hello, or "" when it is the one expected.
+std::string check_hello(const wire::Hello& h, const TcpGroupConfig& c, int expected_rank) {
+  if (h.magic != wire::kHelloMagic) return "wrong magic " + hex(h.magic) + ": not a troupe data-plane peer";
+  if (h.version != wire::kProtocolVersion)
+    return "protocol version " + std::to_string(h.version) + ", this rank speaks " +
+           std::to_string(wire::kProtocolVersion);
+  if (h.job_id != c.job_id) return "wrong job id " + hex(h.job_id) + " (expected " + hex(c.job_id) + ")";
+  if (h.world != c.addresses.size())
+    return "world size " + std::to_string(h.world) + " (expected " + std::to_string(c.addresses.size()) + ")";
+  if (static_cast<int>(h.rank) != expected_rank)
+    return "sender rank " + std::to_string(h.rank) + " (expected rank " + std::to_string(expected_rank) + ")";
+  return {};
+}
+
+wire::Hello my_hello(const TcpGroupConfig& c) {
+  wire::Hello h;
+  h.job_id = c.job_id;
+  h.rank = static_cast<std::uint32_t>(c.rank);
+  h.world = static_cast<std::uint32_t>(c.addresses.size());
+  return h;
+}
+
+// Connects to rank r+1 until `deadline`; returns the link or throws
+// CollectiveError(timeout) with the last reason.
+Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
+  const int world = static_cast<int>(c.addresses.size());
+  const int next = (c.rank + 1) % world;
+  const std::string& address = c.addresses[static_cast<std::size_t>(next)];
+  std::string last = "nothing tried";
+  while (Clock::now() < deadline) {
+    int fd = -1;
+    try {
+      fd = wire::connect_tcp(address, deadline);
+      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
+      unsigned char hello[wire::kHelloBytes];
+      wire::encode_hello(my_hello(c), hello);
+      send_message(link, hello, sizeof hello, deadline);
+      receive_message(link, hello, sizeof hello, deadline);
+      const std::string wrong = check_hello(wire::decode_hello(hello), c, next);
+      if (wrong.empty()) return link;
+      last = "its answer has " + wrong;
+      std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address
+                << "): " << last << "\n";
+    } catch (const std::exception& e) {
+      last = e.what();
+    }
+    if (fd >= 0) ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw CollectiveError(CollectiveErrorKind::timeout,
+                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) +
+                            ": timed out after " + format_timeout(c.connect_timeout) + " connecting to rank " +
+                            std::to_string(next) + " (" + address + "): " + last);
+}
+
+// Accepts connections until rank r-1's passes the handshake. Connections
+// still handshaking are polled together, each with its own deadline (the
+// group's timeout), so a silent or slow one never holds up the right peer.
+Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
+  const int world = static_cast<int>(c.addresses.size());
+  const int prev = (c.rank + world - 1) % world;
+  struct Pending {
+    int fd;
+    std::string from;
+    Deadline until;
+    Link link;  // sealed: the Hello comes as one record
+    unsigned char hello[wire::kHelloBytes + wire::kRecordOverhead];
+    std::size_t got;
+    std::size_t expected() const { return wire::kHelloBytes + (link.sealed() ? wire::kRecordOverhead : 0); }
+  };
+  std::vector<Pending> pending;
+  auto drop = [&](std::size_t i, const std::string& why) {
+    log_drop(c, pending[i].from, why);
+    ::close(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  for (;;) {
+    const auto now = Clock::now();
+    for (std::size_t i = pending.size(); i-- > 0;)
+      if (pending[i].until <= now)
+        drop(i, pending[i].got ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
+                                     std::to_string(pending[i].expected()) + " bytes) in " + format_timeout(c.options.timeout)
+                               : "sent nothing within " + format_timeout(c.options.timeout));
+    if (now >= deadline) break;
+    Deadline wake = deadline;
+    for (const auto& p : pending) wake = std::min(wake, p.until);
+    std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
+    for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(ms)) < 0 && errno != EINTR)
+      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    for (std::size_t i = pending.size(); i-- > 0;) {
+      if (!fds[i + 1].revents) continue;
+      Pending& p = pending[i];
+      const ssize_t n = ::recv(p.fd, p.hello + p.got, p.expected() - p.got, 0);
+      if (n == 0) {
+        drop(i, "closed before its handshake was complete");
+        continue;
+      }
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop(i, std::strerror(errno));
+        continue;
+      }
+      p.got += static_cast<std::size_t>(n);
+      if (p.got < p.expected()) continue;
+      unsigned char hello[wire::kHelloBytes];
+      if (p.link.sealed()) {
+        try {
+          const auto opened = p.link.opener->open(reinterpret_cast<const char*>(p.hello), p.got,
+                                                  reinterpret_cast<char*>(hello), sizeof hello);
+          if (opened.bytes != sizeof hello) throw std::runtime_error("a Hello record of " + std::to_string(opened.bytes) + " bytes");
+        } catch (const std::exception& e) {
+          drop(i, e.what());
+          continue;
+        }
+      } else {
+        std::memcpy(hello, p.hello, sizeof hello);
+      }
+      const std::string wrong = check_hello(wire::decode_hello(hello), c, prev);
+      if (!wrong.empty()) {
+        drop(i, wrong);
+        continue;
+      }
+      unsigned char reply[wire::kHelloBytes];
+      wire::encode_hello(my_hello(c), reply);
+      try {
+        send_message(p.link, reply, sizeof reply, deadline);
+      } catch (const std::exception& e) {
+        drop(i, std::string("could not answer the handshake: ") + e.what());
+        continue;
+      }
+      Link link = std::move(p.link);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      for (auto& other : pending) {
+        log_drop(c, other.from, "rank " + std::to_string(prev) + " has connected");
+        ::close(other.fd);
+      }
+      return link;
+    }
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      wire::prepare_socket(fd);
+      const std::string from = wire::peer_address(fd);
+      LinkKeys keys;
+      if (c.authenticate) {
+        try {
+          keys = c.authenticate(fd, true, std::min(deadline, Clock::now() + c.options.timeout));
+        } catch (const std::exception& e) {
+          log_drop(c, from, std::string("authentication failed: ") + e.what());
+          ::close(fd);
+          continue;
+        }
+      }
+      pending.push_back({fd, from, std::min(deadline, Clock::now() + c.options.timeout), make_link(fd, keys), {}, 0});
+    }
+  }
+  for (auto& p : pending) ::close(p.fd);
+  throw CollectiveError(CollectiveErrorKind::timeout,
+                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) + ": timed out after " +
+                            format_timeout(c.connect_timeout) + " waiting for rank " + std::to_string(prev) + " (" +
+                            c.addresses[static_cast<std::size_t>(prev)] + ") to connect");
+}
+
+}  // namespace
+
+RingLinks connect_ring(const TcpGroupConfig& config, int listen_fd) {
+  const Deadline deadline = Clock::now() + config.connect_timeout;
+  // Connect and accept at once: both sides' handshakes (and an
+  // authentication hook's round trips) need the peer to be accepting.
+  Link send_link;
+  std::exception_ptr connect_error;
+  std::thread connector([&] {
+    try {
+      send_link = connect_next(config, deadline);
+    } catch (...) {
+      connect_error = std::current_exception();
+    }
+  });
+  Link recv_link;
+  std::exception_ptr accept_error;
+  try {
+    recv_link = accept_prev(config, listen_fd, deadline);
+  } catch (...) {
+    accept_error = std::current_exception();
+  }
+  connector.join();
+  ::close(listen_fd);
+  if (accept_error || connect_error) {
+    if (send_link.fd >= 0) ::close(send_link.fd);
+    if (recv_link.fd >= 0) ::close(recv_link.fd);
+    std::rethrow_exception(accept_error ? accept_error : connect_error);
+  }
+  return {std::move(send_link), std::move(recv_link)};
+}
+
+int listen_tcp(const std::string& address, std::uint16_t* port) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("address '" + address + "' is not host:port");
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
+  if (rc != 0) throw std::runtime_error("cannot resolve " + address + ": " + ::gai_strerror(rc));
+  std::string error = "no address";
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+      if (port)
+        *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    const int err = errno;
+    ::close(fd);
+    const std::string service = address.substr(colon + 1);
+    error = err == EADDRINUSE ? "port " + service +
+                                    " is already in use by another process (see which one holds it with "
+                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
+                              : std::strerror(err);
+  }
+  ::freeaddrinfo(found);
+  throw std::runtime_error("cannot listen on " + address + ": " + error);
+}
+
+
+}  // namespace troupe::net
