@@ -164,7 +164,9 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   push.view = s.config.view;
   push.rank = s.config.rank;
   push.clock = s.clock + 1;
-  push.gradient = s.model->gradients().to(kernels::Device::cpu());
+  // Through pinned host memory on a GPU (host_staging.hpp).
+  if (!s.staging) s.staging = std::make_unique<HostStaging>(s.config.device, s.model->gradients().numel());
+  push.gradient = s.staging->push(s.model->gradients());
   const std::int64_t examples = b.examples;
   const auto pushed_at = net::Clock::now();
   self->request(s.config.reducer, s.config.timeout, push_atom::value, std::move(push))
@@ -174,7 +176,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
             const auto answered = net::Clock::now();
             const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
             mark(st, "push", pushed_at, answered);
-            st.model->parameters().copy_from(fresh);
+            st.staging->pull(fresh, st.model->parameters());
             mark(st, "pull", answered, net::Clock::now());
             ++st.clock;
             report(self, loss_sum, examples, correct, true, started, push_seconds);

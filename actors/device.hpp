@@ -24,7 +24,9 @@
 //                (net::Collective) and apply the same optimizer step as every
 //                other replica;
 //   async, ssp:  push a copy of the gradient to the parameter server (the
-//                reducer actor) and take the fresh parameters it returns.
+//                reducer actor) and take the fresh parameters it returns
+//                (on a GPU both through pinned host buffers with
+//                asynchronous copies: host_staging.hpp).
 // After each step it reports StepReport to the coordinator and continues
 // while its grant allows. Any error is reported as `failed` with the reason,
 // and aborts the collective so that no other replica waits for this one.
@@ -45,6 +47,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
@@ -86,6 +89,7 @@ struct DeviceState {
   std::unique_ptr<models::Optimizer> optimizer;
   std::unique_ptr<models::Loss> loss;
   Tensor x_dev, y_dev, dout;
+  std::unique_ptr<HostStaging> staging;  // async/ssp pushes and pulls (host_staging.hpp)
   std::int64_t clock = 0;
   Grant grant;
   bool step_queued = false;
