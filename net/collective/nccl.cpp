@@ -169,6 +169,26 @@ class Backoff {
   int round_ = 0;
 };
 
+// Makes `device` current for a scope and puts the thread's previous one
+// back: for what may run on any thread (abort, destructors), which must not
+// move that thread's later cuda ops to another GPU.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    (void)cudaSetDevice(device);
+  }
+  ~OnDevice() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+    (void)cudaGetLastError();
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // ---------------------------------------------------------------- Shared
 
 struct Member {
@@ -186,7 +206,7 @@ class Shared {
   ~Shared() {
     for (auto& m : members) {
       abort_member(*m);
-      (void)cudaSetDevice(m->device);
+      OnDevice on(m->device);
       if (m->one) (void)cudaFree(m->one);
       if (m->ready) (void)cudaEventDestroy(m->ready);
       if (m->stream) (void)cudaStreamDestroy(m->stream);
@@ -221,7 +241,7 @@ class Shared {
   static void abort_member(Member& m) {
     std::lock_guard<std::mutex> lock(m.mu);
     if (!m.comm) return;
-    (void)cudaSetDevice(m.device);
+    OnDevice on(m.device);
     // ncclCommAbort frees the communicator without waiting for peers and
     // stops its kernels; its status says nothing we could act on.
     (void)nccl().CommAbort(m.comm);
@@ -241,9 +261,8 @@ class NcclWork final : public Work {
   NcclWork(std::shared_ptr<Shared> shared, Member* member, cudaEvent_t done, std::string label, Deadline bound)
       : shared_(std::move(shared)), member_(member), done_(done), label_(std::move(label)), bound_(bound) {}
   ~NcclWork() override {
-    (void)cudaSetDevice(member_->device);
+    OnDevice on(member_->device);
     (void)cudaEventDestroy(done_);  // released once the event has fired
-    (void)cudaGetLastError();
   }
 
   void wait(Deadline deadline) override {
@@ -255,7 +274,7 @@ class NcclWork final : public Work {
   bool completed() const override {
     std::lock_guard<std::mutex> lock(wait_mu_);
     if (finished_) return true;
-    (void)cudaSetDevice(member_->device);
+    OnDevice on(member_->device);
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaErrorNotReady) return false;
     (void)cudaGetLastError();
@@ -602,6 +621,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_group(const NcclId& id, int f
       throw std::runtime_error("make_nccl_group: " + d.str() + " requested, but this machine has " +
                                std::to_string(gpus) + " usable CUDA device(s)");
 
+  OnDevice restore_when_done(devices[0].index);  // the caller's current GPU comes back
   auto shared = std::make_shared<Shared>(world, options);
   for (const auto& d : devices) {
     auto m = std::make_unique<Member>();
