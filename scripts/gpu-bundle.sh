@@ -7,8 +7,9 @@
 #   bin/kernels_gpu_tests  every kernel on cuda against ref
 #   bin/gpu_tests          nccl, local on one GPU, device actors on cuda:0
 #   lib/                   the shared libraries those need that a bare GPU
-#                          machine lacks (CAF, Cap'n Proto, Boost, OpenSSL,
-#                          zlib, libstdc++, ...); never CUDA, cuDNN or NCCL,
+#                          machine lacks (CAF, Cap'n Proto, OpenSSL's
+#                          libcrypto, zlib; lib/fallback: libstdc++ and
+#                          libgcc_s); never glibc, CUDA, cuDNN or NCCL,
 #                          which gpu-check.sh finds there
 #   data/fashion-mnist/    the four IDX files, xz-compressed (gpu-check.sh unpacks them)
 #   gpu-check.sh, torch_gpu_anchor.py, MANIFEST
