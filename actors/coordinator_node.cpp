@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 
+#include "actors/collective_choice.hpp"
 #include "actors/job_file.hpp"
 #include "actors/membership.hpp"
 #include "actors/node.hpp"
@@ -18,7 +19,6 @@
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
 #include "net/collective/hierarchical.hpp"
-#include "net/collective/local.hpp"
 #include "net/control/address.hpp"
 #include "net/tcp/tcp.hpp"
 
@@ -83,6 +83,7 @@ class CoordinatorCluster final : public ClusterHooks {
     identity_ = job_identity(job);
     job_text_ = to_job_text(job);
     for (const auto& d : job.devices) local_devices_.push_back(d.str());
+    local_device_list_ = job.devices;
     batch_ = job.train.batch;
   }
 
@@ -439,7 +440,11 @@ class CoordinatorCluster final : public ClusterHooks {
       across = net::make_tcp_group(tc);
     }
     net::CollectiveOptions co{options_.timeout};
-    for (auto& c : net::make_hierarchical_group(net::make_local_group(local, co), across, 0, world, co))
+    // This host's replicas: local or nccl by their devices (collective_choice.hpp).
+    if (static_cast<std::size_t>(local) != local_device_list_.size())
+      throw std::logic_error("connect_view: " + std::to_string(local) + " local replicas, but this host has " +
+                             std::to_string(local_device_list_.size()) + " devices");
+    for (auto& c : net::make_hierarchical_group(make_replica_group(local_device_list_, co), across, 0, world, co))
       out.emplace_back(std::move(c));
   }
 
@@ -460,6 +465,7 @@ class CoordinatorCluster final : public ClusterHooks {
   JobIdentity identity_;
   std::string job_text_;
   std::vector<std::string> local_devices_;
+  std::vector<kernels::Device> local_device_list_;
   int data_fd_ = -1;
   std::string data_address_;
   membership_actor_t membership_;

@@ -162,12 +162,19 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   check_gradient(s, s.model->gradients());
   // One staging buffer in the shards' packed layout; each shard gets a
   // view of its part. The next step rewrites it only after every shard has
-  // answered this one.
+  // answered this one. A GPU replica's gradient first reaches the host
+  // through pinned memory (host_staging.hpp); a CPU replica's is packed
+  // straight from the model.
   if (!s.config.partition)
     s.config.partition = std::make_shared<ps::Partition>(ps::Partition::whole(s.model->parameter_count()));
   const auto partition = s.config.partition;
   if (!s.staging.defined() || s.staging.raw() == nullptr) s.staging = Tensor::empty({partition->total()});
-  partition->pack_all(s.model->gradients(), s.staging);
+  const bool on_gpu = s.config.device.is_cuda();
+  if (on_gpu && !s.host_staging) {
+    s.host_staging = std::make_unique<HostStaging>(s.config.device, s.model->gradients().numel());
+    s.host_parameters = Tensor::empty({s.model->parameter_count()});
+  }
+  partition->pack_all(on_gpu ? s.host_staging->push(s.model->gradients()) : s.model->gradients(), s.staging);
   const std::int64_t examples = b.examples;
   const auto pushed_at = net::Clock::now();
   auto left = std::make_shared<int>(partition->shards());
@@ -183,9 +190,10 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
               auto& st = self->state;
               if (st.failed) return;
               const auto answered = net::Clock::now();
-              partition->unpack(i, fresh, st.model->parameters());
+              partition->unpack(i, fresh, on_gpu ? st.host_parameters : st.model->parameters());
               if (--*left > 0) return;
               // Every shard has applied its part: the step is done.
+              if (on_gpu) st.host_staging->pull(st.host_parameters, st.model->parameters());
               const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
               mark(st, "push", pushed_at, answered);
               mark(st, "pull", answered, net::Clock::now());

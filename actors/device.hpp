@@ -27,7 +27,9 @@
 //                server's shard layout (actors/ps/partition.hpp), push each
 //                shard its part (a view of it) and copy the fresh parts it
 //                returns into the parameters; the step ends when every
-//                shard has answered.
+//                shard has answered (on a GPU the gradient leaves and the
+//                parameters return through pinned host buffers with
+//                asynchronous copies: host_staging.hpp).
 // After each step it reports StepReport to the coordinator and continues
 // while its grant allows. Any error is reported as `failed` with the reason,
 // and aborts the collective so that no other replica waits for this one.
@@ -48,6 +50,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "models/data/dataset.hpp"
@@ -96,6 +99,10 @@ struct DeviceState {
   std::unique_ptr<models::Loss> loss;
   Tensor x_dev, y_dev, dout;
   Tensor staging;  // async, ssp: the gradient in the shards' packed layout (host)
+  // A GPU replica's way to and from the host (host_staging.hpp), and the
+  // host copy of its parameters the shards' answers are unpacked into.
+  std::unique_ptr<HostStaging> host_staging;
+  Tensor host_parameters;
   std::int64_t clock = 0;
   Grant grant;
   bool step_queued = false;

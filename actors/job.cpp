@@ -10,13 +10,14 @@
 #include <optional>
 #include <thread>
 
+#include "actors/collective_choice.hpp"
 #include "actors/data_loader.hpp"
 #include "actors/device.hpp"
 #include "actors/ps/parameter_server.hpp"
 #include "actors/replica.hpp"
 #include "actors/resume.hpp"
 #include "kernels/registry.hpp"
-#include "net/collective/local.hpp"
+#include "net/collective/nccl.hpp"
 
 namespace troupe::actors {
 
@@ -25,15 +26,7 @@ namespace troupe::actors {
 constexpr int kControlAnswerSeconds = 10;
 
 std::vector<kernels::Device> default_devices() {
-  std::vector<kernels::Device> out;
-  const int gpus = kernels::cuda_device_count();
-  for (int i = 0; i < gpus; ++i) out.push_back(kernels::Device::cuda(i));
-  if (out.empty()) {
-    const unsigned cores = std::thread::hardware_concurrency();
-    out.push_back(kernels::Device::cpu(0));
-    if (cores >= 2) out.push_back(kernels::Device::cpu(1));
-  }
-  return out;
+  return default_devices_for(kernels::cuda_device_count(), std::thread::hardware_concurrency());
 }
 
 std::vector<kernels::Device> parse_devices(const std::string& text) {
@@ -43,8 +36,14 @@ std::vector<kernels::Device> parse_devices(const std::string& text) {
     const std::size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     kernels::Device d = kernels::Device::parse(item);
-    for (const auto& seen : out)
-      if (seen == d) throw std::invalid_argument("--devices names " + d.str() + " twice");
+    // A GPU named again is another logical replica on it (the local backend
+    // sums them on the GPU); CPU devices are logical already: name cpu:0,cpu:1.
+    if (d.is_cpu())
+      for (const auto& seen : out)
+        if (seen == d)
+          throw std::invalid_argument("--devices names " + d.str() +
+                                      " twice; CPU replicas are numbered (cpu:0,cpu:1), only a GPU may be repeated "
+                                      "(cuda:0,cuda:0: two logical replicas on one GPU)");
     out.push_back(d);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -59,17 +58,16 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   if (t.batch < 1) throw std::invalid_argument("--batch must be at least 1");
   if (config_.prefetch < 1) throw std::invalid_argument("--prefetch must be at least 1");
   if (config_.threads_per_device < 1) throw std::invalid_argument("--threads-per-device must be at least 1");
-  bool cpu = false, gpu = false;
+  // Which backend reduces the replicas (collective_choice.hpp); refuses
+  // mixed CPU and GPU devices, whatever this machine has.
+  collective_choice_ = choose_collective(config_.devices, net::nccl_built());
   int cpu_devices = 0;
   for (const auto& d : config_.devices) {
-    (d.is_cpu() ? cpu : gpu) = true;
     cpu_devices += d.is_cpu();
     if (d.is_cuda() && d.index >= kernels::cuda_device_count())
       throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +
                                   std::to_string(kernels::cuda_device_count()) + " CUDA device(s)");
   }
-  if (cpu && gpu)
-    throw std::invalid_argument("--devices mixes CPU and CUDA devices; use one kind per job");
   // A program linked without troupe_backends (the object library whose
   // static initialiser registers the fast kernels) would fall back to the
   // reference kernels, which are orders of magnitude slower: a cnn epoch
@@ -343,7 +341,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     if (cluster) {
       collectives = cluster->form(self, server.front, local, world, start_cursor(0));
     } else {
-      for (auto& c : net::make_local_group(world, net::CollectiveOptions{config_.timeout})) collectives.emplace_back(std::move(c));
+      for (auto& c : make_replica_group(config_.devices, net::CollectiveOptions{config_.timeout}))
+        collectives.emplace_back(std::move(c));
     }
 
     for (int r = 0; r < local; ++r) {

@@ -5,7 +5,8 @@
 //     │ grant, step_done
 //   device 0 ... device W-1   (detached: each computes on its own thread)
 //     │ next_batch               │ push (async, ssp)      ║ all-reduce (sync)
-//   data loader 0 ... W-1      parameter server (shards)   ║ net::Collective "local"
+//   data loader 0 ... W-1      parameter server (shards)   ║ net::Collective: local or nccl
+//                                                          ║ (collective_choice.hpp)
 //
 // run() blocks until the job completes, fails or is stopped. The control
 // functions are thread-safe and may be called while run() is in progress
@@ -23,6 +24,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/collective_choice.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
@@ -116,9 +118,12 @@ struct JobConfig {
 };
 
 // The devices troupe uses when none are named: every GPU when there are
-// any, otherwise two CPU devices on a machine with at least two cores.
+// any, otherwise two CPU devices on a machine with at least two cores
+// (default_devices_for, collective_choice.hpp).
 std::vector<kernels::Device> default_devices();
 // "cpu:0,cpu:1" -> devices. Throws std::invalid_argument naming the item.
+// A GPU may be named more than once: "cuda:0,cuda:0" is two logical
+// replicas on cuda:0 (a CPU device may not: cpu:0,cpu:1 are logical already).
 std::vector<kernels::Device> parse_devices(const std::string& text);
 
 class ActorSystemSlot;  // actors/replica.hpp
@@ -144,6 +149,8 @@ class Job {
   const JobConfig& config() const { return config_; }
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
   const models::ModelSpec& spec() const { return spec_; }
+  // The backend that reduces this host's replicas, and why (collective_choice.hpp).
+  const CollectiveChoice& collective_choice() const { return collective_choice_; }
 
  private:
   // run() on the thread that owns the job's actor system (made through `slot`).
@@ -165,6 +172,7 @@ class Job {
   std::int64_t batches_per_epoch_ = 0;
   std::shared_ptr<checkpoint::Directory> checkpoints_;
   std::vector<std::vector<float>> replica_parameters_;
+  CollectiveChoice collective_choice_;
 
   std::mutex control_mutex_;
   // starting: run() has begun (nodes gathering, replicas spawning); control

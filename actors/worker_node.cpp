@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "actors/collective_choice.hpp"
 #include "actors/job_file.hpp"
 #include "actors/membership.hpp"
 #include "actors/node.hpp"
@@ -25,7 +26,7 @@
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
 #include "net/collective/hierarchical.hpp"
-#include "net/collective/local.hpp"
+#include "net/collective/nccl.hpp"
 #include "net/control/address.hpp"
 #include "net/tcp/tcp.hpp"
 
@@ -235,6 +236,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
       if (d.is_cuda() && d.index >= kernels::cuda_device_count())
         throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +
                                     std::to_string(kernels::cuda_device_count()) + " CUDA device(s)");
+    (void)choose_collective(devices, net::nccl_built());  // refuses mixed kinds before the node says it is ready
     std::string data_address;
     data_fd = bind_data_plane(options.data_address, relay.local_host(), &data_address);
     std::vector<std::string> device_names;
@@ -276,7 +278,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
               if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
               net::CollectiveOptions co{options.timeout};
-              for (auto& c : net::make_hierarchical_group(net::make_local_group(static_cast<int>(devices.size()), co),
+              // This node's replicas: local or nccl by their devices (collective_choice.hpp).
+              for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
                                                           across, f.first_rank, f.world, co))
                 collectives.emplace_back(std::move(c));
               const data::Cursor cursor{f.epoch, f.batch, f.offset};

@@ -73,7 +73,7 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                   "Coordinator: nodes, this one included, to wait for before training starts (default: --min-nodes); "
                   "later nodes join the running job")
       ->capture_default_str();
-  cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1 (default: every GPU, else 2 CPU devices)");
+  cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 or cuda:0,cuda:0 (default: every GPU, else 2 CPU devices)");
   cmd->add_option("--secret-file", n.secret_file,
                   "File holding the cluster secret (else TROUPE_SECRET; without one only loopback peers are accepted)");
   cmd->add_option("--data-address", n.data_address,

@@ -243,6 +243,8 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   else
     std::fprintf(stderr, "devices here: %s | mode %s | batch %lld per replica\n", devices_text.c_str(),
                  jc.mode.str().c_str(), static_cast<long long>(jc.train.batch));
+  std::fprintf(stderr, "%s: %s\n", jc.cluster ? "collective inside this node (tcp ring between nodes)" : "collective",
+               job.collective_choice().why.c_str());
   std::fprintf(stderr, "%s", models::Model(job.spec(), kernels::Device::cpu()).summary().c_str());
 
   std::unique_ptr<net::ControlServer> control;
@@ -346,7 +348,8 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--steps", c.max_steps, "Stop after this many global steps (0: no limit)")
       ->capture_default_str();
   cmd->add_option("--devices", o.devices,
-                  "Devices, e.g. cpu:0,cpu:1 or cuda:0 (default: every GPU, else 2 CPU devices)");
+                  "Devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 (NCCL) or cuda:0,cuda:0 (two logical replicas on one GPU) "
+                  "(default: every GPU, else 2 CPU devices)");
   cmd->add_option("--mode", o.mode, "Update mode: sync, async or ssp:N")->capture_default_str();
   cmd->add_option("--switch", o.switches, "Mode switches while training, e.g. 500:async,1500:sync");
   cmd->add_option("--control", o.control,

@@ -8,6 +8,7 @@
 #include "cli/build_info.hpp"
 #include "cli/commands.hpp"
 #include "kernels/config.hpp"
+#include "net/collective/nccl.hpp"
 
 namespace troupe::cli {
 
@@ -18,7 +19,18 @@ std::string version_text() {
   if (*TROUPE_BUILD_SANITIZE) out += std::string(", -fsanitize=") + TROUPE_BUILD_SANITIZE;
   out += "\n";
   out += std::string("CUDA: ") + TROUPE_BUILD_CUDA + "\n";
-  out += std::string("NCCL: ") + TROUPE_BUILD_NCCL + "\n";
+  out += std::string("NCCL: ") + TROUPE_BUILD_NCCL;
+  if (net::nccl_built()) {  // libnccl is loaded at run time (net/collective/nccl.hpp)
+    const std::string why = net::nccl_unavailable();
+    if (why.empty()) {
+      const int v = net::nccl_version();
+      out += "; here NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+             std::to_string(v % 100) + " loads";
+    } else {
+      out += "; not loadable here (TROUPE_NCCL_LIBRARY names it)";
+    }
+  }
+  out += "\n";
   out += "CAF: " + std::to_string(CAF_MAJOR_VERSION) + "." + std::to_string(CAF_MINOR_VERSION) + "." +
          std::to_string(CAF_PATCH_VERSION);
   return out;  // no final newline: CLI11 adds one after --version's text

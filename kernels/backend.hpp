@@ -97,6 +97,28 @@ class Backend {
   virtual void fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) = 0;
   // Waits for all queued work on the device (a no-op on the host).
   virtual void synchronize(int device_index) = 0;
+  // Makes the device the calling thread's current one, where the ops (which
+  // take no device index) run; no waiting. A no-op on the host.
+  virtual void make_current(int device_index) { (void)device_index; }
+
+  // ---- staging between host and device (the parameter server's pushes
+  // and pulls, actors/host_staging.hpp) ----
+  // Page-locked ("pinned") host memory: the GPU copies to and from it at
+  // full bus speed and without blocking the host. Host backends hand out
+  // ordinary memory (these defaults).
+  virtual void* allocate_pinned(std::size_t bytes);
+  virtual void deallocate_pinned(void* ptr) noexcept;
+  // Queue a copy on the device's stream, after the work queued before it,
+  // and return at once (host backends: a plain, finished copy). The host
+  // side is pinned memory that the caller leaves untouched until
+  // synchronize(device_index) has returned, or (copy_from_host_async) until
+  // later work on the device's stream has consumed the copy.
+  virtual void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, int device_index) {
+    copy_to_host(host_dst, src, bytes, device_index);
+  }
+  virtual void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, int device_index) {
+    copy_from_host(dst, host_src, bytes, device_index);
+  }
 
   // ---- dense layers ----
   virtual void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,

@@ -6,6 +6,16 @@
 
 namespace troupe::kernels {
 
+// Backend's defaults for staging memory (the cuda backend overrides them
+// with cudaHostAlloc / cudaFreeHost): ordinary aligned host memory.
+void* Backend::allocate_pinned(std::size_t bytes) {
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void Backend::deallocate_pinned(void* ptr) noexcept { std::free(ptr); }
+
 void* HostBackend::allocate(std::size_t bytes, int) {
   constexpr std::size_t alignment = 64;
   std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;

@@ -44,6 +44,13 @@ class CudaBackend final : public Backend {
   int device_count() const override;
   TROUPE_BACKEND_MEMORY_OVERRIDES
   TROUPE_BACKEND_OP_OVERRIDES
+  // Staging (cuda_memory.cpp): cudaHostAlloc'd memory, and cudaMemcpyAsync
+  // on the device's stream without the wait of the synchronous copies.
+  void make_current(int device_index) override;  // cudaSetDevice
+  void* allocate_pinned(std::size_t bytes) override;
+  void deallocate_pinned(void* ptr) noexcept override;
+  void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, int device_index) override;
+  void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, int device_index) override;
 };
 
 }  // namespace troupe::kernels

@@ -104,6 +104,43 @@ void CudaBackend::copy_on_device(void* dst, const void* src, std::size_t bytes, 
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(st.stream));
 }
 
+void CudaBackend::make_current(int device_index) {
+  device_state(device_index);  // validates the index
+  TROUPE_CUDA_CHECK(cudaSetDevice(device_index));
+}
+
+void* CudaBackend::allocate_pinned(std::size_t bytes) {
+  void* ptr = nullptr;
+  // Portable: pinned for every GPU of the process, not only the current one
+  // (two replicas on two GPUs may share one staging helper's lifetime).
+  const cudaError_t status = cudaHostAlloc(&ptr, bytes == 0 ? 64 : bytes, cudaHostAllocPortable);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("cuda backend: cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes failed: " +
+                             cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+  }
+  return ptr;
+}
+
+void CudaBackend::deallocate_pinned(void* ptr) noexcept {
+  if (ptr) (void)cudaFreeHost(ptr);
+  (void)cudaGetLastError();
+}
+
+void CudaBackend::copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, int device_index) {
+  if (bytes == 0) return;
+  DeviceState& st = device_state(device_index);
+  TROUPE_CUDA_CHECK(cudaSetDevice(device_index));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st.stream));
+}
+
+void CudaBackend::copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, int device_index) {
+  if (bytes == 0) return;
+  DeviceState& st = device_state(device_index);
+  TROUPE_CUDA_CHECK(cudaSetDevice(device_index));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, st.stream));
+}
+
 void CudaBackend::synchronize(int device_index) {
   DeviceState& st = device_state(device_index);
   TROUPE_CUDA_CHECK(cudaSetDevice(device_index));

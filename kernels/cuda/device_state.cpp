@@ -2,6 +2,7 @@
 // thread-safe creation of streams, handles and scratch, the grown cuDNN
 // workspace, and the read-back of bad-data reports.
 #include "kernels/cuda/device_state.hpp"
+#include "kernels/cuda/stream.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -73,6 +74,8 @@ DeviceState& device_state(int index) {
   std::call_once(slot.once, [&] { slot.state = create_state(index); });
   return *slot.state;
 }
+
+cudaStream_t compute_stream(int device_index) { return device_state(device_index).stream; }
 
 DeviceState& current_device_state() {
   int index = 0;

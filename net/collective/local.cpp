@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "kernels/ops.hpp"
+#include "kernels/registry.hpp"
 
 namespace troupe::net {
 
@@ -421,7 +422,11 @@ std::shared_ptr<Work> LocalCollective::run(Posting posting, Body body) {
   const std::string label = std::string(to_string(posting.kind)) + " #" + std::to_string(posting.seq) + where();
   const Deadline deadline = Clock::now() + group_->options().timeout;
   try {
+    const Device device = posting.a.device();
     group_->arrive(rank_, std::move(posting), label, deadline);
+    // Valid buffers on a GPU (all on that one): the sums and copies below
+    // run on the calling thread's current GPU, which must be theirs.
+    if (device.is_cuda()) kernels::Registry::instance().for_device(device).make_current(device.index);
     body(label, deadline);
     group_->sync(rank_, label, deadline, /*last=*/true);
     return completed_work();

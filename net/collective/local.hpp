@@ -21,9 +21,15 @@
 //
 // Devices: a group's buffers must share one memory space: any CPU devices
 // (cpu:0, cpu:1, ... are all host memory), or one CUDA device (several
-// logical replicas on cuda:0; ops are stream-ordered on that device). A group
-// that mixes them fails with CollectiveError(invalid). send/recv copy across
-// any devices.
+// logical replicas on cuda:0, `--devices cuda:0,cuda:0`). On a GPU the ranks
+// sum one another's device buffers with the cuda kernels (sum_n, scale) and
+// copy them on the device: no host staging. Everything is queued on that
+// GPU's one compute stream in call order, so a rank's gradient, queued
+// before it arrived, is summed after it is written, and the caller's next
+// op after the result; each operation makes the buffers' GPU the calling
+// thread's current one. A group that mixes memory spaces fails with
+// CollectiveError(invalid); distinct GPUs reduce through the nccl backend
+// (nccl.hpp). send/recv copy across any devices.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,72 @@
+#include "actors/collective_choice.hpp"
+
+#include <set>
+#include <stdexcept>
+
+#include "net/collective/local.hpp"
+#include "net/collective/nccl.hpp"
+
+namespace troupe::actors {
+
+const char* to_string(CollectiveKind kind) { return kind == CollectiveKind::nccl ? "nccl" : "local"; }
+
+namespace {
+
+std::string list(const std::vector<kernels::Device>& devices) {
+  std::string out;
+  for (const auto& d : devices) out += (out.empty() ? "" : ",") + d.str();
+  return out;
+}
+
+}  // namespace
+
+CollectiveChoice choose_collective(const std::vector<kernels::Device>& devices, bool nccl_built) {
+  if (devices.empty()) throw std::invalid_argument("no devices to train on");
+  int cpus = 0;
+  std::set<int> gpus;
+  for (const auto& d : devices) {
+    if (d.is_cpu())
+      ++cpus;
+    else
+      gpus.insert(d.index);
+  }
+  const int n = static_cast<int>(devices.size());
+  const std::string replicas = std::to_string(n) + (n == 1 ? " replica" : " replicas");
+  if (cpus > 0 && cpus < n)
+    throw std::invalid_argument("--devices " + list(devices) +
+                                " mixes CPU and CUDA devices, which one job cannot reduce together (the local "
+                                "backend needs one memory space, NCCL GPU buffers); use one kind per job");
+  if (cpus == n) return {CollectiveKind::local, replicas + " on the host: local"};
+  if (gpus.size() == 1)
+    return {CollectiveKind::local,
+            replicas + " on cuda:" + std::to_string(*gpus.begin()) +
+                (n == 1 ? ": local" : ": local, summed on the GPU (logical replicas)")};
+  if (static_cast<int>(gpus.size()) < n)
+    throw std::invalid_argument("--devices " + list(devices) +
+                                " puts several replicas on some of several GPUs; name each GPU once (NCCL) or one "
+                                "GPU several times (logical replicas, local backend), not both");
+  if (!nccl_built)
+    throw std::invalid_argument("--devices " + list(devices) +
+                                " names several GPUs, which reduce through NCCL, but this troupe was built without "
+                                "the nccl backend; use one GPU (cuda:0, or cuda:0,cuda:0 for logical replicas)");
+  return {CollectiveKind::nccl, replicas + " on distinct GPUs: nccl"};
+}
+
+std::vector<kernels::Device> default_devices_for(int gpus, unsigned cores) {
+  std::vector<kernels::Device> out;
+  for (int i = 0; i < gpus; ++i) out.push_back(kernels::Device::cuda(i));
+  if (out.empty()) {
+    out.push_back(kernels::Device::cpu(0));
+    if (cores >= 2) out.push_back(kernels::Device::cpu(1));
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<net::Collective>> make_replica_group(const std::vector<kernels::Device>& devices,
+                                                                 net::CollectiveOptions options) {
+  const CollectiveChoice choice = choose_collective(devices, net::nccl_built());
+  if (choice.kind == CollectiveKind::nccl) return net::make_nccl_group(devices, options);
+  return net::make_local_group(static_cast<int>(devices.size()), options);
+}
+
+}  // namespace troupe::actors
