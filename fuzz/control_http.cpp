@@ -106,7 +106,11 @@ Answer exchange(std::uint16_t port, std::string_view request) {
     pollfd p{fd, POLLIN, 0};
     const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (ms <= 0 || ::poll(&p, 1, ms) <= 0) {
-      if (std::getenv("TROUPE_FUZZ_HANG_PAUSE")) { std::fprintf(stderr, "HANG pid %d\n", (int)::getpid()); ::sleep(600); }
+      // TROUPE_FUZZ_HANG_PAUSE=1 keeps the process for a debugger (gdb -p PID).
+      if (std::getenv("TROUPE_FUZZ_HANG_PAUSE")) {
+        std::fprintf(stderr, "control_http: hang, pid %d paused for 10 minutes\n", static_cast<int>(::getpid()));
+        ::sleep(600);
+      }
       troupe::fuzz::fail("no answer and no close within 15 s");
     }
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
