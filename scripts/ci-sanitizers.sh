@@ -46,18 +46,30 @@ common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=OFF -DTROUPE_BUILD_BEN
 
 # Every step runs, whatever failed before it (but a step whose build failed
 # is not run); the script fails at the end when any step did.
+# The CPU time of finished children (user + sys, whole seconds), from the
+# shell's `times`: on a machine shared with other jobs the wall time says
+# little, the CPU time / 2 is what the step costs two idle cores.
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
+children_cpu() {  # sets $cpu_now; `times` runs in this shell (a $(...) would be a fresh process)
+  times > "$cpu_file"
+  cpu_now=$(tail -1 "$cpu_file" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d", t }')
+}
 timings=()
 failed=()
-timed() {  # timed NAME COMMAND...: runs it and records its wall time and outcome
-  local name=$1 start rc
+timed() {  # timed NAME COMMAND...: runs it and records its wall and CPU time and outcome
+  local name=$1 start cpu rc
   shift
   echo "==== ci-sanitizers: $name"
   start=$(date +%s)
+  children_cpu
+  cpu=$cpu_now
   set +e
   "$@"
   rc=$?
   set -e
-  local line="$name: $(( $(date +%s) - start )) s"
+  children_cpu
+  local line="$name: $(( $(date +%s) - start )) s wall, $(( cpu_now - cpu )) s CPU"
   [ $rc -eq 0 ] || { line="$line, FAILED (exit $rc)"; failed+=("$name"); }
   timings+=("$line")
   echo "==== ci-sanitizers: $line"
