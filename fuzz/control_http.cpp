@@ -11,7 +11,7 @@
 //      now or absolute) and "METHOD\nTARGET\nBODY"
 //
 // Properties: the server answers or closes (it never hangs once the client
-// has sent everything: an exchange over 3 s is logged, over 15 s fails); an
+// has sent everything: an exchange over 3 s is logged, over 60 s fails); an
 // answer is well-formed HTTP/1.1 with a
 // status from the documented set and a Content-Length that matches its
 // body, and every body but /metrics' is a JSON object; without a signature
@@ -61,9 +61,11 @@ Handlers handlers() {
 // The servers drop a client that has not sent a whole request after 2 s
 // (kIoTimeout); the harness always closes its side at once, so an answer or
 // a close comes at once, and waiting kPatience (a loaded machine can stall
-// a thread for seconds) before calling it a hang is generous.
+// a thread for seconds: the long run at nice 19 under load 10 saw three
+// waits past 15 s that no saved input reproduces) before calling it a hang
+// is generous.
 constexpr auto kIoTimeout = 2s;
-constexpr auto kPatience = 15s;
+constexpr auto kPatience = 60s;
 
 ControlServerOptions options(bool with_key) {
   ControlServerOptions o;
@@ -111,7 +113,7 @@ Answer exchange(std::uint16_t port, std::string_view request) {
         std::fprintf(stderr, "control_http: hang, pid %d paused for 10 minutes\n", static_cast<int>(::getpid()));
         ::sleep(600);
       }
-      troupe::fuzz::fail("no answer and no close within 15 s");
+      troupe::fuzz::fail("no answer and no close within 60 s");
     }
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
     if (n > 0) {

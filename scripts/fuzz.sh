@@ -90,7 +90,7 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${seconds} s (log: $work/$t.log)"
   start=$(date +%s)
   set +e
-  "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=8192 \
+  "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=120 -rss_limit_mb=2048 -max_len=8192 \
     -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" "${dict[@]}" \
     "$work/$t/corpus" "$root/fuzz/corpus/$t" > "$work/$t.log" 2>&1
   rc=$?
