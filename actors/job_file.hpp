@@ -24,10 +24,12 @@
 //
 // The TOML subset:
 //   - one `key = value` per line; bare keys (A-Z a-z 0-9 _ -); no dotted keys;
-//   - values: "strings" with the escapes \" \\ \n \t; integers (decimal,
+//   - values: "strings" with the escapes \" \\ \n \t (control characters
+//     other than tab must be escaped, as in TOML); integers (decimal,
 //     optional sign, `_` between digits); floats (1.5, -2e-3, 1E+4; a float
-//     key also takes an integer); true / false. No arrays, inline tables,
-//     single-quoted or multi-line strings, dates;
+//     key also takes an integer; the range is checked on the 32-bit float
+//     kept, so 0.99999999999 is 1 for momentum's [0, 1)); true / false. No
+//     arrays, inline tables, single-quoted or multi-line strings, dates;
 //   - `#` starts a comment outside strings; blank lines are ignored;
 //   - tables: keys before any header, or under [training], are training keys;
 //     [optimizer] holds name, momentum, nesterov, weight_decay, epsilon,

@@ -31,6 +31,11 @@ double number(const std::string& text, const std::string& spec) {
                               "' is not a number; valid forms: " + forms);
 }
 
+// Step and epoch counts are int64; a double at or past 2^63 cannot be
+// converted to one (undefined behaviour: fuzz/job_file found
+// "cosine:1e37"), so it is refused first.
+constexpr double kCountLimit = 9223372036854775808.0;  // 2^63
+
 }  // namespace
 
 LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warmup_steps)
@@ -52,7 +57,10 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
       if (eq == std::string::npos) fail("'" + item + "' is not BOUNDARY=LR");
       double b = number(item.substr(0, eq), spec), lr = number(item.substr(eq + 1), spec);
       if (b < 0 || b != std::floor(b)) fail("boundary '" + item.substr(0, eq) + "' must be a whole number >= 0");
+      if (b >= kCountLimit) fail("boundary '" + item.substr(0, eq) + "' is too large (at most 2^63 - 1)");
       if (lr <= 0) fail("learning rate '" + item.substr(eq + 1) + "' must be positive");
+      if (!(lr < 0x1.ffffffp+127))  // FLT_MAX + half an ulp: rounds to infinity as a float
+        fail("learning rate '" + item.substr(eq + 1) + "' is beyond a 32-bit float");
       if (!boundaries_.empty() && b <= boundaries_.back().first) fail("boundaries must increase");
       boundaries_.emplace_back(static_cast<std::int64_t>(b), static_cast<float>(lr));
     }
@@ -63,6 +71,7 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
     rate_ = number(parts[0], spec);
     double p = number(parts[1], spec);
     if (rate_ <= 0 || p < 1) fail("rate must be > 0 and steps >= 1");
+    if (p >= kCountLimit) fail("steps '" + parts[1] + "' is too large (at most 2^63 - 1)");
     period_ = static_cast<std::int64_t>(p);
     if (parts.size() == 3) {
       if (parts[2] != "staircase") fail("'" + parts[2] + "' is not 'staircase'");
@@ -74,6 +83,7 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
     if (parts.size() > 2) fail("expected STEPS[/FINAL_FRACTION]");
     double p = number(parts[0], spec);
     if (p < 1) fail("steps must be >= 1");
+    if (p >= kCountLimit) fail("steps '" + parts[0] + "' is too large (at most 2^63 - 1)");
     period_ = static_cast<std::int64_t>(p);
     if (parts.size() == 2) alpha_ = number(parts[1], spec);
     if (alpha_ < 0 || alpha_ > 1) fail("the final fraction must be in [0, 1]");

@@ -25,6 +25,7 @@ packages=(
                                   # (about 8 s to install; on a host with systemd it also starts its own
                                   # service on :9090, which the test does not use)
   openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
+  clang libclang-rt-14-dev        # scripts/fuzz.sh, scripts/ci-sanitizers.sh: libFuzzer and the ASan/UBSan build
 )
 
 missing=()

@@ -193,6 +193,13 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
     root = Json::parse(json, RepeatedKeyCheck(source));
   } catch (const Json::parse_error& e) {
     throw std::invalid_argument(source + ": " + parse_error_text(e, json));
+  } catch (const Json::exception& e) {
+    // Not only parse errors: a number too large for a double is
+    // out_of_range.406 (fuzz/cluster_spec found it escaping as that).
+    std::string what = e.what();
+    if (const auto bracket = what.find("] "); what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos)
+      what = what.substr(bracket + 2);
+    throw std::invalid_argument(source + ": malformed JSON: " + what);
   }
   if (!root.is_object())
     throw std::invalid_argument(source + ": the cluster spec must be a JSON object, got " + root.type_name());

@@ -89,10 +89,16 @@ std::string ControlAuth::check(const std::string& authorization, const std::stri
   // that prove the key, so the reasons tell an outsider nothing.
   if (!constant_time_equal(control_mac(key_, method, target, body, ts, nonce), mac))
     return "credential does not match: a different secret, or an altered request" + how;
-  const std::int64_t age = now - stamp;
-  if (age > window_ || age < -window_)
-    return "credential is " + std::to_string(age < 0 ? -age : age) + " s " + (age < 0 ? "in the future" : "old") +
-           " (at most " + std::to_string(window_) + " s: are both clocks right?)";
+  // now - stamp can overflow for a stamp near either end of int64 (it did,
+  // in fuzz/control_http: undefined behaviour); compare without subtracting
+  // it, and take the distance in unsigned arithmetic, where it is exact.
+  if (stamp < now - window_ || stamp > now + window_) {
+    const bool future = stamp > now;
+    const std::uint64_t distance = future ? static_cast<std::uint64_t>(stamp) - static_cast<std::uint64_t>(now)
+                                          : static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(stamp);
+    return "credential is " + std::to_string(distance) + " s " + (future ? "in the future" : "old") + " (at most " +
+           std::to_string(window_) + " s: are both clocks right?)";
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   while (!seen_by_time_.empty() && seen_by_time_.begin()->first < now - window_) {
     seen_.erase(seen_by_time_.begin()->second);

@@ -205,6 +205,12 @@ class TcpGroup final : public Collective {
   const int send_fd_;
   const int recv_fd_;
   std::uint64_t next_seq_ = 0;
+  // What an operation sends from that is not the caller's buffer
+  // (reduce_scatter's copy of its input, barrier's words). A member, not a
+  // local of the operation: after a failure the sender thread may still be
+  // reading it until quiesce() returns, which is after the operation's body
+  // has unwound (fuzz/tcp_frames found the use after free).
+  std::vector<char> scratch_;
 
   std::mutex mu_;
   // One condition variable per waiter, so a chunk wakes only the thread it
@@ -646,7 +652,8 @@ std::shared_ptr<Work> TcpGroup::reduce_scatter(const Tensor& input, const Tensor
     if (each == 0) return;
     // The ring sums in place, so it works on a copy and leaves the input as
     // it was (the output may be this rank's chunk of the input).
-    std::vector<char> work(input.bytes());
+    std::vector<char>& work = scratch_;
+    work.assign(input.bytes(), 0);
     std::memcpy(work.data(), input.raw(), input.bytes());
     if (world_ > 1) {
       ring_reduce_scatter(kReduceScatter, seq, input.bytes(), work.data(), equal_segments(each, world_), op,
@@ -725,10 +732,11 @@ std::shared_ptr<Work> TcpGroup::barrier() {
     if (world_ == 1) return;
     // An all-gather of one word per rank: after its W-1 steps every rank has
     // heard (through the ring) from every other.
-    std::vector<std::uint32_t> words(static_cast<std::size_t>(world_), 0);
-    words[static_cast<std::size_t>(rank_)] = static_cast<std::uint32_t>(rank_);
-    ring_allgather(kBarrier, seq, words.size() * 4, reinterpret_cast<char*>(words.data()), equal_segments(4, world_),
-                   0, nullptr, deadline);
+    // (In scratch_, which outlives a failure's quiesce().)
+    scratch_.assign(static_cast<std::size_t>(world_) * 4, 0);
+    const auto word = static_cast<std::uint32_t>(rank_);
+    std::memcpy(scratch_.data() + 4 * static_cast<std::size_t>(rank_), &word, 4);
+    ring_allgather(kBarrier, seq, scratch_.size(), scratch_.data(), equal_segments(4, world_), 0, nullptr, deadline);
     wait_sends(deadline);
   });
 }

@@ -365,6 +365,46 @@ TEST(ClusterJobFile, RoundTrip) {
   EXPECT_NE(to_job_text(c).find("momentum = 0.0\n"), std::string::npos);
 }
 
+// fuzz/job_file found it (F4): a raw control character inside a string was
+// accepted, but to_job_text refuses to write one, so the coordinator could
+// not compute the job's fingerprint (std::invalid_argument). TOML refuses
+// control characters other than tab in strings; so does the job file now.
+TEST(ClusterJobFile, ControlCharactersInStringsAreRefused) {
+  EXPECT_JOB_ERROR(std::string("model = \"a\x01z\"\n"),
+                   "JOB.toml:1: key 'model': control character 0x01 in a string");
+  EXPECT_JOB_ERROR(std::string("epochs = 2\ndata = \"x\x7fy\"\n"), "JOB.toml:2: key 'data': control character 0x7f");
+  EXPECT_JOB_ERROR(std::string("checkpoint_dir = \"a\0b\"\n", 23), "key 'checkpoint_dir': control character 0x00");
+  EXPECT_JOB_ERROR(std::string("[optimizer]\nname = \"sgd\r\"\n"), "key 'optimizer.name': control character 0x0d");
+  // A raw tab is allowed (as in TOML) and written back escaped; the escapes
+  // give every other character.
+  const actors::JobConfig c = parse_job_text("data = \"a\tb\"\ncheckpoint_dir = \"x\\ny\"\n", "JOB.toml");
+  EXPECT_EQ(c.train.data, "a\tb");
+  EXPECT_EQ(c.train.checkpoint_dir, "x\ny");
+  const std::string text = to_job_text(c);
+  EXPECT_NE(text.find("data = \"a\\tb\"\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_job_text(text, "round-trip").train.checkpoint_dir, "x\ny");
+}
+
+// F5, with the round trip of fuzz/job_file: the range of a float key was
+// checked on the number as written, but the value kept is a float. A number
+// inside the range that rounds onto or past its edge (momentum just under
+// 1, epsilon under the smallest float) was accepted and stored as a value
+// the range refuses, so the job's canonical text did not parse.
+TEST(ClusterJobFile, AFloatIsCheckedAsItIsStored) {
+  EXPECT_JOB_ERROR("momentum = 0.99999999999\n",
+                   "JOB.toml:1: key 'momentum': 0.99999999999 is 1 as a 32-bit float, out of range [0, 1)");
+  EXPECT_JOB_ERROR("[optimizer]\nbeta2 = 0.9999999999\n", "key 'optimizer.beta2': 0.9999999999 is 1 as a 32-bit float");
+  EXPECT_JOB_ERROR("epsilon = 1e-50\n", "key 'epsilon': 1e-50 is 0 as a 32-bit float, out of range (0, inf)");
+  EXPECT_JOB_ERROR("lr = 1e39\n", "key 'lr': 1e39 is out of range (0, inf) (beyond a 32-bit float)");
+  EXPECT_JOB_ERROR("weight_decay = 1e400\n", "key 'weight_decay': 1e400 is out of range [0, inf)");
+  // Just inside the edges, and the float's own extremes, still read back.
+  for (const char* text : {"momentum = 0.99999994\n", "epsilon = 1e-45\n", "lr = 3.4028234e38\n"}) {
+    const actors::JobConfig c = parse_job_text(text, "JOB.toml");
+    const actors::JobConfig back = parse_job_text(to_job_text(c), "round-trip");
+    EXPECT_EQ(to_job_text(back), to_job_text(c)) << text;
+  }
+}
+
 TEST(ClusterJobFile, FingerprintTracksJobAndVersion) {
   const actors::JobConfig a = unusual_job();
   const JobIdentity id = job_identity(a);

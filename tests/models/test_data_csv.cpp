@@ -110,5 +110,23 @@ TEST(DataCsv, BadRowsNameLineAndColumn) {
   EXPECT_THROW(load_csv(dir.file("empty.csv")), DataError);
 }
 
+// fuzz/csv found it: a number finite as a double but beyond a float's range
+// (1e39, -1e300) became an infinite feature or target in the tensors.
+TEST(DataCsv, ANumberBeyondTheFloatRangeIsAnError) {
+  TempDir dir;
+  write_file(dir.file("big.csv"), "x,y,label\n1,2,0\n1,1e39,1\n");
+  std::string e = error_of<DataError>([&] { load_csv(dir.file("big.csv")); });
+  EXPECT_NE(e.find("big.csv:3: column 2 (y): 1e39 is outside the range of a 32-bit float"), std::string::npos) << e;
+  write_file(dir.file("big.csv"), "x,target\n1,-1e300\n");
+  CsvOptions regression;
+  regression.task = Task::regression;
+  e = error_of<DataError>([&] { load_csv(dir.file("big.csv"), regression); });
+  EXPECT_NE(e.find("big.csv:2: column 2 (target): -1e300 is outside the range"), std::string::npos) << e;
+  // The largest float, and a double below the smallest normal float, still read.
+  write_file(dir.file("big.csv"), "x,target\n3.4028234e38,1e-40\n");
+  const Splits s = load_csv(dir.file("big.csv"), regression);
+  EXPECT_EQ(s.train.features.to_vector(), (std::vector<float>{3.4028234e38f}));
+}
+
 }  // namespace
 }  // namespace troupe::data

@@ -137,6 +137,22 @@ TEST(LrSchedule, BadSpecsListValidForms) {
   EXPECT_NE(error_of([] { LrSchedule("constant", -1.0f); }).find("positive"), std::string::npos);
 }
 
+// fuzz/job_file found it (a schedule is a job key): a step count or a
+// boundary at or past 2^63 was converted to int64, which is undefined
+// (UBSan: "1.02222e+37 is outside the range of representable values").
+TEST(LrSchedule, CountsBeyondInt64AreRefused) {
+  for (const char* bad : {"cosine:1e37", "cosine:9223372036854775808/0.5", "exponential:0.5/1e19",
+                          "piecewise:1e300=0.1", "piecewise-steps:3=0.1,9.3e18=0.01"}) {
+    const std::string e = error_of([&] { LrSchedule(bad, 1e-3f); });
+    EXPECT_NE(e.find("too large (at most 2^63 - 1)"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("'") + bad + "'"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([] { LrSchedule("piecewise:2=1e39", 1e-3f); }).find("'1e39' is beyond a 32-bit float"),
+            std::string::npos);
+  // The largest double below 2^63 is still a count.
+  EXPECT_NEAR(LrSchedule("cosine:9223372036854774784", 1.0f).at(0, 0), 1.0, 1e-6);
+}
+
 TEST(OptimizerConfig, TextRoundTripAndUnknownNames) {
   OptimizerConfig c;
   c.name = "sgd";

@@ -84,6 +84,16 @@ TEST(ClusterSpec, MalformedJsonNamesTheLine) {
   EXPECT_ERROR("", "malformed JSON at line 1");
 }
 
+// fuzz/cluster_spec found it: a number too large for a double made
+// nlohmann-json throw out_of_range (406), not a parse error, and it left
+// parse_cluster_spec as that instead of std::invalid_argument.
+TEST(ClusterSpec, ANumberTooLargeForADoubleIsMalformed) {
+  EXPECT_ERROR(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 6e400}})",
+               "malformed JSON: number overflow parsing '6e400'");
+  EXPECT_ERROR(R"({"x": -1e999, "cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})",
+               "number overflow");
+}
+
 // The JSON reader recurses per level: 100,000 levels used to overflow the
 // stack (SIGSEGV). Nesting is bounded before the reader sees the text.
 TEST(ClusterSpec, DeepNestingIsRefusedNotACrash) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "net/cluster/auth.hpp"
@@ -58,6 +59,27 @@ TEST(ControlAuth, SignedRequestPassesOnceAndAnythingElseIsRefusedWithTheReason) 
   EXPECT_CONTAINS(auth.check("Bearer abc", "POST", "/stop", "", now), "malformed credential");
   EXPECT_CONTAINS(auth.check("TROUPE-HMAC ts=1,mac=00", "POST", "/stop", "", now), "malformed credential");
   EXPECT_CONTAINS(auth.check("TROUPE-HMAC ts=x,nonce=1,mac=00", "POST", "/stop", "", now), "not a number");
+}
+
+// fuzz/control_http found it: a correctly signed timestamp near either end
+// of int64 made `now - ts` overflow (undefined behaviour; UBSan stopped the
+// fuzzer). Only a holder of the key can sign one, but the server must still
+// refuse it as out of the window, with the exact distance.
+TEST(ControlAuth, TimestampsAtTheEndsOfInt64AreOutOfTheWindowNotAnOverflow) {
+  ControlAuth auth(kKey, std::chrono::seconds(60));
+  const std::int64_t now = 1700000000;
+  const std::int64_t lowest = std::numeric_limits<std::int64_t>::min(), highest = std::numeric_limits<std::int64_t>::max();
+  EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "POST", "/stop", "", lowest), "POST", "/stop", "", now),
+                  "credential is 9223372038554775808 s old");
+  EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "POST", "/stop", "", highest), "POST", "/stop", "", now),
+                  "credential is 9223372035154775807 s in the future");
+  EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "POST", "/stop", "", -now), "POST", "/stop", "", now),
+                  "credential is 3400000000 s old");
+  // The window's edges are unchanged: 60 s either way passes, 61 does not.
+  EXPECT_EQ(auth.check(sign_control_request(kKey, "GET", "/status", "", now - 60), "GET", "/status", "", now), "");
+  EXPECT_EQ(auth.check(sign_control_request(kKey, "GET", "/status", "", now + 60), "GET", "/status", "", now), "");
+  EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "GET", "/status", "", now + 61), "GET", "/status", "", now),
+                  "61 s in the future");
 }
 
 TEST(ControlAuth, TheControlKeyIsNeitherTheSecretNorAnotherLabelsKey) {

@@ -279,6 +279,42 @@ TEST(TcpWire, ATruncatedFrameThatStallsTimesOut) {
   EXPECT_LT(Clock::now() - start, 1500ms);
 }
 
+// fuzz/tcp_frames found it: reduce_scatter sent from a copy of its input
+// that was a local of the operation (and barrier from a local array); when
+// a bad frame failed the operation, the copy was freed as the operation
+// unwound, while the sender thread could still be computing a chunk's CRC
+// over it or writing it. Here the sender streams a 16 MiB segment in 1 MiB
+// chunks (the fake peer reads them) when garbage fails the receive at a
+// different moment each try; AddressSanitizer (the CI's ASan build runs
+// this test) reports the use after free when the operation unwinds while a
+// chunk is still being read.
+TEST(TcpWire, AFailedReduceScatterFreesNothingItsSenderStillReads) {
+  // (stderr is not captured: it carries the sanitizer's report.)
+  constexpr std::int64_t kSegment = std::int64_t{4} << 20;  // floats: 16 MiB, 16 chunks
+  for (int i = 0; i < 12; ++i) {
+    FakePeer peer(5s);
+    Tensor in = Tensor::empty(Shape{2 * kSegment}, DType::f32);
+    Tensor out = Tensor::empty(Shape{kSegment}, DType::f32);
+    std::memset(in.f32(), 0, static_cast<std::size_t>(in.bytes()));
+    std::thread drain([&] {  // rank 1 takes what rank 0 sends, until it hangs up
+      std::vector<char> sink(1 << 16);
+      for (;;) {
+        pollfd p{peer.from_real, POLLIN, 0};
+        if (::poll(&p, 1, 5000) <= 0 || ::recv(peer.from_real, sink.data(), sink.size(), 0) <= 0) return;
+      }
+    });
+    std::thread garbage([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + 3 * i));
+      const std::string bytes(64, '\x5a');
+      send_bytes(peer.to_real, bytes.data(), bytes.size());
+    });
+    const auto e = error_of(peer.real->reduce_scatter(in, out, ReduceOp::sum));
+    garbage.join();
+    drain.join();
+    EXPECT_EQ(e.kind(), CollectiveErrorKind::aborted) << what(e);
+  }
+}
+
 TEST(TcpWire, CrcMatchesTheStandardCheckValue) {
   const std::string check = "123456789";
   EXPECT_EQ(wire::crc32c(check.data(), check.size()), 0xE3069283u);  // CRC-32C check value
