@@ -1,6 +1,7 @@
 #include "actors/collective_choice.hpp"
 
 #include <set>
+#include <utility>
 #include <stdexcept>
 
 #include "net/collective/local.hpp"
@@ -50,6 +51,41 @@ CollectiveChoice choose_collective(const std::vector<kernels::Device>& devices, 
                                 " names several GPUs, which reduce through NCCL, but this troupe was built without "
                                 "the nccl backend; use one GPU (cuda:0, or cuda:0,cuda:0 for logical replicas)");
   return {CollectiveKind::nccl, replicas + " on distinct GPUs: nccl"};
+}
+
+const char* to_string(AcrossKind kind) { return kind == AcrossKind::nccl ? "nccl" : "hierarchical"; }
+
+AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes) {
+  const auto hierarchical = [](const std::string& why) {
+    return AcrossChoice{AcrossKind::hierarchical, "hierarchical (local or nccl inside each node, tcp ring between nodes): " + why};
+  };
+  if (nodes.size() < 2) return hierarchical("one node");
+  std::set<std::pair<std::string, int>> gpus_by_host;  // (host, GPU) pairs named so far
+  int world = 0;
+  for (const auto& n : nodes) {
+    std::set<int> gpus;
+    for (const auto& d : n.devices) {
+      if (d.is_cpu()) return hierarchical(n.name + " has CPU replicas (" + list(n.devices) + ")");
+      gpus.insert(d.index);
+    }
+    if (gpus.size() < n.devices.size())
+      return hierarchical(n.name + " runs logical replicas (" + list(n.devices) +
+                          "), which NCCL cannot hold (two ranks on one GPU)");
+    // Two nodes on one machine naming one GPU would be two NCCL ranks on it.
+    for (int g : gpus)
+      if (!gpus_by_host.insert({n.host, g}).second)
+        return hierarchical(n.name + " shares cuda:" + std::to_string(g) + " with another node on " + n.host);
+    if (!n.nccl_unavailable.empty()) return hierarchical("NCCL is unavailable on " + n.name + ": " + n.nccl_unavailable);
+    world += static_cast<int>(n.devices.size());
+  }
+  return {AcrossKind::nccl, "nccl: " + std::to_string(world) + " replicas on distinct GPUs of " +
+                                std::to_string(nodes.size()) + " nodes, one NCCL group across them"};
+}
+
+std::string nccl_unavailable_for(const std::vector<kernels::Device>& devices) {
+  for (const auto& d : devices)
+    if (d.is_cpu()) return "not loaded on a node with CPU replicas";
+  return net::nccl_unavailable();
 }
 
 std::vector<kernels::Device> default_devices_for(int gpus, unsigned cores) {

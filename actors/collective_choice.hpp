@@ -12,14 +12,22 @@
 //                                    local group per GPU under an NCCL group of
 //                                    leaders) are not built yet
 //
-// Across hosts (actors/coordinator_node.cpp, worker_node.cpp) this is the
-// group inside each node, under the hierarchical group whose tcp ring of
-// node leaders stages GPU buffers through host memory (NCCL's own socket
-// transport between nodes is not wired: nccl.hpp takes the id a coordinator
-// would send, but no control message carries one yet).
+// Across hosts (actors/coordinator_node.cpp, worker_node.cpp) the
+// coordinator decides once per view, with choose_across_nodes below:
 //
-// choose_collective is pure (tests call it with any device list and either
-// answer for "NCCL built"); make_replica_group builds what it chose.
+//   every node cuda: only, one replica per GPU,
+//   and NCCL loads on every node              nccl: one NCCL group of the
+//                                             whole view; its unique id
+//                                             travels in the view message
+//   anything else (a CPU node, logical        hierarchical: this table's
+//   replicas, NCCL missing somewhere, two     group inside each node, under
+//   nodes of one host naming one GPU)         a tcp ring of node leaders
+//                                             (GPU buffers staged through
+//                                             host memory)
+//
+// choose_collective and choose_across_nodes are pure (tests call them with
+// any devices and either answer for "NCCL built" / "NCCL loads");
+// make_replica_group builds what choose_collective chose.
 #pragma once
 
 #include <memory>
@@ -43,6 +51,35 @@ struct CollectiveChoice {
 // reduce them (empty, mixed kinds, logical replicas on several GPUs, or
 // distinct GPUs in a build without NCCL).
 CollectiveChoice choose_collective(const std::vector<kernels::Device>& devices, bool nccl_built);
+
+// One node of a view, as the choice across nodes sees it.
+struct NodeFacts {
+  std::string name;                      // for the log: "coordinator", "worker/HOST:PORT"
+  std::string host;                      // its data-plane host: nodes of one host share its GPUs
+  std::vector<kernels::Device> devices;  // its replicas' devices
+  std::string nccl_unavailable;          // "" when NCCL loads there, else why not (net::nccl_unavailable)
+};
+
+enum class AcrossKind { hierarchical, nccl };
+const char* to_string(AcrossKind kind);
+
+struct AcrossChoice {
+  AcrossKind kind = AcrossKind::hierarchical;
+  std::string why;  // one line for the coordinator's log
+};
+
+// How the replicas of a view of several nodes reduce (the table above):
+// nccl when every node holds only cuda: replicas on distinct GPUs and NCCL
+// loads on every node, else hierarchical, saying which node stops NCCL and
+// why. Refuses nothing: each node's own devices were checked by
+// choose_collective before it said it was ready. Fewer than two nodes:
+// hierarchical (one node has no "across"; make_replica_group decides).
+AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes);
+
+// What a node reports as NodeFacts::nccl_unavailable: "" when NCCL loads
+// here, else why not. A node with a CPU replica does not try to load it
+// (NCCL cannot reduce its replicas anyway) and says so.
+std::string nccl_unavailable_for(const std::vector<kernels::Device>& devices);
 
 // The devices troupe uses when none are named, from what the machine has:
 // every GPU when there are any, otherwise two CPU devices on a machine with

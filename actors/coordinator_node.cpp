@@ -9,6 +9,7 @@
 #include <csignal>
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "actors/collective_choice.hpp"
 #include "actors/job_file.hpp"
@@ -19,6 +20,7 @@
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
 #include "net/collective/hierarchical.hpp"
+#include "net/collective/nccl.hpp"
 #include "net/control/address.hpp"
 #include "net/tcp/tcp.hpp"
 
@@ -64,6 +66,7 @@ struct ReadyNode {
   int index = 0;
   std::string name, data_address;
   std::vector<std::string> devices;
+  std::string nccl;  // "" when NCCL loads on the node, else why not
   caf::actor handle;
 };
 
@@ -152,8 +155,8 @@ class CoordinatorCluster final : public ClusterHooks {
       }
       self->receive(
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& devices, const caf::actor& handle) {
-            ready_.push_back(ReadyNode{index, name, address, devices, handle});
+              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+            ready_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
           },
           [&](node_lost_atom, std::int32_t index, const std::string&) {
             for (auto it = ready_.begin(); it != ready_.end(); ++it)
@@ -192,8 +195,9 @@ class CoordinatorCluster final : public ClusterHooks {
     plan.clock = 0;  // the job installs each replica's clock and position after this
     plan.batch = batch_;
     std::vector<std::shared_ptr<net::Collective>> out;
-    send_view(self, plan, local, world, batch_, parameter_server);
-    connect_view(plan.view, local, world, out, options_.timeout);
+    const std::optional<net::NcclId> nccl_id = choose_view_collective(plan.view);
+    send_view(self, plan, local, world, batch_, parameter_server, nccl_id);
+    connect_view(plan.view, local, world, out, options_.timeout, nccl_id);
     return out;
   }
 
@@ -264,9 +268,10 @@ class CoordinatorCluster final : public ClusterHooks {
   // ---- elastic membership ----
 
   void add_joiner(int index, const std::string& name, const std::string& address,
-                  const std::vector<std::string>& devices, const caf::actor& handle) override {
+                  const std::vector<std::string>& devices, const std::string& nccl,
+                  const caf::actor& handle) override {
     if (gone_->contains(index)) return;
-    pending_.push_back(ReadyNode{index, name, address, devices, handle});
+    pending_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
   }
 
   bool forget(int index) override {
@@ -325,11 +330,13 @@ class CoordinatorCluster final : public ClusterHooks {
       gone_->add(n.index);
     }
     try {
-      send_view(self, plan, local, world, out.batch, parameter_server);
+      const std::optional<net::NcclId> nccl_id = choose_view_collective(plan.view);
+      send_view(self, plan, local, world, out.batch, parameter_server, nccl_id);
       collectives.clear();
       // Peers of a view that fails to form are found by the membership's
       // heartbeats within seconds: a shorter connect deadline than --timeout.
-      connect_view(plan.view, local, world, collectives, std::min<std::chrono::milliseconds>(options_.timeout, 20s));
+      connect_view(plan.view, local, world, collectives, std::min<std::chrono::milliseconds>(options_.timeout, 20s),
+                   nccl_id);
     } catch (const std::exception& e) {
       out.error = e.what();
       return out;
@@ -357,8 +364,8 @@ class CoordinatorCluster final : public ClusterHooks {
               }
           },
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& devices, const caf::actor& handle) {
-            add_joiner(index, name, address, devices, handle);
+              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+            add_joiner(index, name, address, devices, nccl, handle);
             events_.push_back(MemberEvent{MemberEvent::Kind::joined, index, name});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
@@ -392,10 +399,31 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
  private:
+  // How the view of this host and ready_ reduces (collective_choice.hpp,
+  // choose_across_nodes), logged with why: a fresh NCCL id when one NCCL
+  // group spans the nodes (every view makes its own: the old view's
+  // communicators are aborted, and an elastic view has other ranks), else
+  // nullopt for the hierarchical group.
+  std::optional<net::NcclId> choose_view_collective(std::uint32_t view) {
+    std::vector<NodeFacts> facts;
+    facts.push_back(NodeFacts{"the coordinator", net::parse_host_port(data_address_).host, local_device_list_,
+                              nccl_unavailable_for(local_device_list_)});
+    for (const auto& n : ready_) {
+      std::vector<kernels::Device> devices;
+      for (const auto& d : n.devices) devices.push_back(kernels::Device::parse(d));
+      facts.push_back(NodeFacts{"node " + std::to_string(n.index) + " (" + n.name + ")",
+                                net::parse_host_port(n.data_address).host, devices, n.nccl});
+    }
+    const AcrossChoice choice = choose_across_nodes(facts);
+    if (!ready_.empty()) log_("view " + std::to_string(view) + " reduces through " + choice.why);
+    if (choice.kind != AcrossKind::nccl) return std::nullopt;
+    return net::nccl_unique_id();
+  }
+
   // Sends every member its part of the view (FormView) and records the
   // nodes (with their ranks) for status.
   void send_view(caf::scoped_actor& self, const ViewPlan& plan, int local, int world, std::int64_t batch,
-                 const caf::actor& parameter_server) {
+                 const caf::actor& parameter_server, const std::optional<net::NcclId>& nccl_id) {
     std::vector<std::string> addresses{data_address_};
     for (const auto& n : ready_) addresses.push_back(n.data_address);
     nodes_.clear();
@@ -415,16 +443,26 @@ class CoordinatorCluster final : public ClusterHooks {
       f.batch = plan.cursor.batch;
       f.offset = plan.cursor.offset;
       f.batch_size = batch;
+      if (nccl_id) f.nccl_id = nccl_id->hex();
       self->send(n.handle, form_atom::value, f, parameter_server);
       first += static_cast<int>(n.devices.size());
     }
   }
 
-  // This host's side of the view's data plane: the ring of node leaders
-  // (the listening socket is kept across views; each view's group takes a
+  // This host's side of the view's data plane: ranks 0 .. local - 1 of the
+  // view's NCCL group when nccl_id is set, else the ring of node leaders (the
+  // listening socket is kept across views; each view's group takes a
   // duplicate) under the local group.
   void connect_view(std::uint32_t view, int local, int world, std::vector<std::shared_ptr<net::Collective>>& out,
-                    std::chrono::milliseconds connect_timeout) {
+                    std::chrono::milliseconds connect_timeout, const std::optional<net::NcclId>& nccl_id) {
+    if (static_cast<std::size_t>(local) != local_device_list_.size())
+      throw std::logic_error("connect_view: " + std::to_string(local) + " local replicas, but this host has " +
+                             std::to_string(local_device_list_.size()) + " devices");
+    net::CollectiveOptions co{options_.timeout};
+    if (nccl_id) {
+      for (auto& c : net::make_nccl_group(*nccl_id, 0, world, local_device_list_, co)) out.emplace_back(std::move(c));
+      return;
+    }
     std::shared_ptr<net::Collective> across;
     if (!ready_.empty()) {
       net::TcpGroupConfig tc;
@@ -439,11 +477,7 @@ class CoordinatorCluster final : public ClusterHooks {
       tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
       across = net::make_tcp_group(tc);
     }
-    net::CollectiveOptions co{options_.timeout};
     // This host's replicas: local or nccl by their devices (collective_choice.hpp).
-    if (static_cast<std::size_t>(local) != local_device_list_.size())
-      throw std::logic_error("connect_view: " + std::to_string(local) + " local replicas, but this host has " +
-                             std::to_string(local_device_list_.size()) + " devices");
     for (auto& c : net::make_hierarchical_group(make_replica_group(local_device_list_, co), across, 0, world, co))
       out.emplace_back(std::move(c));
   }

@@ -613,9 +613,9 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
             self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::lost, index, what});
           },
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& node_devices, const caf::actor& handle) {
+              const std::vector<std::string>& node_devices, const std::string& nccl, const caf::actor& handle) {
             if (!cluster) return;
-            cluster->add_joiner(index, name, address, node_devices, handle);
+            cluster->add_joiner(index, name, address, node_devices, nccl, handle);
             std::string list;
             for (const auto& d : node_devices) list += (list.empty() ? "" : ",") + d;
             self->send(coordinator, member_atom::value,

@@ -116,7 +116,7 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
         return caf::ok_atom::value;
       },
       [=](ready_atom, std::int32_t index, const std::string& data_address,
-          const std::vector<std::string>& devices) -> caf::ok_atom {
+          const std::vector<std::string>& devices, const std::string& nccl) -> caf::ok_atom {
         auto& st = self->state;
         for (auto& m : st.members) {
           if (m.index != index) continue;
@@ -124,7 +124,7 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
           std::string list;
           for (const auto& d : devices) list += (list.empty() ? "" : ",") + d;
           st.log("node " + std::to_string(index) + " is ready: devices " + list + ", data plane " + data_address);
-          caf::anon_send(st.listener, ready_atom::value, index, m.name, data_address, devices, m.handle);
+          caf::anon_send(st.listener, ready_atom::value, index, m.name, data_address, devices, nccl, m.handle);
         }
         return caf::ok_atom::value;
       },

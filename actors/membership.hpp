@@ -11,10 +11,13 @@
 //                                        the reason beyond --max-nodes, for
 //                                        another troupe version or job file,
 //                                        or while its host is cooling down
-//   ready, index, data address, devices -> ok
-//                                        the node's data plane listens; the
+//   ready, index, data address, devices, nccl -> ok
+//                                        the node's data plane listens; nccl
+//                                        is "" when NCCL loads there, else
+//                                        why not (the coordinator picks the
+//                                        view's collective from it); the
 //                                        listener hears (ready, index, name,
-//                                        address, devices, handle)
+//                                        address, devices, nccl, handle)
 //   leave, index, why             -> ok  a worker leaving on its own (SIGTERM,
 //                                        SIGINT): the listener hears (drain,
 //                                        index, why) and removes it at the next
@@ -107,7 +110,7 @@ struct MembershipState {
 // listener, Job::run's loop, is dynamically typed.)
 using membership_actor_t = caf::typed_actor<
     caf::replies_to<join_atom, std::string, std::string, std::string>::with<bool, std::int32_t, std::string>,
-    caf::replies_to<ready_atom, std::int32_t, std::string, std::vector<std::string>>::with<caf::ok_atom>,
+    caf::replies_to<ready_atom, std::int32_t, std::string, std::vector<std::string>, std::string>::with<caf::ok_atom>,
     caf::replies_to<leave_atom, std::int32_t, std::string>::with<caf::ok_atom>,
     caf::replies_to<drain_atom, std::int32_t>::with<caf::ok_atom>,
     caf::replies_to<done_atom>::with<caf::ok_atom>>;

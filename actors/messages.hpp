@@ -30,6 +30,7 @@
 #include "models/optimizer.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
+#include "net/collective/nccl.hpp"
 
 namespace troupe::actors {
 
@@ -160,6 +161,12 @@ struct FormView {
   std::int64_t clock = 0;           // every replica's clock at the view's start
   std::int64_t epoch = 0, batch = 0, offset = 0;  // the data cursor (models/data/epoch_plan.hpp, 5.)
   std::int64_t batch_size = 1;      // per replica in this view
+  // The view's NCCL unique id as 256 hex digits (net::NcclId::hex) when the
+  // whole view reduces through one NCCL group (actors/collective_choice.hpp,
+  // choose_across_nodes), else "": the node builds its hierarchical group.
+  // Text, not a byte vector: CAF 0.17 has no safe binary blob type, and a
+  // string crosses byte for byte.
+  std::string nccl_id;
 };
 
 // What a device (and its loader) take on entering a view. Local only: the
@@ -314,12 +321,13 @@ void serialize(P& p, ReplicaPosition& r, const unsigned int) {
 template <class P>
 void serialize(P& p, FormView& f, const unsigned int) {
   detail::check(p(f.view, f.node_rank, f.first_rank, f.world, f.addresses, f.clock, f.epoch, f.batch, f.offset,
-                  f.batch_size),
+                  f.batch_size, f.nccl_id),
                 "FormView");
   if constexpr (P::writes_state) {
     if (f.world < 1 || f.first_rank < 0 || f.node_rank < 0 || f.clock < 0 || f.epoch < 0 || f.batch < 0 ||
         f.offset < 0 || f.batch_size < 1 || static_cast<std::size_t>(f.node_rank) >= f.addresses.size())
       throw std::runtime_error("a received FormView is out of range");
+    if (!f.nccl_id.empty()) (void)net::NcclId::from_hex(f.nccl_id);  // throws naming what is wrong
   }
 }
 

@@ -241,7 +241,10 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
     data_fd = bind_data_plane(options.data_address, relay.local_host(), &data_address);
     std::vector<std::string> device_names;
     for (const auto& d : devices) device_names.push_back(d.str());
-    self->request(membership, options.timeout, ready_atom::value, index, data_address, device_names)
+    // Whether NCCL loads here: the coordinator runs a view of GPU nodes as one
+    // NCCL group only when it does on every node (collective_choice.hpp).
+    const std::string nccl = nccl_unavailable_for(devices);
+    self->request(membership, options.timeout, ready_atom::value, index, data_address, device_names, nccl)
         .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
     if (!error.empty()) throw std::runtime_error("reporting ready: " + error);
     log("joined " + options.join + " as node " + std::to_string(index) + " (job " + job.train.model + " on " +
@@ -266,22 +269,29 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               // The collectives of the view before are done with.
               for (auto& c : collectives) c->abort("view " + std::to_string(f.view) + " replaces it");
               collectives.clear();
-              net::TcpGroupConfig tc;
-              tc.rank = f.node_rank;
-              tc.addresses = f.addresses;
-              tc.job_id = ring_id_of(job_identity(job).fingerprint, f.view);
-              tc.options.timeout = options.timeout;
-              tc.connect_timeout = f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
-              tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
-              if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
-              tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
-              std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
               if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
               net::CollectiveOptions co{options.timeout};
-              // This node's replicas: local or nccl by their devices (collective_choice.hpp).
-              for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
-                                                          across, f.first_rank, f.world, co))
-                collectives.emplace_back(std::move(c));
+              if (!f.nccl_id.empty()) {
+                // One NCCL group across the view (the coordinator chose it and
+                // made the id): this node's ranks join it, no tcp ring.
+                for (auto& c : net::make_nccl_group(net::NcclId::from_hex(f.nccl_id), f.first_rank, f.world, devices, co))
+                  collectives.emplace_back(std::move(c));
+              } else {
+                net::TcpGroupConfig tc;
+                tc.rank = f.node_rank;
+                tc.addresses = f.addresses;
+                tc.job_id = ring_id_of(job_identity(job).fingerprint, f.view);
+                tc.options.timeout = options.timeout;
+                tc.connect_timeout = f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
+                tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
+                if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
+                tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+                std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
+                // This node's replicas: local or nccl by their devices (collective_choice.hpp).
+                for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
+                                                            across, f.first_rank, f.world, co))
+                  collectives.emplace_back(std::move(c));
+              }
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
               if (replicas.empty()) {
                 for (std::size_t r = 0; r < devices.size(); ++r) {
@@ -329,7 +339,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               formed = true;
               log((f.view == 0 ? "training: replicas " : "view " + std::to_string(f.view) + ": replicas ") +
                   std::to_string(f.first_rank) + ".." +
-                  std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(f.world));
+                  std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(f.world) +
+                  (f.nccl_id.empty() ? "" : ", one NCCL group across the nodes"));
             } catch (const std::exception& e) {
               self->send(coordinator, formed_atom::value, f.view, f.node_rank, std::vector<caf::actor>{},
                          std::string(e.what()));

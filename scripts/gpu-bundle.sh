@@ -5,7 +5,8 @@
 #   bin/troupe             the command line, ref + cuda backends only
 #                          (troupe-cuda-only: no OpenBLAS or oneDNN to carry)
 #   bin/kernels_gpu_tests  every kernel on cuda against ref
-#   bin/gpu_tests          nccl, local on one GPU, device actors on cuda:0
+#   bin/gpu_tests          nccl, local on one GPU, device actors on cuda:0,
+#                          two troupe nodes through one NCCL group (2 GPUs)
 #   lib/                   the shared libraries those need that a bare GPU
 #                          machine lacks (CAF, Cap'n Proto, OpenSSL's
 #                          libcrypto, zlib; lib/fallback: libstdc++ and

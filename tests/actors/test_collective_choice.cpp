@@ -4,11 +4,14 @@
 // refused with a message that says why.
 #include <gtest/gtest.h>
 
+#include <caf/all.hpp>
+
 #include <stdexcept>
 #include <string>
 
 #include "actors/collective_choice.hpp"
 #include "actors/job.hpp"
+#include "actors/messages.hpp"
 #include "kernels/config.hpp"
 #include "net/collective/nccl.hpp"
 
@@ -128,6 +131,119 @@ TEST(JobDevices, MixedDevicesAreRefusedBeforeAnythingElse) {
     FAIL() << "expected a refusal";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("mixes CPU and CUDA"), std::string::npos) << e.what();
+  }
+}
+
+// ---- across nodes: one NCCL group for the view, or the hierarchical group ----
+
+NodeFacts node(const std::string& name, const std::string& host, const std::string& devices_text,
+               const std::string& nccl_unavailable = "") {
+  return NodeFacts{name, host, devices(devices_text), nccl_unavailable};
+}
+
+TEST(CollectiveAcrossNodes, GpuNodesWhereNcclLoadsShareOneNcclGroup) {
+  // One GPU per host (the usual cluster), and several per host.
+  for (const auto& nodes : {std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0"), node("b", "10.0.0.2", "cuda:0")},
+                            std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0,cuda:1"),
+                                                   node("b", "10.0.0.2", "cuda:0,cuda:1,cuda:2"),
+                                                   node("c", "10.0.0.3", "cuda:3")}}) {
+    const AcrossChoice c = choose_across_nodes(nodes);
+    EXPECT_EQ(c.kind, AcrossKind::nccl) << c.why;
+    EXPECT_NE(c.why.find("nccl"), std::string::npos) << c.why;
+  }
+  EXPECT_NE(choose_across_nodes({node("a", "h1", "cuda:0,cuda:1"), node("b", "h2", "cuda:0,cuda:1,cuda:2")})
+                .why.find("5 replicas"),
+            std::string::npos);
+  // Two nodes of one host on distinct GPUs (the GPU test in tests/gpu does this).
+  EXPECT_EQ(choose_across_nodes({node("a", "127.0.0.1", "cuda:0"), node("b", "127.0.0.1", "cuda:1")}).kind,
+            AcrossKind::nccl);
+}
+
+// Every reason to stay hierarchical, named in the log line with the node.
+TEST(CollectiveAcrossNodes, AnythingElseStaysHierarchicalAndSaysWhy) {
+  struct Case {
+    std::vector<NodeFacts> nodes;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {{node("the coordinator", "h1", "cpu:0,cpu:1"), node("node 1", "h2", "cpu:0,cpu:1")},
+       "the coordinator has CPU replicas (cpu:0,cpu:1)"},
+      {{node("the coordinator", "h1", "cuda:0"), node("node 1", "h2", "cpu:0")}, "node 1 has CPU replicas"},
+      {{node("the coordinator", "h1", "cuda:0"), node("node 1", "h2", "cuda:0,cuda:0")},
+       "node 1 runs logical replicas (cuda:0,cuda:0)"},
+      {{node("the coordinator", "h1", "cuda:0"), node("node 1", "h2", "cuda:0", "libnccl.so.2: not found")},
+       "NCCL is unavailable on node 1: libnccl.so.2: not found"},
+      {{node("the coordinator", "h1", "cuda:0,cuda:1"), node("node 1", "h1", "cuda:1")},
+       "node 1 shares cuda:1 with another node on h1"},
+      {{node("the coordinator", "h1", "cuda:0,cuda:1")}, "one node"},
+  };
+  for (const auto& c : cases) {
+    const AcrossChoice choice = choose_across_nodes(c.nodes);
+    EXPECT_EQ(choice.kind, AcrossKind::hierarchical) << c.why;
+    EXPECT_NE(choice.why.find("hierarchical"), std::string::npos) << choice.why;
+    EXPECT_NE(choice.why.find(c.why), std::string::npos) << choice.why;
+  }
+}
+
+// A node with a CPU replica does not load NCCL, and says so.
+TEST(CollectiveAcrossNodes, CpuNodesReportNcclAsNotLoaded) {
+  EXPECT_EQ(nccl_unavailable_for(devices("cpu:0,cpu:1")), "not loaded on a node with CPU replicas");
+  EXPECT_EQ(nccl_unavailable_for(devices("cuda:0")), net::nccl_unavailable());
+}
+
+// FormView crosses nodes through CAF's binary serialiser, as a worker
+// receives it: the NCCL id arrives byte for byte, an empty one (a
+// hierarchical view) stays empty, and a damaged one is refused on receipt.
+FormView through_the_wire(const FormView& sent) {
+  std::vector<char> buffer;
+  caf::binary_serializer sink{nullptr, buffer};
+  FormView copy = sent;
+  if (auto e = sink(copy)) ADD_FAILURE() << "serialising a FormView failed";
+  FormView received;
+  caf::binary_deserializer source{nullptr, buffer};
+  if (auto e = source(received)) ADD_FAILURE() << "deserialising a FormView failed";
+  return received;
+}
+
+TEST(CollectiveAcrossNodes, TheNcclIdRoundTripsThroughTheViewMessage) {
+  FormView f;
+  f.view = 3;
+  f.node_rank = 1;
+  f.first_rank = 2;
+  f.world = 4;
+  f.addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
+  f.batch_size = 32;
+  net::NcclId id;
+  for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<std::uint8_t>(255 - i);  // every nibble
+  f.nccl_id = id.hex();
+  const FormView g = through_the_wire(f);
+  EXPECT_EQ(g.nccl_id, f.nccl_id);
+  EXPECT_EQ(net::NcclId::from_hex(g.nccl_id), id);
+  EXPECT_EQ(g.first_rank, 2);
+  EXPECT_EQ(g.world, 4);
+  // The id an NCCL build makes here (no GPU needed: ncclGetUniqueId only
+  // opens the bootstrap listener).
+  if (net::nccl_unavailable().empty()) {
+    const net::NcclId fresh = net::nccl_unique_id();
+    f.nccl_id = fresh.hex();
+    EXPECT_EQ(net::NcclId::from_hex(through_the_wire(f).nccl_id), fresh);
+    EXPECT_FALSE(fresh == net::nccl_unique_id()) << "every view gets a fresh id";
+  }
+  f.nccl_id.clear();
+  EXPECT_EQ(through_the_wire(f).nccl_id, "");
+}
+
+TEST(CollectiveAcrossNodes, ADamagedNcclIdIsRefusedOnReceipt) {
+  FormView f;
+  f.addresses = {"10.0.0.1:7000"};
+  for (const std::string& bad : {std::string(255, 'a'), std::string(255, 'a') + "g"}) {
+    f.nccl_id = bad;
+    std::vector<char> buffer;
+    caf::binary_serializer sink{nullptr, buffer};
+    ASSERT_FALSE(sink(f));
+    FormView received;
+    caf::binary_deserializer source{nullptr, buffer};
+    EXPECT_THROW((void)source(received), std::invalid_argument) << bad.size();
   }
 }
 

@@ -20,6 +20,7 @@
 #include "tests/node/netns.hpp"
 #include "tests/node/process.hpp"
 #include "tests/support/ports.hpp"
+#include "tests/support/single_process.hpp"
 
 namespace troupe {
 namespace {
@@ -34,29 +35,10 @@ data = "fashion-mnist"
 seed = 5
 )";
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return std::sqrt(d) / std::sqrt(n);
-}
+using testing::rel_diff;
 
 // What sync_job() reaches on 3 replicas, in one process with the global batch.
-std::vector<float> single_process_parameters() {
-  models::TrainConfig one;
-  one.model = "mlp";
-  one.data = "fashion-mnist";
-  one.seed = 5;
-  one.batch = 96;
-  one.max_steps = 30;
-  one.optimizer.name = "sgd";
-  one.lr = 0.02f;
-  models::Trainer single(one);
-  single.run();
-  return single.model().parameters().to_vector();
-}
+std::vector<float> single_process_parameters() { return testing::single_process_mlp_parameters(96, 30, 0.02f); }
 
 // Three nodes in sync equal one process with the global batch: checked on
 // the checkpoint the coordinator writes when the step limit stops the job.
@@ -84,6 +66,11 @@ TEST(Node, ThreeNodesInSyncEqualOneProcessWithTheGlobalBatch) {
   expect_sync_equals_single_process(c, checkpoints);
   EXPECT_NE(c.coordinator->output().find("starting with 3 node(s), 3 replica(s)"), std::string::npos) << c.logs();
   for (auto& w : c.workers) EXPECT_NE(w->output().find("the job is done"), std::string::npos) << c.logs();
+  // CPU nodes: the hierarchical tcp path, said with why, and no NCCL id in
+  // the view message (a worker given one says it joins the NCCL group).
+  EXPECT_NE(c.coordinator->output().find("view 0 reduces through hierarchical"), std::string::npos) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("the coordinator has CPU replicas (cpu:0)"), std::string::npos) << c.logs();
+  for (auto& w : c.workers) EXPECT_EQ(w->output().find("NCCL group"), std::string::npos) << c.logs();
 }
 
 TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
