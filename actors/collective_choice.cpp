@@ -55,7 +55,7 @@ CollectiveChoice choose_collective(const std::vector<kernels::Device>& devices, 
 
 const char* to_string(AcrossKind kind) { return kind == AcrossKind::nccl ? "nccl" : "hierarchical"; }
 
-AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes) {
+AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes, bool links_sealed) {
   const auto hierarchical = [](const std::string& why) {
     return AcrossChoice{AcrossKind::hierarchical, "hierarchical (local or nccl inside each node, tcp ring between nodes): " + why};
   };
@@ -78,6 +78,9 @@ AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes) {
     if (!n.nccl_unavailable.empty()) return hierarchical("NCCL is unavailable on " + n.name + ": " + n.nccl_unavailable);
     world += static_cast<int>(n.devices.size());
   }
+  if (links_sealed)
+    return hierarchical("the links between nodes are sealed (a cluster secret) and NCCL's transport is not, so the "
+                        "sealed tcp ring carries the gradients between nodes");
   return {AcrossKind::nccl, "nccl: " + std::to_string(world) + " replicas on distinct GPUs of " +
                                 std::to_string(nodes.size()) + " nodes, one NCCL group across them"};
 }

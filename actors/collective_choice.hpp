@@ -16,7 +16,8 @@
 // coordinator decides once per view, with choose_across_nodes below:
 //
 //   every node cuda: only, one replica per GPU,
-//   and NCCL loads on every node              nccl: one NCCL group of the
+//   NCCL loads on every node, and no cluster
+//   secret (links sealed: NCCL's are not)     nccl: one NCCL group of the
 //                                             whole view; its unique id
 //                                             travels in the view message
 //   anything else (a CPU node, logical        hierarchical: this table's
@@ -74,7 +75,13 @@ struct AcrossChoice {
 // why. Refuses nothing: each node's own devices were checked by
 // choose_collective before it said it was ready. Fewer than two nodes:
 // hierarchical (one node has no "across"; make_replica_group decides).
-AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes);
+// With `links_sealed` (the cluster has a secret, so every link between
+// nodes is sealed: net/tcp/sealed.hpp) it is hierarchical too: NCCL's own
+// transport neither encrypts nor authenticates, and troupe's threat model
+// (docs/ARCHITECTURE.md) promises that no gradient crosses hosts in the
+// clear. Without a secret the cluster is loopback only, so an NCCL group of
+// several nodes never leaves the machine.
+AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes, bool links_sealed);
 
 // What a node reports as NodeFacts::nccl_unavailable: "" when NCCL loads
 // here, else why not. A node with a CPU replica does not try to load it

@@ -414,7 +414,7 @@ class CoordinatorCluster final : public ClusterHooks {
       facts.push_back(NodeFacts{"node " + std::to_string(n.index) + " (" + n.name + ")",
                                 net::parse_host_port(n.data_address).host, devices, n.nccl});
     }
-    const AcrossChoice choice = choose_across_nodes(facts);
+    const AcrossChoice choice = choose_across_nodes(facts, secret_.configured());
     if (!ready_.empty()) log_("view " + std::to_string(view) + " reduces through " + choice.why);
     if (choice.kind != AcrossKind::nccl) return std::nullopt;
     return net::nccl_unique_id();

@@ -147,15 +147,15 @@ TEST(CollectiveAcrossNodes, GpuNodesWhereNcclLoadsShareOneNcclGroup) {
                             std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0,cuda:1"),
                                                    node("b", "10.0.0.2", "cuda:0,cuda:1,cuda:2"),
                                                    node("c", "10.0.0.3", "cuda:3")}}) {
-    const AcrossChoice c = choose_across_nodes(nodes);
+    const AcrossChoice c = choose_across_nodes(nodes, false);
     EXPECT_EQ(c.kind, AcrossKind::nccl) << c.why;
     EXPECT_NE(c.why.find("nccl"), std::string::npos) << c.why;
   }
-  EXPECT_NE(choose_across_nodes({node("a", "h1", "cuda:0,cuda:1"), node("b", "h2", "cuda:0,cuda:1,cuda:2")})
+  EXPECT_NE(choose_across_nodes({node("a", "h1", "cuda:0,cuda:1"), node("b", "h2", "cuda:0,cuda:1,cuda:2")}, false)
                 .why.find("5 replicas"),
             std::string::npos);
   // Two nodes of one host on distinct GPUs (the GPU test in tests/gpu does this).
-  EXPECT_EQ(choose_across_nodes({node("a", "127.0.0.1", "cuda:0"), node("b", "127.0.0.1", "cuda:1")}).kind,
+  EXPECT_EQ(choose_across_nodes({node("a", "127.0.0.1", "cuda:0"), node("b", "127.0.0.1", "cuda:1")}, false).kind,
             AcrossKind::nccl);
 }
 
@@ -178,11 +178,22 @@ TEST(CollectiveAcrossNodes, AnythingElseStaysHierarchicalAndSaysWhy) {
       {{node("the coordinator", "h1", "cuda:0,cuda:1")}, "one node"},
   };
   for (const auto& c : cases) {
-    const AcrossChoice choice = choose_across_nodes(c.nodes);
+    const AcrossChoice choice = choose_across_nodes(c.nodes, false);
     EXPECT_EQ(choice.kind, AcrossKind::hierarchical) << c.why;
     EXPECT_NE(choice.why.find("hierarchical"), std::string::npos) << choice.why;
     EXPECT_NE(choice.why.find(c.why), std::string::npos) << choice.why;
   }
+}
+
+// With a cluster secret every link between nodes is sealed; NCCL's transport
+// is not, so gradients keep to the sealed tcp ring between nodes.
+TEST(CollectiveAcrossNodes, SealedLinksKeepGradientsOffNcclBetweenNodes) {
+  const std::vector<NodeFacts> nodes{node("a", "10.0.0.1", "cuda:0,cuda:1"), node("b", "10.0.0.2", "cuda:0")};
+  ASSERT_EQ(choose_across_nodes(nodes, false).kind, AcrossKind::nccl);
+  const AcrossChoice sealed = choose_across_nodes(nodes, true);
+  EXPECT_EQ(sealed.kind, AcrossKind::hierarchical);
+  EXPECT_NE(sealed.why.find("sealed"), std::string::npos) << sealed.why;
+  EXPECT_NE(sealed.why.find("NCCL's transport is not"), std::string::npos) << sealed.why;
 }
 
 // A node with a CPU replica does not load NCCL, and says so.
