@@ -31,7 +31,9 @@ void RecordSealer::append(const void* in, std::size_t bytes) {
   const std::size_t need = pending_bytes_ + bytes + kRecordOverhead;
   if (need > pending_capacity_) {
     std::unique_ptr<char[]> grown(new char[need]);
-    std::memcpy(grown.get(), pending_.get(), pending_bytes_);
+    // The first growth has no buffer to copy from (memcpy from null is
+    // undefined even for no bytes: UBSan says so).
+    if (pending_bytes_ > 0) std::memcpy(grown.get(), pending_.get(), pending_bytes_);
     pending_ = std::move(grown);
     pending_capacity_ = need;
   }
