@@ -16,6 +16,7 @@
 #include "actors/membership.hpp"
 #include "actors/node.hpp"
 #include "actors/node_support.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "kernels/config.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
@@ -61,6 +62,9 @@ class SignalWatch {
   SignalWatch& operator=(const SignalWatch&) = delete;
   int signal() const { return hook_signal.load(); }
 };
+
+// A ps task names itself "ps/HOST/pid N" (node_name("ps"), ps_node.cpp).
+bool is_ps_name(const std::string& name) { return name.rfind("ps/", 0) == 0; }
 
 struct ReadyNode {
   int index = 0;
@@ -143,7 +147,9 @@ class CoordinatorCluster final : public ClusterHooks {
 
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
     SignalWatch signals;
-    while (static_cast<int>(ready_.size()) + 1 < options_.start_nodes) {
+    if (options_.ps_tasks > 0) log_("waiting for " + std::to_string(options_.ps_tasks) + " ps task(s) (--ps-tasks)");
+    while (static_cast<int>(ready_.size()) + 1 < options_.start_nodes ||
+           static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
       const auto left = deadline - std::chrono::steady_clock::now();
       bool timed_out = false;
       if (const int sig = signals.signal()) {
@@ -156,6 +162,15 @@ class CoordinatorCluster final : public ClusterHooks {
       self->receive(
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
               const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+            if (is_ps_name(name)) {
+              if (static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
+                ps_tasks_.push_back(PsTask{index, name, address, handle});
+              } else {
+                turn_away(self, index, handle,
+                          "the job has its --ps-tasks " + std::to_string(options_.ps_tasks) + " ps task(s) already");
+              }
+              return;
+            }
             ready_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
           },
           [&](node_lost_atom, std::int32_t index, const std::string&) {
@@ -164,14 +179,24 @@ class CoordinatorCluster final : public ClusterHooks {
                 ready_.erase(it);
                 break;
               }
+            for (auto it = ps_tasks_.begin(); it != ps_tasks_.end(); ++it)
+              if (it->index == index) {
+                ps_tasks_.erase(it);
+                break;
+              }
           },
           caf::after(std::min<std::chrono::steady_clock::duration>(std::max<std::chrono::steady_clock::duration>(left, 0s),
                                                                    100ms)) >>
               [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) {
-        const std::string why = "only " + std::to_string(ready_.size() + 1) + " of " +
-                                std::to_string(options_.start_nodes) + " nodes (--start-nodes / --min-nodes) were ready after " +
-                                net::describe_seconds(std::chrono::duration<double>(options_.wait_timeout).count());
+        const std::string why =
+            static_cast<int>(ready_.size()) + 1 < options_.start_nodes
+                ? "only " + std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.start_nodes) +
+                      " nodes (--start-nodes / --min-nodes) were ready after " +
+                      net::describe_seconds(std::chrono::duration<double>(options_.wait_timeout).count())
+                : "only " + std::to_string(ps_tasks_.size()) + " of " + std::to_string(options_.ps_tasks) +
+                      " ps tasks (--ps-tasks) had joined after " +
+                      net::describe_seconds(std::chrono::duration<double>(options_.wait_timeout).count());
         finish(self, why);
         throw std::runtime_error(why);
       }
@@ -183,7 +208,8 @@ class CoordinatorCluster final : public ClusterHooks {
       counts.push_back(static_cast<int>(n.devices.size()));
       total += counts.back();
     }
-    log_("starting with " + std::to_string(ready_.size() + 1) + " node(s), " + std::to_string(total) + " replica(s)");
+    log_("starting with " + std::to_string(ready_.size() + 1) + " node(s), " + std::to_string(total) + " replica(s)" +
+         (ps_tasks_.empty() ? std::string() : " and " + std::to_string(ps_tasks_.size()) + " ps task(s)"));
     return counts;
   }
 
@@ -256,6 +282,8 @@ class CoordinatorCluster final : public ClusterHooks {
     const auto deadline = std::chrono::steady_clock::now() + 5s;
     std::vector<ReadyNode> everyone = ready_;
     everyone.insert(everyone.end(), pending_.begin(), pending_.end());
+    for (const auto& t : ps_tasks_) everyone.push_back(ReadyNode{t.index, t.name, t.address, {}, {}, t.handle});
+    everyone.insert(everyone.end(), late_ps_.begin(), late_ps_.end());
     for (const auto& n : everyone) {
       bool acknowledged = false;
       while (!acknowledged && !gone_->contains(n.index) && std::chrono::steady_clock::now() < deadline)
@@ -271,6 +299,12 @@ class CoordinatorCluster final : public ClusterHooks {
                   const std::vector<std::string>& devices, const std::string& nccl,
                   const caf::actor& handle) override {
     if (gone_->contains(index)) return;
+    if (is_ps_name(name)) {
+      // Shards are placed once, when training starts (a lost ps task stops
+      // the job): a ps task that comes later has nothing to host.
+      late_ps_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
+      return;
+    }
     pending_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
   }
 
@@ -392,6 +426,28 @@ class CoordinatorCluster final : public ClusterHooks {
 
   std::vector<int> newcomers() const override { return newcomers_; }
 
+  std::vector<PsTask> ps_tasks() const override { return ps_tasks_; }
+
+  bool is_ps_task(int index) const override {
+    for (const auto& t : ps_tasks_)
+      if (t.index == index) return true;
+    return false;
+  }
+
+  std::shared_ptr<const ps::PushRoutes> place_shards(const std::vector<std::string>& addresses,
+                                                     int partition_shards) override {
+    shard_addresses_ = addresses;
+    partition_shards_ = partition_shards;
+    auto routes = std::make_shared<ps::PushRoutes>();
+    routes->addresses = addresses;
+    routes->job_id = ps::push_job_id(identity_.fingerprint);
+    routes->authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+    routes->connect_timeout = std::min<std::chrono::milliseconds>(options_.timeout, 20s);
+    routes->timeout = options_.timeout;
+    local_routes_ = routes;
+    return routes;
+  }
+
   std::vector<MemberEvent> take_events() override {
     std::vector<MemberEvent> out;
     out.swap(events_);
@@ -444,6 +500,8 @@ class CoordinatorCluster final : public ClusterHooks {
       f.offset = plan.cursor.offset;
       f.batch_size = batch;
       if (nccl_id) f.nccl_id = nccl_id->hex();
+      f.ps_addresses = shard_addresses_;
+      f.ps_partition_shards = partition_shards_;
       self->send(n.handle, form_atom::value, f, parameter_server);
       first += static_cast<int>(n.devices.size());
     }
@@ -482,6 +540,14 @@ class CoordinatorCluster final : public ClusterHooks {
       out.emplace_back(std::move(c));
   }
 
+  // A node the job has no use for: told the job is over for it (it exits
+  // 1 with the reason) and forgotten.
+  void turn_away(caf::scoped_actor& self, int index, const caf::actor& handle, const std::string& why) {
+    log_("node " + std::to_string(index) + " is not used: " + why);
+    gone_->add(index);
+    self->send(handle, done_atom::value, "not used: " + why);
+  }
+
   void release(caf::scoped_actor& self) {
     auto& system = self->system();
     if (gate_) gate_->stop();
@@ -515,6 +581,11 @@ class CoordinatorCluster final : public ClusterHooks {
   std::int64_t batch_ = 1;           // per replica
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
+  std::vector<PsTask> ps_tasks_;         // hosting the shards, in join order
+  std::vector<ReadyNode> late_ps_;       // ps tasks that came after the start: unused
+  std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
+  int partition_shards_ = 0;
+  std::shared_ptr<const ps::PushRoutes> local_routes_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "actors/ps/push_link.hpp"
 #include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/registry.hpp"
@@ -177,6 +178,56 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   partition->pack_all(on_gpu ? s.host_staging->push(s.model->gradients()) : s.model->gradients(), s.staging);
   const std::int64_t examples = b.examples;
   const auto pushed_at = net::Clock::now();
+  if (s.config.push_routes) {
+    // Shards on ps tasks: every part goes out first (each ps task gets its
+    // parts back to back on one connection), then the answers come back in
+    // the same order, straight into `fresh` (packed layout).
+    const ps::PushRoutes& routes = *s.config.push_routes;
+    if (!s.fresh.defined() || s.fresh.raw() == nullptr) s.fresh = Tensor::empty({partition->total()});
+    int shard = -1;
+    try {
+      auto client_of = [&](int i) -> ps::PushClient& {
+        const std::string& address = routes.addresses.at(static_cast<std::size_t>(i));
+        auto& c = s.push_clients[address];
+        if (!c) {
+          ps::PushClientConfig pc;
+          pc.address = address;
+          pc.job_id = routes.job_id;
+          pc.connect_timeout = routes.connect_timeout;
+          pc.timeout = routes.timeout;
+          pc.authenticate = routes.authenticate;
+          c = std::make_shared<ps::PushClient>(pc);
+          routes.registry->add(c);
+        }
+        return *c;
+      };
+      for (shard = 0; shard < partition->shards(); ++shard) {
+        const Tensor part = partition->part(shard, s.staging);
+        client_of(shard).send(shard, s.config.view, s.config.rank, s.clock + 1, part.f32(), part.numel());
+      }
+      for (shard = 0; shard < partition->shards(); ++shard) {
+        Tensor out = partition->part(shard, s.fresh);
+        client_of(shard).receive(shard, out.f32(), out.numel());
+      }
+    } catch (const std::exception& e) {
+      // The link is unusable after a failure: the next push (a later view)
+      // connects afresh.
+      if (shard >= 0 && shard < partition->shards())
+        s.push_clients.erase(routes.addresses.at(static_cast<std::size_t>(shard)));
+      fail(self, std::string("pushing its gradient to the parameter server: ") + e.what());
+      return;
+    }
+    const auto answered = net::Clock::now();
+    const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
+    for (int i = 0; i < partition->shards(); ++i) partition->unpack(i, partition->part(i, s.fresh), target);
+    if (on_gpu) s.host_staging->pull(s.host_parameters, s.model->parameters());
+    const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
+    mark(s, "push", pushed_at, answered);
+    mark(s, "pull", answered, net::Clock::now());
+    ++s.clock;
+    report(self, loss_sum, examples, correct, true, started, push_seconds);
+    return;
+  }
   auto left = std::make_shared<int>(partition->shards());
   for (int i = 0; i < partition->shards(); ++i) {
     GradientPush push;

@@ -47,12 +47,14 @@
 
 #include <caf/all.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
@@ -87,6 +89,9 @@ struct DeviceConfig {
   // no partition (the whole buffer).
   std::vector<caf::actor> shards;
   std::shared_ptr<const ps::Partition> partition;
+  // Shards on ps tasks (issue 17): each shard's part goes on the data plane
+  // to its ps task's address (push_routes.hpp), not to `shards`. Null: CAF.
+  std::shared_ptr<const ps::PushRoutes> push_routes;
   caf::actor coordinator;  // learnt from the first grant
   std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
   int track = 0;                       // its track there: the replica's place on its node
@@ -103,6 +108,10 @@ struct DeviceState {
   // host copy of its parameters the shards' answers are unpacked into.
   std::unique_ptr<HostStaging> host_staging;
   Tensor host_parameters;
+  // Pushes on the data plane: a client per ps task's address, made on the
+  // first push; and the fresh parts as they come back (packed layout).
+  std::map<std::string, std::shared_ptr<ps::PushClient>> push_clients;
+  Tensor fresh;
   std::int64_t clock = 0;
   Grant grant;
   bool step_queued = false;

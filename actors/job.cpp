@@ -157,6 +157,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.loader = out.loader;
   dc.shards = plan.shards;
   dc.partition = plan.partition;
+  dc.push_routes = plan.push_routes;
   dc.timeline = plan.timeline;
   dc.track = plan.track;
   if (plan.timeline)
@@ -288,9 +289,12 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   caf::scoped_actor self{system};
 
   ps::ParameterServer server;
+  std::shared_ptr<const ps::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   std::vector<std::shared_ptr<net::Collective>> collectives;
   std::vector<caf::actor> loaders, devices, all_devices;
   auto shutdown = [&]() {
+    // A device blocked in a push handles no exit: fail its push first.
+    if (push_routes) push_routes->registry->abort("the job is over");
     for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
     if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);  // and its shards (linked)
@@ -326,7 +330,50 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     pc.replicas = world;
     pc.metrics = config_.metrics;
     pc.timeout = config_.timeout;
-    server = ps::spawn_parameter_server(system, pc);
+    const std::vector<ClusterHooks::PsTask> ps_tasks = cluster ? cluster->ps_tasks() : std::vector<ClusterHooks::PsTask>{};
+    if (ps_tasks.empty()) {
+      server = ps::spawn_parameter_server(system, pc);
+    } else {
+      // Shards on ps tasks: at least one per task (TF places variables
+      // round-robin on its ps tasks), shard i on task i mod P; every replica
+      // pushes each its part on the data plane.
+      const int tasks = static_cast<int>(ps_tasks.size());
+      const int wanted = std::max(config_.ps_shards, tasks);
+      partition_ = std::make_shared<const ps::Partition>(ps::partition_for(spec_, wanted, config_.ps_split_above));
+      pc.partition = partition_;
+      pc.metrics = nullptr;  // staleness is measured where the shards run
+      const int shards = partition_->shards();
+      std::vector<caf::actor> handles(static_cast<std::size_t>(shards));
+      std::vector<std::string> addresses(static_cast<std::size_t>(shards));
+      for (int k = 0; k < tasks; ++k) {
+        std::vector<std::int32_t> indices;
+        std::vector<std::int64_t> sizes;
+        for (int i = k; i < shards; i += tasks) {
+          indices.push_back(i);
+          sizes.push_back(partition_->size(i));
+        }
+        if (indices.empty()) continue;
+        const auto& task = ps_tasks[static_cast<std::size_t>(k)];
+        std::string error;
+        std::vector<caf::actor> got;
+        self->request(task.handle, config_.timeout, host_shards_atom::value, indices, sizes,
+                      static_cast<std::int32_t>(world))
+            .receive([&](std::vector<caf::actor>& h) { got = std::move(h); },
+                     [&](caf::error& e) { error = system.render(e); });
+        if (error.empty() && got.size() != indices.size())
+          error = "it started " + std::to_string(got.size()) + " of " + std::to_string(indices.size()) + " shards";
+        if (!error.empty())
+          throw std::runtime_error("ps task " + std::to_string(task.index) + " (" + task.name +
+                                   ") could not host its shards: " + error);
+        for (std::size_t j = 0; j < indices.size(); ++j) {
+          handles[static_cast<std::size_t>(indices[j])] = got[j];
+          addresses[static_cast<std::size_t>(indices[j])] = task.address;
+        }
+      }
+      server = ps::front_over(system, pc, handles);
+      push_routes = cluster->place_shards(addresses, wanted);
+      std::fprintf(stderr, "parameter server: %s on %d ps task(s)\n", partition_->describe().c_str(), tasks);
+    }
 
     // Where each replica resumes (its clock and data cursor), now that the
     // world size is known.
@@ -358,6 +405,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       plan.collective = collectives[static_cast<std::size_t>(r)];
       plan.shards = server.shards;  // this process's replicas push to the shards directly
       plan.partition = server.partition;
+      plan.push_routes = push_routes;
       plan.start = start_cursor(static_cast<std::size_t>(r));
       plan.prefetch = config_.prefetch;
       plan.threads = config_.threads_per_device;
@@ -603,6 +651,19 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
             done = true;
           },
           [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            if (cluster && cluster->is_ps_task(index)) {
+              // Its shards' parameters and optimizer state are gone with it:
+              // no consistent state is left to go on from or to checkpoint.
+              // The job stops at once (never trains on a mix of old and new
+              // parameters); the newest checkpoint is where to resume.
+              result.error = what + ": it hosted parameter-server shards, whose state is lost; the job stops" +
+                             (checkpoints_ ? " (resume from the newest checkpoint in " + t.checkpoint_dir +
+                                                 " with --resume)"
+                                           : " (no --checkpoint-dir: nothing to resume from)");
+              if (push_routes) push_routes->registry->abort(what);
+              done = true;
+              return;
+            }
             // A node of the view is gone: no collective of the view can
             // complete. Every survivor's all-reduce is aborted now (not at
             // its timeout) and the coordinator forms a view without it.

@@ -29,6 +29,7 @@
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
 #include "actors/ps/partition.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "actors/timeline.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
@@ -83,6 +84,26 @@ class ClusterHooks {
   virtual std::vector<int> newcomers() const = 0;
   // Membership events the hooks received while they waited.
   virtual std::vector<MemberEvent> take_events() = 0;
+
+  // ---- ps tasks (issue 17) ----
+  // A node that hosts parameter-server shards and runs no replica.
+  struct PsTask {
+    int index = 0;             // the membership's number
+    std::string name;          // "ps/HOST/pid N"
+    std::string address;       // its push server (data plane)
+    caf::actor handle;         // takes (host_shards, indices, sizes, replicas)
+  };
+  // The ps tasks the job starts with (gather waited for them), in join order.
+  virtual std::vector<PsTask> ps_tasks() const { return {}; }
+  virtual bool is_ps_task(int /*index*/) const { return false; }
+  // Where the shards run: every view sent to the nodes from now on carries
+  // `addresses` (by shard) so that their replicas push on the data plane.
+  // Returns the routes of this host's replicas (the cluster's handshake,
+  // the job's push id), or null when the hooks cannot route pushes.
+  virtual std::shared_ptr<const ps::PushRoutes> place_shards(const std::vector<std::string>& /*addresses*/,
+                                                             int /*partition_shards*/) {
+    return nullptr;
+  }
 };
 
 struct JobConfig {

@@ -72,6 +72,7 @@ using member_atom = caf::atom_constant<caf::atom("member")>;         // a member
 using form_view_atom = caf::atom_constant<caf::atom("formview")>;    // coordinator -> job: form this view
 using view_formed_atom = caf::atom_constant<caf::atom("viewformd")>; // job -> coordinator: it is formed
 using drain_atom = caf::atom_constant<caf::atom("drain")>;           // a node leaves at the next boundary
+using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>; // coordinator -> ps task: run these shards
 
 // A batch from a data loader, on the host.
 struct Batch {
@@ -167,6 +168,13 @@ struct FormView {
   // Text, not a byte vector: CAF 0.17 has no safe binary blob type, and a
   // string crosses byte for byte.
   std::string nccl_id;
+  // Shards on ps tasks (issue 17): each shard's ps task data-plane address,
+  // by shard index, and the shard count the partition was asked for (the
+  // job's model and ps_split_above give the same partition on every node:
+  // actors/ps/parameter_server.hpp, partition_for). Empty: the whole server
+  // through the node's relay.
+  std::vector<std::string> ps_addresses;
+  std::int32_t ps_partition_shards = 0;
 };
 
 // What a device (and its loader) take on entering a view. Local only: the
@@ -321,13 +329,16 @@ void serialize(P& p, ReplicaPosition& r, const unsigned int) {
 template <class P>
 void serialize(P& p, FormView& f, const unsigned int) {
   detail::check(p(f.view, f.node_rank, f.first_rank, f.world, f.addresses, f.clock, f.epoch, f.batch, f.offset,
-                  f.batch_size, f.nccl_id),
+                  f.batch_size, f.nccl_id, f.ps_addresses, f.ps_partition_shards),
                 "FormView");
   if constexpr (P::writes_state) {
     if (f.world < 1 || f.first_rank < 0 || f.node_rank < 0 || f.clock < 0 || f.epoch < 0 || f.batch < 0 ||
         f.offset < 0 || f.batch_size < 1 || static_cast<std::size_t>(f.node_rank) >= f.addresses.size())
       throw std::runtime_error("a received FormView is out of range");
     if (!f.nccl_id.empty()) (void)net::NcclId::from_hex(f.nccl_id);  // throws naming what is wrong
+    if (!f.ps_addresses.empty() && (f.ps_partition_shards < 1 || f.ps_addresses.size() > 4096))
+      throw std::runtime_error("a received FormView has " + std::to_string(f.ps_addresses.size()) +
+                               " ps addresses for a partition of " + std::to_string(f.ps_partition_shards) + " shards");
   }
 }
 

@@ -63,6 +63,10 @@ struct NodeOptions {
   int min_nodes = 1;               // coordinator: nodes (itself included) to train; fewer pause the job
   int start_nodes = 0;             // coordinator: nodes before training starts (0: min_nodes)
   int max_nodes = 0;               // coordinator: nodes (itself included) at most; 0: no limit
+  // coordinator: ps tasks (`troupe node --ps`) to wait for before training;
+  // the parameter-server shards then run on them (issue 17). 0: none, the
+  // shards run in the coordinator's process.
+  int ps_tasks = 0;
   std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
   std::string job_file;            // worker: optional; refused when it differs from the coordinator's
   std::vector<kernels::Device> devices;  // this node's (default: actors::default_devices())
@@ -95,5 +99,12 @@ std::shared_ptr<ClusterHooks> make_coordinator_cluster(const NodeOptions& option
 // failed, was refused or lost the coordinator (the reason is logged), 128 +
 // the signal when SIGINT or SIGTERM stopped it.
 int run_worker(const NodeOptions& options);
+
+// A ps task (`troupe node --ps --join HOST:PORT`): joins the coordinator
+// like a worker, runs no replica, and hosts the parameter-server shards the
+// coordinator places on it, serving the replicas' pushes on the data plane
+// (actors/ps/push_link.hpp). Returns 0 when the job completed, 1 when it
+// failed or the coordinator was lost, 128 + the signal for SIGINT / SIGTERM.
+int run_ps_task(const NodeOptions& options);
 
 }  // namespace troupe::actors

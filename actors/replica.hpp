@@ -12,6 +12,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
@@ -33,6 +34,8 @@ struct ReplicaPlan {
   // (actors/ps/parameter_server.hpp), or one relay to it and no partition.
   std::vector<caf::actor> shards;
   std::shared_ptr<const ps::Partition> partition;
+  // Shards on ps tasks: pushes on the data plane (ps/push_routes.hpp); null: CAF.
+  std::shared_ptr<const ps::PushRoutes> push_routes;
   data::Cursor start;                            // where the data order resumes
   int prefetch = 2, threads = 1;
   std::chrono::milliseconds timeout{60000};

@@ -19,6 +19,8 @@
 #include "actors/membership.hpp"
 #include "actors/node.hpp"
 #include "actors/node_support.hpp"
+#include "actors/ps/parameter_server.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "actors/replica.hpp"
 #include "kernels/config.hpp"
 #include "kernels/registry.hpp"
@@ -202,8 +204,10 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   // Every way out of the job ends every actor the worker started: the
   // relay first (so no device waits for a push), the collectives (so none
   // waits in an all-reduce), then the replicas.
+  std::shared_ptr<ps::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   auto shutdown = [&](const std::string& why) {
     for (auto& a : relays) self->send(a, stop_atom::value, why);
+    if (push_routes) push_routes->registry->abort(why);
     for (auto& c : collectives) c->abort(why);
     for (auto& a : replicas) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -293,6 +297,23 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   collectives.emplace_back(std::move(c));
               }
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
+              // Shards on ps tasks: this node's replicas push each its part on
+              // the data plane, in the partition every node computes alike.
+              std::shared_ptr<const ps::Partition> partition;
+              if (!f.ps_addresses.empty() && !push_routes) {
+                partition = std::make_shared<const ps::Partition>(
+                    ps::partition_for(spec, f.ps_partition_shards, job.ps_split_above));
+                if (static_cast<std::size_t>(partition->shards()) != f.ps_addresses.size())
+                  throw std::runtime_error("the coordinator placed " + std::to_string(f.ps_addresses.size()) +
+                                           " shards, but this node's partition of the model has " +
+                                           std::to_string(partition->shards()));
+                push_routes = std::make_shared<ps::PushRoutes>();
+                push_routes->addresses = f.ps_addresses;
+                push_routes->job_id = ps::push_job_id(job_identity(job).fingerprint);
+                push_routes->authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+                push_routes->connect_timeout = std::min<std::chrono::milliseconds>(options.timeout, 20s);
+                push_routes->timeout = options.timeout;
+              }
               if (replicas.empty()) {
                 for (std::size_t r = 0; r < devices.size(); ++r) {
                   ReplicaPlan plan;
@@ -306,6 +327,10 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   plan.schedule = schedule;
                   plan.collective = collectives[r];
                   plan.shards = {relays.back()};  // the whole server, through the relay
+                  if (push_routes) {
+                    plan.partition = partition;
+                    plan.push_routes = push_routes;
+                  }
                   plan.start = cursor;
                   plan.prefetch = options.prefetch;
                   plan.threads = options.threads_per_device;

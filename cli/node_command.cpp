@@ -47,10 +47,11 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                   "TF1's cluster flags (the seed's spelling): the workers' HOST:PORT list, comma-separated; worker 0 "
                   "is the chief (the coordinator). With --job_name and --task_index");
   cmd->add_option("--ps_hosts,--ps-hosts", tf1.ps_hosts,
-                  "TF1's cluster flags: the ps tasks' HOST:PORT list. ps tasks are not supported yet: the "
-                  "parameter-server shards run on the coordinator and these hosts are left unused");
+                  "TF1's cluster flags: the ps tasks' HOST:PORT list; they host the parameter-server shards of "
+                  "async and ssp (the chief waits for all of them before training)");
   cmd->add_option("--job_name,--job-name", tf1.job_name,
-                  "TF1's cluster flags: worker or ps (ps tasks are refused: not supported yet)");
+                  "TF1's cluster flags: worker (worker 0 is the chief) or ps (a ps task: hosts parameter-server "
+                  "shards, trains nothing)");
   cmd->add_option_function<int>(
       "--task_index,--task-index",
       [&tf1](int i) {
@@ -58,7 +59,13 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
         tf1.task_index_given = true;
       },
       "TF1's cluster flags: this task's index in its job's list (default 0)");
-  cmd->add_flag("--ps", o.ps, "Be a parameter-server task (--job_name ps): refused, ps tasks are not supported yet");
+  cmd->add_flag("--ps", o.ps,
+                "Be a ps task (--job_name ps): join the coordinator (--join) and host the parameter-server shards "
+                "it places here (async and ssp pushes come on the data plane, --data-address); trains nothing");
+  cmd->add_option("--ps-tasks", n.ps_tasks,
+                  "Coordinator: ps tasks (troupe node --ps --join ...) to wait for before training; the "
+                  "parameter-server shards then run on them, at least one each (0: in this process)")
+      ->capture_default_str();
   cmd->add_option("--job", n.job_file,
                   "Job file (coordinator: required; worker: optional, refused if it differs from the coordinator's)");
   cmd->add_option("--max-nodes", n.max_nodes,
@@ -132,10 +139,16 @@ std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
     tf1.job_name = "ps";
   }
   if (tf1.given()) {
-    // A ps task is refused the same way however it was asked for.
     if (tf1.worker_hosts.empty() && tf1.ps_hosts.empty()) {
+      // `--ps --join HOST:PORT` (or --job_name ps with --join): a ps task
+      // joining by address.
+      if (tf1.job_name == "ps" && !tf1.task_index_given && !n.join.empty()) return std::nullopt;
+      if (tf1.job_name == "ps" && !n.listen.empty())
+        throw UsageError(std::string(o.ps ? "--ps" : "--job_name ps") +
+                         ": a ps task joins the coordinator (--join HOST:PORT); it cannot be the coordinator");
       if (tf1.job_name == "ps")
-        throw UsageError(net::ps_task_refusal(o.ps ? "this node (--ps)" : "this node (--job_name ps)"));
+        throw UsageError(std::string(o.ps ? "--ps" : "--job_name ps") +
+                         " needs --join HOST:PORT (the coordinator), or TF1's --ps_hosts and --worker_hosts");
       throw UsageError("--job_name and --task_index go with --worker_hosts (and --ps_hosts), TF1's cluster flags; "
                        "with --listen, --join, --cluster or a launcher's environment leave them out");
     }
@@ -176,7 +189,7 @@ std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
 
 // A worker started with the command line every rank shares: the
 // coordinator's options are its business, not an error here.
-void drop_coordinator_options(NodeOptions& o, int rank) {
+void drop_coordinator_options(NodeOptions& o, const std::string& who) {
   auto& r = o.reporting;
   std::string dropped;
   const auto drop = [&](bool given, const char* flag) {
@@ -190,7 +203,7 @@ void drop_coordinator_options(NodeOptions& o, int rank) {
   drop(r.config.resume, "--resume");
   drop(r.config.resume_or_start, "--resume-or-start");
   if (dropped.empty()) return;
-  node_log("rank " + std::to_string(rank) + " is a worker: " + dropped + " left to the coordinator (rank 0)");
+  node_log(who + ": " + dropped + " left to the coordinator (rank 0)");
   r.control.clear();
   r.metrics.clear();
   r.metrics_token_file.clear();
@@ -204,11 +217,14 @@ void drop_coordinator_options(NodeOptions& o, int rank) {
 int run_node(NodeOptions& o) {
   auto& n = o.node;
   if (const auto role = role_of(o)) {
-    if (role->ps_tasks > 0)
-      node_log(role->launcher + " lists " + std::to_string(role->ps_tasks) +
-               " ps task(s): ps tasks are not supported yet (issue 17), so those hosts are left unused and the "
-               "parameter-server shards run in the coordinator's process (ps_shards in the job file)");
-    if (role->is_coordinator()) {
+    if (role->ps_task) {
+      n.join = role->coordinator.str();
+      if (n.data_address.empty()) n.data_address = role->own_address;
+      node_log("role from " + role->launcher + ": " + role->summary());
+      drop_coordinator_options(o, "this is a ps task");
+      o.ps = true;
+    } else if (role->is_coordinator()) {
+      if (n.ps_tasks == 0) n.ps_tasks = static_cast<int>(role->ps_tasks);
       n.listen = role->coordinator.str();
       // Every node of the launch before training starts (unless
       // --start-nodes says otherwise); losing one later does not stop the
@@ -220,7 +236,7 @@ int run_node(NodeOptions& o) {
       n.join = role->coordinator.str();
       if (n.data_address.empty()) n.data_address = role->own_address;
       node_log("role from " + role->launcher + ": " + role->summary());
-      drop_coordinator_options(o, role->rank);
+      drop_coordinator_options(o, "rank " + std::to_string(role->rank) + " is a worker");
     }
   }
   if (n.listen.empty() == n.join.empty())
@@ -240,6 +256,15 @@ int run_node(NodeOptions& o) {
         !o.reporting.metrics_token_file.empty())
       throw UsageError("--control, --metrics, --metrics-token-file, --summary-json, --tensorboard, --resume and "
                        "--resume-or-start belong to the coordinator (--listen)");
+    if (o.ps || o.tf1.job_name == "ps") {
+      if (n.ps_tasks != 0) throw UsageError("--ps-tasks belongs to the coordinator (--listen)");
+      // The seed's launch gives every task the same command line: what only
+      // replicas use is left aside, and said.
+      if (!o.devices.empty() || !o.reporting.timeline.empty())
+        node_log("a ps task runs no replica: --devices and --timeline are not used");
+      return actors::run_ps_task(n);
+    }
+    if (n.ps_tasks != 0) throw UsageError("--ps-tasks belongs to the coordinator (--listen)");
     if (!o.reporting.timeline.empty()) {
       const auto [first, last] = actors::Timeline::parse_steps(o.reporting.timeline_steps);
       n.timeline = std::make_shared<actors::Timeline>(o.reporting.timeline, "worker " + n.join, first, last);
@@ -251,6 +276,8 @@ int run_node(NodeOptions& o) {
     }
     return status;
   }
+  if (o.ps) throw UsageError("--ps: a ps task joins the coordinator (--join HOST:PORT); it cannot be the coordinator");
+  if (n.ps_tasks < 0) throw UsageError("--ps-tasks must be >= 0");
   if (n.job_file.empty()) throw UsageError("the coordinator needs --job FILE (the job every node trains)");
   actors::JobConfig jc = actors::load_job_file(n.job_file);
   jc.devices = n.devices.empty() ? actors::default_devices() : n.devices;

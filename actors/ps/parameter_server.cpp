@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "actors/ps/shard.hpp"
+#include "models/model.hpp"
 
 namespace troupe::actors::ps {
 
@@ -197,6 +198,25 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
   }
   out.front = system.spawn<caf::detached>(front_actor, config, out.shards);
   return out;
+}
+
+ParameterServer front_over(caf::actor_system& system, const ParameterServerConfig& config,
+                           std::vector<caf::actor> shards) {
+  if (static_cast<int>(shards.size()) != config.partition->shards())
+    throw std::invalid_argument("front_over: " + std::to_string(shards.size()) + " shards for a partition of " +
+                                std::to_string(config.partition->shards()));
+  ParameterServer out;
+  out.partition = config.partition;
+  out.shards = std::move(shards);
+  out.front = system.spawn<caf::detached>(front_actor, config, out.shards);
+  return out;
+}
+
+Partition partition_for(const models::ModelSpec& spec, int shards, std::int64_t split_above) {
+  models::Model probe(spec, kernels::Device::cpu());
+  std::vector<Range> layers;
+  for (const auto& [offset, count] : probe.layer_ranges()) layers.push_back({offset, count});
+  return Partition::make(probe.parameter_count(), layers, shards, split_above).without_empty_shards();
 }
 
 ReplicaState state_part(const Partition& partition, int shard, const ReplicaState& whole) {

@@ -43,6 +43,7 @@
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "models/optimizer.hpp"
+#include "models/spec.hpp"
 #include "models/schedule.hpp"
 
 namespace troupe::actors {
@@ -70,6 +71,18 @@ struct ParameterServer {
 };
 
 ParameterServer spawn_parameter_server(caf::actor_system& system, const ParameterServerConfig& config);
+
+// The front over shards that run elsewhere (on ps tasks: shards[i] is shard
+// i of config.partition, spawned there by the task, ps_node.cpp). The front
+// is linked to each: losing a ps task ends it.
+ParameterServer front_over(caf::actor_system& system, const ParameterServerConfig& config,
+                           std::vector<caf::actor> shards);
+
+// The partition of `spec`'s flat parameters for `shards` shards (whole
+// layers round-robin, layers over `split_above` floats split), without the
+// shards that would own nothing. Every node computes the same one from the
+// job (the coordinator, workers and ps tasks).
+Partition partition_for(const models::ModelSpec& spec, int shards, std::int64_t split_above);
 
 // Shard s's packed part of a whole state (parameters and every optimizer
 // buffer; scalars, clocks as they are), and the part put back into a whole

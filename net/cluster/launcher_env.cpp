@@ -194,22 +194,37 @@ const std::string* tf_config(const Environment& env) {
 }  // namespace
 
 std::string LauncherRole::summary() const {
+  if (ps_task)
+    return rank_source + ": a ps task (parameter-server shards, no replica), joining " + coordinator.str() + " (" +
+           coordinator_source + ")";
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (" + rank_source + "): " +
          (is_coordinator() ? "the coordinator, listening at " : "a worker, joining ") + coordinator.str() + " (" +
-         coordinator_source + ")";
+         coordinator_source + ")" +
+         (ps_tasks > 0 ? "; " + std::to_string(ps_tasks) + " ps task(s) host the parameter-server shards" : "");
 }
 
 std::string ps_task_refusal(const std::string& what) {
-  return what + " is a parameter-server task, and ps tasks are not supported yet (issue 17): the "
-         "parameter-server shards run in the coordinator's process (ps_shards in the job file). Start only the "
-         "chief and worker tasks; the ps hosts are left unused";
+  return what + " is a parameter-server task: start it with `troupe node` (it reads the same TF_CONFIG or cluster "
+         "flags, joins the chief and hosts the parameter-server shards); a MultiWorkerMirroredStrategy program is a "
+         "chief or a worker";
 }
 
 LauncherRole role_from_cluster_spec(const ClusterSpec& spec) {
-  if (spec.task_type == "ps")
-    fail(ps_task_refusal(spec.source + ": task ps " + std::to_string(spec.task_index) + " (" + spec.self().str() +
-                         ")"));
   LauncherRole role;
+  if (spec.task_type == "ps") {
+    // A ps task joins the chief like a worker and serves pushes on its own
+    // entry's address; it is not one of the nodes that train.
+    role.launcher = spec.source;
+    role.ps_task = true;
+    role.rank = -1;
+    role.world_size = static_cast<int>(spec.nodes().size());
+    role.coordinator = spec.coordinator();
+    role.own_address = spec.self().str();
+    role.rank_source = "task ps " + std::to_string(spec.task_index);
+    role.coordinator_source = spec.chief.empty() ? "cluster.worker[0]" : "cluster.chief[0]";
+    role.ps_tasks = spec.ps.size();
+    return role;
+  }
   role.launcher = spec.source;
   role.rank = spec.rank();
   role.world_size = static_cast<int>(spec.nodes().size());

@@ -70,11 +70,14 @@ struct LauncherRole {
   // Where the figures came from, for the log: "SLURM_PROCID, SLURM_NTASKS"
   // and "first host of SLURM_JOB_NODELIST, port from TROUPE_PORT".
   std::string rank_source, coordinator_source;
-  // A cluster spec's ps entries. ps tasks are not supported yet (issue 17):
-  // the node logs that these hosts are left unused.
+  // A cluster spec's ps entries: the coordinator waits for this many ps
+  // tasks, which host the parameter-server shards (issue 17).
   std::size_t ps_tasks = 0;
+  // This task is one of them (TF_CONFIG task type "ps", --job_name ps): it
+  // joins `coordinator` and hosts shards, training nothing; rank is -1.
+  bool ps_task = false;
 
-  bool is_coordinator() const { return rank == 0; }
+  bool is_coordinator() const { return rank == 0 && !ps_task; }
   // "rank 1 of 3 (SLURM_PROCID, SLURM_NTASKS): a worker, joining
   // node01:7000 (first host of SLURM_JOB_NODELIST, port from TROUPE_PORT)";
   // rank 0 is "the coordinator, listening at ...".
@@ -88,12 +91,12 @@ struct LauncherRole {
 std::optional<LauncherRole> role_from_environment(const Environment& env, const LauncherFlags& flags = {});
 
 // The role a parsed cluster spec gives; its source names the launcher. A
-// "ps" task is refused with ps_task_refusal (not supported yet).
+// "ps" task gets ps_task set.
 LauncherRole role_from_cluster_spec(const ClusterSpec& spec);
 
-// The one message that refuses a parameter-server task, wherever it was
-// asked for (`what`: "TF_CONFIG: task ps 0 (p:7001)", "this node (--ps)"): ps tasks are
-// not supported yet (issue 17), the shards run in the coordinator's process.
+// The message that refuses a parameter-server task in a program that trains
+// (api/troupe.cpp, MultiWorkerMirroredStrategy: `what` is "TF_CONFIG: task
+// ps 0 (p:7001)"): ps tasks are `troupe node` processes.
 std::string ps_task_refusal(const std::string& what);
 
 // The name of the launcher whose variables `env` holds (in the order

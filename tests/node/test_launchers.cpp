@@ -213,76 +213,83 @@ TEST(Launchers, TorchrunAndTfConfigVariablesStartTwoNodes) {
 // ---- seed 002's shape: TF1's flags, ps entries ----------------------------------
 
 // TF1's ps/worker launch, in the seed's flag spelling and as a TF_CONFIG with
-// chief, worker and ps entries. ps tasks are not supported yet (issue 17):
-// the training tasks start a working job with the parameter-server shards on
-// the coordinator and say that the ps hosts are left unused; a ps task
-// itself is refused with that reason (exit status 2), however it is asked
-// for.
+// chief, worker and ps entries (issue 17): every task gets the same command
+// line; the ps tasks join the chief, host the parameter-server shards (shard
+// i on ps task i mod P) and serve the replicas' pushes on the data plane;
+// the chief waits for all of them before training.
 TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
   clear_launcher_environment();
   const std::string dir = temp_dir("tf1-flags");
-  const std::string a = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  const std::string b = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  const std::string p = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  auto free_address = [] { return "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port()); };
+  const std::string a = free_address(), b = free_address(), p = free_address(), q = free_address();
   {
-    SCOPED_TRACE("--ps_hosts --worker_hosts --job_name --task_index, async on 2 shards");
+    SCOPED_TRACE("--ps_hosts --worker_hosts --job_name --task_index: 2 workers, 2 ps tasks, async");
     std::string text = kShortJob;
     const std::string sync_line = "mode = \"sync\"";
-    text.replace(text.find(sync_line), sync_line.size(), "mode = \"async\"\nps_shards = 2");
+    text.replace(text.find(sync_line), sync_line.size(), "mode = \"async\"");
     const std::string job = write_file(dir, "async.toml", text);
-    auto flags = [&](int index) {
-      return std::vector<std::string>{"--worker_hosts", a + "," + b, "--ps_hosts", p, "--job_name", "worker",
-                                      "--task_index", std::to_string(index)};
+    auto flags = [&](const std::string& name, int index) {
+      return node_command(job, {"--worker_hosts", a + "," + b, "--ps_hosts", p + "," + q, "--job_name", name,
+                                "--task_index", std::to_string(index)});
     };
-    Process w0(node_command(job, flags(0)), dir + "/worker0.log");
-    Process w1(node_command(job, flags(1)), dir + "/worker1.log");
-    ASSERT_EQ(w0.wait_for(300s), 0) << w0.output() << "--- worker 1:\n" << w1.output();
-    ASSERT_EQ(w1.wait_for(10s), 0) << w1.output();
+    Process ps0(flags("ps", 0), dir + "/ps0.log");
+    Process ps1(flags("ps", 1), dir + "/ps1.log");
+    Process w0(flags("worker", 0), dir + "/worker0.log");
+    Process w1(flags("worker", 1), dir + "/worker1.log");
+    auto logs = [&] {
+      return "--- worker 0:\n" + w0.output() + "--- worker 1:\n" + w1.output() + "--- ps 0:\n" + ps0.output() +
+             "--- ps 1:\n" + ps1.output();
+    };
+    ASSERT_EQ(w0.wait_for(300s), 0) << logs();
+    ASSERT_EQ(w1.wait_for(10s), 0) << logs();
+    ASSERT_EQ(ps0.wait_for(10s), 0) << logs();
+    ASSERT_EQ(ps1.wait_for(10s), 0) << logs();
     const std::string out = w0.output();
     EXPECT_CONTAINS(out, "role from --worker_hosts/--ps_hosts: rank 0 of 2 (task worker 0): the coordinator, "
                          "listening at " + a);
     EXPECT_CONTAINS(w1.output(), "role from --worker_hosts/--ps_hosts: rank 1 of 2 (task worker 1): a "
-                                           "worker, joining " + a);
-    EXPECT_CONTAINS(out, "--worker_hosts/--ps_hosts lists 1 ps task(s): ps tasks are not supported yet");
-    EXPECT_CONTAINS(out, "starting with 2 node(s), 2 replica(s)");
+                                 "worker, joining " + a);
+    EXPECT_CONTAINS(ps0.output(), "task ps 0: a ps task (parameter-server shards, no replica), joining " + a);
+    EXPECT_CONTAINS(out, "starting with 2 node(s), 2 replica(s) and 2 ps task(s)");
     const Accounting acc = accounting(out);
     EXPECT_EQ(acc.pushed, 30) << out;
     EXPECT_EQ(acc.applied, 30) << out;
+    // Every shard applied every push, each on its ps task.
     EXPECT_CONTAINS(out, "30 applied by the server (by shard: 30, 30)");
+    EXPECT_CONTAINS(ps0.output(), "hosting shard(s) 0 ");
+    EXPECT_CONTAINS(ps1.output(), "hosting shard(s) 1 ");
+    EXPECT_CONTAINS(ps0.output(), "the job is done (60 pushes applied here)");  // 30 steps x 2 replicas
+    EXPECT_CONTAINS(ps1.output(), "the job is done (60 pushes applied here)");
   }
   {
     SCOPED_TRACE("TF_CONFIG with chief, worker and ps entries");
-    const std::string job = write_file(dir, "sync.toml", kShortJob);
+    std::string text = kShortJob;
+    const std::string sync_line = "mode = \"sync\"";
+    text.replace(text.find(sync_line), sync_line.size(), "mode = \"ssp:2\"");
+    const std::string job = write_file(dir, "ssp.toml", text);
     auto env = [&](const std::string& type) {
       return std::vector<std::string>{R"(TF_CONFIG={"cluster": {"chief": [")" + a + R"("], "worker": [")" + b +
                                       R"("], "ps": [")" + p + R"("]}, "task": {"type": ")" + type +
                                       R"(", "index": 0}})"};
     };
-    Launch launch("tf-config-ps", node_command(job), {env("chief"), env("worker")});
-    ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0})) << launch.logs();
+    Launch launch("tf-config-ps", node_command(job), {env("chief"), env("worker"), env("ps")});
+    ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0, 0})) << launch.logs();
     EXPECT_CONTAINS(launch.nodes[0]->output(),
                     "role from TF_CONFIG: rank 0 of 2 (task chief 0): the coordinator, listening at " + a);
     EXPECT_CONTAINS(launch.nodes[1]->output(), "role from TF_CONFIG: rank 1 of 2 (task worker 0): a worker, joining " + a);
-    EXPECT_CONTAINS(launch.nodes[1]->output(), "TF_CONFIG lists 1 ps task(s): ps tasks are not supported yet");
-    expect_trained_together(launch.nodes[0]->output(), 2);
+    EXPECT_CONTAINS(launch.nodes[2]->output(), "role from TF_CONFIG: task ps 0: a ps task");
+    EXPECT_CONTAINS(launch.nodes[0]->output(), "starting with 2 node(s), 2 replica(s) and 1 ps task(s)");
+    EXPECT_CONTAINS(launch.nodes[0]->output(), "30 applied by the server");
+    EXPECT_CONTAINS(launch.nodes[2]->output(), "the job is done (60 pushes applied here)");
   }
   {
-    SCOPED_TRACE("a ps task is refused, however it is asked for");
-    Process flags({TROUPE_BINARY, "node", "--worker_hosts", a, "--ps_hosts", p, "--job_name", "ps", "--task_index", "0",
-                   "--devices", "cpu:0"},
-                  dir + "/ps-flags.log");
-    EXPECT_EQ(flags.wait_for(30s), 2) << flags.output();
-    EXPECT_CONTAINS(flags.output(), "troupe: --worker_hosts/--ps_hosts: task ps 0 (" + p +
-                                        ") is a parameter-server task, and ps tasks are not supported yet (issue 17)");
-    Process tf_config({TROUPE_BINARY, "node", "--devices", "cpu:0"}, dir + "/ps-tf-config.log",
-                      {R"(TF_CONFIG={"cluster": {"worker": [")" + a + R"("], "ps": [")" + p +
-                       R"("]}, "task": {"type": "ps", "index": 0}})"});
-    EXPECT_EQ(tf_config.wait_for(30s), 2) << tf_config.output();
-    EXPECT_CONTAINS(tf_config.output(), "troupe: TF_CONFIG: task ps 0 (" + p + ") is a parameter-server task");
-    Process ps_flag({TROUPE_BINARY, "node", "--ps", "--join", a, "--devices", "cpu:0"}, dir + "/ps-flag.log");
-    EXPECT_EQ(ps_flag.wait_for(30s), 2) << ps_flag.output();
-    EXPECT_CONTAINS(ps_flag.output(),
-                    "troupe: this node (--ps) is a parameter-server task, and ps tasks are not supported yet");
+    SCOPED_TRACE("a ps task needs a coordinator to join");
+    Process alone({TROUPE_BINARY, "node", "--ps"}, dir + "/ps-alone.log");
+    EXPECT_EQ(alone.wait_for(30s), 2) << alone.output();
+    EXPECT_CONTAINS(alone.output(), "--ps needs --join HOST:PORT (the coordinator)");
+    Process listening({TROUPE_BINARY, "node", "--ps", "--listen", a}, dir + "/ps-listen.log");
+    EXPECT_EQ(listening.wait_for(30s), 2) << listening.output();
+    EXPECT_CONTAINS(listening.output(), "it cannot be the coordinator");
   }
 }
 

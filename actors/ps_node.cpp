@@ -1,0 +1,238 @@
+// A ps task (TF1's `--job_name ps`): joins the coordinator through the gate
+// like a worker, runs no replica, and hosts the parameter-server shards the
+// coordinator places on it when training starts:
+//
+//   coordinator ──(host_shards, indices, sizes, replicas)──► ps task   spawns the shards,
+//       front ◄── get_state / set_state / position / counters ──► shard   over CAF (control,
+//                                                                          step boundaries)
+//   replica (any node) ══ push: its part ══► push server ──► shard     on the data plane
+//                      ◄═ the part's fresh parameters ══                (push_link.hpp)
+//
+// The shards' state lives only here: a lost ps task stops the job (actors/
+// job.cpp), and the newest checkpoint is where to resume. The ps task ends
+// when the coordinator says the job is over, when it loses the coordinator,
+// or on SIGINT / SIGTERM; it stops its push server first (no push is applied
+// after that), then its shards.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+#include <optional>
+
+#include "actors/job_file.hpp"
+#include "actors/membership.hpp"
+#include "actors/node.hpp"
+#include "actors/node_support.hpp"
+#include "actors/ps/push_link.hpp"
+#include "actors/ps/push_routes.hpp"
+#include "actors/ps/shard.hpp"
+#include "actors/replica.hpp"
+#include "kernels/config.hpp"
+#include "net/cluster/auth.hpp"
+#include "net/cluster/gate.hpp"
+#include "net/control/address.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace node_support;
+
+std::atomic<int> ps_signal{0};
+extern "C" void on_ps_signal(int signal) { ps_signal.store(signal); }
+
+// The shards this task hosts and the push server in front of them.
+struct Hosted {
+  std::map<int, caf::actor> shards;  // by shard index
+  std::unique_ptr<ps::PushServer> server;
+};
+
+std::string list_of(const std::vector<std::int32_t>& xs) {
+  std::string out;
+  for (auto x : xs) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+}  // namespace
+
+int run_ps_task(const NodeOptions& options) {
+  auto log = logger(options);
+  const net::Secret secret = net::Secret::load(options.secret_file);
+  const std::string name = node_name("ps");
+  net::JoinRelayConfig rc;
+  rc.gate_address = options.join;
+  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
+  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
+  rc.log = log;
+  std::unique_ptr<net::JoinRelay> relay;
+  try {
+    relay = std::make_unique<net::JoinRelay>(rc);
+  } catch (const std::exception& e) {
+    log("cannot join " + options.join + ": " + e.what());
+    return 1;
+  }
+
+  int status = 1;
+  int data_fd = -1;
+  {
+    caf::actor_system_config cfg;
+    configure_actor_system(cfg);
+    configure_cluster(cfg);
+    caf::actor_system system{cfg};
+    caf::scoped_actor self{system};
+    Hosted hosted;
+    auto shutdown = [&] {
+      if (hosted.server) hosted.server->stop();  // no push is applied after this
+      for (auto& [i, a] : hosted.shards) {
+        (void)i;
+        self->send_exit(a, caf::exit_reason::user_shutdown);
+      }
+      if (data_fd >= 0) ::close(data_fd);
+      data_fd = -1;
+    };
+    try {
+      auto membership_or = system.middleman().remote_actor<membership_actor_t>("127.0.0.1", relay->local_port());
+      if (!membership_or)
+        throw std::runtime_error("cannot reach the coordinator at " + options.join + ": " +
+                                 system.render(membership_or.error()));
+      membership_actor_t membership = *membership_or;
+      self->monitor(membership);
+      bool ok = false;
+      std::int32_t index = -1;
+      std::string text, error;
+      // With --job, the coordinator refuses a ps task whose job differs.
+      const std::string local_fingerprint =
+          options.job_file.empty() ? std::string() : job_identity(load_job_file(options.job_file)).fingerprint;
+      self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION), local_fingerprint)
+          .receive(
+              [&](bool accepted, std::int32_t k, std::string& t) {
+                ok = accepted;
+                index = k;
+                text = std::move(t);
+              },
+              [&](caf::error& e) { error = system.render(e); });
+      if (!error.empty()) throw std::runtime_error("joining: " + error);
+      if (!ok) throw std::runtime_error("the coordinator refused this ps task: " + text);
+      const JobConfig job = parse_job_text(text, "the job from " + options.join);
+      const std::string fingerprint = job_identity(job).fingerprint;
+      auto schedule =
+          std::make_shared<const models::LrSchedule>(job.train.schedule, job.train.lr, job.train.warmup_steps);
+      std::string data_address;
+      data_fd = bind_data_plane(options.data_address, relay->local_host(), &data_address);
+      self->request(membership, options.timeout, ready_atom::value, index, data_address, std::vector<std::string>{},
+                    std::string("a ps task runs no replica"))
+          .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+      if (!error.empty()) throw std::runtime_error("reporting ready: " + error);
+      log("joined " + options.join + " as ps task (node " + std::to_string(index) + "); its push server listens on " +
+          data_address + "; waiting for shards");
+      std::signal(SIGINT, on_ps_signal);
+      std::signal(SIGTERM, on_ps_signal);
+
+      const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
+      bool done = false;
+      std::string failure;
+      while (!done && failure.empty()) {
+        self->receive(
+            [&](host_shards_atom, const std::vector<std::int32_t>& indices, const std::vector<std::int64_t>& sizes,
+                std::int32_t replicas) -> caf::result<std::vector<caf::actor>> {
+              if (hosted.server)
+                return caf::make_error(caf::sec::runtime_error, "this ps task hosts its shards already");
+              if (indices.empty() || indices.size() != sizes.size() || replicas < 1)
+                return caf::make_error(caf::sec::runtime_error,
+                                       "host_shards: " + std::to_string(indices.size()) + " shards, " +
+                                           std::to_string(sizes.size()) + " sizes, " + std::to_string(replicas) +
+                                           " replicas");
+              std::vector<caf::actor> handles;
+              std::map<int, std::int64_t> parts;
+              std::int64_t floats = 0;
+              for (std::size_t j = 0; j < indices.size(); ++j) {
+                if (sizes[j] < 1 || indices[j] < 0 || parts.count(indices[j]))
+                  return caf::make_error(caf::sec::runtime_error, "host_shards: a bad shard " +
+                                                                      std::to_string(indices[j]) + " of " +
+                                                                      std::to_string(sizes[j]) + " floats");
+                ps::ShardConfig sc;
+                sc.index = indices[j];
+                sc.size = sizes[j];
+                sc.optimizer = job.train.optimizer;
+                sc.schedule = schedule;
+                sc.replicas = replicas;
+                auto shard = system.spawn<caf::detached>(ps::shard_actor, sc);
+                hosted.shards[indices[j]] = shard;
+                handles.push_back(shard);
+                parts[indices[j]] = sizes[j];
+                floats += sizes[j];
+              }
+              ps::PushServerConfig pc;
+              pc.listen_fd = data_fd;
+              data_fd = -1;  // the server owns it now
+              pc.job_id = ps::push_job_id(fingerprint);
+              pc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+              pc.shards = parts;
+              pc.io_timeout = options.timeout;
+              pc.log = log;
+              const auto shards = hosted.shards;
+              const auto timeout = options.timeout;
+              caf::actor_system* sys = &system;
+              // On a server thread: the shard actor applies the push, in the
+              // order its mailbox receives them, and answers its fresh part.
+              pc.apply = [sys, shards, timeout](int shard, GradientPush push) -> Tensor {
+                const auto it = shards.find(shard);
+                if (it == shards.end()) throw std::runtime_error("no shard " + std::to_string(shard) + " here");
+                caf::scoped_actor a{*sys};
+                Tensor fresh;
+                std::string why;
+                a->request(it->second, timeout, push_atom::value, std::move(push))
+                    .receive([&](Tensor& t) { fresh = std::move(t); }, [&](caf::error& e) { why = sys->render(e); });
+                if (!why.empty()) throw std::runtime_error(why);
+                return fresh;
+              };
+              hosted.server = std::make_unique<ps::PushServer>(pc);
+              log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
+                  std::to_string(replicas) + " replica(s)");
+              return handles;
+            },
+            [&](done_atom, const std::string& why) -> caf::ok_atom {
+              done = true;
+              if (why.empty()) {
+                status = 0;
+                log("the job is done" + (hosted.server ? " (" + std::to_string(hosted.server->pushes()) +
+                                                             " pushes applied here)"
+                                                       : std::string()));
+              } else {
+                log("the job is over: " + why);
+              }
+              return caf::ok_atom::value;
+            },
+            [&](caf::down_msg& down) {
+              if (down.source == membership.address())
+                failure = "lost the coordinator at " + options.join + ": " + system.render(down.reason);
+            },
+            caf::after(std::chrono::milliseconds(100)) >> [&] {
+              if (const int sig = ps_signal.load()) {
+                status = 128 + sig;
+                failure = "stopped by signal " + std::to_string(sig);
+              }
+              if (!hosted.server && std::chrono::steady_clock::now() > wait_until)
+                failure = "the job did not start within " +
+                          net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
+            });
+      }
+      if (!failure.empty()) {
+        log(failure);
+        if (status == 0) status = 1;
+      }
+    } catch (const std::exception& e) {
+      log(e.what());
+      status = ps_signal.load() ? 128 + ps_signal.load() : 1;
+    }
+    shutdown();
+    relay->stop();
+  }  // ~actor_system: the shards have ended
+  return status;
+}
+
+}  // namespace troupe::actors

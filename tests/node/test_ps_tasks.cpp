@@ -1,0 +1,163 @@
+// ps tasks (issue 17): `troupe node --ps --join ...` processes that host the
+// parameter-server shards and serve the replicas' pushes on the data plane,
+// beside a coordinator and a worker, on real loopback sockets, training on
+// the real Fashion-MNIST. The seed's launch shapes (TF1 flags, TF_CONFIG)
+// are in test_launchers.cpp.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <regex>
+
+#include "models/checkpoint/checkpoint.hpp"
+#include "tests/node/cluster.hpp"
+#include "tests/node/process.hpp"
+
+namespace troupe {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Process;
+
+const char* kMlpJob = R"(model = "mlp"
+data = "fashion-mnist"
+seed = 5
+)";
+
+// A ps task joining the cluster's coordinator.
+std::unique_ptr<Process> start_ps_task(const Cluster& c, int k, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{TROUPE_BINARY, "node", "--ps", "--join", c.address, "--timeout", "30"};
+  for (auto& a : extra) args.push_back(a);
+  return std::make_unique<Process>(args, c.dir + "/ps" + std::to_string(k) + ".log");
+}
+
+std::string all_logs(const Cluster& c, const std::vector<std::unique_ptr<Process>>& ps) {
+  std::string out = c.logs();
+  for (std::size_t k = 0; k < ps.size(); ++k) out += "--- ps " + std::to_string(k) + ":\n" + ps[k]->output();
+  return out;
+}
+
+// "hosting shard(s) 0 (N floats)" -> N.
+long long hosted_floats(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex(R"(hosting shard\(s\) [0-9,]+ \((\d+) floats\))"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// 2 workers (the coordinator and one worker node, a replica each) and 2 ps
+// tasks, one epoch of the mlp in async and in ssp:2. Each ps task hosts one
+// shard (the mlp's big layers split across both: every push reaches both),
+// applies every push it gets, and the job learns as with one server.
+TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
+  for (const char* mode : {"async", "ssp:2"}) {
+    SCOPED_TRACE(mode);
+    Cluster c(std::string("ps-tasks-") + (mode[0] == 'a' ? "async" : "ssp"),
+              std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode +
+                  "\"\nps_split_above = 10000\n",
+              1, {"--ps-tasks", "2"});
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ps.push_back(start_ps_task(c, 1));
+    ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+    for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    EXPECT_NE(out.find("starting with 2 node(s), 2 replica(s) and 2 ps task(s)"), std::string::npos) << out;
+    const Accounting a = accounting(out);
+    EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
+    EXPECT_EQ(a.steps, a.applied) << out;
+    EXPECT_EQ(a.pushed, 1875) << out;
+    // Each shard (one per ps task) applied every push, as its task counted.
+    EXPECT_NE(out.find("1875 applied by the server (by shard: 1875, 1875)"), std::string::npos) << out;
+    for (auto& p : ps)
+      EXPECT_NE(p->output().find("the job is done (1875 pushes applied here)"), std::string::npos) << p->output();
+    // Every parameter is in exactly one shard: the parts add up to the mlp's
+    // 101,770 parameters (784*128+128 + 128*10+10, padded to 16-float bounds
+    // per layer piece, so at least that).
+    const long long f0 = hosted_floats(ps[0]->output()), f1 = hosted_floats(ps[1]->output());
+    EXPECT_GT(f0, 0) << ps[0]->output();
+    EXPECT_GT(f1, 0) << ps[1]->output();
+    EXPECT_GE(f0 + f1, 101770);
+    EXPECT_LT(f0 + f1, 101770 + 16 * 8);
+    // As on one server (Node.ThreeNodesLearnInAsyncAndSsp: 85.1-85.3%).
+    EXPECT_GE(a.accuracy, 0.84) << out;
+  }
+}
+
+// A ps task killed mid-run: the shards it hosted are gone, so no consistent
+// state is left. The job stops within seconds with the reason (never trains
+// on a mix of old and new parameters, never hangs), every other process
+// exits, and the newest checkpoint is where a restart with --resume goes on.
+TEST(PsTasks, AKilledPsTaskStopsTheJobWithinSecondsAndTheNewestCheckpointResumes) {
+  const std::string checkpoints = temp_dir("ps-kill-ckpt");
+  const std::string job = std::string(kMlpJob) + "epochs = 1\nsteps = 400\nbatch = 32\nmode = \"async\"\n" +
+                          "checkpoint_every = 50\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+  std::uint64_t resumed_at = 0;
+  {
+    Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"});
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ps.push_back(start_ps_task(c, 1));
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+    ps[1]->signal(SIGKILL);
+    const auto killed_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.coordinator->wait_for(30s), 1) << all_logs(c, ps);
+    EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 15s) << all_logs(c, ps);
+    EXPECT_EQ(c.workers[0]->wait_for(15s), 1) << all_logs(c, ps);
+    EXPECT_EQ(ps[0]->wait_for(15s), 1) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    // The reason names the parameter server; when the membership saw the
+    // task go before a replica's push failed, it names the task and says
+    // where to resume from.
+    EXPECT_NE(out.find("parameter"), std::string::npos) << out;
+    auto latest = checkpoint::Directory(checkpoints, 0).latest();
+    ASSERT_TRUE(latest.has_value()) << out;
+    resumed_at = checkpoint::read(*latest).position.global_step;
+    EXPECT_GE(resumed_at, 100u) << out;
+    EXPECT_LT(resumed_at, 400u) << out;
+  }
+  {
+    // Everyone again, the coordinator with --resume: the shards start from
+    // the checkpoint's state (scattered to the new ps tasks), and the job
+    // finishes its 400 steps.
+    Cluster c("ps-resume", job, 1, {"--ps-tasks", "2", "--resume"});
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ps.push_back(start_ps_task(c, 1));
+    ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+    for (auto& p : ps) EXPECT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+    const Accounting a = accounting(out);
+    EXPECT_EQ(a.pushed, a.applied) << out;
+    EXPECT_EQ(static_cast<std::uint64_t>(a.pushed), 400u - resumed_at) << out;
+  }
+}
+
+// A coordinator told to wait for ps tasks that never come stops at
+// --wait-timeout with the reason, and a ps task that comes after the start
+// is told it is not used (the shards are placed once).
+TEST(PsTasks, MissingPsTasksStopTheCoordinatorAtTheWaitTimeoutAndALateOneIsTurnedAway) {
+  {
+    Cluster c("ps-missing", std::string(kMlpJob) + "steps = 20\nbatch = 32\nmode = \"async\"\n", 0,
+              {"--ps-tasks", "1", "--wait-timeout", "3"}, {}, 1);
+    EXPECT_EQ(c.coordinator->wait_for(30s), 1) << c.logs();
+    EXPECT_NE(c.coordinator->output().find("only 0 of 1 ps tasks (--ps-tasks) had joined after 3 s"),
+              std::string::npos)
+        << c.logs();
+  }
+  {
+    Cluster c("ps-late", std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\n", 0,
+              {"--ps-tasks", "1"}, {}, 1);
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 20, 120s)) << all_logs(c, ps);
+    ps.push_back(start_ps_task(c, 1));
+    EXPECT_EQ(ps[1]->wait_for(30s), 1) << all_logs(c, ps);
+    EXPECT_NE(ps[1]->output().find("the job is over: not used"), std::string::npos) << all_logs(c, ps);
+    c.coordinator->signal(SIGINT);
+    EXPECT_NE(c.coordinator->wait_for(30s), -1) << all_logs(c, ps);
+    EXPECT_NE(ps[0]->wait_for(15s), -1) << all_logs(c, ps);
+  }
+}
+
+}  // namespace
+}  // namespace troupe
