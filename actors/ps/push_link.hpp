@@ -1,0 +1,281 @@
+// Parameter-server pushes on the data plane (issue 17): a replica sends each
+// shard its part of the gradient over a TCP connection of its own and
+// receives the part's fresh parameters on it, instead of a CAF message
+// through the gate. Two plain classes: PushClient (one connection from a
+// replica to one process hosting shards; no CAF) and PushServer (on that
+// process: accepts, authenticates, and hands every push to a callback, which
+// in troupe asks the shard actor).
+//
+// Connection set-up, as the ring's (net/tcp/ring_setup.cpp):
+//   1. TCP connect (the client retries refused connects until
+//      PushClientConfig::connect_timeout);
+//   2. the authentication hook on both ends (net::handshake_hook in a
+//      cluster: the cluster handshake; without a secret it admits loopback
+//      peers only, and a server without any hook refuses non-loopback peers
+//      itself). When the keys it returns protect, every byte after it, either
+//      way, travels in sealed records (net/tcp/sealed.hpp);
+//   3. Hellos (net/tcp/wire.hpp's 24-byte layout with magic 'TPSH' and
+//      rank = world = 0): the client sends its own, the server always answers
+//      with its own, then drops the connection (logged) when the client's
+//      magic, version or job id differ; the client checks the server's the
+//      same way, so a client of another job fails at once naming both ids.
+//
+// Frames (all integers little-endian; every node of a cluster shares the
+// host byte order of the floats, as messages.hpp's raw tensors do):
+//
+//   push (client -> server), a 40-byte header then `floats` f32:
+//     0 u32 magic 'TPSP'   4 u32 shard      8 u32 view      12 i32 rank
+//    16 i64 clock         24 i64 floats    32 u32 sequence 36 u32 crc32c
+//   answer (server -> client), a 32-byte header then a payload:
+//     0 u32 magic 'TPSA'   4 u32 shard      8 u32 sequence  12 u32 status
+//    16 i64 floats        24 u32 reason bytes               28 u32 crc32c
+//     status 0 (applied): `floats` f32, the part's fresh parameters;
+//     status 1 (refused): `reason bytes` (<= kMaxReasonBytes) of text.
+//
+// `sequence` numbers the pushes of one connection from 0; an answer names
+// the push it answers, so an answer out of order or for another shard is a
+// protocol error, never silently taken for another's. Plaintext: `crc32c`
+// is the CRC-32C of the header's bytes before it, continued over the
+// payload; header and payload go in one sendmsg. Sealed: `crc32c` is 0 (the
+// AEAD tag covers every byte); the header is one record and the payload
+// follows in records of at most kPushRecordBytes, sealed from the caller's
+// buffer into the sealer's (which never holds more than one record) and
+// opened in place in the receiver's buffer.
+//
+// Guarantees:
+//   - Bounds before allocation: a push for a shard this server does not
+//     host, or of another size than the shard's part, is refused with a
+//     reason and its payload read and discarded (the connection and the
+//     other shards go on); a push claiming more floats than the largest part
+//     this server hosts, a bad magic or sequence, or a payload whose CRC or
+//     record does not check is refused or dropped, and the connection
+//     closed. Nothing of a frame reaches `apply` before all of it has been
+//     read and checked, so an altered frame is never applied.
+//   - Pipelining: a client may send several pushes (to different shards)
+//     before receiving; the server reads on one thread and writes answers on
+//     another, so a client that sends everything before it reads never
+//     deadlocks against full socket buffers. Answers come in push order.
+//   - Deadlines: every socket wait is a poll() bounded by a deadline
+//     (client: a push's round trip, PushClientConfig::timeout, from its
+//     send; server: io_timeout from a frame's first byte, and per answer),
+//     except the server waiting for a connection's next push, which an idle
+//     replica may take long to send: it is woken by stop() or the peer's
+//     close, and TCP keep-alive drops a peer whose host vanished.
+//   - A server that dies or stops: the client's blocked send or receive
+//     fails at once (end of stream, reset), not at its timeout. abort()
+//     shuts the socket down from any thread: a blocked call wakes at once.
+//   - Errors name the address and the shard: "push to shard 1 at
+//     127.0.0.1:4567: refused by the server: ..." or "...: timed out after
+//     60 s waiting for the answer". After a transport failure (timeout,
+//     reset, authentication, protocol) the client is unusable and every
+//     later call says why; a refusal leaves it usable.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "actors/messages.hpp"  // GradientPush, Tensor
+#include "net/collective/collective.hpp"  // Deadline
+#include "net/crypto/aead.hpp"  // LinkKeys
+
+namespace troupe::net::wire {
+class RecordSealer;
+class RecordOpener;
+}  // namespace troupe::net::wire
+
+namespace troupe::actors::ps {
+
+// Names the address and (where there is one) the shard.
+struct PushError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- the wire format (exposed for the tests, which play a raw peer) ----
+namespace push_wire {
+
+constexpr std::uint32_t kHelloMagic = 0x48535054;   // "TPSH"
+constexpr std::uint16_t kVersion = 1;
+constexpr std::uint32_t kPushMagic = 0x50535054;    // "TPSP"
+constexpr std::uint32_t kAnswerMagic = 0x41535054;  // "TPSA"
+constexpr std::size_t kPushHeaderBytes = 40;
+constexpr std::size_t kAnswerHeaderBytes = 32;
+constexpr std::size_t kMaxReasonBytes = 1024;
+// Sealed payload records: 1 MiB, as the ring's chunks.
+constexpr std::size_t kPushRecordBytes = std::size_t{1} << 20;
+
+struct PushHeader {
+  std::uint32_t magic = kPushMagic;
+  std::uint32_t shard = 0;
+  std::uint32_t view = 0;
+  std::int32_t rank = 0;
+  std::int64_t clock = 0;
+  std::int64_t floats = 0;
+  std::uint32_t sequence = 0;
+  std::uint32_t crc32c = 0;
+};
+enum class AnswerStatus : std::uint32_t { applied = 0, refused = 1 };
+struct AnswerHeader {
+  std::uint32_t magic = kAnswerMagic;
+  std::uint32_t shard = 0;
+  std::uint32_t sequence = 0;
+  std::uint32_t status = 0;
+  std::int64_t floats = 0;
+  std::uint32_t reason_bytes = 0;
+  std::uint32_t crc32c = 0;
+};
+void encode(const PushHeader& h, unsigned char out[kPushHeaderBytes]);
+PushHeader decode_push(const unsigned char in[kPushHeaderBytes]);
+void encode(const AnswerHeader& h, unsigned char out[kAnswerHeaderBytes]);
+AnswerHeader decode_answer(const unsigned char in[kAnswerHeaderBytes]);
+// The plaintext checksum: CRC-32C of the header's bytes before its crc32c
+// field, continued over the payload.
+std::uint32_t push_crc(const unsigned char header[kPushHeaderBytes], const void* payload, std::size_t bytes);
+std::uint32_t answer_crc(const unsigned char header[kAnswerHeaderBytes], const void* payload, std::size_t bytes);
+
+}  // namespace push_wire
+
+// ---------------------------------------------------------------------------
+// The client: one connection to one server address, used by one replica
+// (one thread) at a time; abort() from any thread.
+
+struct PushClientConfig {
+  std::string address;                 // HOST:PORT of the PushServer
+  std::uint64_t job_id = 0;            // both ends must agree (checked in the Hellos)
+  std::chrono::milliseconds connect_timeout{30000};  // retries refused connects until then
+  std::chrono::milliseconds timeout{60000};          // each push's round trip, from its send
+  // Same contract as net::TcpGroupConfig::authenticate (net::handshake_hook
+  // in a cluster); called once with `accepting` false. Throws to refuse.
+  std::function<net::LinkKeys(int fd, bool accepting, net::Deadline deadline)> authenticate;
+};
+
+class PushClient {
+ public:
+  // Connects, authenticates and exchanges Hellos; throws PushError naming
+  // the address and what failed.
+  explicit PushClient(PushClientConfig config);
+  ~PushClient();
+  PushClient(const PushClient&) = delete;
+  PushClient& operator=(const PushClient&) = delete;
+
+  // Sends one push for `shard`: the header, then `floats` floats from `part`
+  // (written straight from it in plaintext, sealed from it record by record
+  // otherwise). Several sends may precede the receives (pipelined).
+  void send(int shard, std::uint32_t view, int rank, std::int64_t clock, const float* part, std::int64_t floats);
+  // Receives the answer to the oldest unanswered send, which must be for
+  // `shard` (answers come in send order): the shard's fresh parameters,
+  // `floats` of them, straight into `out`. Throws PushError with the
+  // server's reason for a refusal (the client stays usable), or the
+  // transport's (timeout, reset, authentication, protocol: the client is
+  // then unusable). `out` may hold garbage after a throw.
+  void receive(int shard, float* out, std::int64_t floats);
+  // Thread-safe: every blocked or later send/receive fails at once with a
+  // PushError naming the address and shard and ending in `why`.
+  void abort(const std::string& why);
+
+  const std::string& address() const { return config_.address; }
+  // Pushes sent and not yet answered.
+  std::size_t outstanding() const { return pending_.size(); }
+  // Whether the connection is sealed (the hook's keys protect).
+  bool sealed() const { return sealer_ != nullptr; }
+
+ private:
+  struct Pending {
+    int shard;
+    std::uint32_t sequence;
+    net::Deadline deadline;
+  };
+  std::string where(int shard) const;
+  void check_usable(int shard) const;
+  [[noreturn]] void fail(int shard, const std::string& what);  // marks the client unusable, then throws
+  void read_bytes(void* out, std::size_t bytes, net::Deadline deadline);
+
+  PushClientConfig config_;
+  int fd_ = -1;
+  std::unique_ptr<net::wire::RecordSealer> sealer_;  // null: plaintext
+  std::unique_ptr<net::wire::RecordOpener> opener_;
+  std::deque<Pending> pending_;
+  std::uint32_t next_sequence_ = 0;
+  std::string broken_;  // why the client is unusable; "" while it is usable
+  mutable std::mutex abort_mutex_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;  // under abort_mutex_
+};
+
+// ---------------------------------------------------------------------------
+// The server, on a process hosting shards.
+
+struct PushServerConfig {
+  int listen_fd = -1;  // bound and listening (net::listen_tcp); the server adopts and closes it
+  std::uint64_t job_id = 0;
+  // Called on every accepted connection with `accepting` true, on that
+  // connection's thread, bounded by handshake_timeout; throw to refuse
+  // (logged). Null: plaintext, and loopback peers only.
+  std::function<net::LinkKeys(int fd, bool accepting, net::Deadline deadline)> authenticate;
+  // Shard index -> its part's floats. A push for another shard, or of
+  // another size, is refused with a reason.
+  std::map<int, std::int64_t> shards;
+  // Applies one push, on the connection's thread (so concurrently for
+  // several connections). Returns the fresh parameters of the part (a cpu
+  // f32 tensor of exactly the part's floats), or throws std::exception whose
+  // what() is the refusal the client sees. Must return in bounded time (a
+  // CAF request with a timeout): stop() waits for the calls in progress.
+  std::function<Tensor(int shard, GradientPush push)> apply;
+  std::chrono::milliseconds io_timeout{60000};  // a frame's reading once begun, and each answer's writing
+  std::chrono::milliseconds handshake_timeout{10000};  // authentication and Hellos
+  // Refused and dropped connections, with the reason; null: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+class PushServer {
+ public:
+  // Starts serving at once; throws std::invalid_argument for a missing
+  // listen_fd or apply, or a shard of negative size.
+  explicit PushServer(PushServerConfig config);
+  ~PushServer();  // stop()
+  PushServer(const PushServer&) = delete;
+  PushServer& operator=(const PushServer&) = delete;
+
+  // Stops accepting, shuts every connection down (which wakes every read,
+  // write and poll at once: clients see end of stream) and joins every
+  // thread. It returns as soon as the calls to `apply` in progress have
+  // returned (their answers are not sent); with none, within milliseconds.
+  // Idempotent.
+  void stop();
+  std::uint16_t port() const { return port_; }
+  // Pushes `apply` returned from (applied), for tests and metrics.
+  std::int64_t pushes() const { return pushes_.load(); }
+  // Connections open now (past or in their handshake).
+  std::size_t connections() const;
+
+ private:
+  struct Connection;
+  void accept_loop();
+  void serve(Connection& c);
+  void reap();  // joins the threads of finished connections
+  void log(const std::string& line) const;
+
+  PushServerConfig config_;
+  std::int64_t largest_part_ = 0;
+  std::uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // a pipe: stop() writes, the acceptor's poll() wakes
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> pushes_{0};
+  mutable std::mutex mutex_;
+  std::list<std::unique_ptr<Connection>> connections_;  // under mutex_
+  std::thread acceptor_;
+  std::mutex stop_mutex_;  // one stop() at a time
+  bool stopped_ = false;   // under stop_mutex_
+};
+
+}  // namespace troupe::actors::ps

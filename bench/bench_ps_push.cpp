@@ -1,0 +1,205 @@
+// Push round trips on the data plane (actors/ps/push_link.hpp) against the
+// time to move the same bytes once over a plain loopback socket: issue 17's
+// goal is a push round trip (gradient part up, fresh parameters down) of at
+// most 2x one move of the gradient.
+//
+//   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed]
+//
+// A forked child process hosts one shard per size behind a PushServer,
+// whose apply answers with a tensor it keeps (no optimizer, no copy: the
+// transport alone), and a raw loopback server that reads N bytes and
+// answers one byte. The parent times, per size, `reps` pushes (send, then
+// receive) and `reps` raw moves (write N bytes, read the 1-byte ack), after
+// `warmup` of each. --sealed runs the cluster handshake with a secret, so
+// pushes travel in AES-256-GCM records; without it they are plaintext with a
+// CRC-32C per frame, as on loopback without a secret. Prints one RESULT line
+// per size: median and p99 of each, in ms, and the ratio of the medians.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/ps/push_link.hpp"
+#include "net/cluster/gate.hpp"
+#include "net/tcp/tcp.hpp"
+#include "net/tcp/wire.hpp"
+
+using namespace troupe;
+using actors::ps::PushClient;
+using actors::ps::PushClientConfig;
+using actors::ps::PushServer;
+using actors::ps::PushServerConfig;
+using kernels::Tensor;
+
+namespace {
+
+struct Options {
+  std::vector<double> sizes_mb{0.4, 4};
+  int reps = 50;
+  int warmup = 5;
+  bool sealed = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--reps") o.reps = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--sealed") o.sealed = true;
+    else if (a == "--sizes-mb") {
+      o.sizes_mb.clear();
+      std::stringstream s(value());
+      std::string item;
+      while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
+    } else {
+      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed)");
+    }
+  }
+  if (o.reps < 1 || o.warmup < 0) throw std::invalid_argument("--reps must be >= 1 and --warmup >= 0");
+  return o;
+}
+
+std::function<net::LinkKeys(int, bool, net::Deadline)> hook(bool sealed, const std::string& identity) {
+  if (!sealed) return {};
+  net::HandshakeConfig c;
+  c.secret = net::Secret::from_text("bench secret for the push link");
+  c.version = "bench";
+  c.identity = identity;
+  return net::handshake_hook(c);
+}
+
+// The child: the PushServer and the raw server until the parent hangs up.
+[[noreturn]] void serve(const Options& o, const std::vector<std::int64_t>& floats, int push_fd, int raw_fd) {
+  std::vector<Tensor> fresh;
+  PushServerConfig c;
+  c.listen_fd = push_fd;
+  c.job_id = 1;
+  c.authenticate = hook(o.sealed, "ps/0");
+  for (std::size_t s = 0; s < floats.size(); ++s) {
+    c.shards[static_cast<int>(s)] = floats[s];
+    fresh.push_back(Tensor::full({floats[s]}, 0.5f));
+  }
+  c.apply = [&fresh](int shard, actors::GradientPush) { return fresh.at(static_cast<std::size_t>(shard)); };
+  PushServer server(c);
+  const int fd = ::accept4(raw_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  std::vector<char> buffer(std::size_t{1} << 20);
+  // Blocking reads of exactly `bytes`; false once the parent has hung up.
+  auto read_exactly = [fd](char* p, std::size_t bytes) {
+    while (bytes > 0) {
+      const ssize_t n = ::recv(fd, p, bytes, 0);
+      if (n <= 0) return false;
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+    return true;
+  };
+  // Each move: an 8-byte length, then the bytes; answered with one byte.
+  for (;;) {
+    std::uint64_t left = 0;
+    if (!read_exactly(reinterpret_cast<char*>(&left), sizeof left)) break;
+    bool ok = true;
+    while (ok && left > 0) {
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(left, buffer.size()));
+      ok = read_exactly(buffer.data(), take);
+      left -= take;
+    }
+    const char ack = 1;
+    if (!ok || ::send(fd, &ack, 1, MSG_NOSIGNAL) != 1) break;
+  }
+  server.stop();
+  ::_exit(0);
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(std::min<double>(double(v.size()) - 1, p * double(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_ps_push: " << e.what() << "\n";
+    return 2;
+  }
+  std::vector<std::int64_t> floats;
+  for (double mb : o.sizes_mb) floats.push_back(static_cast<std::int64_t>(mb * 1e6 / 4) / 16 * 16);
+  std::uint16_t push_port = 0, raw_port = 0;
+  const int push_fd = net::listen_tcp("127.0.0.1:0", &push_port);
+  const int raw_fd = net::listen_tcp("127.0.0.1:0", &raw_port);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  if (child == 0) serve(o, floats, push_fd, raw_fd);
+  ::close(push_fd);
+  ::close(raw_fd);
+  int status = 0;
+  try {
+    PushClientConfig c;
+    c.address = "127.0.0.1:" + std::to_string(push_port);
+    c.job_id = 1;
+    c.timeout = std::chrono::seconds(30);
+    c.authenticate = hook(o.sealed, "worker/0");
+    PushClient client(c);
+    // The raw socket: blocking, as plain as a move of bytes gets.
+    const int raw = net::wire::connect_tcp("127.0.0.1:" + std::to_string(raw_port),
+                                           net::Clock::now() + std::chrono::seconds(10));
+    using Clock = std::chrono::steady_clock;
+    std::printf("# push link %s, loopback, %d reps after %d warm-up\n", client.sealed() ? "sealed" : "plaintext",
+                o.reps, o.warmup);
+    for (std::size_t s = 0; s < floats.size(); ++s) {
+      const std::int64_t n = floats[s];
+      std::vector<float> gradient(static_cast<std::size_t>(n), 0.25f), fresh(static_cast<std::size_t>(n));
+      std::vector<double> push_ms, raw_ms;
+      for (int r = 0; r < o.warmup + o.reps; ++r) {
+        const auto t0 = Clock::now();
+        client.send(static_cast<int>(s), 0, 0, r + 1, gradient.data(), n);
+        client.receive(static_cast<int>(s), fresh.data(), n);
+        const auto t1 = Clock::now();
+        const std::uint64_t bytes = static_cast<std::uint64_t>(n) * sizeof(float);
+        const auto deadline = net::Clock::now() + std::chrono::seconds(30);
+        net::wire::write_all(raw, &bytes, sizeof bytes, gradient.data(), bytes, deadline);
+        char ack = 0;
+        net::wire::read_all(raw, &ack, 1, deadline);
+        const auto t2 = Clock::now();
+        if (r < o.warmup) continue;
+        push_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        raw_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      }
+      const double push_median = percentile(push_ms, 0.5), raw_median = percentile(raw_ms, 0.5);
+      std::printf("RESULT mb=%.2f floats=%lld push_median_ms=%.3f push_p99_ms=%.3f move_median_ms=%.3f "
+                  "move_p99_ms=%.3f ratio=%.2f\n",
+                  double(n) * 4 / 1e6, static_cast<long long>(n), push_median, percentile(push_ms, 0.99), raw_median,
+                  percentile(raw_ms, 0.99), push_median / raw_median);
+      std::fflush(stdout);
+    }
+    ::close(raw);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_ps_push: " << e.what() << "\n";
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    return 1;
+  }
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}

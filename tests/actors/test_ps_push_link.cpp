@@ -1,0 +1,632 @@
+// Parameter-server pushes on the data plane (actors/ps/push_link.hpp), on
+// real loopback sockets: pushes over the link to real shard actors end bit
+// for bit where the same pushes sent in-process do (plaintext and sealed,
+// two shards, pipelined); refusals name their reason and leave the link
+// usable; a server killed, stopped or aborted under a waiting client fails
+// it within seconds, not at its timeout; a bit flipped on a sealed link
+// fails the push and applies nothing; a bad CRC or an oversized claim from
+// a raw peer is refused before anything is applied or allocated.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/ps/push_link.hpp"
+#include "actors/ps/shard.hpp"
+#include "actors/replica.hpp"  // configure_actor_system
+#include "net/cluster/gate.hpp"
+#include "net/tcp/tcp.hpp"
+#include "net/tcp/wire.hpp"
+#include "tests/support/mitm_proxy.hpp"
+
+namespace troupe::actors::ps {
+namespace {
+
+using namespace std::chrono_literals;
+using Ms = std::chrono::milliseconds;
+
+constexpr std::uint64_t kJob = 0x17;
+const std::string kSecret = "correct horse battery staple";
+
+Ms since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t);
+}
+
+std::vector<float> wave(std::int64_t n, double phase) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * double(i) + phase));
+  return v;
+}
+
+bool bitwise_equal(const float* a, const float* b, std::int64_t n) {
+  return std::memcmp(a, b, static_cast<std::size_t>(n) * sizeof(float)) == 0;
+}
+
+// The cluster handshake with the secret (sealed links), or none (plaintext).
+std::function<net::LinkKeys(int, bool, net::Deadline)> hook(const std::string& identity, const std::string& secret) {
+  net::HandshakeConfig c;
+  if (!secret.empty()) c.secret = net::Secret::from_text(secret);
+  c.version = "test";
+  c.identity = identity;
+  return net::handshake_hook(c);
+}
+
+// Real shard actors in a real actor system.
+struct Shards {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> shards;
+
+  explicit Shards(const std::vector<std::int64_t>& sizes) {
+    configure_actor_system(cfg);
+    system = std::make_unique<caf::actor_system>(cfg);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ShardConfig c;
+      c.index = static_cast<int>(i);
+      c.size = sizes[i];
+      c.optimizer.name = "adam";
+      c.optimizer.weight_decay = 1e-4f;
+      c.schedule = std::make_shared<models::LrSchedule>("constant", 1e-3f);
+      c.replicas = 2;
+      shards.push_back(system->spawn(shard_actor, c));
+    }
+  }
+  ~Shards() {
+    for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  }
+  // What a PushServer's apply does in troupe: ask the shard, with a deadline.
+  Tensor push(int shard, GradientPush p) {
+    caf::scoped_actor self{*system};
+    Tensor out;
+    std::string error;
+    self->request(shards.at(static_cast<std::size_t>(shard)), 10s, push_atom::value, std::move(p))
+        .receive([&](const Tensor& t) { out = t; }, [&](caf::error& e) { error = system->render(e); });
+    if (!error.empty()) throw std::runtime_error(error);
+    return out;
+  }
+  std::function<Tensor(int, GradientPush)> apply() {
+    return [this](int shard, GradientPush p) { return push(shard, std::move(p)); };
+  }
+  ReplicaState state(int shard) {
+    caf::scoped_actor self{*system};
+    ReplicaState out;
+    self->request(shards.at(static_cast<std::size_t>(shard)), 10s, get_state_atom::value)
+        .receive([&](const ReplicaState& s) { out = s; }, [&](caf::error& e) { ADD_FAILURE() << system->render(e); });
+    return out;
+  }
+  std::int64_t applied(int shard) {
+    caf::scoped_actor self{*system};
+    std::int64_t out = -1;
+    self->request(shards.at(static_cast<std::size_t>(shard)), 10s, counters_atom::value)
+        .receive([&](const ServerCounters& c) { out = c.applied; }, [&](caf::error& e) { ADD_FAILURE() << system->render(e); });
+    return out;
+  }
+};
+
+// A log the tests can search.
+struct Log {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& l) {
+      std::lock_guard<std::mutex> lock(mutex);
+      lines.push_back(l);
+    };
+  }
+  std::string all() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+  }
+};
+
+PushServerConfig server_config(std::map<int, std::int64_t> shards, std::function<Tensor(int, GradientPush)> apply,
+                               const std::string& secret = "", Log* log = nullptr) {
+  PushServerConfig c;
+  std::uint16_t port = 0;
+  c.listen_fd = net::listen_tcp("127.0.0.1:0", &port);
+  c.job_id = kJob;
+  if (!secret.empty()) c.authenticate = hook("ps/0", secret);
+  c.shards = std::move(shards);
+  c.apply = std::move(apply);
+  c.io_timeout = 10s;
+  c.handshake_timeout = 5s;
+  if (log) c.log = log->sink();
+  return c;
+}
+
+PushClientConfig client_config(std::uint16_t port, const std::string& secret = "") {
+  PushClientConfig c;
+  c.address = "127.0.0.1:" + std::to_string(port);
+  c.job_id = kJob;
+  c.connect_timeout = 5s;
+  c.timeout = 10s;
+  if (!secret.empty()) c.authenticate = hook("worker/0", secret);
+  return c;
+}
+
+// Shard 0 is small; shard 1 spans several sealed records (1 MiB each).
+const std::vector<std::int64_t> kSizes = {1000, 300000};
+
+// ---------------------------------------------------------------------------
+// 1. Round trips: the link adds nothing and loses nothing.
+
+void round_trip(const std::string& secret) {
+  Shards remote(kSizes), local(kSizes);
+  Log log;
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, remote.apply(), secret, &log));
+  PushClient client(client_config(server.port(), secret));
+  EXPECT_EQ(client.sealed(), !secret.empty());
+  constexpr int kRounds = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    const int rank = round % 2;
+    const std::int64_t clock = round / 2 + 1;
+    std::vector<std::vector<float>> gradients, answers;
+    for (int s = 0; s < 2; ++s) {
+      gradients.push_back(wave(kSizes[static_cast<std::size_t>(s)], round * 1.7 + s));
+      answers.emplace_back(static_cast<std::size_t>(kSizes[static_cast<std::size_t>(s)]), -1.0f);
+    }
+    // Pipelined: both pushes leave before either answer is read.
+    for (int s = 0; s < 2; ++s)
+      client.send(s, 0, rank, clock, gradients[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+    EXPECT_EQ(client.outstanding(), 2u);
+    for (int s = 0; s < 2; ++s)
+      client.receive(s, answers[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+    EXPECT_EQ(client.outstanding(), 0u);
+    // The same pushes, in-process, to identical shards.
+    for (int s = 0; s < 2; ++s) {
+      GradientPush p;
+      p.rank = rank;
+      p.clock = clock;
+      p.gradient = Tensor::from_vector({kSizes[static_cast<std::size_t>(s)]}, gradients[static_cast<std::size_t>(s)]);
+      const Tensor fresh = local.push(s, std::move(p));
+      ASSERT_EQ(fresh.numel(), kSizes[static_cast<std::size_t>(s)]);
+      EXPECT_TRUE(bitwise_equal(fresh.f32(), answers[static_cast<std::size_t>(s)].data(), fresh.numel()))
+          << "round " << round << ", shard " << s << ": the answer over the link differs";
+    }
+  }
+  EXPECT_EQ(server.pushes(), 2 * kRounds);
+  for (int s = 0; s < 2; ++s) {
+    const ReplicaState a = remote.state(s), b = local.state(s);
+    EXPECT_TRUE(bitwise_equal(a.parameters.f32(), b.parameters.f32(), kSizes[static_cast<std::size_t>(s)]))
+        << "shard " << s << "'s parameters differ";
+    ASSERT_EQ(a.buffers.size(), b.buffers.size());
+    for (std::size_t i = 0; i < a.buffers.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(a.buffers[i].second.f32(), b.buffers[i].second.f32(), a.buffers[i].second.numel()))
+          << "shard " << s << "'s optimizer buffer " << a.buffers[i].first << " differs";
+    EXPECT_EQ(remote.applied(s), kRounds);
+  }
+  EXPECT_EQ(log.all(), "") << "the server dropped a connection";
+}
+
+TEST(PsPushLink, PlaintextPushesEndBitwiseWhereInProcessPushesDo) { round_trip(""); }
+TEST(PsPushLink, SealedPushesEndBitwiseWhereInProcessPushesDo) { round_trip(kSecret); }
+
+// NaN, -0 and infinities cross as they are (raw bytes, not CAF's float
+// serialisation), and a shard part of 0 floats round-trips.
+TEST(PsPushLink, SpecialFloatsAndEmptyPartsCrossUnchanged) {
+  const std::vector<float> special = {std::nanf(""), -0.0f, INFINITY, -INFINITY, 1e-45f, 3.5f};
+  PushServer server(server_config({{0, 6}, {1, 0}}, [&](int shard, GradientPush p) {
+    if (shard == 1) return Tensor::empty({0});
+    return p.gradient.clone();  // echo
+  }));
+  PushClient client(client_config(server.port()));
+  std::vector<float> back(6, 0.0f);
+  client.send(0, 0, 0, 1, special.data(), 6);
+  client.send(1, 0, 0, 1, nullptr, 0);
+  client.receive(0, back.data(), 6);
+  client.receive(1, nullptr, 0);
+  EXPECT_TRUE(bitwise_equal(special.data(), back.data(), 6));
+}
+
+// ---------------------------------------------------------------------------
+// 2. Refusals name their reason; the link and the other shards go on.
+
+TEST(PsPushLink, RefusalsNameTheReasonAndTheLinkGoesOn) {
+  Shards shards(kSizes);
+  Log log;
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply(), "", &log));
+  PushClient client(client_config(server.port()));
+  const std::string at = "at 127.0.0.1:" + std::to_string(server.port());
+  const auto g0 = wave(kSizes[0], 0.5);
+  const auto g1 = wave(kSizes[1], 0.25);
+  std::vector<float> out0(g0.size()), out1(g1.size());
+  auto refusal = [&](int shard, float* out, std::int64_t floats) -> std::string {
+    try {
+      client.receive(shard, out, floats);
+    } catch (const PushError& e) {
+      return e.what();
+    }
+    return "no refusal";
+  };
+  // Pipelined: an unknown shard, a wrong size and a push from another view
+  // (refused by the shard actor itself) between good pushes.
+  client.send(7, 0, 0, 1, g0.data(), 10);
+  client.send(0, 0, 0, 1, g0.data(), kSizes[0]);
+  client.send(1, 0, 0, 1, g1.data(), kSizes[1] - 16);
+  client.send(1, 3, 0, 1, g1.data(), kSizes[1]);
+  client.send(1, 0, 0, 1, g1.data(), kSizes[1]);
+  std::string e = refusal(7, out0.data(), 10);
+  EXPECT_NE(e.find("push to shard 7 " + at + ": refused by the server: shard 7 is not hosted here (hosted: 0 1)"),
+            std::string::npos)
+      << e;
+  client.receive(0, out0.data(), kSizes[0]);
+  e = refusal(1, out1.data(), kSizes[1] - 16);
+  EXPECT_NE(e.find("push to shard 1 " + at), std::string::npos) << e;
+  EXPECT_NE(e.find("a push of 299984 floats for shard 1, whose part has 300000"), std::string::npos) << e;
+  e = refusal(1, out1.data(), kSizes[1]);
+  EXPECT_NE(e.find("view 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("the job is in view 0"), std::string::npos) << e;
+  client.receive(1, out1.data(), kSizes[1]);
+  EXPECT_EQ(server.pushes(), 2) << "only the two good pushes count as applied";
+  EXPECT_EQ(shards.applied(0), 1);
+  EXPECT_EQ(shards.applied(1), 1);
+  EXPECT_EQ(log.all(), "") << "a refusal dropped the connection";
+  // Receiving in another order than the sends is the caller's error, said so.
+  client.send(0, 0, 1, 1, g0.data(), kSizes[0]);
+  e = refusal(1, out1.data(), kSizes[1]);
+  EXPECT_NE(e.find("the oldest unanswered push is to shard 0"), std::string::npos) << e;
+  client.receive(0, out0.data(), kSizes[0]);
+}
+
+TEST(PsPushLink, AClientOfAnotherJobFailsAtOnceNamingBothJobs) {
+  Log log;
+  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
+  PushClientConfig c = client_config(server.port());
+  c.job_id = 0x99;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    PushClient client(c);
+    FAIL() << "connected to a server of another job";
+  } catch (const PushError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("push link to 127.0.0.1:" + std::to_string(server.port())), std::string::npos) << what;
+    EXPECT_NE(what.find("the server is in job 0x17, this end in job 0x99"), std::string::npos) << what;
+  }
+  EXPECT_LT(since(start), 2s);
+  for (int i = 0; i < 100 && log.all().empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(log.all().find("the client is in job 0x99, this end in job 0x17"), std::string::npos) << log.all();
+}
+
+TEST(PsPushLink, AWrongSecretIsRefusedAndNamed) {
+  Log log;
+  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, kSecret, &log));
+  try {
+    PushClient client(client_config(server.port(), "another secret"));
+    FAIL() << "authenticated with the wrong secret";
+  } catch (const PushError& e) {
+    EXPECT_NE(std::string(e.what()).find("authentication failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server.pushes(), 0);
+}
+
+TEST(PsPushLink, NothingListeningFailsAtTheConnectTimeout) {
+  std::uint16_t port = 0;
+  ::close(net::listen_tcp("127.0.0.1:0", &port));  // a port nobody listens on
+  PushClientConfig c = client_config(port);
+  c.connect_timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(PushClient client(c), PushError);
+  EXPECT_GE(since(start), 250ms) << "refused connects were not retried";
+  EXPECT_LT(since(start), 2s);
+}
+
+// ---------------------------------------------------------------------------
+// A raw plaintext peer: what a broken or hostile client could send.
+
+struct RawPeer {
+  int fd = -1;
+  explicit RawPeer(std::uint16_t port) {
+    fd = net::wire::connect_tcp("127.0.0.1:" + std::to_string(port), net::Clock::now() + 5s);
+    net::wire::Hello h;
+    h.magic = push_wire::kHelloMagic;
+    h.version = push_wire::kVersion;
+    h.job_id = kJob;
+    unsigned char hello[net::wire::kHelloBytes];
+    net::wire::encode_hello(h, hello);
+    net::wire::write_all(fd, hello, sizeof hello, nullptr, 0, net::Clock::now() + 5s);
+    net::wire::read_all(fd, hello, sizeof hello, net::Clock::now() + 5s);
+  }
+  ~RawPeer() { ::close(fd); }
+  void send(const push_wire::PushHeader& h, const std::vector<float>& payload, bool corrupt) {
+    unsigned char header[push_wire::kPushHeaderBytes];
+    push_wire::PushHeader with = h;
+    push_wire::encode(with, header);
+    with.crc32c = push_wire::push_crc(header, payload.data(), payload.size() * sizeof(float)) ^ (corrupt ? 1u : 0u);
+    push_wire::encode(with, header);
+    net::wire::write_all(fd, header, sizeof header, payload.data(), payload.size() * sizeof(float),
+                         net::Clock::now() + 5s);
+  }
+  // The refusal's reason, or "" for an applied answer.
+  std::string answer() {
+    unsigned char header[push_wire::kAnswerHeaderBytes];
+    net::wire::read_all(fd, header, sizeof header, net::Clock::now() + 5s);
+    const auto h = push_wire::decode_answer(header);
+    std::string reason(h.reason_bytes, '\0');
+    if (!reason.empty()) net::wire::read_all(fd, reason.data(), reason.size(), net::Clock::now() + 5s);
+    return reason;
+  }
+  // Whether the server closed the connection (within 5 s).
+  bool closed() {
+    char c;
+    try {
+      net::wire::read_all(fd, &c, 1, net::Clock::now() + 5s);
+    } catch (const net::wire::IoError& e) {
+      return !e.timed_out;
+    }
+    return false;
+  }
+};
+
+TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
+  std::atomic<int> applied{0};
+  Log log;
+  PushServer server(server_config({{0, 64}}, [&](int, GradientPush p) {
+    ++applied;
+    return p.gradient;
+  }, "", &log));
+  RawPeer peer(server.port());
+  push_wire::PushHeader h;
+  h.floats = 64;
+  peer.send(h, wave(64, 0), true);
+  EXPECT_NE(peer.answer().find("CRC-32C does not match"), std::string::npos);
+  EXPECT_TRUE(peer.closed());
+  EXPECT_EQ(applied, 0);
+  EXPECT_EQ(server.pushes(), 0);
+}
+
+TEST(PsPushLink, AClaimBeyondTheLargestPartIsRefusedBeforeAnyAllocation) {
+  std::atomic<int> applied{0};
+  Log log;
+  PushServer server(server_config({{0, 64}, {1, 128}}, [&](int, GradientPush p) {
+    ++applied;
+    return p.gradient;
+  }, "", &log));
+  RawPeer peer(server.port());
+  push_wire::PushHeader h;
+  h.shard = 1;
+  h.floats = std::int64_t{1} << 40;  // 4 TiB: never allocated, never read
+  peer.send(h, {}, false);
+  const std::string reason = peer.answer();
+  EXPECT_NE(reason.find("more than the largest part this server hosts (128 floats)"), std::string::npos) << reason;
+  EXPECT_TRUE(peer.closed());
+  EXPECT_EQ(applied, 0);
+}
+
+// ---------------------------------------------------------------------------
+// 3. A server that dies or stops, and abort(): failures in seconds.
+
+// A server in a child process whose apply never answers; killed with
+// SIGKILL while the client waits for the answer.
+TEST(PsPushLink, AKilledServerProcessFailsTheWaitingClientWithinSeconds) {
+  std::uint16_t port = 0;
+  const int listen_fd = net::listen_tcp("127.0.0.1:0", &port);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    PushServerConfig c;
+    c.listen_fd = listen_fd;
+    c.job_id = kJob;
+    c.shards = {{0, 1000}};
+    c.apply = [](int, GradientPush p) {
+      std::this_thread::sleep_for(60s);
+      return p.gradient;
+    };
+    PushServer server(c);
+    std::this_thread::sleep_for(60s);
+    ::_exit(0);
+  }
+  ::close(listen_fd);
+  PushClient client(client_config(port));  // timeout 10 s
+  const auto g = wave(1000, 1);
+  std::vector<float> out(1000);
+  client.send(0, 0, 0, 1, g.data(), 1000);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(300ms);
+    ::kill(child, SIGKILL);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    client.receive(0, out.data(), 1000);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  const Ms took = since(start);
+  killer.join();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_NE(what.find("push to shard 0 at 127.0.0.1:" + std::to_string(port) + ": connection lost"), std::string::npos)
+      << what;
+  EXPECT_LT(took, 2s) << "the client waited towards its timeout for a dead server";
+  // Unusable from now on, and saying why.
+  try {
+    client.send(0, 0, 0, 2, g.data(), 1000);
+    ADD_FAILURE() << "a send after the connection was lost";
+  } catch (const PushError& e) {
+    EXPECT_NE(std::string(e.what()).find("unusable after an earlier failure"), std::string::npos) << e.what();
+  }
+}
+
+// An apply that waits until the test releases it.
+struct ApplyGate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  int entered = 0;
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    ++entered;
+    cv.notify_all();
+    cv.wait_for(lock, 20s, [&] { return open; });
+  }
+  void wait_entered(int n) {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait_for(lock, 10s, [&] { return entered >= n; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(m);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+TEST(PsPushLink, AbortWakesABlockedReceiveAtOnce) {
+  ApplyGate gate;
+  PushServer server(server_config({{0, 100}}, [&](int, GradientPush p) {
+    gate.wait();
+    return p.gradient;
+  }));
+  PushClient client(client_config(server.port()));
+  const auto g = wave(100, 2);
+  std::vector<float> out(100);
+  client.send(0, 0, 0, 1, g.data(), 100);
+  gate.wait_entered(1);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(200ms);
+    client.abort("view 4 ended");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    client.receive(0, out.data(), 100);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  const Ms took = since(start);
+  aborter.join();
+  EXPECT_EQ(what, "push to shard 0 at 127.0.0.1:" + std::to_string(server.port()) + ": aborted: view 4 ended");
+  EXPECT_LT(took, 1s);
+  EXPECT_GE(took, 150ms) << "the receive did not wait for the answer";
+  // Later calls fail at once with the same reason.
+  try {
+    client.send(0, 0, 0, 2, g.data(), 100);
+    ADD_FAILURE() << "a send after abort()";
+  } catch (const PushError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted: view 4 ended"), std::string::npos) << e.what();
+  }
+  gate.release();
+}
+
+// ---------------------------------------------------------------------------
+// 4. A bit flipped on a sealed link: the push fails, nothing is applied.
+
+TEST(PsPushLink, AFlippedBitOnASealedLinkFailsThePushAndAppliesNothing) {
+  Shards shards(kSizes);
+  Log log;
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply(), kSecret, &log));
+  // Client -> server records: 0 the Hello, 1 push 0's header, 2 the first
+  // record of its payload.
+  troupe::testing::AttackPlan plan;
+  plan.attack = troupe::testing::Attack::flip_bit;
+  plan.record = 2;
+  troupe::testing::MitmProxy proxy(server.port(), plan);
+  PushClient client(client_config(proxy.port(), kSecret));
+  ASSERT_TRUE(client.sealed());
+  const auto g = wave(kSizes[1], 3);
+  std::vector<float> out(g.size());
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    client.send(1, 0, 0, 1, g.data(), kSizes[1]);
+    client.receive(1, out.data(), kSizes[1]);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  EXPECT_TRUE(proxy.attacked());
+  EXPECT_NE(what.find("push to shard 1 at " + proxy.address()), std::string::npos) << what;
+  EXPECT_LT(since(start), 3s);
+  EXPECT_EQ(server.pushes(), 0);
+  EXPECT_EQ(shards.applied(1), 0) << "the shard applied an altered push";
+  for (int i = 0; i < 100 && log.all().empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(log.all().find("record 2 failed authentication"), std::string::npos) << log.all();
+}
+
+// The same proxy without an attack is transparent: the failure above is the
+// attack's, not the proxy's.
+TEST(PsPushLink, TheProxyWithoutAnAttackIsTransparent) {
+  PushServer server(server_config({{0, kSizes[1]}}, [](int, GradientPush p) { return p.gradient; }, kSecret));
+  troupe::testing::MitmProxy proxy(server.port(), {});
+  PushClient client(client_config(proxy.port(), kSecret));
+  const auto g = wave(kSizes[1], 4);
+  std::vector<float> out(g.size());
+  client.send(0, 0, 0, 1, g.data(), kSizes[1]);
+  client.receive(0, out.data(), kSizes[1]);
+  EXPECT_TRUE(bitwise_equal(g.data(), out.data(), kSizes[1]));
+  EXPECT_FALSE(proxy.attacked());
+}
+
+// ---------------------------------------------------------------------------
+// 5. stop() with connections open returns promptly, and what it waits for.
+
+TEST(PsPushLink, StopWithOpenConnectionsReturnsPromptlyAndFailsTheClients) {
+  auto server = std::make_unique<PushServer>(server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }));
+  std::vector<std::unique_ptr<PushClient>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<PushClient>(client_config(server->port())));
+  // One more connection stalled mid-frame: half a header.
+  RawPeer stalled(server->port());
+  const unsigned char half[push_wire::kPushHeaderBytes / 2] = {};
+  net::wire::write_all(stalled.fd, half, sizeof half, nullptr, 0, net::Clock::now() + 5s);
+  for (int i = 0; i < 100 && server->connections() < 4; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->connections(), 4u);
+  const auto start = std::chrono::steady_clock::now();
+  server->stop();
+  EXPECT_LT(since(start), 500ms);
+  EXPECT_EQ(server->connections(), 0u);
+  const auto g = wave(100, 5);
+  std::vector<float> out(100);
+  for (auto& c : clients) {
+    const auto t = std::chrono::steady_clock::now();
+    EXPECT_THROW(
+        {
+          c->send(0, 0, 0, 1, g.data(), 100);
+          c->receive(0, out.data(), 100);
+        },
+        PushError);
+    EXPECT_LT(since(t), 1s);
+  }
+  EXPECT_TRUE(stalled.closed());
+  server.reset();  // a second stop() (the destructor's) does nothing
+}
+
+// stop() waits for the applies in progress (they use the shards' state),
+// and no longer: their answers are not sent.
+TEST(PsPushLink, StopWaitsForAnApplyInProgressOnly) {
+  ApplyGate gate;
+  PushServer server(server_config({{0, 100}}, [&](int, GradientPush p) {
+    gate.wait();
+    return p.gradient;
+  }));
+  PushClient client(client_config(server.port()));
+  const auto g = wave(100, 6);
+  std::vector<float> out(100);
+  client.send(0, 0, 0, 1, g.data(), 100);
+  gate.wait_entered(1);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    gate.release();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  server.stop();
+  const Ms took = since(start);
+  releaser.join();
+  EXPECT_GE(took, 250ms) << "stop() returned while apply was still running";
+  EXPECT_LT(took, 1s);
+  EXPECT_THROW(client.receive(0, out.data(), 100), PushError);
+}
+
+}  // namespace
+}  // namespace troupe::actors::ps
