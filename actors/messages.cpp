@@ -11,6 +11,11 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<ReplicaState>("troupe::ReplicaState");
   config.add_message_type<ReplicaPosition>("troupe::ReplicaPosition");
   config.add_message_type<FormView>("troupe::FormView");
+  // Between the parameter server's front and shards on ps tasks.
+  config.add_message_type<Position>("troupe::Position");
+  config.add_message_type<ServerCounters>("troupe::ServerCounters");
+  config.add_message_type<std::vector<std::int64_t>>("std::vector<std::int64_t>");
+  config.add_message_type<std::vector<std::int32_t>>("std::vector<std::int32_t>");
 }
 
 void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state) {

@@ -293,6 +293,18 @@ void serialize(P& p, StepReport& r, const unsigned int) {
   detail::raw(p, r.wait_seconds, "StepReport");
 }
 
+// Position and ServerCounters cross nodes between the parameter server's
+// front and shards on ps tasks (issue 17).
+template <class P>
+void serialize(P& p, Position& x, const unsigned int) {
+  detail::check(p(x.global_step, x.epoch), "Position");
+}
+
+template <class P>
+void serialize(P& p, ServerCounters& c, const unsigned int) {
+  detail::check(p(c.applied, c.max_lead, c.dropped, c.shard_applied), "ServerCounters");
+}
+
 template <class P>
 void serialize(P& p, GradientPush& g, const unsigned int) {
   detail::check(p(g.view, g.rank, g.clock, g.gradient), "GradientPush");
@@ -390,8 +402,6 @@ namespace troupe::actors {
 }  // namespace troupe::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Position)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ServerCounters)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::models::EpochResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::data::Cursor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ViewAssignment)
