@@ -521,6 +521,89 @@ TEST(PsPushLink, AbortWakesABlockedReceiveAtOnce) {
   gate.release();
 }
 
+// Deadlines: a server that does not answer fails the push at the client's
+// timeout, and a client silent in the middle of a frame is dropped at the
+// server's io_timeout.
+TEST(PsPushLink, ASilentServerFailsThePushAtTheClientsTimeout) {
+  ApplyGate gate;
+  PushServer server(server_config({{0, 100}}, [&](int, GradientPush p) {
+    gate.wait();
+    return p.gradient;
+  }));
+  PushClientConfig c = client_config(server.port());
+  c.timeout = 300ms;
+  PushClient client(c);
+  const auto g = wave(100, 7);
+  std::vector<float> out(100);
+  const auto start = std::chrono::steady_clock::now();
+  client.send(0, 0, 0, 1, g.data(), 100);
+  std::string what;
+  try {
+    client.receive(0, out.data(), 100);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  const Ms took = since(start);
+  gate.release();
+  EXPECT_NE(what.find("push to shard 0 at 127.0.0.1:" + std::to_string(server.port()) +
+                      ": timed out after 300 ms waiting for the answer"),
+            std::string::npos)
+      << what;
+  EXPECT_GE(took, 280ms);
+  EXPECT_LT(took, 1500ms);
+}
+
+TEST(PsPushLink, AClientSilentMidFrameIsDroppedAtTheIoTimeout) {
+  Log log;
+  PushServerConfig c = server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log);
+  c.io_timeout = 300ms;
+  PushServer server(std::move(c));
+  RawPeer stalled(server.port());
+  const unsigned char half[push_wire::kPushHeaderBytes / 2] = {};
+  const auto start = std::chrono::steady_clock::now();
+  net::wire::write_all(stalled.fd, half, sizeof half, nullptr, 0, net::Clock::now() + 5s);
+  EXPECT_TRUE(stalled.closed());
+  EXPECT_GE(since(start), 250ms);
+  EXPECT_LT(since(start), 2s);
+  EXPECT_NE(log.all().find("timed out after 300 ms reading a push"), std::string::npos) << log.all();
+}
+
+// Several replicas' connections at once, each pipelining both shards: every
+// push is applied exactly once.
+TEST(PsPushLink, ConcurrentClientsEachPushAppliedOnce) {
+  Shards shards(kSizes);
+  Log log;
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply(), kSecret, &log));
+  constexpr int kClients = 3, kPushes = 8;
+  std::vector<std::string> errors(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        PushClient client(client_config(server.port(), kSecret));
+        std::vector<std::vector<float>> g, out;
+        for (int s = 0; s < 2; ++s) {
+          g.push_back(wave(kSizes[static_cast<std::size_t>(s)], i + s));
+          out.emplace_back(g.back().size());
+        }
+        for (int k = 0; k < kPushes; ++k) {
+          for (int s = 0; s < 2; ++s)
+            client.send(s, 0, i % 2, k + 1, g[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+          for (int s = 0; s < 2; ++s)
+            client.receive(s, out[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(server.pushes(), 2 * kClients * kPushes);
+  EXPECT_EQ(shards.applied(0), kClients * kPushes);
+  EXPECT_EQ(shards.applied(1), kClients * kPushes);
+  EXPECT_EQ(log.all(), "");
+}
+
 // ---------------------------------------------------------------------------
 // 4. A bit flipped on a sealed link: the push fails, nothing is applied.
 
