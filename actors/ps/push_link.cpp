@@ -491,7 +491,10 @@ void PushServer::stop() {
 
 void PushServer::serve(Connection& c) {
   const std::string prefix = "troupe ps push server on port " + std::to_string(port_) + ": ";
-  auto drop = [&](const std::string& why) { log(prefix + "dropped the connection from " + c.from + ": " + why); };
+  // Not logged once stop() has begun: it drops every connection on purpose.
+  auto drop = [&](const std::string& why) {
+    if (!stopping_) log(prefix + "dropped the connection from " + c.from + ": " + why);
+  };
   std::unique_ptr<wire::RecordSealer> sealer;
   std::unique_ptr<wire::RecordOpener> opener;
   // Set-up: authentication, then the Hellos.
@@ -569,7 +572,7 @@ void PushServer::serve(Connection& c) {
         }
         write_frame(e, header, sizeof header, payload, bytes, Clock::now() + config_.io_timeout);
       } catch (const std::exception& x) {
-        if (!stopping_) drop(io_text(x, "writing an answer", config_.io_timeout));
+        drop(io_text(x, "writing an answer", config_.io_timeout));
         ::shutdown(c.fd, SHUT_RDWR);  // wakes the reader
         return;
       }
@@ -626,7 +629,7 @@ void PushServer::serve(Connection& c) {
       read_header(e, header, sizeof header, deadline);
       h = decode_push(header);
     } catch (const std::exception& x) {
-      if (!stopping_) drop(io_text(x, "reading a push", config_.io_timeout));
+      drop(io_text(x, "reading a push", config_.io_timeout));
       break;
     }
     if (h.magic != kPushMagic) {
@@ -664,7 +667,7 @@ void PushServer::serve(Connection& c) {
       try {
         skip_payload(e, bytes, deadline, scratch);
       } catch (const std::exception& x) {
-        if (!stopping_) drop(io_text(x, "reading a refused push", config_.io_timeout));
+        drop(io_text(x, "reading a refused push", config_.io_timeout));
         break;
       }
       refuse(h, refusal, false);
@@ -678,7 +681,7 @@ void PushServer::serve(Connection& c) {
     try {
       read_payload(e, push.gradient.raw(), bytes, deadline);
     } catch (const std::exception& x) {
-      if (!stopping_) drop(io_text(x, "reading a push", config_.io_timeout));
+      drop(io_text(x, "reading a push", config_.io_timeout));
       break;
     }
     if (!sealer && push_crc(header, push.gradient.raw(), bytes) != h.crc32c) {

@@ -656,7 +656,9 @@ TEST(PsPushLink, TheProxyWithoutAnAttackIsTransparent) {
 // 5. stop() with connections open returns promptly, and what it waits for.
 
 TEST(PsPushLink, StopWithOpenConnectionsReturnsPromptlyAndFailsTheClients) {
-  auto server = std::make_unique<PushServer>(server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }));
+  Log log;
+  auto server = std::make_unique<PushServer>(
+      server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
   std::vector<std::unique_ptr<PushClient>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<PushClient>(client_config(server->port())));
   // One more connection stalled mid-frame: half a header.
@@ -682,6 +684,7 @@ TEST(PsPushLink, StopWithOpenConnectionsReturnsPromptlyAndFailsTheClients) {
     EXPECT_LT(since(t), 1s);
   }
   EXPECT_TRUE(stalled.closed());
+  EXPECT_EQ(log.all(), "") << "stop() logged the connections it dropped on purpose";
   server.reset();  // a second stop() (the destructor's) does nothing
 }
 
