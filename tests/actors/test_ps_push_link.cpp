@@ -17,7 +17,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -86,7 +85,7 @@ struct Shards {
   ~Shards() {
     for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   }
-  // What a PushServer's apply does in troupe: ask the shard, with a deadline.
+  // A push in-process, as the replicas of the coordinator's process push.
   Tensor push(int shard, GradientPush p) {
     caf::scoped_actor self{*system};
     Tensor out;
@@ -96,8 +95,11 @@ struct Shards {
     if (!error.empty()) throw std::runtime_error(error);
     return out;
   }
+  // What a process hosting these shards serves them with.
   std::function<Tensor(int, GradientPush)> apply() {
-    return [this](int shard, GradientPush p) { return push(shard, std::move(p)); };
+    std::map<int, caf::actor> by_index;
+    for (std::size_t i = 0; i < shards.size(); ++i) by_index[static_cast<int>(i)] = shards[i];
+    return shard_apply(*system, by_index, 10s);
   }
   ReplicaState state(int shard) {
     caf::scoped_actor self{*system};
@@ -268,8 +270,9 @@ TEST(PsPushLink, RefusalsNameTheReasonAndTheLinkGoesOn) {
   EXPECT_NE(e.find("push to shard 1 " + at), std::string::npos) << e;
   EXPECT_NE(e.find("a push of 299984 floats for shard 1, whose part has 300000"), std::string::npos) << e;
   e = refusal(1, out1.data(), kSizes[1]);
-  EXPECT_NE(e.find("view 3"), std::string::npos) << e;
-  EXPECT_NE(e.find("the job is in view 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("refused by the server: push from replica 0 of view 3 dropped: the job is in view 0"),
+            std::string::npos)
+      << e;
   client.receive(1, out1.data(), kSizes[1]);
   EXPECT_EQ(server.pushes(), 2) << "only the two good pushes count as applied";
   EXPECT_EQ(shards.applied(0), 1);
@@ -280,6 +283,40 @@ TEST(PsPushLink, RefusalsNameTheReasonAndTheLinkGoesOn) {
   e = refusal(1, out1.data(), kSizes[1]);
   EXPECT_NE(e.find("the oldest unanswered push is to shard 0"), std::string::npos) << e;
   client.receive(0, out0.data(), kSizes[0]);
+}
+
+// A shard actor that is gone: the push is refused at once with CAF's
+// reason, not held until the client's timeout.
+TEST(PsPushLink, APushToAShardActorThatIsGoneIsRefusedAtOnce) {
+  Shards shards(kSizes);
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply()));
+  PushClient client(client_config(server.port()));
+  {
+    caf::scoped_actor self{*shards.system};
+    self->monitor(shards.shards[0]);
+    caf::anon_send_exit(shards.shards[0], caf::exit_reason::user_shutdown);
+    self->receive([](const caf::down_msg&) {}, caf::after(5s) >> [] { ADD_FAILURE() << "the shard did not exit"; });
+  }
+  const auto g = wave(kSizes[0], 9);
+  std::vector<float> out(g.size());
+  const auto start = std::chrono::steady_clock::now();
+  client.send(0, 0, 0, 1, g.data(), kSizes[0]);
+  std::string what;
+  try {
+    client.receive(0, out.data(), kSizes[0]);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("push to shard 0 at 127.0.0.1:" + std::to_string(server.port()) + ": refused by the server: shard 0's actor did not answer: "),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("request_receiver_down"), std::string::npos) << what;
+  EXPECT_LT(since(start), 2s);
+  // The other shard is still served on the same connection.
+  const auto g1 = wave(kSizes[1], 10);
+  std::vector<float> out1(g1.size());
+  client.send(1, 0, 0, 1, g1.data(), kSizes[1]);
+  client.receive(1, out1.data(), kSizes[1]);
 }
 
 TEST(PsPushLink, AClientOfAnotherJobFailsAtOnceNamingBothJobs) {
