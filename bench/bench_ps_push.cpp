@@ -7,13 +7,15 @@
 //
 // A forked child process hosts one shard per size behind a PushServer,
 // whose apply answers with a tensor it keeps (no optimizer, no copy: the
-// transport alone), and a raw loopback server that reads N bytes and
+// transport alone), and a baseline loopback server that reads N bytes and
 // answers one byte. The parent times, per size, `reps` pushes (send, then
-// receive) and `reps` raw moves (write N bytes, read the 1-byte ack), after
-// `warmup` of each. --sealed runs the cluster handshake with a secret, so
-// pushes travel in AES-256-GCM records; without it they are plaintext with a
-// CRC-32C per frame, as on loopback without a secret. Prints one RESULT line
-// per size: median and p99 of each, in ms, and the ratio of the medians.
+// receive) and `reps` moves (write N bytes, read the 1-byte ack), after
+// `warmup` of each. --sealed runs the cluster handshake with a secret on
+// both connections, so pushes and moves alike travel in AES-256-GCM records
+// of at most 1 MiB (the ratio compares like with like); without it pushes
+// are plaintext with a CRC-32C per frame, as on loopback without a secret,
+// and moves plain bytes. Prints one RESULT line per size: median and p99 of
+// each, in ms, and the ratio of the medians.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -24,12 +26,14 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "actors/ps/push_link.hpp"
 #include "net/cluster/gate.hpp"
+#include "net/tcp/sealed.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
 
@@ -82,6 +86,41 @@ std::function<net::LinkKeys(int, bool, net::Deadline)> hook(bool sealed, const s
   return net::handshake_hook(c);
 }
 
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+// The baseline's socket: plain bytes, or (sealed) the same records of at
+// most kChunk as the push link's, so that both pay for the same crypto.
+struct Mover {
+  int fd;
+  std::unique_ptr<net::wire::RecordSealer> sealer;
+  std::unique_ptr<net::wire::RecordOpener> opener;
+  Mover(int fd_, const net::LinkKeys& keys) : fd(fd_) {
+    if (keys.protects()) {
+      sealer = std::make_unique<net::wire::RecordSealer>(keys.send);
+      opener = std::make_unique<net::wire::RecordOpener>(keys.receive);
+    }
+  }
+  // `a` then `b` (each record at most kChunk bytes when sealed).
+  void write(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes, net::Deadline deadline) {
+    if (!sealer) return net::wire::write_all(fd, a, a_bytes, b, b_bytes, deadline);
+    sealer->append(a, a_bytes);
+    const char* p = static_cast<const char*>(b);
+    std::size_t done = 0;
+    do {
+      const std::size_t n = std::min(b_bytes - done, kChunk);
+      if (n) sealer->append(p + done, n);
+      sealer->flush(fd, deadline);
+      done += n;
+    } while (done < b_bytes);
+  }
+  void read(void* out, std::size_t bytes, net::Deadline deadline) {
+    if (opener)
+      opener->read_exact(fd, out, bytes, deadline);
+    else
+      net::wire::read_all(fd, out, bytes, deadline);
+  }
+};
+
 // The child: the PushServer and the raw server until the parent hangs up.
 [[noreturn]] void serve(const Options& o, const std::vector<std::int64_t>& floats, int push_fd, int raw_fd) {
   std::vector<Tensor> fresh;
@@ -96,29 +135,27 @@ std::function<net::LinkKeys(int, bool, net::Deadline)> hook(bool sealed, const s
   c.apply = [&fresh](int shard, actors::GradientPush) { return fresh.at(static_cast<std::size_t>(shard)); };
   PushServer server(c);
   const int fd = ::accept4(raw_fd, nullptr, nullptr, SOCK_CLOEXEC);
-  std::vector<char> buffer(std::size_t{1} << 20);
-  // Blocking reads of exactly `bytes`; false once the parent has hung up.
-  auto read_exactly = [fd](char* p, std::size_t bytes) {
-    while (bytes > 0) {
-      const ssize_t n = ::recv(fd, p, bytes, 0);
-      if (n <= 0) return false;
-      p += n;
-      bytes -= static_cast<std::size_t>(n);
+  net::wire::prepare_socket(fd);
+  const auto raw_hook = hook(o.sealed, "raw/0");
+  const net::LinkKeys keys = raw_hook ? raw_hook(fd, true, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{};
+  Mover mover(fd, keys);
+  std::vector<char> buffer(kChunk);
+  // Each move: an 8-byte length, then the bytes (in records of kChunk when
+  // sealed); answered with one byte. Ends when the parent hangs up.
+  try {
+    for (;;) {
+      std::uint64_t left = 0;
+      const auto deadline = net::Clock::now() + std::chrono::seconds(60);
+      mover.read(&left, sizeof left, deadline);
+      while (left > 0) {
+        const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(left, kChunk));
+        mover.read(buffer.data(), take, deadline);
+        left -= take;
+      }
+      const char ack = 1;
+      mover.write(&ack, 1, nullptr, 0, deadline);
     }
-    return true;
-  };
-  // Each move: an 8-byte length, then the bytes; answered with one byte.
-  for (;;) {
-    std::uint64_t left = 0;
-    if (!read_exactly(reinterpret_cast<char*>(&left), sizeof left)) break;
-    bool ok = true;
-    while (ok && left > 0) {
-      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(left, buffer.size()));
-      ok = read_exactly(buffer.data(), take);
-      left -= take;
-    }
-    const char ack = 1;
-    if (!ok || ::send(fd, &ack, 1, MSG_NOSIGNAL) != 1) break;
+  } catch (const std::exception&) {
   }
   server.stop();
   ::_exit(0);
@@ -161,9 +198,11 @@ int main(int argc, char** argv) {
     c.timeout = std::chrono::seconds(30);
     c.authenticate = hook(o.sealed, "worker/0");
     PushClient client(c);
-    // The raw socket: blocking, as plain as a move of bytes gets.
+    // The baseline's connection, authenticated (and sealed) as the push link.
     const int raw = net::wire::connect_tcp("127.0.0.1:" + std::to_string(raw_port),
                                            net::Clock::now() + std::chrono::seconds(10));
+    const auto raw_hook = hook(o.sealed, "worker/raw");
+    Mover mover(raw, raw_hook ? raw_hook(raw, false, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{});
     using Clock = std::chrono::steady_clock;
     std::printf("# push link %s, loopback, %d reps after %d warm-up\n", client.sealed() ? "sealed" : "plaintext",
                 o.reps, o.warmup);
@@ -178,9 +217,9 @@ int main(int argc, char** argv) {
         const auto t1 = Clock::now();
         const std::uint64_t bytes = static_cast<std::uint64_t>(n) * sizeof(float);
         const auto deadline = net::Clock::now() + std::chrono::seconds(30);
-        net::wire::write_all(raw, &bytes, sizeof bytes, gradient.data(), bytes, deadline);
+        mover.write(&bytes, sizeof bytes, gradient.data(), bytes, deadline);
         char ack = 0;
-        net::wire::read_all(raw, &ack, 1, deadline);
+        mover.read(&ack, 1, deadline);
         const auto t2 = Clock::now();
         if (r < o.warmup) continue;
         push_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -491,7 +491,10 @@ void PushServer::stop() {
 
 void PushServer::serve(Connection& c) {
   const std::string prefix = "troupe ps push server on port " + std::to_string(port_) + ": ";
-  auto drop = [&](const std::string& why) { log(prefix + "dropped the connection from " + c.from + ": " + why); };
+  // Not logged once stop() has begun: it drops every connection on purpose.
+  auto drop = [&](const std::string& why) {
+    if (!stopping_) log(prefix + "dropped the connection from " + c.from + ": " + why);
+  };
   std::unique_ptr<wire::RecordSealer> sealer;
   std::unique_ptr<wire::RecordOpener> opener;
   // Set-up: authentication, then the Hellos.
@@ -569,7 +572,7 @@ void PushServer::serve(Connection& c) {
         }
         write_frame(e, header, sizeof header, payload, bytes, Clock::now() + config_.io_timeout);
       } catch (const std::exception& x) {
-        if (!stopping_) drop(io_text(x, "writing an answer", config_.io_timeout));
+        drop(io_text(x, "writing an answer", config_.io_timeout));
         ::shutdown(c.fd, SHUT_RDWR);  // wakes the reader
         return;
       }
@@ -626,7 +629,7 @@ void PushServer::serve(Connection& c) {
       read_header(e, header, sizeof header, deadline);
       h = decode_push(header);
     } catch (const std::exception& x) {
-      if (!stopping_) drop(io_text(x, "reading a push", config_.io_timeout));
+      drop(io_text(x, "reading a push", config_.io_timeout));
       break;
     }
     if (h.magic != kPushMagic) {
@@ -664,7 +667,7 @@ void PushServer::serve(Connection& c) {
       try {
         skip_payload(e, bytes, deadline, scratch);
       } catch (const std::exception& x) {
-        if (!stopping_) drop(io_text(x, "reading a refused push", config_.io_timeout));
+        drop(io_text(x, "reading a refused push", config_.io_timeout));
         break;
       }
       refuse(h, refusal, false);
@@ -678,7 +681,7 @@ void PushServer::serve(Connection& c) {
     try {
       read_payload(e, push.gradient.raw(), bytes, deadline);
     } catch (const std::exception& x) {
-      if (!stopping_) drop(io_text(x, "reading a push", config_.io_timeout));
+      drop(io_text(x, "reading a push", config_.io_timeout));
       break;
     }
     if (!sealer && push_crc(header, push.gradient.raw(), bytes) != h.crc32c) {
@@ -719,6 +722,30 @@ void PushServer::serve(Connection& c) {
   writer.join();  // bounded: each answer's write has io_timeout, and stop() shuts the socket down
   ::shutdown(c.fd, SHUT_RDWR);
   c.done = true;
+}
+
+std::function<Tensor(int shard, GradientPush push)> shard_apply(caf::actor_system& system,
+                                                                std::map<int, caf::actor> shards,
+                                                                std::chrono::milliseconds timeout) {
+  return [&system, shards = std::move(shards), timeout](int shard, GradientPush push) {
+    const auto found = shards.find(shard);
+    if (found == shards.end()) throw std::runtime_error("shard " + std::to_string(shard) + " has no actor here");
+    caf::scoped_actor self{system};
+    Tensor fresh;
+    std::string refusal;
+    self->request(found->second, timeout, push_atom::value, std::move(push))
+        .receive([&](const Tensor& t) { fresh = t; },
+                 [&](caf::error& e) {
+                   // The shard's own words when it gave some (make_error
+                   // with a text), else CAF's rendering (request_timeout, ...).
+                   const caf::message& context = e.context();
+                   refusal = context.match_elements<std::string>()
+                                 ? context.get_as<std::string>(0)
+                                 : "shard " + std::to_string(shard) + "'s actor did not answer: " + system.render(e);
+                 });
+    if (!refusal.empty()) throw std::runtime_error(refusal);
+    return fresh;
+  };
 }
 
 }  // namespace troupe::actors::ps

@@ -69,6 +69,23 @@
 //     60 s waiting for the answer". After a transport failure (timeout,
 //     reset, authentication, protocol) the client is unusable and every
 //     later call says why; a refusal leaves it usable.
+//
+// Use (the worker side pushes every shard, then takes every answer; the
+// hosting side serves its shard actors):
+//
+//   PushServerConfig sc;                        // on a process hosting shards 0 and 2
+//   sc.listen_fd = net::listen_tcp("0.0.0.0:0", &port);
+//   sc.job_id = job;
+//   sc.authenticate = net::handshake_hook(handshake);
+//   sc.shards = {{0, partition.size(0)}, {2, partition.size(2)}};
+//   sc.apply = shard_apply(system, {{0, shard0}, {2, shard2}}, timeout);
+//   PushServer server(sc);
+//
+//   // client_for(s): the PushClient of the process hosting shard s (one per process)
+//   for (int s = 0; s < shards; ++s)                // pipelined: all sends first
+//     client_for(s).send(s, view, rank, clock + 1, staging + partition.packed_offset(s), partition.size(s));
+//   for (int s = 0; s < shards; ++s)                // then the answers, in the same order
+//     client_for(s).receive(s, fresh + partition.packed_offset(s), partition.size(s));
 #pragma once
 
 #include <atomic>
@@ -277,5 +294,16 @@ class PushServer {
   std::mutex stop_mutex_;  // one stop() at a time
   bool stopped_ = false;   // under stop_mutex_
 };
+
+// The `apply` of a process whose shards are actors (shard.hpp): asks
+// `shards` (by shard index) with a request bounded by `timeout`, from the
+// connection's thread through a scoped actor, and returns the shard's
+// answer. A shard's refusal ("push from replica 0 of view 3 dropped: the
+// job is in view 4") becomes the exception, whose text the client sees;
+// a timeout or a dead shard says so. So stop() waits at most `timeout`
+// for an apply in progress.
+std::function<Tensor(int shard, GradientPush push)> shard_apply(caf::actor_system& system,
+                                                                std::map<int, caf::actor> shards,
+                                                                std::chrono::milliseconds timeout);
 
 }  // namespace troupe::actors::ps
