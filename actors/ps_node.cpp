@@ -174,22 +174,9 @@ int run_ps_task(const NodeOptions& options) {
               pc.shards = parts;
               pc.io_timeout = options.timeout;
               pc.log = log;
-              const auto shards = hosted.shards;
-              const auto timeout = options.timeout;
-              caf::actor_system* sys = &system;
               // On a server thread: the shard actor applies the push, in the
               // order its mailbox receives them, and answers its fresh part.
-              pc.apply = [sys, shards, timeout](int shard, GradientPush push) -> Tensor {
-                const auto it = shards.find(shard);
-                if (it == shards.end()) throw std::runtime_error("no shard " + std::to_string(shard) + " here");
-                caf::scoped_actor a{*sys};
-                Tensor fresh;
-                std::string why;
-                a->request(it->second, timeout, push_atom::value, std::move(push))
-                    .receive([&](Tensor& t) { fresh = std::move(t); }, [&](caf::error& e) { why = sys->render(e); });
-                if (!why.empty()) throw std::runtime_error(why);
-                return fresh;
-              };
+              pc.apply = ps::shard_apply(system, hosted.shards, options.timeout);
               hosted.server = std::make_unique<ps::PushServer>(pc);
               log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
                   std::to_string(replicas) + " replica(s)");
