@@ -283,7 +283,6 @@ class CoordinatorCluster final : public ClusterHooks {
     std::vector<ReadyNode> everyone = ready_;
     everyone.insert(everyone.end(), pending_.begin(), pending_.end());
     for (const auto& t : ps_tasks_) everyone.push_back(ReadyNode{t.index, t.name, t.address, {}, {}, t.handle});
-    everyone.insert(everyone.end(), late_ps_.begin(), late_ps_.end());
     for (const auto& n : everyone) {
       bool acknowledged = false;
       while (!acknowledged && !gone_->contains(n.index) && std::chrono::steady_clock::now() < deadline)
@@ -299,12 +298,7 @@ class CoordinatorCluster final : public ClusterHooks {
                   const std::vector<std::string>& devices, const std::string& nccl,
                   const caf::actor& handle) override {
     if (gone_->contains(index)) return;
-    if (is_ps_name(name)) {
-      // Shards are placed once, when training starts (a lost ps task stops
-      // the job): a ps task that comes later has nothing to host.
-      late_ps_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
-      return;
-    }
+    if (is_ps_name(name)) return;  // Job::run_here turns a late ps task away
     pending_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
   }
 
@@ -582,7 +576,6 @@ class CoordinatorCluster final : public ClusterHooks {
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
   std::vector<PsTask> ps_tasks_;         // hosting the shards, in join order
-  std::vector<ReadyNode> late_ps_;       // ps tasks that came after the start: unused
   std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
   int partition_shards_ = 0;
   std::shared_ptr<const ps::PushRoutes> local_routes_;

@@ -676,6 +676,16 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
               const std::vector<std::string>& node_devices, const std::string& nccl, const caf::actor& handle) {
             if (!cluster) return;
+            if (name.rfind("ps/", 0) == 0) {
+              // The shards were placed when training started (a lost ps task
+              // stops the job): a ps task that comes later has nothing to host.
+              const std::string why = "not used: the parameter-server shards were placed on the ps tasks present "
+                                      "when training started";
+              std::fprintf(stderr, "troupe node: node %d (%s) is %s\n", index, name.c_str(), why.c_str());
+              cluster->forget(index);
+              self->send(handle, done_atom::value, why);
+              return;
+            }
             cluster->add_joiner(index, name, address, node_devices, nccl, handle);
             std::string list;
             for (const auto& d : node_devices) list += (list.empty() ? "" : ",") + d;
