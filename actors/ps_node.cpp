@@ -179,7 +179,8 @@ int run_ps_task(const NodeOptions& options) {
               pc.apply = ps::shard_apply(system, hosted.shards, options.timeout);
               hosted.server = std::make_unique<ps::PushServer>(pc);
               log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
-                  std::to_string(replicas) + " replica(s)");
+                  std::to_string(replicas) + " replica(s); pushes on the data plane, " +
+                  (secret.configured() ? "sealed (AES-256-GCM)" : "not sealed (no secret: loopback only)"));
               return handles;
             },
             [&](done_atom, const std::string& why) -> caf::ok_atom {

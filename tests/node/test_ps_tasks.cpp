@@ -24,10 +24,9 @@ seed = 5
 )";
 
 // A ps task joining the cluster's coordinator.
-std::unique_ptr<Process> start_ps_task(const Cluster& c, int k, std::vector<std::string> extra = {}) {
+std::unique_ptr<Process> start_ps_task(const Cluster& c, int k, std::vector<std::string> env = {}) {
   std::vector<std::string> args{TROUPE_BINARY, "node", "--ps", "--join", c.address, "--timeout", "30"};
-  for (auto& a : extra) args.push_back(a);
-  return std::make_unique<Process>(args, c.dir + "/ps" + std::to_string(k) + ".log");
+  return std::make_unique<Process>(args, c.dir + "/ps" + std::to_string(k) + ".log", env);
 }
 
 std::string all_logs(const Cluster& c, const std::vector<std::unique_ptr<Process>>& ps) {
@@ -46,21 +45,32 @@ long long hosted_floats(const std::string& log) {
 // 2 workers (the coordinator and one worker node, a replica each) and 2 ps
 // tasks, one epoch of the mlp in async and in ssp:2. Each ps task hosts one
 // shard (the mlp's big layers split across both: every push reaches both),
-// applies every push it gets, and the job learns as with one server.
+// applies every push it gets, and the job learns as with one server. ssp
+// runs with a cluster secret: every push and answer travels sealed.
 TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
   for (const char* mode : {"async", "ssp:2"}) {
     SCOPED_TRACE(mode);
-    Cluster c(std::string("ps-tasks-") + (mode[0] == 'a' ? "async" : "ssp"),
+    const bool sealed = mode[0] == 's';
+    const std::vector<std::string> env =
+        sealed ? std::vector<std::string>{"TROUPE_SECRET=ps-tasks-test-secret-0123456789abcdef"}
+               : std::vector<std::string>{};
+    Cluster c(std::string("ps-tasks-") + (sealed ? "ssp" : "async"),
               std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode +
                   "\"\nps_split_above = 10000\n",
-              1, {"--ps-tasks", "2"});
+              1, {"--ps-tasks", "2"}, env);
     std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start_ps_task(c, 0));
-    ps.push_back(start_ps_task(c, 1));
+    ps.push_back(start_ps_task(c, 0, env));
+    ps.push_back(start_ps_task(c, 1, env));
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
     for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
     const std::string out = c.coordinator->output();
     EXPECT_NE(out.find("starting with 2 node(s), 2 replica(s) and 2 ps task(s)"), std::string::npos) << out;
+    if (sealed) {
+      EXPECT_NE(out.find("every link to another node is sealed"), std::string::npos) << out;
+      for (auto& p : ps)
+        EXPECT_NE(p->output().find("pushes on the data plane, sealed (AES-256-GCM)"), std::string::npos)
+            << p->output();
+    }
     const Accounting a = accounting(out);
     EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
     EXPECT_EQ(a.steps, a.applied) << out;
