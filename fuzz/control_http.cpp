@@ -105,9 +105,8 @@ Answer exchange(std::uint16_t port, std::string_view request) {
   const auto start = Clock::now();
   const auto deadline = start + kPatience;
   for (;;) {
-    pollfd p{fd, POLLIN, 0};
     const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (ms <= 0 || ::poll(&p, 1, ms) <= 0) {
+    if (!troupe::fuzz::wait_for_fd(fd, POLLIN, ms)) {
       // TROUPE_FUZZ_HANG_PAUSE=1 keeps the process for a debugger (gdb -p PID).
       if (std::getenv("TROUPE_FUZZ_HANG_PAUSE")) {
         std::fprintf(stderr, "control_http: hang, pid %d paused for 10 minutes\n", static_cast<int>(::getpid()));

@@ -1,10 +1,13 @@
 // What the fuzz targets share (fuzz/README.md).
 #pragma once
 
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +55,26 @@ class MemFile {
   int fd_ = -1;
   std::string path_;
 };
+
+// Waits up to `ms` for `events` on fd: true when they came (or an error or
+// hang-up the next call reports), false at the deadline. libFuzzer's
+// per-input timer is a SIGALRM every -timeout/2 s that interrupts whichever
+// thread it lands on: a bare poll() returning -1 with EINTR is no timeout.
+// (control_http took two such interruptions for "no answer and no close
+// within 60 s" hangs: docs/FUZZING.md.)
+inline bool wait_for_fd(int fd, short events, int ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return true;  // the next call on fd reports it
+  }
+}
 
 // Closes a socket with a reset (SO_LINGER 0), so that millions of short
 // loopback connections leave nothing in TIME_WAIT.

@@ -94,8 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // A connected pair on loopback: `peer` is the harness's end.
   const int peer = wire::connect_tcp(loopback.address, Clock::now() + 5s);
-  pollfd p{loopback.listen_fd, POLLIN, 0};
-  ::poll(&p, 1, 5000);
+  troupe::fuzz::wait_for_fd(loopback.listen_fd, POLLIN, 5000);
   const int fd = ::accept(loopback.listen_fd, nullptr, nullptr);
   if (fd < 0) troupe::fuzz::fail("accept failed");
   wire::prepare_socket(fd);
@@ -121,8 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         continue;
       }
       if (k == 0) break;  // the peer's end of stream: everything was read
-      pollfd q{fd, POLLIN, 0};
-      if (::poll(&q, 1, 1000) <= 0) break;
+      if (!troupe::fuzz::wait_for_fd(fd, POLLIN, 1000)) break;
     }
     left.resize(got);
     TROUPE_FUZZ_CHECK(left == peer_bytes.substr(used), "the handshake read past its frames");

@@ -104,8 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto made = std::async(std::launch::async, [config] { return make_tcp_group(config); });
 
   // Rank 0 connects to rank 1 (us): accept it and answer its hello.
-  pollfd p{listen[1], POLLIN, 0};
-  ::poll(&p, 1, 5000);
+  troupe::fuzz::wait_for_fd(listen[1], POLLIN, 5000);
   const int from_real = ::accept(listen[1], nullptr, nullptr);
   ::close(listen[1]);
   if (from_real < 0) troupe::fuzz::fail("rank 0 did not connect");
