@@ -156,7 +156,7 @@ run_ring() {
   for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
   pids=()
   if [ "$failed" -ne 0 ] || ! grep -q RESULT "$out/rank0"; then
-    echo "sealed_ring_netns.sh: a rank failed (W=$w $flag):" >&2
+    echo "sealed_ring_netns.sh: a rank failed (W=$w ${flag:-plaintext}):" >&2
     for ((r = 0; r < w; ++r)); do sed "s/^/  rank $r: /" "$out/rank$r" >&2; done
     return 1
   fi
