@@ -6,6 +6,13 @@
 // bytes).
 //
 //   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024] [--sealed]
+//   bench_tcp_allreduce --rank R --addresses HOST:PORT,HOST:PORT[,...] [same options]
+//
+// The second form runs one rank only, in this process, listening on its own
+// address (addresses[R]) and connecting to the next one's; the world is the
+// number of addresses. Start every rank so (in any order, within the
+// 30 s connect timeout), e.g. each in its own network namespace
+// (bench/sealed_ring_netns.sh); rank 0 prints the RESULT lines.
 //
 // --sealed runs the cluster handshake with a secret on every ring
 // connection (net/cluster/gate.hpp's handshake_hook, as `troupe node` does
@@ -48,18 +55,30 @@ struct Options {
   int warmup = 3;
   std::size_t chunk_kb = 1024;
   bool sealed = false;
+  int rank = -1;                       // >= 0: run this rank only (--rank)
+  std::vector<std::string> addresses;  // with --rank
 };
 
 Options parse(int argc, char** argv) {
   Options o;
+  bool world_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--world") o.world = std::stoi(value());
-    else if (a == "--reps") o.reps = std::stoi(value());
+    if (a == "--world") {
+      o.world = std::stoi(value());
+      world_given = true;
+    } else if (a == "--rank") {
+      o.rank = std::stoi(value());
+    } else if (a == "--addresses") {
+      o.addresses.clear();
+      std::stringstream s(value());
+      std::string item;
+      while (std::getline(s, item, ',')) o.addresses.push_back(item);
+    } else if (a == "--reps") o.reps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
     else if (a == "--sealed") o.sealed = true;
@@ -70,8 +89,17 @@ Options parse(int argc, char** argv) {
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
       throw std::invalid_argument("unknown argument " + a +
-                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed)");
+                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --rank, "
+                                  "--addresses)");
     }
+  }
+  if ((o.rank >= 0) != !o.addresses.empty()) throw std::invalid_argument("--rank and --addresses go together");
+  if (o.rank >= 0) {
+    const int n = static_cast<int>(o.addresses.size());
+    if (world_given && o.world != n)
+      throw std::invalid_argument("--world " + std::to_string(o.world) + " but " + std::to_string(n) + " addresses");
+    o.world = n;
+    if (o.rank >= o.world) throw std::invalid_argument("--rank must be below the number of addresses");
   }
   if (o.world < 2 || o.reps < 1) throw std::invalid_argument("--world must be >= 2 and --reps >= 1");
   return o;
@@ -141,6 +169,7 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
+    if (o.rank >= 0) return run_rank(o, o.rank, o.addresses, -1);  // binds addresses[rank] itself
     std::vector<int> fds;
     std::vector<std::string> addresses;
     for (int r = 0; r < o.world; ++r) {
