@@ -251,6 +251,9 @@ struct ServerCounters {
   // By parameter-server shard: the gradients each applied (every shard
   // applies every push; `applied` is the least of them).
   std::vector<std::int64_t> shard_applied;
+  // Staleness of the pushes applied (shard 0's view): for each, the updates
+  // applied between its replica's receiving parameters and the push.
+  std::int64_t staleness_sum = 0, staleness_max = 0;
 };
 
 
@@ -302,7 +305,8 @@ void serialize(P& p, Position& x, const unsigned int) {
 
 template <class P>
 void serialize(P& p, ServerCounters& c, const unsigned int) {
-  detail::check(p(c.applied, c.max_lead, c.dropped, c.shard_applied), "ServerCounters");
+  detail::check(p(c.applied, c.max_lead, c.dropped, c.shard_applied, c.staleness_sum, c.staleness_max),
+                "ServerCounters");
 }
 
 template <class P>

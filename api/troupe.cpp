@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "actors/job.hpp"
@@ -386,6 +387,7 @@ std::chrono::milliseconds millis(double seconds, const char* what) {
 struct Role {
   bool coordinator = false;
   int rank = 0, nodes = 1;
+  int ps_tasks = 0;  // the spec's ps entries
 };
 
 Role resolve_role(ClusterOptions& o) {
@@ -406,6 +408,7 @@ Role resolve_role(ClusterOptions& o) {
                                                        " (" + spec->self().str() + ")"));
     role.nodes = static_cast<int>(spec->nodes().size());
     role.rank = spec->rank();
+    role.ps_tasks = static_cast<int>(spec->ps.size());
     role.coordinator = spec->is_coordinator();
     if (role.coordinator) {
       o.listen = spec->self().str();
@@ -463,6 +466,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(ClusterOptions options)
   coordinator_ = role.coordinator;
   task_index_ = role.rank;
   num_workers_ = role.nodes;
+  ps_tasks_ = role.ps_tasks;
   node_options(options_, devices());  // checks the timeouts now
 }
 
@@ -473,6 +477,7 @@ void MultiWorkerMirroredStrategy::configure_job(actors::JobConfig& job) {
   n.threads_per_device = job.threads_per_device;
   n.prefetch = job.prefetch;
   job.timeout = n.timeout;
+  n.ps_tasks = ps_tasks_;
   job.cluster = actors::make_coordinator_cluster(n, job);
 }
 
@@ -491,6 +496,40 @@ History MultiWorkerMirroredStrategy::fit_as_worker(const FitConfig& config) {
   h.worker = true;
   h.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return h;
+}
+
+namespace {
+// The spec of `o` (a file, its JSON, or $TROUPE_CLUSTER), or none.
+std::optional<net::ClusterSpec> spec_of(const ClusterOptions& o) {
+  if (!o.cluster_spec_file.empty() && !o.cluster_spec_json.empty())
+    throw std::invalid_argument("give a cluster spec file or its JSON, not both");
+  if (!o.cluster_spec_json.empty()) return net::parse_cluster_spec(o.cluster_spec_json, "cluster spec");
+  if (!o.cluster_spec_file.empty() || (o.listen.empty() && o.join.empty()))
+    return net::load_cluster_spec(o.cluster_spec_file);
+  return std::nullopt;
+}
+}  // namespace
+
+bool is_ps_task(const ClusterOptions& options) {
+  const auto spec = spec_of(options);
+  return spec && spec->task_type == "ps";
+}
+
+int serve_parameter_server(ClusterOptions options) {
+  if (const auto spec = spec_of(options)) {
+    if (spec->task_type != "ps")
+      throw std::invalid_argument("serve_parameter_server: " + spec->source + " makes this task " + spec->task_type +
+                                  " " + std::to_string(spec->task_index) +
+                                  ", not a ps task (MultiWorkerMirroredStrategy runs chief and worker tasks)");
+    options.join = spec->coordinator().str();
+    if (options.data_address.empty()) options.data_address = spec->self().str();
+  }
+  if (options.join.empty())
+    throw std::invalid_argument("serve_parameter_server needs a cluster spec with this task in its ps list, or join "
+                                "(the chief's HOST:PORT)");
+  (void)net::parse_cluster_address(options.join, "join");
+  actors::NodeOptions n = node_options(options, {});
+  return actors::run_ps_task(n);
 }
 
 }  // namespace troupe

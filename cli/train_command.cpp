@@ -321,9 +321,18 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
     for (std::size_t i = 0; i < r.server.shard_applied.size(); ++i)
       by_shard += (i ? ", " : " (by shard: ") + std::to_string(r.server.shard_applied[i]) +
                   (i + 1 == r.server.shard_applied.size() ? ")" : "");
-  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s\n",
+  // How stale the applied pushes were: updates their replica had not seen.
+  std::string staleness;
+  if (r.server.applied > 0) {
+    char text[96];
+    std::snprintf(text, sizeof text, "; staleness mean %.2f, max %lld",
+                  static_cast<double>(r.server.staleness_sum) / static_cast<double>(r.server.applied),
+                  static_cast<long long>(r.server.staleness_max));
+    staleness = text;
+  }
+  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s%s\n",
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
-               static_cast<long long>(r.server.applied), by_shard.c_str());
+               static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str());
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return exit_status(result, jc.train.checkpoint_dir, last);

@@ -2,36 +2,40 @@
 // (tf.train.ClusterSpec with "ps" and "worker" jobs, between-graph
 // replication, asynchronous SGD, a MonitoredTrainingSession whose chief
 // saves checkpoints and restores them after a restart) on troupe: linear
-// regression on y = 2x + noise, two worker processes on localhost ports.
+// regression on y = 2x + noise, two worker processes and a ps task on
+// localhost ports.
 //
 // What it shows:
-//   - troupe keeps the parameter server on the coordinator, so the TF1
-//     cluster {ps: [p], worker: [w0, w1]} becomes {worker: [w0, w1]}: worker
-//     0 is the chief (TF's is_chief = task_index == 0) and holds the
-//     parameter server; both workers train (one CPU device each);
+//   - TF1's cluster {ps: [p], worker: [w0, w1]} as it is: worker 0 is the
+//     chief (TF's is_chief = task_index == 0) and owns the job and the
+//     checkpoints; both workers train (one CPU device each); the ps task
+//     (troupe::serve_parameter_server, TF's server.join()) trains nothing
+//     and hosts the parameter-server shards (one per ps task; --ps names
+//     more), which apply the workers' pushes as they arrive;
 //   - asynchronous SGD: troupe::MultiWorkerMirroredStrategy with mode "async"
-//     (ClusterOptions::mode): each worker pushes its gradient to the server,
-//     which applies it at once, without waiting for the other worker;
+//     (ClusterOptions::mode): each worker pushes its gradient to the ps
+//     task(s) on the data plane, which apply it at once, without waiting for
+//     the other worker;
 //   - the chief checkpoints every --checkpoint-every steps (TF's
 //     save_checkpoint_secs, counted in steps here) and prints w and b from
 //     each checkpoint: they converge to 2 and 0 (zoo model "linreg": one
 //     dense unit, parameters [w, b]; data "linreg": y = 2x + N(0, 0.33));
 //   - with --kill-and-resume: the launcher kills the chief with SIGKILL
-//     mid-run (after its first periodic checkpoint), the worker notices the lost
-//     coordinator and stops; then it starts the cluster again (the chief
-//     with resume = true, and a worker: a cluster job's workers must rejoin
-//     too, so both are re-launched, on fresh ports) and the job continues
-//     from the chief's newest checkpoint to the end.
+//     mid-run (after its first periodic checkpoint), the worker and the ps
+//     task notice the lost coordinator and stop; then it starts the cluster
+//     again (the chief with resume = true, a worker and the ps task, on
+//     fresh ports) and the job continues from the chief's newest checkpoint
+//     to the end (the checkpoint's state goes to the new ps task's shard).
 //
 // How to run (from the build directory's parent):
 //   build/examples/ps_linear_regression                     # launches chief and worker itself (free ports)
 //   build/examples/ps_linear_regression --kill-and-resume   # ... kills the chief mid-run and resumes
 //   build/examples/ps_linear_regression --short --kill-and-resume   # the test's form: seconds
 // or one process per task (the launcher prints these lines), e.g.
-//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":0}}'
-//     build/examples/ps_linear_regression --task 0 --dir runs/ps
-//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":1}}'
-//     build/examples/ps_linear_regression --task 1
+//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"],"ps":["127.0.0.1:7002"]},
+//     "task":{"type":"worker","index":0}}' build/examples/ps_linear_regression --task 0 --dir runs/ps
+//   TROUPE_CLUSTER='{... "task":{"type":"worker","index":1}}' build/examples/ps_linear_regression --task 1
+//   TROUPE_CLUSTER='{... "task":{"type":"ps","index":0}}' build/examples/ps_linear_regression --task 0 --job ps
 // (each pair of lines is one command line; add --resume to the chief's line to continue from its checkpoints in --dir).
 //
 // --step-delay-ms slows the chief's bookkeeping of each step (a sleep in a
@@ -55,6 +59,19 @@
 #include "launch.hpp"
 
 namespace {
+
+// TF_CONFIG's shape with ps entries: {"cluster": {"worker": [...], "ps":
+// [...]}, "task": {"type": TYPE, "index": INDEX}}.
+std::string cluster_json(const std::vector<std::string>& workers, const std::vector<std::string>& ps,
+                         const std::string& type, int index) {
+  auto list = [](const std::vector<std::string>& xs) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < xs.size(); ++i) s += (i ? ",\"" : "\"") + xs[i] + "\"";
+    return s + "]";
+  };
+  return "{\"cluster\":{\"worker\":" + list(workers) + (ps.empty() ? "" : ",\"ps\":" + list(ps)) +
+         "},\"task\":{\"type\":\"" + type + "\",\"index\":" + std::to_string(index) + "}}";
+}
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
@@ -86,7 +103,10 @@ int main(int argc, char** argv) {
                       "ps_linear_regression: TF1's parameter-server example (async SGD on y = 2x + noise, the chief "
                       "checkpoints, killed and resumed) on a two-process troupe cluster");
   args.option("--workers", "", "the cluster's workers HOST:PORT,HOST:PORT (default: 2 free ports on 127.0.0.1)");
-  args.option("--task", "", "run only this task (its index); the spec from --workers, else TROUPE_CLUSTER");
+  args.option("--ps", "", "the ps tasks HOST:PORT,... (default: 1 free port on 127.0.0.1; 'none': no ps task, "
+                          "the parameter server runs on the chief)");
+  args.option("--task", "", "run only this task (its index); the spec from --workers and --ps, else TROUPE_CLUSTER");
+  args.option("--job", "worker", "with --task: worker or ps (TF1's --job_name)");
   args.option("--dir", "runs/ps_linear_regression", "the chief's checkpoint directory");
   args.option("--steps", "3000", "global steps (gradients applied by the server)");
   args.option("--batch", "10", "examples per worker and step");
@@ -113,6 +133,16 @@ int main(int argc, char** argv) {
   if (dir.empty()) args.fail("--dir must not be empty");
   if (args.has("--resume") && !args.has("--task")) args.fail("--resume belongs to one task (--task 0); the launcher uses --kill-and-resume");
 
+  const std::string job_name = args.str("--job");
+  if (job_name != "worker" && job_name != "ps") args.fail("--job must be worker or ps, got '" + job_name + "'");
+  // --ps as given: "" (the default: one free port, chosen by the launcher),
+  // "none", or a list.
+  auto ps_list = [&]() -> std::vector<std::string> {
+    const std::string text = args.str("--ps");
+    if (text.empty() || text == "none") return {};
+    return split(text);
+  };
+
   // ---- one task of the cluster -----------------------------------------------------
   if (args.has("--task")) {
     const long long task = args.integer("--task", 0, 1 << 20);
@@ -122,9 +152,28 @@ int main(int argc, char** argv) {
     options.wait_timeout_s = static_cast<double>(deadline);
     options.timeout_s = 20;
     if (!args.str("--workers").empty()) {
-      options.cluster_spec_json = examples::cluster_json(split(args.str("--workers")), static_cast<int>(task));
+      options.cluster_spec_json =
+          cluster_json(split(args.str("--workers")), ps_list(), job_name, static_cast<int>(task));
     } else if (!std::getenv("TROUPE_CLUSTER")) {
       args.fail("--task needs the cluster: --workers HOST:PORT,HOST:PORT or the environment variable TROUPE_CLUSTER");
+    }
+    bool ps_task = false;
+    try {
+      ps_task = troupe::is_ps_task(options);
+    } catch (const std::exception& e) {
+      args.fail(e.what());
+    }
+    if (ps_task) {
+      // TF1's server.join(): host the shards the chief places here until
+      // the job is over.
+      try {
+        const int status = troupe::serve_parameter_server(options);
+        std::printf("ps task %lld: %s\n", task,
+                    status == 0 ? "the job is done" : "the job failed or the chief was lost");
+        return status;
+      } catch (const std::exception& e) {
+        args.fail(e.what());
+      }
     }
     std::unique_ptr<troupe::MultiWorkerMirroredStrategy> strategy;
     try {
@@ -207,7 +256,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> forwarded;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--workers" || a == "--deadline") {
+    if (a == "--workers" || a == "--deadline" || a == "--ps") {
       ++i;
       continue;
     }
@@ -219,25 +268,35 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);  // a fresh run: no old checkpoints to resume from by accident
   std::filesystem::create_directories(dir);
 
-  // Starts chief and worker; `resume` adds --resume to the chief.
-  auto launch = [&](const std::vector<std::string>& workers, bool resume, const std::string& phase) {
+  // Starts chief, worker and ps tasks (children in that order: workers,
+  // then ps tasks); `resume` adds --resume to the chief.
+  auto launch = [&](const std::vector<std::string>& workers, const std::vector<std::string>& ps, bool resume,
+                    const std::string& phase) {
     std::vector<std::unique_ptr<examples::Child>> children;
-    for (std::size_t i = 0; i < workers.size(); ++i) {
+    auto start = [&](const std::string& type, std::size_t i) {
       std::vector<std::string> a{argv[0], "--task", std::to_string(i)};
       a.insert(a.end(), forwarded.begin(), forwarded.end());
-      if (resume && i == 0) a.push_back("--resume");
-      const std::string spec = examples::cluster_json(workers, static_cast<int>(i));
+      if (type == "ps") a.insert(a.end(), {"--job", "ps"});
+      if (resume && type == "worker" && i == 0) a.push_back("--resume");
+      const std::string spec = cluster_json(workers, ps, type, static_cast<int>(i));
       std::string line = "TROUPE_CLUSTER='" + spec + "'";
       for (const auto& s : a) line += " " + s;
       std::printf("launching: %s\n", line.c_str());
-      children.push_back(std::make_unique<examples::Child>(a, spec, logs + "/" + phase + std::to_string(i) + ".log"));
-    }
+      children.push_back(
+          std::make_unique<examples::Child>(a, spec, logs + "/" + phase + type + std::to_string(i) + ".log"));
+    };
+    for (std::size_t i = 0; i < workers.size(); ++i) start("worker", i);
+    for (std::size_t i = 0; i < ps.size(); ++i) start("ps", i);
     return children;
   };
-  auto report = [](std::vector<std::unique_ptr<examples::Child>>& children, const std::string& phase) {
+  auto report = [&](std::vector<std::unique_ptr<examples::Child>>& children, const std::string& phase,
+                    std::size_t workers) {
     for (std::size_t i = 0; i < children.size(); ++i) {
-      std::printf("---- %sworker %zu%s (exit status %d)\n", phase.c_str(), i, i == 0 ? ", the chief" : "", children[i]->status);
-      examples::print_prefixed("[" + phase + "worker " + std::to_string(i) + "] ", children[i]->output());
+      const bool ps = i >= workers;
+      const std::string name = ps ? "ps " + std::to_string(i - workers) : "worker " + std::to_string(i);
+      std::printf("---- %s%s%s (exit status %d)\n", phase.c_str(), name.c_str(), i == 0 ? ", the chief" : "",
+                  children[i]->status);
+      examples::print_prefixed("[" + phase + name + "] ", children[i]->output());
     }
   };
   auto pointers = [](std::vector<std::unique_ptr<examples::Child>>& children) {
@@ -246,10 +305,21 @@ int main(int argc, char** argv) {
     return out;
   };
 
+  // The ps tasks: --ps, else one on a free port ("none": the parameter
+  // server runs on the chief).
+  auto pick_ps = [&]() -> std::vector<std::string> {
+    if (args.str("--ps") == "none") return {};
+    if (!args.str("--ps").empty()) return ps_list();
+    return {"127.0.0.1:" + std::to_string(examples::free_port())};
+  };
   std::vector<std::string> workers = pick_workers();
-  std::printf("cluster: chief (parameter server + worker 0) %s, worker 1 %s; async SGD, %lld steps, a checkpoint every %lld\n",
-              workers[0].c_str(), workers.size() > 1 ? workers[1].c_str() : "-", steps, every);
-  auto children = launch(workers, false, "");
+  std::vector<std::string> ps = pick_ps();
+  std::string ps_text;
+  for (const auto& p : ps) ps_text += (ps_text.empty() ? "" : ", ") + p;
+  std::printf("cluster: chief (worker 0) %s, worker 1 %s, ps %s; async SGD, %lld steps, a checkpoint every %lld\n",
+              workers[0].c_str(), workers.size() > 1 ? workers[1].c_str() : "-",
+              ps.empty() ? "none (the parameter server runs on the chief)" : ps_text.c_str(), steps, every);
+  auto children = launch(workers, ps, false, "");
   bool ok = true;
   if (args.has("--kill-and-resume")) {
     // Wait for the chief's first checkpoint, then kill it mid-run.
@@ -263,7 +333,7 @@ int main(int argc, char** argv) {
     }
     if (!latest || children[0]->done()) {
       examples::wait_all(pointers(children), std::chrono::seconds(1));
-      report(children, "");
+      report(children, "", workers.size());
       std::fprintf(stderr, "error: the chief %s before its first checkpoint\n",
                    children[0]->done() ? "ended" : "wrote no checkpoint in time");
       return 1;
@@ -272,18 +342,21 @@ int main(int argc, char** argv) {
     latest = troupe::latest_checkpoint(dir);
     std::printf("killed the chief (SIGKILL) at checkpoint step %lld (%s)\n", latest ? step_of(*latest) : -1LL,
                 latest ? latest->c_str() : "none");
-    // The worker loses its coordinator and stops (status 1) within seconds.
+    // The worker and the ps task lose their coordinator and stop (status 1)
+    // within seconds.
     examples::wait_all(pointers(children), std::chrono::seconds(30));
-    report(children, "first run: ");
-    std::printf("restarting the cluster: the chief with resume = true, and the worker (both rejoin, on fresh ports)\n");
+    report(children, "first run: ", workers.size());
+    std::printf("restarting the cluster: the chief with resume = true, the worker and the ps task(s) (all rejoin, "
+                "on fresh ports)\n");
     if (args.str("--workers").empty()) workers = pick_workers();  // the old ports may linger in TIME_WAIT
-    children = launch(workers, true, "resumed ");
+    if (args.str("--ps").empty()) ps = pick_ps();
+    children = launch(workers, ps, true, "resumed ");
   }
   // A failed process stops the others at once: a chief whose worker died
   // would otherwise wait for it until its cluster timeout.
   const bool in_time =
       examples::wait_all(pointers(children), std::chrono::seconds(deadline), examples::OnFailure::stop_the_rest);
-  report(children, args.has("--kill-and-resume") ? "resumed " : "");
+  report(children, args.has("--kill-and-resume") ? "resumed " : "", workers.size());
   for (auto& c : children) ok = ok && c->status == 0;
   std::filesystem::remove_all(logs);
   if (!in_time) std::fprintf(stderr, "error: the processes did not finish within %lld s (--deadline); killed\n", deadline);

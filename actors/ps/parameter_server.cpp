@@ -167,6 +167,8 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
             [rp](std::vector<ServerCounters>& each) mutable {
               ServerCounters all;
               all.applied = each.front().applied;
+              all.staleness_sum = each.front().staleness_sum;
+              all.staleness_max = each.front().staleness_max;
               for (const auto& c : each) {
                 all.applied = std::min(all.applied, c.applied);
                 all.max_lead = std::max(all.max_lead, c.max_lead);

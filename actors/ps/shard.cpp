@@ -47,8 +47,12 @@ caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, ShardConfig con
                                                 st.position.epoch);
         st.optimizer->step(st.master, push.gradient, lr);
         const auto rank = static_cast<std::size_t>(push.rank);
-        if (st.config.metrics && rank < st.pulled_at.size())
-          st.config.metrics->record_push_staleness(push.view, push.rank, st.counters.applied - st.pulled_at[rank]);
+        if (rank < st.pulled_at.size()) {
+          const std::int64_t staleness = st.counters.applied - st.pulled_at[rank];
+          st.counters.staleness_sum += staleness;
+          st.counters.staleness_max = std::max(st.counters.staleness_max, staleness);
+          if (st.config.metrics) st.config.metrics->record_push_staleness(push.view, push.rank, staleness);
+        }
         ++st.applied_since_position;
         ++st.counters.applied;
         st.clocks[rank] = push.clock;

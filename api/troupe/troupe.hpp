@@ -456,7 +456,8 @@ struct ClusterOptions {
   std::vector<Device> devices;   // this node's (default: default_devices())
   // The coordinator's update mode: "sync" (MultiWorkerMirroredStrategy) or
   // "async" / "ssp:N" (TF's ParameterServerStrategy on a cluster; the
-  // parameter server runs on the coordinator). Ignored on a worker.
+  // parameter-server shards run on the spec's ps tasks, see
+  // serve_parameter_server, else on the coordinator). Ignored on a worker.
   std::string mode = "sync";
   // This node's data-plane address HOST[:PORT] (default: with a spec, a
   // worker's own entry; else chosen by the runtime, a free port).
@@ -475,8 +476,9 @@ class MultiWorkerMirroredStrategy : public Strategy {
  public:
   // Throws std::invalid_argument naming what is wrong: no spec and no
   // listen/join, both, a malformed address, a task index out of range, a
-  // "ps" task (not supported yet: the parameter-server shards run on the
-  // coordinator; a spec's ps entries are left unused).
+  // "ps" task (that one calls serve_parameter_server instead). With a spec
+  // that has ps entries, the coordinator waits for that many ps tasks and
+  // places the parameter-server shards on them.
   explicit MultiWorkerMirroredStrategy(ClusterOptions options = {});
   ~MultiWorkerMirroredStrategy() override;
 
@@ -493,6 +495,20 @@ class MultiWorkerMirroredStrategy : public Strategy {
   ClusterOptions options_;
   bool coordinator_ = false;
   int task_index_ = 0, num_workers_ = 1;
+  int ps_tasks_ = 0;  // the spec's ps entries (the coordinator waits for them)
 };
+
+// TF1's `tf.train.Server(cluster, job_name="ps", ...).join()`: a ps task.
+// The cluster spec (options as for MultiWorkerMirroredStrategy; its task
+// must be of type "ps") names the chief to join and this task's own
+// address, where it serves the replicas' pushes; or, without a spec,
+// `join` and `data_address`. Hosts the parameter-server shards the chief
+// places on it and returns when the job is over: 0 when it completed, 1
+// when it failed or the chief was lost (the reason is logged). Throws
+// std::invalid_argument for a spec whose task is not a ps task.
+int serve_parameter_server(ClusterOptions options);
+// Whether the cluster spec of `options` (or $TROUPE_CLUSTER) makes this
+// process a ps task.
+bool is_ps_task(const ClusterOptions& options);
 
 }  // namespace troupe

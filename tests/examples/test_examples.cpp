@@ -221,6 +221,12 @@ TEST(Examples, PsLinearRegressionKilledAndResumed) {
   // The resumed chief starts past the checkpoint it was killed after, not at step 1.
   EXPECT_GT(number_after(r.output, "[resumed worker 0] chief: first step counted: "), 1);
   EXPECT_CONTAINS(r.output, "[resumed worker 0] chief: 400 steps");
+  // TF1's cluster shape with a real ps task: it hosts the shard, the
+  // workers push to it, and it is told when the job is done.
+  EXPECT_CONTAINS(r.output, "\"ps\":[\"127.0.0.1:");
+  EXPECT_CONTAINS(r.output, "[resumed ps 0] troupe node: hosting shard(s) 0 (16 floats) for 2 replica(s)");
+  EXPECT_CONTAINS(r.output, "[resumed ps 0] ps task 0: the job is done");
+  EXPECT_CONTAINS(r.output, "starting with 2 node(s), 2 replica(s) and 1 ps task(s)");
   const std::size_t at = r.output.find("ps_linear_regression: final checkpoint");
   ASSERT_NE(at, std::string::npos) << r.output;
   const std::string tail = r.output.substr(at);

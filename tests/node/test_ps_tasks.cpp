@@ -91,6 +91,12 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
     EXPECT_GT(f1, 0) << ps[1]->output();
     EXPECT_GE(f0 + f1, 235146);
     EXPECT_LT(f0 + f1, 235146 + 16 * 8);
+    // The staleness the shards saw: two replicas pushing concurrently, so
+    // some push had an update it had not seen.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(staleness mean ([0-9.]+), max (\d+))"))) << out;
+    EXPECT_GE(std::stoll(m[2]), 1) << out;
+    EXPECT_LT(std::stod(m[1]), 4.0) << out;
     // As on one server (Node.ThreeNodesLearnInAsyncAndSsp: 85.1-85.3%).
     EXPECT_GE(a.accuracy, 0.84) << out;
   }
