@@ -50,7 +50,7 @@ struct NodeOptions {
   std::string coordinator;    // --coordinator HOST:PORT: completes a launcher's environment (net/cluster/launcher_env.hpp)
   int port = 0;               // --port: the coordinator's port under a launcher (else TROUPE_PORT)
   net::ClusterFlags tf1;      // --ps_hosts --worker_hosts --job_name --task_index (TF1's spelling)
-  bool ps = false;            // --ps: --job_name ps (refused: ps tasks are not supported yet)
+  bool ps = false;            // --ps: --job_name ps (a ps task: hosts parameter-server shards)
   std::string devices;
   TrainOptions reporting;     // --control, --metrics, --log-every, --summary-json
 };

@@ -172,9 +172,10 @@ TEST(Api, FitWithoutBackendsFailsAtOnce) {
   EXPECT_LT(seconds, 30) << out;
 }
 
-// Issue 17: a ps task of a cluster spec is refused with the message `troupe
-// node` gives (ps tasks are not supported yet), before any socket is opened.
-TEST(ApiCluster, APsTaskIsRefusedAsNotSupportedYet) {
+// Issue 17: a ps task of a cluster spec is not a MultiWorkerMirroredStrategy
+// (it calls serve_parameter_server), refused before any socket is opened;
+// is_ps_task tells them apart, and serve_parameter_server refuses a worker.
+TEST(ApiCluster, APsTaskIsServedByServeParameterServerNotByTheStrategy) {
   troupe::ClusterOptions o;
   o.cluster_spec_json =
       R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}})";
@@ -182,10 +183,21 @@ TEST(ApiCluster, APsTaskIsRefusedAsNotSupportedYet) {
     troupe::MultiWorkerMirroredStrategy strategy(o);
     FAIL() << "a ps task was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("cluster spec: task ps 0 (127.0.0.1:2) is a parameter-server task, and ps "
-                                         "tasks are not supported yet (issue 17)"),
+    EXPECT_NE(std::string(e.what()).find("cluster spec: task ps 0 (127.0.0.1:2) is a parameter-server task: start "
+                                         "it with `troupe node`"),
               std::string::npos)
         << e.what();
+  }
+  EXPECT_TRUE(troupe::is_ps_task(o));
+  troupe::ClusterOptions worker = o;
+  worker.cluster_spec_json =
+      R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}})";
+  EXPECT_FALSE(troupe::is_ps_task(worker));
+  try {
+    troupe::serve_parameter_server(worker);
+    FAIL() << "a worker task served a parameter server";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a ps task"), std::string::npos) << e.what();
   }
 }
 

@@ -246,13 +246,18 @@ TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
   EXPECT_CONTAINS(error_of([] { role_from_environment({{"TF_CONFIG", "{"}}); }), "TF_CONFIG: malformed JSON");
   // An empty TF_CONFIG is no cluster (as TensorFlow reads it).
   EXPECT_FALSE(role_from_environment({{"TF_CONFIG", " "}}).has_value());
-  // A parameter-server task is refused with the reason (not supported yet).
-  const std::string ps_error = error_of([] {
-    role_from_environment(
-        {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})"}});
-  });
-  EXPECT_CONTAINS(ps_error, "TF_CONFIG: task ps 0 (p:2) is a parameter-server task, and ps tasks are not supported yet");
-  EXPECT_CONTAINS(ps_error, "Start only the chief and worker tasks");
+  // A parameter-server task (issue 17): it joins the chief and serves
+  // pushes on its own entry's address; it is no rank of the training nodes.
+  const auto ps_role = role_from_environment(
+      {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})"}});
+  ASSERT_TRUE(ps_role.has_value());
+  EXPECT_TRUE(ps_role->ps_task);
+  EXPECT_FALSE(ps_role->is_coordinator());
+  EXPECT_EQ(ps_role->coordinator.str(), "a:1");
+  EXPECT_EQ(ps_role->own_address, "p:2");
+  EXPECT_EQ(ps_role->ps_tasks, 1u);
+  EXPECT_EQ(ps_role->summary(),
+            "task ps 0: a ps task (parameter-server shards, no replica), joining a:1 (cluster.worker[0])");
   // The other tasks of a cluster with ps entries start; the role counts the
   // ps entries, which the node logs as left unused.
   role = role_from_environment(
