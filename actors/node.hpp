@@ -11,7 +11,7 @@
 //   │ membership ◄── join/ready ────┼── CAF ─────┼─ worker (this file)      │
 //   │ coordinator ── grant ─────────┼────────────┼► device ◄─ data loader   │
 //   │   ▲   ◄──── step_done ────────┼────────────┼─ device                  │
-//   │ reducer ◄──── push (async) ───┼────────────┼─ device                  │
+//   │ ps front ◄──── push (async) ──┼────────────┼─ device (or to ps tasks) │
 //   │ devices ═ local ═╗            │            │ devices ═ local ═╗       │
 //   └══════════════════╬════════════┘            └══════════════════╬═══════┘
 //                      ╚═══════ tcp ring (data plane, leaders) ═════╝
@@ -26,7 +26,10 @@
 // Data plane: sync all-reduce is hierarchical (net/collective/hierarchical):
 // inside a node through the `local` backend, across nodes on the `tcp` ring
 // between node leaders. Async and ssp push gradients to the parameter
-// server over CAF as raw bytes (messages.hpp).
+// server: with ps tasks (run_ps_task below) each replica pushes each shard
+// its part on the data plane (actors/ps/push_link.hpp); without them, to
+// the shards in the coordinator's process, a worker node's replicas
+// through a relay over CAF as raw bytes (messages.hpp).
 //
 // Membership is fixed once training starts: a node that joins later is
 // refused with the reason. A lost node (its process killed, its host gone:
