@@ -16,6 +16,7 @@
 #include "actors/membership.hpp"
 #include "actors/node.hpp"
 #include "actors/node_support.hpp"
+#include "actors/ps/push_link.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "kernels/config.hpp"
 #include "net/cluster/auth.hpp"
@@ -428,6 +429,29 @@ class CoordinatorCluster final : public ClusterHooks {
     return false;
   }
 
+  void serve_shards(caf::actor_system& system, const std::map<int, caf::actor>& shards, const ps::Partition& partition,
+                    int partition_shards) override {
+    // On this host's data-plane address, another port (the ring keeps its
+    // own listening socket across views).
+    std::string address;
+    const int fd = bind_data_plane("", net::parse_host_port(data_address_).host, &address);
+    ps::PushServerConfig pc;
+    pc.listen_fd = fd;
+    pc.job_id = ps::push_job_id(identity_.fingerprint);
+    pc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+    for (const auto& [index, shard] : shards) {
+      (void)shard;
+      pc.shards[index] = partition.size(index);
+    }
+    pc.apply = ps::shard_apply(system, shards, options_.timeout);
+    pc.io_timeout = options_.timeout;
+    pc.log = log_;
+    push_server_ = std::make_unique<ps::PushServer>(std::move(pc));
+    shard_addresses_.assign(shards.size(), address);
+    partition_shards_ = partition_shards;
+    log_("parameter server: the other nodes push to it on the data plane at " + address);
+  }
+
   std::shared_ptr<const ps::PushRoutes> place_shards(const std::vector<std::string>& addresses,
                                                      int partition_shards) override {
     shard_addresses_ = addresses;
@@ -544,6 +568,10 @@ class CoordinatorCluster final : public ClusterHooks {
 
   void release(caf::scoped_actor& self) {
     auto& system = self->system();
+    // No push is applied after this; and the server's apply holds handles
+    // to the shards, which must not outlive the actor system.
+    if (push_server_) push_server_->stop();
+    push_server_.reset();
     if (gate_) gate_->stop();
     if (membership_) {
       if (caf_port_) system.middleman().unpublish(membership_, caf_port_);
@@ -579,6 +607,7 @@ class CoordinatorCluster final : public ClusterHooks {
   std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
   int partition_shards_ = 0;
   std::shared_ptr<const ps::PushRoutes> local_routes_;
+  std::unique_ptr<ps::PushServer> push_server_;  // shards in this process, for the other nodes
 };
 
 }  // namespace

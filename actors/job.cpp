@@ -333,6 +333,11 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     const std::vector<ClusterHooks::PsTask> ps_tasks = cluster ? cluster->ps_tasks() : std::vector<ClusterHooks::PsTask>{};
     if (ps_tasks.empty()) {
       server = ps::spawn_parameter_server(system, pc);
+      if (cluster) {
+        std::map<int, caf::actor> mine;
+        for (std::size_t i = 0; i < server.shards.size(); ++i) mine[static_cast<int>(i)] = server.shards[i];
+        cluster->serve_shards(system, mine, *server.partition, config_.ps_shards);
+      }
     } else {
       // Shards on ps tasks: at least one per task (TF places variables
       // round-robin on its ps tasks), shard i on task i mod P; every replica

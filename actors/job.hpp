@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,12 @@ class ClusterHooks {
                                                              int /*partition_shards*/) {
     return nullptr;
   }
+  // Without ps tasks: serves the shards of this process (by index) on the
+  // data plane, so that the other nodes' replicas push each its part there
+  // (this host's replicas push to them in process). Every view sent from
+  // now on carries the address. Stopped by finish().
+  virtual void serve_shards(caf::actor_system& /*system*/, const std::map<int, caf::actor>& /*shards*/,
+                            const ps::Partition& /*partition*/, int /*partition_shards*/) {}
 };
 
 struct JobConfig {

@@ -78,11 +78,16 @@ int run_ps_task(const NodeOptions& options) {
 
   int status = 1;
   int data_fd = -1;
-  {
-    caf::actor_system_config cfg;
-    configure_actor_system(cfg);
-    configure_cluster(cfg);
-    caf::actor_system system{cfg};
+  // The system's shutdown has a deadline, as a job's (run_with_bounded_
+  // shutdown, replica.hpp): CAF 0.17 may keep an ended actor referenced
+  // (here, shards the coordinator's front had handles to), and
+  // ~actor_system would wait for it for ever. Past 2 s it is left behind,
+  // and troupe's CLI exits without it.
+  run_with_bounded_shutdown([&](ActorSystemSlot& slot) {
+    caf::actor_system& system = slot.create([](caf::actor_system_config& cfg) {
+      configure_actor_system(cfg);
+      configure_cluster(cfg);
+    });
     caf::scoped_actor self{system};
     Hosted hosted;
     auto shutdown = [&] {
@@ -219,7 +224,7 @@ int run_ps_task(const NodeOptions& options) {
     }
     shutdown();
     relay->stop();
-  }  // ~actor_system: the shards have ended
+  }, std::chrono::seconds(2));
   return status;
 }
 

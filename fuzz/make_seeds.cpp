@@ -342,6 +342,24 @@ void text_seeds() {
   put("control_http", "signed_stale", std::string("\2\1", 2) + std::string(8, '\0') + "GET\n/status\n");
 }
 
+// ---------------------------------------------------------------- push_frames
+// push_frames.cpp's built form (first byte odd): per frame a flag byte
+// (1: shard 3, 2: corrupt the CRC, 4: shard from 4 bytes, 8: floats from 8
+// bytes, 16: sequence from 4 bytes), view, rank, clock (2 bytes), then the
+// payload's bytes; the raw form (first byte even) is the stream itself.
+void push_frame_seeds() {
+  const std::string clock("\0\1", 2);
+  const std::string payload(64, '\x3f');
+  const std::string shard0 = std::string("\0\0\0", 3) + clock + payload;
+  const std::string shard3 = std::string("\1\0\1", 3) + clock + std::string(160, '\x40');
+  put("push_frames", "shard0", "\1" + shard0);
+  put("push_frames", "two_shards", "\1" + shard0 + shard3);
+  put("push_frames", "bad_crc", "\1" + std::string("\2\0\0", 3) + clock + payload);
+  put("push_frames", "unknown_shard", "\1" + std::string("\4\0\0\0\7\0", 6) + clock + payload);
+  put("push_frames", "huge_claim", "\1" + std::string("\x08\0\0", 3) + clock + std::string("\0\0\1\0\0\0\0\0", 8));
+  put("push_frames", "raw", std::string(1, '\0') + "TPSP" + std::string(36, '\0'));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -357,6 +375,7 @@ int main(int argc, char** argv) {
   idx_seeds();
   csv_seeds();
   text_seeds();
+  push_frame_seeds();
   std::cout << "seeds written under " << root << "\n";
   return 0;
 }

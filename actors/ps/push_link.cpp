@@ -25,19 +25,9 @@ namespace troupe::actors::ps {
 
 namespace push_wire {
 
-namespace {
-void put_u32(unsigned char* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-void put_u64(unsigned char* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-std::uint64_t get_le(const unsigned char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-}  // namespace
+using net::wire::get_le;
+using net::wire::put_u32;
+using net::wire::put_u64;
 
 void encode(const PushHeader& h, unsigned char out[kPushHeaderBytes]) {
   put_u32(out, h.magic);

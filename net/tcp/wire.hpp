@@ -26,6 +26,23 @@
 
 namespace troupe::net::wire {
 
+// Little-endian integers in frame headers (wire frames here, push frames in
+// actors/ps/push_link.cpp).
+inline void put_u16(unsigned char* p, std::uint16_t v) {
+  for (int i = 0; i < 2; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline void put_u32(unsigned char* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline void put_u64(unsigned char* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline std::uint64_t get_le(const unsigned char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
 constexpr std::uint32_t kHelloMagic = 0x44505254;  // "TRPD"
 constexpr std::uint16_t kProtocolVersion = 1;
 constexpr std::size_t kHelloBytes = 24;

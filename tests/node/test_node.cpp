@@ -92,9 +92,9 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
 }
 
 // Issue 17: the parameter server in 2 shards on the coordinator (the mlp's
-// two big layers split across both). The workers' relays push whole
-// gradients to its front actor, which pushes each shard its part; the
-// coordinator's own replica pushes to the shards directly. Every shard
+// two big layers split across both). The workers' replicas push each shard
+// its part on the data plane (the coordinator serves its shards there); the
+// coordinator's own replica pushes to the shards in process. Every shard
 // applies every push, and the job learns as with one server.
 TEST(Node, ThreeNodesLearnInAsyncOnTwoParameterServerShards) {
   Cluster c("learn-ps-shards",
@@ -109,6 +109,9 @@ TEST(Node, ThreeNodesLearnInAsyncOnTwoParameterServerShards) {
   EXPECT_EQ(a.steps, a.applied) << c.logs();
   EXPECT_EQ(a.pushed, 1875) << c.logs();
   EXPECT_NE(out.find("1875 applied by the server (by shard: 1875, 1875)"), std::string::npos) << c.logs();
+  EXPECT_NE(out.find("parameter server: the other nodes push to it on the data plane at 127.0.0.1:"),
+            std::string::npos)
+      << c.logs();
   // As ThreeNodesLearnInAsyncAndSsp on one server (85.1-85.3%).
   EXPECT_GE(a.accuracy, 0.84) << c.logs();
 }

@@ -102,6 +102,37 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
   }
 }
 
+// Mode switches across shards on 2 ps tasks: entering async scatters
+// replica 0's state to the shards (over CAF to the ps tasks), entering sync
+// gathers it back to every replica, each at a step boundary. Every push is
+// applied exactly once, global steps are synchronous steps plus updates
+// applied, and the job ends in sync with the replicas bitwise equal.
+TEST(PsTasks, ASwitchStormAcrossShardsOnPsTasksKeepsTheAccounting) {
+  Cluster c("ps-switch",
+            std::string(kMlpJob) + "epochs = 5\nbatch = 32\nsteps = 400\nmode = \"sync\"\n" +
+                "switch = \"40:async,80:sync,120:ssp:1,160:sync,200:async,240:ssp:2,300:sync\"\n" +
+                "ps_split_above = 10000\n",
+            1, {"--ps-tasks", "2"});
+  std::vector<std::unique_ptr<Process>> ps;
+  ps.push_back(start_ps_task(c, 0));
+  ps.push_back(start_ps_task(c, 1));
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+  for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
+  const std::string out = c.coordinator->output();
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.pushed, a.applied) << out;
+  EXPECT_EQ(a.steps, 400) << out;
+  EXPECT_EQ(a.steps, a.sync + a.applied) << "global steps are not the updates applied: " << out;
+  EXPECT_GT(a.sync, 0) << out;
+  EXPECT_GT(a.applied, 0) << out;
+  const std::string n = std::to_string(a.applied);
+  EXPECT_NE(out.find(n + " applied by the server (by shard: " + n + ", " + n + ")"), std::string::npos) << out;
+  for (auto& p : ps)
+    EXPECT_NE(p->output().find("the job is done (" + n + " pushes applied here)"), std::string::npos)
+        << p->output();
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+}
+
 // A ps task killed mid-run: the shards it hosted are gone, so no consistent
 // state is left. The job stops within seconds with the reason (never trains
 // on a mix of old and new parameters, never hangs), every other process
