@@ -22,16 +22,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "actors/ps/push_link.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
 
 using namespace troupe;
 using namespace troupe::actors::ps;
+using troupe::actors::GradientPush;
+using troupe::actors::Tensor;
 using namespace std::chrono_literals;
 
 namespace {
@@ -103,7 +107,12 @@ std::string built_frames(troupe::fuzz::Input& in, int& frames) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // The tensor backends first, then the server, then the server's stop at
+  // exit: atexit handlers and static destructors run in reverse order, so
+  // the server's threads end before the backends they free tensors with go.
+  (void)Tensor::empty({1});
   (void)server();
+  std::atexit([] { server().stop(); });
   return 0;
 }
 
