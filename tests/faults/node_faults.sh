@@ -55,11 +55,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 2' INT TERM
 
-# A loopback port nobody listens on (the gate binds it a moment later).
+# A loopback port nobody listens on (the gate binds it a moment later),
+# below the kernel's ephemeral range: every connection the trials make
+# (ring, relays, pushes) takes a local port from that range, and one of them
+# may hold the chosen port when the gate binds it.
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
-  local p
+  local p span=$((EPHEMERAL_LOW - 10000))
+  ((span > 0)) || span=10000
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((10000 + RANDOM % span))
     if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
   done
   echo 0
