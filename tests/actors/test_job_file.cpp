@@ -524,6 +524,22 @@ TEST(ClusterJobFile, ControlCharactersInStringsAreRefused) {
   EXPECT_EQ(parse_job_text(text, "round-trip").train.checkpoint_dir, "x\ny");
 }
 
+// fuzz/job_file with toml++ compiled in from its header (docs/FUZZING.md,
+// "Not troupe bugs"): toml++ 3.3 reaches TOML_UNREACHABLE (undefined
+// behaviour) when it asks whether some non-ASCII characters are whitespace
+// (upstream issues 190 and 295). Debian's compiled library, which troupe
+// links, gives a parse error; this keeps it so on that library.
+TEST(ClusterJobFile, NonAsciiWhereTomlExpectsWhitespaceIsASyntaxError) {
+  EXPECT_JOB_ERROR("epochs = 2\nseed = 9_223_37\xce\x9f" "036\n",
+                   "JOB.toml:2:16: Error while parsing decimal integer: expected digit");
+  EXPECT_JOB_ERROR("lr = 1\xc2\xa7\n", "JOB.toml:1:7: Error while parsing decimal integer: expected digit");
+  EXPECT_JOB_ERROR("epochs = 2 \xc2\xa1\n", "JOB.toml:1:12: Error while parsing key-value pair: expected a comment or "
+                                            "whitespace");
+  EXPECT_JOB_ERROR("\xcc\xaa", "JOB.toml:1:1: Error while parsing root table");
+  // Upstream's example: after a line-ending backslash in a multi-line string.
+  EXPECT_EQ(parse_job_text("model = \"\"\"\\\n\xc2\xa7\"\"\"\n", "JOB.toml").train.model, "\xc2\xa7");
+}
+
 // F5, with the round trip of fuzz/job_file: the range of a float key was
 // checked on the number as written, but the value kept is a float. A number
 // inside the range that rounds onto or past its edge (momentum just under
