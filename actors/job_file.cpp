@@ -533,8 +533,8 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
   }
 
   // [training] and [optimizer] (headers, inline tables or dotted keys: TOML
-  // makes them one table each) are taken apart here; any other table is an
-  // unknown key. The entries are then checked in the order the file gives
+  // makes them one table each) are taken apart here; any other table is
+  // refused below. The entries are then checked in the order the file gives
   // them, so that of two spellings of one setting the later one is refused.
   std::vector<Entry> entries;
   for (const auto& [key, node] : root) {
