@@ -1,13 +1,18 @@
 #include "actors/job_file.hpp"
 
-#include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
 
 #include "kernels/config.hpp"
 #include "models/schedule.hpp"
@@ -18,39 +23,61 @@ namespace troupe::actors {
 
 namespace {
 
-// A value as written. Integers keep sign and magnitude so the seed can use
-// all of uint64.
+// One value of the parsed file, as the setters below take it.
 struct Value {
-  enum class Kind { string, integer, floating, boolean } kind = Kind::string;
-  std::string text;  // the string, or the token as written
-  bool negative = false;
-  std::uint64_t magnitude = 0;
-  bool overflow = false;  // an integer beyond 2^64 - 1 (magnitude then holds the maximum)
-  double number = 0;
+  toml::node_type kind = toml::node_type::none;
+  std::string text;  // a string's value; otherwise the value as written in the file (for messages)
+  std::int64_t integer = 0;
+  double number = 0;  // an integer's or a float's
   bool flag = false;
 };
 
-const char* kind_name(Value::Kind k) {
+const char* kind_name(toml::node_type k) {
   switch (k) {
-    case Value::Kind::string: return "a string";
-    case Value::Kind::integer: return "an integer";
-    case Value::Kind::floating: return "a float";
-    case Value::Kind::boolean: return "true or false";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "true or false";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::none: break;
   }
-  return "?";
+  return "nothing";
 }
 
-enum class Type { string, integer, unsigned_integer, floating, boolean };
+// `seed` is an integer, or a string of decimal digits: TOML integers stop at
+// 2^63 - 1, seeds (as --seed) at 2^64 - 1.
+enum class Type { string, integer, seed, floating, boolean };
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::string: return "a string in double quotes";
+    case Type::string: return "a string";
     case Type::integer: return "an integer";
-    case Type::unsigned_integer: return "a non-negative integer";
+    case Type::seed: return "a non-negative integer, or a string of decimal digits";
     case Type::floating: return "a number";
     case Type::boolean: return "true or false";
   }
   return "?";
+}
+
+bool type_ok(Type t, toml::node_type k) {
+  switch (t) {
+    case Type::string: return k == toml::node_type::string;
+    case Type::integer: return k == toml::node_type::integer;
+    case Type::seed: return k == toml::node_type::integer || k == toml::node_type::string;
+    case Type::floating: return k == toml::node_type::floating_point || k == toml::node_type::integer;
+    case Type::boolean: return k == toml::node_type::boolean;
+  }
+  return false;
+}
+
+constexpr std::uint64_t kMaxTomlInteger = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+std::string seed_range() {
+  return "a seed is an integer in 0.." + std::to_string(std::numeric_limits<std::uint64_t>::max());
 }
 
 // Thrown inside a setter; the parser adds FILE:LINE and the key.
@@ -59,13 +86,36 @@ struct BadValue : std::invalid_argument {
 };
 
 std::int64_t as_int(const Value& v, std::int64_t min, std::int64_t max) {
-  const bool fits = v.overflow  ? false
-                    : v.negative ? v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1
-                                 : v.magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  const std::int64_t x = !fits ? 0 : v.negative ? static_cast<std::int64_t>(0 - v.magnitude) : static_cast<std::int64_t>(v.magnitude);
-  if (!fits || x < min || x > max)
+  if (v.integer < min || v.integer > max)
     throw BadValue(v.text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
+  return v.integer;
+}
+
+// Decimal digits, at most 2^64 - 1; nullopt otherwise.
+std::optional<std::uint64_t> decimal_uint64(std::string_view digits) {
+  if (digits.empty()) return std::nullopt;
+  std::uint64_t x = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<unsigned>(c - '0');
+    if (x > (std::numeric_limits<std::uint64_t>::max() - d) / 10) return std::nullopt;
+    x = x * 10 + d;
+  }
   return x;
+}
+
+std::uint64_t as_seed(const Value& v) {
+  if (v.kind == toml::node_type::integer) {
+    if (v.integer < 0) throw BadValue(v.text + " is out of range (" + seed_range() + ")");
+    return static_cast<std::uint64_t>(v.integer);
+  }
+  const bool digits = !v.text.empty() && v.text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits)
+    throw BadValue("\"" + v.text + "\" is not a seed (" + seed_range() +
+                   "; as a string, it is decimal digits alone, as in seed = \"18446744073709551615\")");
+  const auto seed = decimal_uint64(v.text);
+  if (!seed) throw BadValue("\"" + v.text + "\" is out of range (" + seed_range() + ")");
+  return *seed;
 }
 
 // The range is checked on the float that is stored, not on the number as
@@ -75,6 +125,7 @@ std::int64_t as_int(const Value& v, std::int64_t min, std::int64_t max) {
 float as_float(const Value& v, double min, bool min_inclusive, double max = std::numeric_limits<double>::infinity(),
                bool max_inclusive = true) {
   const double x = v.number;
+  if (std::isnan(x)) throw BadValue(v.text + " is not a number");
   // Below FLT_MAX + half an ulp a double rounds to a finite float (the
   // canonical text of FLT_MAX, 3.4028235e+38, is just above FLT_MAX).
   const bool fits = std::fabs(x) < 0x1.ffffffp+127;
@@ -148,12 +199,7 @@ const std::vector<Key>& keys() {
       {"", "lr", Type::floating, [](const Value& v, C& c) { c.train.lr = as_float(v, 0, false); }},
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
-      {"", "seed", Type::unsigned_integer, [](const Value& v, C& c) {
-         if (v.overflow || (v.negative && v.magnitude != 0))
-           throw BadValue(v.text + " is out of range (a seed is an integer in 0.." +
-                          std::to_string(std::numeric_limits<std::uint64_t>::max()) + ")");
-         c.train.seed = v.magnitude;
-       }},
+      {"", "seed", Type::seed, [](const Value& v, C& c) { c.train.seed = as_seed(v); }},
       {"", "mode", Type::string, [](const Value& v, C& c) {
          try {
            c.mode = actors::Mode::parse(v.text);
@@ -265,177 +311,271 @@ bool is_bare_key_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
-// Parses an integer or float token. Returns false when it is neither.
-bool parse_number(const std::string& token, Value& v) {
-  if (token.empty()) return false;
-  // Underscores only between digits, as TOML.
-  std::string plain;
-  for (std::size_t i = 0; i < token.size(); ++i) {
-    const char c = token[i];
-    if (c == '_') {
-      const bool ok = i > 0 && i + 1 < token.size() && std::isdigit(static_cast<unsigned char>(token[i - 1])) &&
-                      std::isdigit(static_cast<unsigned char>(token[i + 1]));
-      if (!ok) return false;
-      continue;
+// Line `number` (1-based) of the text, without its line break; empty past the end.
+std::string_view line_of(std::string_view text, std::size_t number) {
+  std::size_t begin = 0;
+  for (std::size_t n = 1; n < number; ++n) {
+    begin = text.find('\n', begin);
+    if (begin == std::string_view::npos) return {};
+    ++begin;
+  }
+  std::string_view line = text.substr(begin, text.find('\n', begin) - begin);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
+// The byte offset of toml++'s 1-based column, which counts code points.
+std::size_t byte_of_column(std::string_view line, std::size_t column) {
+  std::size_t i = 0;
+  for (std::size_t c = 1; c < column && i < line.size(); ++c) {
+    ++i;
+    while (i < line.size() && (static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) ++i;  // UTF-8 continuation
+  }
+  return i;
+}
+
+// A value as the file writes it (1e-3, 0x10, 1_000), for messages; empty
+// when it spans lines.
+std::string written(std::string_view text, const toml::source_region& r) {
+  if (r.begin.line != r.end.line || r.end.column <= r.begin.column) return {};
+  const std::string_view line = line_of(text, r.begin.line);
+  const std::size_t begin = byte_of_column(line, r.begin.column);
+  const std::size_t end = byte_of_column(line, r.end.column);
+  return std::string(line.substr(begin, end - begin));
+}
+
+Value value_of(const toml::node& node, std::string_view text) {
+  Value v;
+  v.kind = node.type();
+  if (const auto* s = node.as_string()) {
+    v.text = s->get();
+    return v;
+  }
+  v.text = written(text, node.source());
+  if (const auto* i = node.as_integer()) {
+    v.integer = i->get();
+    v.number = static_cast<double>(v.integer);
+    if (v.text.empty()) v.text = std::to_string(v.integer);
+  } else if (const auto* f = node.as_floating_point()) {
+    v.number = f->get();
+    if (v.text.empty()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", v.number);
+      v.text = buf;
     }
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E'))
-      return false;
-    plain += c;
+  } else if (const auto* b = node.as_boolean()) {
+    v.flag = b->get();
+    v.text = v.flag ? "true" : "false";
   }
-  v.text = token;
-  const bool is_float = plain.find_first_of(".eE") != std::string::npos;
-  std::size_t pos = 0;
-  if (plain[0] == '+' || plain[0] == '-') {
-    v.negative = plain[0] == '-';
-    pos = 1;
+  return v;
+}
+
+// The key a line of the file starts with ("seed" for `  seed = 1`), if bare.
+std::string_view leading_key(std::string_view line) {
+  std::size_t i = line.find_first_not_of(" \t");
+  if (i == std::string_view::npos) return {};
+  std::size_t end = i;
+  while (end < line.size() && is_bare_key_char(line[end])) ++end;
+  return line.substr(i, end - i);
+}
+
+// toml++ refuses an integer literal beyond int64; for `seed`, whose range
+// goes on to 2^64 - 1, say how to write one above 2^63 - 1.
+std::optional<std::string> seed_literal_message(std::string_view line, const std::string& at) {
+  if (leading_key(line) != "seed") return std::nullopt;
+  const std::size_t eq = line.find('=');
+  if (eq == std::string_view::npos) return std::nullopt;
+  std::size_t begin = line.find_first_not_of(" \t", eq + 1);
+  if (begin == std::string_view::npos) return std::nullopt;
+  std::size_t end = line.find_first_of(" \t#,}", begin);
+  if (end == std::string_view::npos) end = line.size();
+  const std::string literal(line.substr(begin, end - begin));
+  std::string digits = literal;
+  digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+  if (!digits.empty() && digits[0] == '+') digits.erase(0, 1);
+  const auto seed = decimal_uint64(digits);
+  if (!seed) return at + "key 'seed': " + literal + " is out of range (" + seed_range() + ")";
+  return at + "key 'seed': " + literal + " is beyond TOML's integers (at most " + std::to_string(kMaxTomlInteger) +
+         "); write a seed above that as a string of decimal digits: seed = \"" + std::to_string(*seed) + "\"";
+}
+
+bool is_table_header(std::string_view line) {
+  const std::size_t i = line.find_first_not_of(" \t");
+  return i != std::string_view::npos && line[i] == '[';
+}
+
+// A key as the file writes it, as a dotted path ("optimizer . name" is
+// "optimizer.name"); nullopt for quoted keys, which the messages built from
+// it leave to toml++.
+std::optional<std::string> bare_path(std::string_view written) {
+  std::string path;
+  for (const char c : written) {
+    if (c == ' ' || c == '\t') continue;
+    if (c != '.' && !is_bare_key_char(c)) return std::nullopt;
+    path += c;
   }
-  if (pos >= plain.size() || !std::isdigit(static_cast<unsigned char>(plain[pos]))) return false;
-  if (!is_float) {
-    if (plain.size() - pos > 1 && plain[pos] == '0') return false;  // no leading zeros (TOML)
-    std::uint64_t m = 0;
-    for (std::size_t i = pos; i < plain.size(); ++i) {
-      if (!std::isdigit(static_cast<unsigned char>(plain[i]))) return false;
-      const unsigned d = static_cast<unsigned>(plain[i] - '0');
-      if (m > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
-        v.kind = Value::Kind::integer;
-        v.magnitude = std::numeric_limits<std::uint64_t>::max();  // out of every range below
-        v.overflow = true;
-        v.number = std::strtod(plain.c_str(), nullptr);  // still a number for a float key
-        return true;
+  if (path.empty()) return std::nullopt;
+  return path;
+}
+
+// The table a [header] line names; nullopt for an array of tables.
+std::optional<std::string> header_path(std::string_view line) {
+  const std::size_t open = line.find('[');
+  const std::size_t close = line.find(']', open);
+  if (open == std::string_view::npos || close == std::string_view::npos || line.substr(open, 2) == "[[")
+    return std::nullopt;
+  return bare_path(line.substr(open + 1, close - open - 1));
+}
+
+// toml++ refuses a key or a table defined twice ("cannot redefine existing
+// floating-point 'lr'") with the line of the second only. The first one is
+// found by parsing the lines before the error (valid TOML, since the error
+// is the first) and looking up there the path the error line defines (its
+// [header], or its key under the last header before it), so that the
+// message names both lines, as the job file's own duplicate checks do.
+// nullopt when that does not work out (a quoted key, a definition on the
+// same line): the caller then gives toml++'s message.
+std::optional<std::string> redefinition_message(std::string_view text, const std::string& source, int line,
+                                                const std::string& description) {
+  if (description.find("cannot redefine existing ") == std::string::npos) return std::nullopt;
+  const std::string_view error_line = line_of(text, static_cast<std::size_t>(line));
+  const bool header = is_table_header(error_line);
+  std::optional<std::string> path;
+  bool defines_table = header;  // what the error line defines, a table or a key
+  if (header) {
+    path = header_path(error_line);
+  } else {
+    const std::size_t eq = error_line.find('=');
+    if (eq == std::string_view::npos) return std::nullopt;
+    path = bare_path(error_line.substr(0, eq));
+    const std::size_t value = error_line.find_first_not_of(" \t", eq + 1);
+    defines_table = value != std::string_view::npos && error_line[value] == '{';
+    std::string table;  // the last header before the line
+    for (int n = line - 1; n >= 1; --n)
+      if (const std::string_view l = line_of(text, static_cast<std::size_t>(n)); is_table_header(l)) {
+        const auto p = header_path(l);
+        if (!p) return std::nullopt;
+        table = *p;
+        break;
       }
-      m = m * 10 + d;
-    }
-    v.kind = Value::Kind::integer;
-    v.magnitude = m;
-    v.number = v.negative ? -static_cast<double>(m) : static_cast<double>(m);
-    return true;
+    if (path && !table.empty()) path = table + "." + *path;
   }
-  char* end = nullptr;
-  v.number = std::strtod(plain.c_str(), &end);
-  if (end != plain.c_str() + plain.size() || plain.back() == '.' || plain.find(".e") != std::string::npos ||
-      plain.find(".E") != std::string::npos)
-    return false;
-  v.kind = Value::Kind::floating;
-  return true;
+  if (!path) return std::nullopt;
+
+  std::size_t prefix_end = 0;  // where the error line starts
+  for (int n = 1; n < line && prefix_end != std::string_view::npos; ++n) {
+    prefix_end = text.find('\n', prefix_end);
+    if (prefix_end != std::string_view::npos) ++prefix_end;
+  }
+  if (prefix_end == std::string_view::npos) return std::nullopt;
+  toml::table before;
+  try {
+    before = toml::parse(text.substr(0, prefix_end), std::string_view(source));
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+  const toml::node* first = before.at_path(*path).node();
+  if (!first) return std::nullopt;
+  const int first_line = static_cast<int>(first->source().begin.line);
+
+  const std::string at = source + ":" + std::to_string(line) + ": ";
+  if (*path == "optimizer" && first->is_table() != defines_table) {  // the flat name and the table
+    if (defines_table) return at + both_optimizer_spellings(first_line, line);
+    return at + "key 'optimizer': " + both_optimizer_spellings(line, first_line);
+  }
+  if (header)
+    return first->is_table() ? at + "duplicate table [" + *path + "] (first on line " + std::to_string(first_line) + ")"
+                             : std::optional<std::string>();
+  const std::string spelled = path->rfind("training.", 0) == 0 ? path->substr(9) : *path;
+  return at + "key '" + spelled + "': duplicate key (first set on line " + std::to_string(first_line) + ")";
+}
+
+// "FILE:LINE:COLUMN: what toml++ says", or one of the job file's own
+// messages where it knows better.
+std::string syntax_error_message(std::string_view text, const std::string& source, const toml::parse_error& e) {
+  const int line = static_cast<int>(e.source().begin.line);
+  const std::string at = source + ":" + std::to_string(line) + ":" + std::to_string(e.source().begin.column) + ": ";
+  const std::string description(e.description());
+  if (description.find("not representable in 64 bits") != std::string::npos)
+    if (auto m = seed_literal_message(line_of(text, static_cast<std::size_t>(line)), at)) return *m;
+  if (auto m = redefinition_message(text, source, line, description)) return *m;
+  if (description.find("could not determine value type") != std::string::npos)
+    return at + description + " (strings need quotes: \"cnn\" or 'cnn')";
+  return at + description;
+}
+
+// One key = value of the job, or the [optimizer] table itself, where the
+// file has it.
+struct Entry {
+  std::string table;  // "" (the top level or [training]) or "optimizer"
+  std::string key;
+  std::string path;  // the dotted TOML path, for messages about tables
+  const toml::node* node = nullptr;
+  toml::source_position at;
+  bool optimizer_table = false;
+};
+
+void add_entries(const toml::table& t, const std::string& table, const std::string& prefix, std::vector<Entry>& out) {
+  for (const auto& [key, node] : t) {
+    const std::string name(key.str());
+    out.push_back({table, name, prefix + name, &node, key.source().begin, false});
+  }
 }
 
 }  // namespace
 
 actors::JobConfig parse_job_text(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(text), std::string_view(source));
+  } catch (const toml::parse_error& e) {
+    throw JobFileError(syntax_error_message(text, source, e));
+  }
+
+  // [training] and [optimizer] (headers, inline tables or dotted keys: TOML
+  // makes them one table each) are taken apart here; any other table is
+  // refused below. The entries are then checked in the order the file gives
+  // them, so that of two spellings of one setting the later one is refused.
+  std::vector<Entry> entries;
+  for (const auto& [key, node] : root) {
+    const std::string name(key.str());
+    if (const auto* t = node.as_table(); t && (name == "training" || name == "optimizer")) {
+      if (name == "optimizer") entries.push_back({"", name, name, &node, node.source().begin, true});
+      add_entries(*t, name == "training" ? "" : name, name + ".", entries);
+    } else {
+      entries.push_back({"", name, name, &node, key.source().begin, false});
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::make_pair(a.at.line, a.at.column) < std::make_pair(b.at.line, b.at.column);
+  });
+
   actors::JobConfig config;
   std::map<std::string, std::pair<int, std::string>> set_on;  // setting -> line, key as spelled there
-  std::map<std::string, int> tables_seen;                       // header -> line
-  std::string table;                                            // current: "" or "optimizer"
   int optimizer_key_line = 0;                                   // the flat `optimizer = "..."`
+  int optimizer_table_line = 0;                                 // the [optimizer] table
   int schedule_line = 0;
-
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
+  for (const Entry& e : entries) {
+    const int number = static_cast<int>(e.at.line);
     const std::string at = source + ":" + std::to_string(number) + ": ";
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    std::size_t i = 0;
-    auto skip_space = [&] {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-    };
-    auto rest_is_comment = [&](const std::string& what) {
-      skip_space();
-      if (i < line.size() && line[i] != '#')
-        throw JobFileError(at + "unexpected '" + line.substr(i) + "' after " + what);
-    };
-    skip_space();
-    if (i == line.size() || line[i] == '#') continue;
-
-    if (line[i] == '[') {  // [table]
-      const auto close = line.find(']', i);
-      if (close == std::string::npos) throw JobFileError(at + "unclosed table header '" + line.substr(i) + "'");
-      std::string name = line.substr(i + 1, close - i - 1);
-      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.erase(0, 1);
-      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
-      if (name != "training" && name != "optimizer")
-        throw JobFileError(at + "unknown table [" + name + "] (known: [training], [optimizer])");
-      if (const auto it = tables_seen.find(name); it != tables_seen.end())
-        throw JobFileError(at + "duplicate table [" + name + "] (first on line " + std::to_string(it->second) + ")");
-      if (name == "optimizer" && optimizer_key_line != 0)
-        throw JobFileError(at + both_optimizer_spellings(optimizer_key_line, number));
-      tables_seen[name] = number;
-      table = name == "training" ? "" : name;
-      i = close + 1;
-      rest_is_comment("the table header");
+    if (e.optimizer_table) {
+      if (optimizer_key_line != 0) throw JobFileError(at + both_optimizer_spellings(optimizer_key_line, number));
+      optimizer_table_line = number;
       continue;
     }
-
-    // key = value
-    const std::size_t key_start = i;
-    while (i < line.size() && is_bare_key_char(line[i])) ++i;
-    const std::string key = line.substr(key_start, i - key_start);
-    if (key.empty()) throw JobFileError(at + "expected KEY = VALUE, got '" + line.substr(key_start) + "'");
-    skip_space();
-    if (i < line.size() && line[i] == '.')
-      throw JobFileError(at + "key '" + key + "': dotted keys are not supported; use a [table] header");
-    if (i == line.size() || line[i] != '=')
-      throw JobFileError(at + "key '" + key + "': expected '=' after the key");
-    ++i;
-    skip_space();
-    const std::string where = at + "key '" + (table.empty() ? "" : table + ".") + key + "': ";
-    if (i == line.size() || line[i] == '#') throw JobFileError(where + "missing value");
-
-    Value v;
-    if (line[i] == '"') {
-      ++i;
-      bool closed = false;
-      while (i < line.size()) {
-        const char c = line[i++];
-        if (c == '"') {
-          closed = true;
-          break;
-        }
-        if (c == '\\') {
-          if (i == line.size()) break;
-          const char e = line[i++];
-          if (e == '"' || e == '\\') v.text += e;
-          else if (e == 'n') v.text += '\n';
-          else if (e == 't') v.text += '\t';
-          else throw JobFileError(where + "unsupported escape '\\" + std::string(1, e) + "' (use \\\" \\\\ \\n \\t)");
-        } else if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
-          // As TOML: control characters other than tab must be escaped, and
-          // to_job_text could not write them back (fuzz/job_file found it).
-          char byte[8];
-          std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          throw JobFileError(where + "control character " + byte + " in a string (write \\n or \\t, or remove it)");
-        } else {
-          v.text += c;
-        }
-      }
-      if (!closed) throw JobFileError(where + "unterminated string");
-      v.kind = Value::Kind::string;
-    } else if (line[i] == '\'' || line[i] == '[' || line[i] == '{') {
-      throw JobFileError(where + "'" + std::string(1, line[i]) +
-                         "' values (literal strings, arrays, inline tables) are not supported in job files");
-    } else {
-      const std::size_t start = i;
-      while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '#') ++i;
-      const std::string token = line.substr(start, i - start);
-      if (token == "true" || token == "false") {
-        v.kind = Value::Kind::boolean;
-        v.flag = token == "true";
-        v.text = token;
-      } else if (!parse_number(token, v)) {
-        throw JobFileError(where + "'" + token + "' is not a value (strings need double quotes)");
-      }
-    }
-    rest_is_comment("the value");
-
+    // A [header] or dotted-key table other than the two; an inline table
+    // given to a job key is a wrong type, below.
+    const auto* table = e.node->as_table();
+    if (table && !table->is_inline())
+      throw JobFileError(at + "unknown table [" + e.path + "] (known: [training], [optimizer])");
     const Key* spec = nullptr;
     for (const auto& k : keys())
-      if (table == k.table && key == k.name) spec = &k;
-    if (!spec) throw JobFileError(at + unknown_key_message(key, table));
-    const std::string spelled = (table.empty() ? "" : table + ".") + key;
-    if (table.empty() && key == "optimizer") {
-      if (const auto it = tables_seen.find("optimizer"); it != tables_seen.end())
-        throw JobFileError(where + both_optimizer_spellings(number, it->second));
+      if (e.table == k.table && e.key == k.name) spec = &k;
+    if (!spec) throw JobFileError(at + unknown_key_message(e.key, e.table));
+    const std::string spelled = (e.table.empty() ? "" : e.table + ".") + e.key;
+    const std::string where = at + "key '" + spelled + "': ";
+    if (e.table.empty() && e.key == "optimizer") {
+      if (optimizer_table_line != 0) throw JobFileError(where + both_optimizer_spellings(number, optimizer_table_line));
       optimizer_key_line = number;
     }
     const std::string setting = setting_of(*spec);
@@ -448,18 +588,18 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
     }
     set_on[setting] = {number, spelled};
 
-    const bool type_ok = spec->type == Type::string ? v.kind == Value::Kind::string
-                         : spec->type == Type::boolean ? v.kind == Value::Kind::boolean
-                         : spec->type == Type::floating
-                             ? (v.kind == Value::Kind::floating || v.kind == Value::Kind::integer)
-                             : v.kind == Value::Kind::integer;
-    if (!type_ok)
-      throw JobFileError(where + "expected " + type_name(spec->type) + ", got " + kind_name(v.kind) +
-                         (v.kind == Value::Kind::string ? " \"" + v.text + "\"" : " " + v.text));
+    const Value v = value_of(*e.node, text);
+    if (!type_ok(spec->type, v.kind)) {
+      std::string got = kind_name(v.kind);
+      if (v.kind == toml::node_type::string) got += " \"" + v.text + "\"";
+      else if (!v.text.empty() && v.kind != toml::node_type::array && v.kind != toml::node_type::table)
+        got += " " + v.text;
+      throw JobFileError(where + "expected " + type_name(spec->type) + ", got " + got);
+    }
     try {
       spec->set(v, config);
-    } catch (const BadValue& e) {
-      throw JobFileError(where + e.what());
+    } catch (const BadValue& bad) {
+      throw JobFileError(where + bad.what());
     }
     if (setting == "schedule") schedule_line = number;
   }
@@ -485,7 +625,9 @@ actors::JobConfig load_job_file(const std::string& path) {
 
 namespace {
 
-std::string quoted(const std::string& s, const char* key) {
+// A TOML basic string. Control characters (which a file gives with escapes
+// such as \u0001 or \r) are written as escapes: TOML refuses them raw.
+std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
@@ -494,9 +636,13 @@ std::string quoted(const std::string& s, const char* key) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-          throw std::invalid_argument(std::string("job key '") + key + "' holds a control character");
-        out += c;
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += escape;
+        } else {
+          out += c;
+        }
     }
   }
   return out + "\"";
@@ -523,29 +669,36 @@ std::string to_job_text(const actors::JobConfig& c) {
     switches += (switches.empty() ? "" : ",") + std::to_string(s.step) + ":" + s.mode.str();
   std::ostringstream out;
   out << "# troupe job\n";
-  out << "model = " << quoted(t.model, "model") << "\n";
-  out << "data = " << quoted(t.data, "data") << "\n";
+  out << "model = " << quoted(t.model) << "\n";
+  out << "data = " << quoted(t.data) << "\n";
   out << "epochs = " << t.epochs << "\n";
   out << "batch = " << t.batch << "\n";
   out << "steps = " << t.max_steps << "\n";
   out << "lr = " << float_text(t.lr) << "\n";
-  out << "schedule = " << quoted(t.schedule, "schedule") << "\n";
+  out << "schedule = " << quoted(t.schedule) << "\n";
   out << "warmup = " << t.warmup_steps << "\n";
-  out << "seed = " << t.seed << "\n";
-  out << "mode = " << quoted(c.mode.str(), "mode") << "\n";
-  out << "switch = " << quoted(switches, "switch") << "\n";
+  // TOML integers stop at 2^63 - 1: a seed above is written as a string of
+  // digits (which parse_job_text takes too); below, as an integer, so the
+  // canonical text of a job, and so its fingerprint, is as it was before
+  // the job file took strings.
+  if (t.seed > kMaxTomlInteger)
+    out << "seed = \"" << t.seed << "\"\n";
+  else
+    out << "seed = " << t.seed << "\n";
+  out << "mode = " << quoted(c.mode.str()) << "\n";
+  out << "switch = " << quoted(switches) << "\n";
   out << "prefetch = " << c.prefetch << "\n";
   out << "threads_per_device = " << c.threads_per_device << "\n";
   out << "ps_shards = " << c.ps_shards << "\n";
   out << "ps_split_above = " << c.ps_split_above << "\n";
-  out << "checkpoint_dir = " << quoted(t.checkpoint_dir, "checkpoint_dir") << "\n";
+  out << "checkpoint_dir = " << quoted(t.checkpoint_dir) << "\n";
   out << "checkpoint_every = " << t.checkpoint_every << "\n";
   out << "checkpoint_minutes = " << float_text(static_cast<float>(t.checkpoint_minutes)) << "\n";
   out << "keep = " << t.keep_last << "\n";
   out << "eval_batch = " << t.eval_batch << "\n";
   out << "eval_every = " << t.eval_every << "\n";
   out << "\n[optimizer]\n";
-  out << "name = " << quoted(t.optimizer.name, "optimizer.name") << "\n";
+  out << "name = " << quoted(t.optimizer.name) << "\n";
   out << "momentum = " << float_text(t.optimizer.momentum) << "\n";
   out << "nesterov = " << (t.optimizer.nesterov ? "true" : "false") << "\n";
   out << "weight_decay = " << float_text(t.optimizer.weight_decay) << "\n";

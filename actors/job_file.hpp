@@ -22,22 +22,17 @@
 //   momentum = 0.9
 //   nesterov = true
 //
-// The TOML subset:
-//   - one `key = value` per line; bare keys (A-Z a-z 0-9 _ -); no dotted keys;
-//   - values: "strings" with the escapes \" \\ \n \t (control characters
-//     other than tab must be escaped, as in TOML); integers (decimal,
-//     optional sign, `_` between digits); floats (1.5, -2e-3, 1E+4; a float
-//     key also takes an integer; the range is checked on the 32-bit float
-//     kept, so 0.99999999999 is 1 for momentum's [0, 1)); true / false. No
-//     arrays, inline tables, single-quoted or multi-line strings, dates;
-//   - `#` starts a comment outside strings; blank lines are ignored;
-//   - tables: keys before any header, or under [training], are training keys;
+// The TOML: the file is TOML 1.0, parsed with toml++ (Debian 12's
+// libtomlplusplus-dev 3.3), so every TOML spelling works: basic and literal
+// strings, multi-line ones, escapes; integers in any base, with `_`; floats
+// (a float key also takes an integer; the range is checked on the 32-bit
+// float kept, so 0.99999999999 is 1 for momentum's [0, 1)); true / false;
+// comments; inline tables and dotted keys (`optimizer = { name = "sgd" }`,
+// `optimizer.name = "sgd"`, `training.epochs = 2` are the two tables named below).
+// The parsed document is then walked with the job's own key table:
+//   - tables: keys at the top level, or in [training], are training keys;
 //     [optimizer] holds name, momentum, nesterov, weight_decay, epsilon,
-//     beta1, beta2. A header may appear once.
-// Parsed here rather than with toml++ (Debian 12 has libtomlplusplus-dev
-// 3.3): toml++ holds integers as int64, so it could not read back a seed in
-// 2^63..2^64-1 that --seed takes and to_job_text writes, and the subset
-// needs no more than this file.
+//     beta1, beta2. Any other table, array or date is refused.
 // Training keys (one per flag of `troupe train`, '-' written '_'): model,
 // data, epochs, batch, steps, lr, schedule, warmup, seed, mode, switch,
 // prefetch, threads_per_device (or threads), ps_shards, ps_split_above, checkpoint_dir,
@@ -49,8 +44,13 @@
 // table of one name). Every key is optional (the defaults of `troupe
 // train`). Devices, the control endpoint, metrics, logging and --resume are
 // not part of a job: each node names its own on its command line.
-// seed is an integer in 0..2^64-1 (TOML integers stop at 2^63-1; the job
-// file goes on to 2^64-1, as --seed does); anything else is refused.
+// seed is in 0..2^64-1, as --seed. TOML integers (and toml++'s, int64) stop
+// at 2^63-1, so a seed is an integer or a string of decimal digits
+// (seed = "18446744073709551615"), and to_job_text writes a seed from 2^63
+// on as such a string, a smaller one as an integer (so the canonical text,
+// and the fingerprint, of such jobs is what the hand-written parser before
+// toml++ wrote). An integer literal beyond int64 is toml++'s error, which
+// for seed says to write the string.
 // User documentation: docs/USER-GUIDE.md ("The job file").
 //
 // The file is read with util::read_config_file: a regular file of at most
@@ -59,7 +59,10 @@
 // Errors (JobFileError, a std::invalid_argument) read "FILE:LINE: key 'K':
 // what is wrong": unknown keys and tables, wrong types, duplicates (with the
 // first line), bad values (a mode, a switch schedule, a learning-rate
-// schedule, an optimizer name, a count out of range).
+// schedule, an optimizer name, a count out of range). TOML syntax errors
+// read "FILE:LINE:COLUMN: " and toml++'s description; a key or table TOML
+// refuses as defined twice gets the job file's duplicate message instead,
+// naming both lines.
 #pragma once
 
 #include <stdexcept>
@@ -79,7 +82,8 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
 actors::JobConfig load_job_file(const std::string& path);
 
 // Canonical job text: every key, in a fixed order, floats written so they
-// read back to the same float. parse_job_text(to_job_text(c)) gives c back
+// read back to the same float, control characters in strings as escapes,
+// a seed from 2^63 on as a string. parse_job_text(to_job_text(c)) gives c back
 // (the fields a job file holds; devices, data options, resume and the
 // timeout are the node's own and are not written).
 std::string to_job_text(const actors::JobConfig& config);

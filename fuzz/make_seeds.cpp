@@ -311,7 +311,12 @@ void csv_seeds() {
 void text_seeds() {
   put("job_file", "flat", "# troupe job\nmodel = \"cnn\"\ndata = \"fashion-mnist\"\nepochs = 2\nbatch = 64\n"
                           "lr = 1e-3\nmode = \"sync\"\nswitch = \"500:async,900:ssp:3\"\noptimizer = \"sgd\"\n"
-                          "momentum = 0.9\nnesterov = true\nseed = 18446744073709551615\n");
+                          "momentum = 0.9\nnesterov = true\nseed = \"18446744073709551615\"\n");
+  // TOML beyond plain `key = value`: literal and multi-line strings, a line
+  // ending backslash, inline and dotted tables, a hexadecimal integer.
+  put("job_file", "toml", "model = 'mlp'\ndata = \"\"\"\nfashion-\\\n  mnist\"\"\"\ntraining.epochs = 0x2\n"
+                          "checkpoint_dir = '''C:\\ck\tpt'''\nseed = 9_223_372_036_854_775_807\n"
+                          "optimizer = { name = \"sgd\", momentum = 0.5, nesterov = false }\n");
   put("job_file", "table", "model = \"mlp\"   # a comment\nsteps = 1_000\nschedule = \"cosine:100/0.1\"\n"
                            "warmup = 10\n\n[training]\nthreads = 2\n\n[optimizer]\nname = \"adam\"\nbeta1 = 0.8\n"
                            "beta2 = 0.99\nepsilon = 1E-7\nweight_decay = 0.0\n");

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
+
 #include "tests/support/ports.hpp"
 
 namespace {
@@ -126,14 +128,26 @@ TEST(ConfigFiles, DeeplyNestedClusterSpecIsAnErrorNotACrash) {
 }
 
 // Above 2^64 - 1 a seed used to be taken as 2^64 - 1: a different job.
+// An integer literal beyond TOML's int64 is a syntax error, with a column.
 TEST(ConfigFiles, SeedOutOfRangeNamesFileLineAndKey) {
   const std::string dir = temp("seed");
-  for (const char* seed : {"99999999999999999999", "-1", "1.5"}) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"99999999999999999999", ":2:28: key 'seed': 99999999999999999999 is out of range"},
+      {"18446744073709551615", ":2:28: key 'seed': 18446744073709551615 is beyond TOML's integers"},
+      {"\"18446744073709551616\"", ":2: key 'seed': \"18446744073709551616\" is out of range"},
+      {"-1", ":2: key 'seed': -1 is out of range"},
+      {"1.5", ":2: key 'seed': expected a non-negative integer"}};
+  for (const auto& [seed, expected] : cases) {
     const std::string job = write(dir, "job.toml", std::string("model = \"linreg\"\nseed = ") + seed + "\n");
     const Result r = troupe(coordinator(job), "", 20);
     EXPECT_EQ(r.status, 2) << seed << ":\n" << r.output;
-    EXPECT_CONTAINS(r.output, job + ":2: key 'seed': ");
+    EXPECT_CONTAINS(r.output, job + expected);
   }
+  // 2^64 - 1, as --seed takes it, as a string: the job trains.
+  const std::string job = write(dir, "job.toml", "model = \"linreg\"\ndata = \"linreg\"\nsteps = 1\n"
+                                                 "seed = \"18446744073709551615\"\n");
+  const Result r = troupe(coordinator(job), "", 60);
+  EXPECT_EQ(r.status, 0) << r.output;
   fs::remove_all(dir);
 }
 
