@@ -20,7 +20,7 @@
 # of each model's whole gradient (the yardstick: a push round trip
 # <= 2x one move). Then the medians over rounds.
 #
-#   bench/ps_tasks.sh build                     # mlp and cnn, 3 rounds
+#   bench/ps_tasks.sh build                     # mlp (8 epochs) and cnn (3), 4 rounds: about 14 min
 #   ROUNDS=5 EPOCHS_MLP=2 EPOCHS_CNN=1 BATCH=32 SEED=5 bench/ps_tasks.sh build mlp
 #   KEEP=/tmp/dir bench/ps_tasks.sh build       # keep every log and trace there
 set -u
