@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/ps/push_link.hpp"
@@ -152,6 +153,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     got.append(buffer, static_cast<std::size_t>(n));
   }
   troupe::fuzz::close_with_reset(fd);
+  // The server's side of this connection ends (everything it held freed)
+  // before the input does: libFuzzer's leak check after each input must not
+  // see a connection thread still tearing down.
+  while (s.connections() > 0 && net::Clock::now() - start < 60s) std::this_thread::sleep_for(1ms);
+  TROUPE_FUZZ_CHECK(s.connections() == 0, "a connection still served 60 s after its client closed");
   if (net::Clock::now() - start > 3s)
     std::fprintf(stderr, "push_frames: the exchange took %.1f s\n",
                  std::chrono::duration<double>(net::Clock::now() - start).count());

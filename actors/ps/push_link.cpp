@@ -479,7 +479,15 @@ void PushServer::stop() {
   ::close(wake_[1]);
 }
 
+// `done` is set only once every local of the connection's serving has been
+// destroyed: whoever sees it (reap(), connections(), a test waiting for the
+// server to be idle) sees a connection that holds nothing any more.
 void PushServer::serve(Connection& c) {
+  serve_until_closed(c);
+  c.done = true;
+}
+
+void PushServer::serve_until_closed(Connection& c) {
   const std::string prefix = "troupe ps push server on port " + std::to_string(port_) + ": ";
   // Not logged once stop() has begun: it drops every connection on purpose.
   auto drop = [&](const std::string& why) {
@@ -520,7 +528,6 @@ void PushServer::serve(Connection& c) {
   } catch (const std::exception& e) {
     drop(e.what());
     ::shutdown(c.fd, SHUT_RDWR);
-    c.done = true;
     return;
   }
   const Ends e{c.fd, sealer.get(), opener.get()};
@@ -711,7 +718,6 @@ void PushServer::serve(Connection& c) {
   }
   writer.join();  // bounded: each answer's write has io_timeout, and stop() shuts the socket down
   ::shutdown(c.fd, SHUT_RDWR);
-  c.done = true;
 }
 
 std::function<Tensor(int shard, GradientPush push)> shard_apply(caf::actor_system& system,

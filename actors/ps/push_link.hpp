@@ -277,7 +277,8 @@ class PushServer {
  private:
   struct Connection;
   void accept_loop();
-  void serve(Connection& c);
+  void serve(Connection& c);  // serve_until_closed, then `done`
+  void serve_until_closed(Connection& c);
   void reap();  // joins the threads of finished connections
   void log(const std::string& line) const;
 
