@@ -6,7 +6,9 @@
 #
 #   sync         the tcp ring's all-reduce (reference)
 #   async-coord  async with the single server on the coordinator (no ps
-#                tasks: the worker node's pushes go through CAF, its relay)
+#                tasks: the worker node's replica pushes to it on the data
+#                plane, the coordinator's in process; before f972e91 the
+#                worker node's pushes went through CAF, its relay)
 #   async-1ps    async, --ps-tasks 1 and one `troupe node --ps --join ...`
 #   async-2ps    async, --ps-tasks 2 and two ps tasks (the big layers split
 #                across both: ps_split_above, default 10000 floats)
