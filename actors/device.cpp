@@ -116,6 +116,20 @@ void check_gradient(const DeviceState& s, const Tensor& gradient) {
                              std::to_string(s.config.rank));
 }
 
+// An async / ssp step whose every shard has answered (its fresh parameters
+// unpacked into the model, or into the host copy of a GPU replica): the
+// parameters go to the device, the spans are marked, the step is reported.
+void pushed(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, net::Clock::time_point started,
+            net::Clock::time_point pushed_at, net::Clock::time_point answered) {
+  auto& s = self->state;
+  if (s.config.device.is_cuda()) s.host_staging->pull(s.host_parameters, s.model->parameters());
+  const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
+  mark(s, "push", pushed_at, answered);
+  mark(s, "pull", answered, net::Clock::now());
+  ++s.clock;
+  report(self, loss_sum, examples, correct, true, started, push_seconds);
+}
+
 void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   auto& s = self->state;
   // The cuda ops run on the calling thread's current GPU; synchronize()
@@ -220,12 +234,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const auto answered = net::Clock::now();
     const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
     for (int i = 0; i < partition->shards(); ++i) partition->unpack(i, partition->part(i, s.fresh), target);
-    if (on_gpu) s.host_staging->pull(s.host_parameters, s.model->parameters());
-    const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
-    mark(s, "push", pushed_at, answered);
-    mark(s, "pull", answered, net::Clock::now());
-    ++s.clock;
-    report(self, loss_sum, examples, correct, true, started, push_seconds);
+    pushed(self, loss_sum, examples, correct, started, pushed_at, answered);
     return;
   }
   auto left = std::make_shared<int>(partition->shards());
@@ -244,12 +253,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
               partition->unpack(i, fresh, on_gpu ? st.host_parameters : st.model->parameters());
               if (--*left > 0) return;
               // Every shard has applied its part: the step is done.
-              if (on_gpu) st.host_staging->pull(st.host_parameters, st.model->parameters());
-              const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
-              mark(st, "push", pushed_at, answered);
-              mark(st, "pull", answered, net::Clock::now());
-              ++st.clock;
-              report(self, loss_sum, examples, correct, true, started, push_seconds);
+              pushed(self, loss_sum, examples, correct, started, pushed_at, answered);
             },
             [=](caf::error& e) {
               fail(self, "pushing its gradient to the parameter server" +
