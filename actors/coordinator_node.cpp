@@ -429,7 +429,7 @@ class CoordinatorCluster final : public ClusterHooks {
     return false;
   }
 
-  void serve_shards(caf::actor_system& system, const std::map<int, caf::actor>& shards, const ps::Partition& partition,
+  void serve_shards(const std::map<int, std::shared_ptr<ps::ShardCore>>& shards, const ps::Partition& partition,
                     int partition_shards) override {
     // On this host's data-plane address, another port (the ring keeps its
     // own listening socket across views).
@@ -443,7 +443,7 @@ class CoordinatorCluster final : public ClusterHooks {
       (void)shard;
       pc.shards[index] = partition.size(index);
     }
-    pc.apply = ps::shard_apply(system, shards, options_.timeout);
+    pc.apply = ps::shard_apply(shards);
     pc.io_timeout = options_.timeout;
     pc.log = log_;
     push_server_ = std::make_unique<ps::PushServer>(std::move(pc));

@@ -334,9 +334,9 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     if (ps_tasks.empty()) {
       server = ps::spawn_parameter_server(system, pc);
       if (cluster) {
-        std::map<int, caf::actor> mine;
-        for (std::size_t i = 0; i < server.shards.size(); ++i) mine[static_cast<int>(i)] = server.shards[i];
-        cluster->serve_shards(system, mine, *server.partition, config_.ps_shards);
+        std::map<int, std::shared_ptr<ps::ShardCore>> mine;
+        for (std::size_t i = 0; i < server.cores.size(); ++i) mine[static_cast<int>(i)] = server.cores[i];
+        cluster->serve_shards(mine, *server.partition, config_.ps_shards);
       }
     } else {
       // Shards on ps tasks: at least one per task (TF places variables

@@ -31,6 +31,7 @@
 #include "actors/mode.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
+#include "actors/ps/shard.hpp"  // ShardCore
 #include "actors/timeline.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
@@ -109,7 +110,7 @@ class ClusterHooks {
   // data plane, so that the other nodes' replicas push each its part there
   // (this host's replicas push to them in process). Every view sent from
   // now on carries the address. Stopped by finish().
-  virtual void serve_shards(caf::actor_system& /*system*/, const std::map<int, caf::actor>& /*shards*/,
+  virtual void serve_shards(const std::map<int, std::shared_ptr<ps::ShardCore>>& /*shards*/,
                             const ps::Partition& /*partition*/, int /*partition_shards*/) {}
 };
 

@@ -48,6 +48,7 @@ extern "C" void on_ps_signal(int signal) { ps_signal.store(signal); }
 // The shards this task hosts and the push server in front of them.
 struct Hosted {
   std::map<int, caf::actor> shards;  // by shard index
+  std::map<int, std::shared_ptr<ps::ShardCore>> cores;  // the same shards' cores
   std::unique_ptr<ps::PushServer> server;
 };
 
@@ -165,9 +166,10 @@ int run_ps_task(const NodeOptions& options) {
                 sc.optimizer = job.train.optimizer;
                 sc.schedule = schedule;
                 sc.replicas = replicas;
-                auto shard = system.spawn<caf::detached>(ps::shard_actor, sc);
-                hosted.shards[indices[j]] = shard;
-                handles.push_back(shard);
+                ps::LocalShard shard = ps::spawn_shard(system, std::move(sc));
+                hosted.shards[indices[j]] = shard.actor;
+                hosted.cores[indices[j]] = shard.core;
+                handles.push_back(shard.actor);
                 parts[indices[j]] = sizes[j];
                 floats += sizes[j];
               }
@@ -179,9 +181,9 @@ int run_ps_task(const NodeOptions& options) {
               pc.shards = parts;
               pc.io_timeout = options.timeout;
               pc.log = log;
-              // On a server thread: the shard actor applies the push, in the
-              // order its mailbox receives them, and answers its fresh part.
-              pc.apply = ps::shard_apply(system, hosted.shards, options.timeout);
+              // On the connection's thread: the shard's core applies the
+              // push and answers its fresh part (no hop through the actor).
+              pc.apply = ps::shard_apply(hosted.cores);
               hosted.server = std::make_unique<ps::PushServer>(pc);
               log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
                   std::to_string(replicas) + " replica(s); pushes on the data plane, " +

@@ -3,11 +3,13 @@
 // goal is a push round trip (gradient part up, fresh parameters down) of at
 // most 2x one move of the gradient.
 //
-//   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed]
+//   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed] [--apply echo|shard]
 //
 // A forked child process hosts one shard per size behind a PushServer,
-// whose apply answers with a tensor it keeps (no optimizer, no copy: the
-// transport alone), and a baseline loopback server that reads N bytes and
+// whose apply answers with a tensor it keeps (`--apply echo`, the default:
+// no optimizer, no copy: the transport alone), or applies each push with a
+// real shard (`--apply shard`: Adam on the part, as a ps task does, through
+// ps::shard_apply: what a push costs on top of the link), and a baseline loopback server that reads N bytes and
 // answers one byte. The parent times, per size, `reps` pushes (send, then
 // receive) and `reps` moves (write N bytes, read the 1-byte ack), after
 // `warmup` of each. --sealed runs the cluster handshake with a secret on
@@ -32,6 +34,8 @@
 #include <vector>
 
 #include "actors/ps/push_link.hpp"
+#include "actors/ps/shard.hpp"
+#include "actors/replica.hpp"  // configure_actor_system
 #include "net/cluster/gate.hpp"
 #include "net/tcp/sealed.hpp"
 #include "net/tcp/tcp.hpp"
@@ -51,6 +55,7 @@ struct Options {
   int reps = 50;
   int warmup = 5;
   bool sealed = false;
+  bool shard = false;  // --apply shard
 };
 
 Options parse(int argc, char** argv) {
@@ -64,13 +69,18 @@ Options parse(int argc, char** argv) {
     if (a == "--reps") o.reps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--sealed") o.sealed = true;
+    else if (a == "--apply") {
+      const std::string v = value();
+      if (v != "echo" && v != "shard") throw std::invalid_argument("--apply: echo or shard, not '" + v + "'");
+      o.shard = v == "shard";
+    }
     else if (a == "--sizes-mb") {
       o.sizes_mb.clear();
       std::stringstream s(value());
       std::string item;
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
-      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed)");
+      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed, --apply)");
     }
   }
   if (o.reps < 1 || o.warmup < 0) throw std::invalid_argument("--reps must be >= 1 and --warmup >= 0");
@@ -133,6 +143,28 @@ struct Mover {
     fresh.push_back(Tensor::full({floats[s]}, 0.5f));
   }
   c.apply = [&fresh](int shard, actors::GradientPush) { return fresh.at(static_cast<std::size_t>(shard)); };
+  // --apply shard: real shards (Adam, as a job's default), in an actor
+  // system of this process, as on a ps task.
+  caf::actor_system_config cfg;
+  actors::configure_actor_system(cfg);
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> shards;
+  std::map<int, std::shared_ptr<actors::ps::ShardCore>> cores;
+  if (o.shard) {
+    system = std::make_unique<caf::actor_system>(cfg);
+    for (std::size_t s = 0; s < floats.size(); ++s) {
+      actors::ps::ShardConfig sc;
+      sc.index = static_cast<int>(s);
+      sc.size = floats[s];
+      sc.optimizer.name = "adam";
+      sc.schedule = std::make_shared<models::LrSchedule>("constant", 1e-3f);
+      sc.replicas = 1;
+      actors::ps::LocalShard shard = actors::ps::spawn_shard(*system, sc);
+      shards.push_back(shard.actor);
+      cores[sc.index] = shard.core;
+    }
+    c.apply = actors::ps::shard_apply(cores);
+  }
   PushServer server(c);
   const int fd = ::accept4(raw_fd, nullptr, nullptr, SOCK_CLOEXEC);
   net::wire::prepare_socket(fd);
@@ -158,6 +190,7 @@ struct Mover {
   } catch (const std::exception&) {
   }
   server.stop();
+  for (auto& shard : shards) caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
   ::_exit(0);
 }
 
@@ -204,8 +237,9 @@ int main(int argc, char** argv) {
     const auto raw_hook = hook(o.sealed, "worker/raw");
     Mover mover(raw, raw_hook ? raw_hook(raw, false, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{});
     using Clock = std::chrono::steady_clock;
-    std::printf("# push link %s, loopback, %d reps after %d warm-up\n", client.sealed() ? "sealed" : "plaintext",
-                o.reps, o.warmup);
+    std::printf("# push link %s, loopback, %d reps after %d warm-up, apply %s\n",
+                client.sealed() ? "sealed" : "plaintext", o.reps, o.warmup,
+                o.shard ? "shard (Adam)" : "echo");
     for (std::size_t s = 0; s < floats.size(); ++s) {
       const std::int64_t n = floats[s];
       std::vector<float> gradient(static_cast<std::size_t>(n), 0.25f), fresh(static_cast<std::size_t>(n));

@@ -196,7 +196,9 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
     sc.schedule = config.schedule;
     sc.replicas = config.replicas;
     if (i == 0) sc.metrics = config.metrics;  // one record per push, not one per shard
-    out.shards.push_back(system.spawn<caf::detached>(shard_actor, sc));
+    LocalShard shard = spawn_shard(system, std::move(sc));
+    out.shards.push_back(shard.actor);
+    out.cores.push_back(std::move(shard.core));
   }
   out.front = system.spawn<caf::detached>(front_actor, config, out.shards);
   return out;

@@ -42,6 +42,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
+#include "actors/ps/shard.hpp"  // ShardCore
 #include "models/optimizer.hpp"
 #include "models/spec.hpp"
 #include "models/schedule.hpp"
@@ -67,6 +68,9 @@ struct ParameterServerConfig {
 struct ParameterServer {
   caf::actor front;
   std::vector<caf::actor> shards;  // by index in `partition`
+  // The shards' cores when they run in this process (shards[i]'s is
+  // cores[i]), for a PushServer; empty when they run on ps tasks.
+  std::vector<std::shared_ptr<ShardCore>> cores;
   std::shared_ptr<const Partition> partition;
 };
 

@@ -720,28 +720,4 @@ void PushServer::serve_until_closed(Connection& c) {
   ::shutdown(c.fd, SHUT_RDWR);
 }
 
-std::function<Tensor(int shard, GradientPush push)> shard_apply(caf::actor_system& system,
-                                                                std::map<int, caf::actor> shards,
-                                                                std::chrono::milliseconds timeout) {
-  return [&system, shards = std::move(shards), timeout](int shard, GradientPush push) {
-    const auto found = shards.find(shard);
-    if (found == shards.end()) throw std::runtime_error("shard " + std::to_string(shard) + " has no actor here");
-    caf::scoped_actor self{system};
-    Tensor fresh;
-    std::string refusal;
-    self->request(found->second, timeout, push_atom::value, std::move(push))
-        .receive([&](const Tensor& t) { fresh = t; },
-                 [&](caf::error& e) {
-                   // The shard's own words when it gave some (make_error
-                   // with a text), else CAF's rendering (request_timeout, ...).
-                   const caf::message& context = e.context();
-                   refusal = context.match_elements<std::string>()
-                                 ? context.get_as<std::string>(0)
-                                 : "shard " + std::to_string(shard) + "'s actor did not answer: " + system.render(e);
-                 });
-    if (!refusal.empty()) throw std::runtime_error(refusal);
-    return fresh;
-  };
-}
-
 }  // namespace troupe::actors::ps

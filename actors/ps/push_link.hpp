@@ -4,7 +4,7 @@
 // through the gate. Two plain classes: PushClient (one connection from a
 // replica to one process hosting shards; no CAF) and PushServer (on that
 // process: accepts, authenticates, and hands every push to a callback, which
-// in troupe asks the shard actor).
+// in troupe applies it to the shard, shard.hpp).
 //
 // Connection set-up, as the ring's (net/tcp/ring_setup.cpp):
 //   1. TCP connect (the client retries refused connects until
@@ -78,7 +78,7 @@
 //   sc.job_id = job;
 //   sc.authenticate = net::handshake_hook(handshake);
 //   sc.shards = {{0, partition.size(0)}, {2, partition.size(2)}};
-//   sc.apply = shard_apply(system, {{0, shard0}, {2, shard2}}, timeout);
+//   sc.apply = shard_apply({{0, shard0.core}, {2, shard2.core}});  // shard.hpp
 //   PushServer server(sc);
 //
 //   // client_for(s): the PushClient of the process hosting shard s (one per process)
@@ -295,16 +295,5 @@ class PushServer {
   std::mutex stop_mutex_;  // one stop() at a time
   bool stopped_ = false;   // under stop_mutex_
 };
-
-// The `apply` of a process whose shards are actors (shard.hpp): asks
-// `shards` (by shard index) with a request bounded by `timeout`, from the
-// connection's thread through a scoped actor, and returns the shard's
-// answer. A shard's refusal ("push from replica 0 of view 3 dropped: the
-// job is in view 4") becomes the exception, whose text the client sees;
-// a timeout or a dead shard says so. So stop() waits at most `timeout`
-// for an apply in progress.
-std::function<Tensor(int shard, GradientPush push)> shard_apply(caf::actor_system& system,
-                                                                std::map<int, caf::actor> shards,
-                                                                std::chrono::milliseconds timeout);
 
 }  // namespace troupe::actors::ps

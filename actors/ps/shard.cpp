@@ -1,100 +1,148 @@
 #include "actors/ps/shard.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "actors/job_metrics.hpp"
 
 namespace troupe::actors::ps {
 
-caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, ShardConfig config) {
-  auto& s = self->state;
-  s.config = std::move(config);
-  s.master = Tensor::zeros({s.config.size});
-  s.optimizer = models::make_optimizer(s.config.optimizer, s.master);
-  s.clocks.assign(static_cast<std::size_t>(s.config.replicas), 0);
-  s.pulled_at.assign(s.clocks.size(), 0);
-  // Staleness counts from here for every replica: after a switch to async
-  // (every replica holds the state the server just took), and at a new
-  // view, whose ranks are numbered anew (a survivor's first push then looks
-  // fresher than it is, once per view change). Not at `position`: that
-  // comes at every step boundary, where async replicas keep older parameters.
-  auto everyone_pulled = [self] {
-    auto& st = self->state;
-    st.pulled_at.assign(st.clocks.size(), st.counters.applied);
-  };
+ShardCore::ShardCore(ShardConfig config)
+    : config_(std::move(config)), master_(Tensor::zeros({config_.size})),
+      optimizer_(models::make_optimizer(config_.optimizer, master_)) {
+  clocks_.assign(static_cast<std::size_t>(config_.replicas), 0);
+  pulled_at_.assign(clocks_.size(), 0);
+}
+
+// After a switch to async (every replica holds the state the server just
+// took), and at a new view, whose ranks are numbered anew (a survivor's
+// first push then looks fresher than it is, once per view change). Not at
+// `position`: that comes at every step boundary, where async replicas keep
+// older parameters.
+void ShardCore::everyone_pulled() { pulled_at_.assign(clocks_.size(), counters_.applied); }
+
+Tensor ShardCore::apply(const GradientPush& push) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!closed_.empty()) throw std::runtime_error(closed_);
+  // A push from a view that has ended (a node removed while it was
+  // computing, or one that was stopped and came back) is never applied.
+  if (push.gradient.numel() != master_.numel()) {
+    ++counters_.dropped;
+    throw std::runtime_error("push from replica " + std::to_string(push.rank) + " dropped: " +
+                             std::to_string(push.gradient.numel()) + " floats for shard " +
+                             std::to_string(config_.index) + " of " + std::to_string(master_.numel()));
+  }
+  if (push.view != view_ || push.rank < 0 || static_cast<std::size_t>(push.rank) >= clocks_.size()) {
+    ++counters_.dropped;
+    throw std::runtime_error("push from replica " + std::to_string(push.rank) + " of view " +
+                             std::to_string(push.view) + " dropped: the job is in view " + std::to_string(view_));
+  }
+  const std::int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
+  counters_.max_lead = std::max(counters_.max_lead, (push.clock - 1) - slowest);
+  const float lr = config_.schedule->at(position_.global_step + applied_since_position_, position_.epoch);
+  optimizer_->step(master_, push.gradient, lr);
+  const auto rank = static_cast<std::size_t>(push.rank);
+  const std::int64_t staleness = counters_.applied - pulled_at_[rank];
+  counters_.staleness_sum += staleness;
+  counters_.staleness_max = std::max(counters_.staleness_max, staleness);
+  if (config_.metrics) config_.metrics->record_push_staleness(push.view, push.rank, staleness);
+  ++applied_since_position_;
+  ++counters_.applied;
+  clocks_[rank] = push.clock;
+  pulled_at_[rank] = counters_.applied;  // the answer below
+  return master_.clone();
+}
+
+ReplicaState ShardCore::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ReplicaState out;
+  out.clock = position_.global_step + applied_since_position_;
+  out.parameters = master_.clone();
+  for (const auto& [name, buffer] : optimizer_->buffers()) out.buffers.emplace_back(name, buffer.clone());
+  out.scalars = optimizer_->scalars();
+  out.replica_clocks = clocks_;
+  return out;
+}
+
+void ShardCore::set_state(const ReplicaState& state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  restore_state(master_, *optimizer_, state);
+  everyone_pulled();
+}
+
+void ShardCore::set_position(const Position& position, const std::vector<std::int64_t>& clocks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  position_ = position;
+  applied_since_position_ = 0;
+  clocks_ = clocks;
+  if (pulled_at_.size() != clocks_.size()) everyone_pulled();
+}
+
+void ShardCore::reconfig(std::uint32_t view, const std::vector<std::int64_t>& clocks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  view_ = view;
+  clocks_ = clocks;
+  everyone_pulled();
+}
+
+ServerCounters ShardCore::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ServerCounters c = counters_;
+  c.shard_applied = {c.applied};
+  return c;
+}
+
+void ShardCore::close(std::string why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = std::move(why);
+}
+
+caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core) {
+  self->state.core = core;
+  auto* system = &self->system();
+  self->attach_functor([core, system](const caf::error& reason) {
+    core->close("shard " + std::to_string(core->config().index) + " is gone (its actor ended: " +
+                system->render(reason) + ")");
+  });
   return {
-      [=](push_atom, const GradientPush& push) -> caf::result<Tensor> {
-        auto& st = self->state;
-        // A push from a view that has ended (a node removed while it was
-        // computing, or one that was stopped and came back) is never applied.
-        if (push.gradient.numel() != st.master.numel()) {
-          ++st.counters.dropped;
-          return caf::make_error(caf::sec::runtime_error,
-                                 "push from replica " + std::to_string(push.rank) + " dropped: " +
-                                     std::to_string(push.gradient.numel()) + " floats for shard " +
-                                     std::to_string(st.config.index) + " of " + std::to_string(st.master.numel()));
+      [core](push_atom, const GradientPush& push) -> caf::result<Tensor> {
+        try {
+          return core->apply(push);
+        } catch (const std::exception& e) {
+          // The text reaches the pusher (device.cpp, shard_apply's callers).
+          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
-        if (push.view != st.view || push.rank < 0 || static_cast<std::size_t>(push.rank) >= st.clocks.size()) {
-          ++st.counters.dropped;
-          return caf::make_error(caf::sec::runtime_error,
-                                 "push from replica " + std::to_string(push.rank) + " of view " +
-                                     std::to_string(push.view) + " dropped: the job is in view " +
-                                     std::to_string(st.view));
-        }
-        const std::int64_t slowest = *std::min_element(st.clocks.begin(), st.clocks.end());
-        st.counters.max_lead = std::max(st.counters.max_lead, (push.clock - 1) - slowest);
-        const float lr = st.config.schedule->at(st.position.global_step + st.applied_since_position,
-                                                st.position.epoch);
-        st.optimizer->step(st.master, push.gradient, lr);
-        const auto rank = static_cast<std::size_t>(push.rank);
-        if (rank < st.pulled_at.size()) {
-          const std::int64_t staleness = st.counters.applied - st.pulled_at[rank];
-          st.counters.staleness_sum += staleness;
-          st.counters.staleness_max = std::max(st.counters.staleness_max, staleness);
-          if (st.config.metrics) st.config.metrics->record_push_staleness(push.view, push.rank, staleness);
-        }
-        ++st.applied_since_position;
-        ++st.counters.applied;
-        st.clocks[rank] = push.clock;
-        if (rank < st.pulled_at.size()) st.pulled_at[rank] = st.counters.applied;  // the answer below
-        return st.master.clone();
       },
-      [=](get_state_atom) -> ReplicaState {
-        auto& st = self->state;
-        ReplicaState out;
-        out.clock = st.position.global_step + st.applied_since_position;
-        out.parameters = st.master.clone();
-        for (const auto& [name, buffer] : st.optimizer->buffers()) out.buffers.emplace_back(name, buffer.clone());
-        out.scalars = st.optimizer->scalars();
-        out.replica_clocks = st.clocks;
-        return out;
-      },
-      [=](set_state_atom, const ReplicaState& state) {
-        restore_state(self->state.master, *self->state.optimizer, state);
-        everyone_pulled();
+      [core](get_state_atom) -> ReplicaState { return core->state(); },
+      [core](set_state_atom, const ReplicaState& state) {
+        core->set_state(state);
         return caf::ok_atom::value;
       },
-      [=](position_atom, const Position& p, const std::vector<std::int64_t>& clocks) {
-        auto& st = self->state;
-        st.position = p;
-        st.applied_since_position = 0;
-        st.clocks = clocks;
-        if (st.pulled_at.size() != clocks.size()) everyone_pulled();
+      [core](position_atom, const Position& p, const std::vector<std::int64_t>& clocks) {
+        core->set_position(p, clocks);
         return caf::ok_atom::value;
       },
-      [=](counters_atom) -> ServerCounters {
-        ServerCounters c = self->state.counters;
-        c.shard_applied = {c.applied};
-        return c;
-      },
+      [core](counters_atom) -> ServerCounters { return core->counters(); },
       // A new membership view: its replicas, all at the same clock.
-      [=](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
-        auto& st = self->state;
-        st.view = view;
-        st.clocks = clocks;
-        everyone_pulled();
+      [core](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
+        core->reconfig(view, clocks);
         return caf::ok_atom::value;
       },
+  };
+}
+
+LocalShard spawn_shard(caf::actor_system& system, ShardConfig config) {
+  LocalShard out;
+  out.core = std::make_shared<ShardCore>(std::move(config));
+  out.actor = system.spawn<caf::detached>(shard_actor, out.core);
+  return out;
+}
+
+std::function<Tensor(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards) {
+  return [shards = std::move(shards)](int shard, GradientPush push) {
+    const auto found = shards.find(shard);
+    if (found == shards.end()) throw std::runtime_error("shard " + std::to_string(shard) + " is not hosted here");
+    return found->second->apply(push);
   };
 }
 

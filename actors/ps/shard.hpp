@@ -7,7 +7,16 @@
 // idle: replicas all-reduce among themselves (net::Collective) and apply
 // identical updates.
 //
-// Protocol (the coordinator talks to the shards through the
+// Two parts: ShardCore, the shard itself (its part of the parameters, the
+// optimizer state, the clocks and the counters, behind one mutex), and
+// shard_actor, the CAF face the coordinator and the replicas of the
+// coordinator's own process talk to. A PushServer (push_link.hpp) hands a
+// push from another node straight to the core on the connection's thread
+// (shard_apply below): no message to an actor and back, so a push costs the
+// server no thread switch beyond the link's own (issue 17's push round
+// trip; docs/BENCHMARKS.md, "Parameter-server shards on ps tasks").
+//
+// Protocol of the actor (the coordinator talks to the shards through the
 // parameter_server actor, parameter_server.hpp; replicas push to each shard):
 //   push, GradientPush        -> Tensor (fresh parameters)   apply one gradient part
 //   get_state                 -> ReplicaState                a copy of this part's state
@@ -19,9 +28,9 @@
 // A push from another view is dropped (counted, answered with an error).
 //
 // Every push is applied exactly once and counted (`applied`): every shard
-// applies every push, each in the order its own mailbox received them, so
-// at a step boundary (no push in flight) all shards have applied the same
-// pushes. The staleness bound of ssp is enforced by the coordinator's
+// applies every push, each in the order its pushes take the core's mutex,
+// so at a step boundary (no push in flight) all shards have applied the
+// same pushes. The staleness bound of ssp is enforced by the coordinator's
 // grants; each shard measures it independently: for each push it records
 // how far the pusher's starting clock was ahead of the slowest replica's
 // clock as the shard has seen it. For /metrics one shard (the one given
@@ -31,7 +40,11 @@
 
 #include <caf/all.hpp>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "actors/messages.hpp"
 #include "models/optimizer.hpp"
@@ -52,23 +65,71 @@ struct ShardConfig {
   std::shared_ptr<JobMetrics> metrics;  // null: no staleness recorded (every shard but one)
 };
 
-struct ShardState {
-  ShardConfig config;
-  Tensor master;
-  std::unique_ptr<models::Optimizer> optimizer;
-  Position position;
-  std::int64_t applied_since_position = 0;
-  std::vector<std::int64_t> clocks;
-  // By rank: `counters.applied` when the replica last received parameters
+// The shard: every member function takes the mutex, so pushes from
+// PushServer threads and the actor's messages may come from any thread.
+class ShardCore {
+ public:
+  explicit ShardCore(ShardConfig config);
+  ShardCore(const ShardCore&) = delete;
+  ShardCore& operator=(const ShardCore&) = delete;
+
+  const ShardConfig& config() const { return config_; }
+  // Applies one gradient part and returns a copy of the fresh part. Throws
+  // std::runtime_error saying why when the push is dropped (another view, a
+  // rank out of range, another size): nothing applied, `dropped` counted.
+  Tensor apply(const GradientPush& push);
+  ReplicaState state() const;  // a copy (clock, parameters, optimizer buffers, clocks)
+  void set_state(const ReplicaState& state);
+  void set_position(const Position& position, const std::vector<std::int64_t>& clocks);
+  void reconfig(std::uint32_t view, const std::vector<std::int64_t>& clocks);
+  ServerCounters counters() const;
+  // From here on every apply() is refused with `why` (the shard's actor
+  // ended: the job is over or failed, and what the core holds is no longer
+  // gathered or checkpointed, so a push applied to it would be lost).
+  void close(std::string why);
+
+ private:
+  // Staleness counts from here for every replica (under mutex_).
+  void everyone_pulled();
+
+  const ShardConfig config_;
+  mutable std::mutex mutex_;
+  Tensor master_;
+  std::unique_ptr<models::Optimizer> optimizer_;
+  Position position_;
+  std::int64_t applied_since_position_ = 0;
+  std::vector<std::int64_t> clocks_;
+  // By rank: `counters_.applied` when the replica last received parameters
   // (a push's answer, or the state every replica shares after a switch to
   // async), for staleness.
-  std::vector<std::int64_t> pulled_at;
-  std::uint32_t view = 0;
-  ServerCounters counters;
+  std::vector<std::int64_t> pulled_at_;
+  std::uint32_t view_ = 0;
+  ServerCounters counters_;
+  std::string closed_;  // why apply() refuses; empty while open
+};
+
+struct ShardState {
+  std::shared_ptr<ShardCore> core;
   static inline const char* name = "ps_shard";
 };
 
-caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, ShardConfig config);
+// The actor over `core` (spawned detached: an in-process push runs Adam on
+// the actor's thread). When it ends, it closes the core.
+caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core);
+
+// A shard of this process: its actor (for CAF) and its core (for the
+// PushServer).
+struct LocalShard {
+  caf::actor actor;
+  std::shared_ptr<ShardCore> core;
+};
+LocalShard spawn_shard(caf::actor_system& system, ShardConfig config);
+
+// The `apply` of a PushServer (push_link.hpp) hosting `shards` (by index):
+// applies each push on the calling connection's thread. A shard's refusal
+// ("push from replica 0 of view 3 dropped: the job is in view 4") is the
+// exception, whose text the client sees.
+std::function<Tensor(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards);
 
 }  // namespace ps
 }  // namespace troupe::actors

@@ -67,6 +67,7 @@ struct Shards {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> system;
   std::vector<caf::actor> shards;
+  std::vector<std::shared_ptr<ShardCore>> cores;  // shards[i]'s is cores[i]
 
   explicit Shards(const std::vector<std::int64_t>& sizes) {
     configure_actor_system(cfg);
@@ -79,7 +80,9 @@ struct Shards {
       c.optimizer.weight_decay = 1e-4f;
       c.schedule = std::make_shared<models::LrSchedule>("constant", 1e-3f);
       c.replicas = 2;
-      shards.push_back(system->spawn(shard_actor, c));
+      LocalShard shard = spawn_shard(*system, c);
+      shards.push_back(shard.actor);
+      cores.push_back(shard.core);
     }
   }
   ~Shards() {
@@ -97,9 +100,9 @@ struct Shards {
   }
   // What a process hosting these shards serves them with.
   std::function<Tensor(int, GradientPush)> apply() {
-    std::map<int, caf::actor> by_index;
-    for (std::size_t i = 0; i < shards.size(); ++i) by_index[static_cast<int>(i)] = shards[i];
-    return shard_apply(*system, by_index, 10s);
+    std::map<int, std::shared_ptr<ShardCore>> by_index;
+    for (std::size_t i = 0; i < cores.size(); ++i) by_index[static_cast<int>(i)] = cores[i];
+    return shard_apply(by_index);
   }
   ReplicaState state(int shard) {
     caf::scoped_actor self{*system};
@@ -285,8 +288,9 @@ TEST(PsPushLink, RefusalsNameTheReasonAndTheLinkGoesOn) {
   client.receive(0, out0.data(), kSizes[0]);
 }
 
-// A shard actor that is gone: the push is refused at once with CAF's
-// reason, not held until the client's timeout.
+// A shard whose actor is gone (the job ended or failed): the push is
+// refused at once with the reason, not applied to a state nobody gathers
+// any more, and not held until the client's timeout.
 TEST(PsPushLink, APushToAShardActorThatIsGoneIsRefusedAtOnce) {
   Shards shards(kSizes);
   PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply()));
@@ -307,10 +311,11 @@ TEST(PsPushLink, APushToAShardActorThatIsGoneIsRefusedAtOnce) {
   } catch (const PushError& e) {
     what = e.what();
   }
-  EXPECT_NE(what.find("push to shard 0 at 127.0.0.1:" + std::to_string(server.port()) + ": refused by the server: shard 0's actor did not answer: "),
+  EXPECT_NE(what.find("push to shard 0 at 127.0.0.1:" + std::to_string(server.port()) + ": refused by the server: shard 0 is gone (its actor ended: "),
             std::string::npos)
       << what;
-  EXPECT_NE(what.find("request_receiver_down"), std::string::npos) << what;
+  EXPECT_NE(what.find("user_shutdown"), std::string::npos) << what;
+  EXPECT_EQ(shards.cores[0]->counters().applied, 0);
   EXPECT_LT(since(start), 2s);
   // The other shard is still served on the same connection.
   const auto g1 = wave(kSizes[1], 10);
