@@ -29,15 +29,19 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # cli_tests, api_tests and examples_tests, which train real models through
 # the troupe binary or the API for several minutes each under ASan
 # (docs/SANITIZERS.md, "What runs").
-asan_suites="util_tests;models_tests;collective_tests;control_tests;cluster_tests;tcp_tests;actors_tests"
-# ThreadSanitizer: troupe's own threads, the collective backends (the local
-# backend's ranks as threads, the tcp backend's sender and receiver threads).
+asan_suites="util_tests;models_tests;collective_tests;control_tests;cluster_tests;tcp_tests;ps_link_tests;actors_tests"
+# ThreadSanitizer: troupe's own threads: the collective backends (the local
+# backend's ranks as threads, the tcp backend's sender and receiver threads),
+# the gate and the join relay (a thread per connection, the sealed splice,
+# the man-in-the-middle proxies) and the parameter server's push link (a
+# reader and a writer thread per connection, pushes applied to the shards'
+# cores from them, stop() and abort() from other threads).
 # Not actors_tests: CAF 0.17.6 is Debian's uninstrumented library, so TSan
 # cannot see the happens-before of its mailboxes and reports every message
 # handed between actors as a race in troupe's frames (device.cpp,
 # Tensor::slice), which may not be suppressed; and each actor test takes
 # 70 to 265 s under TSan (docs/SANITIZERS.md).
-tsan_suites="collective_tests;tcp_tests"
+tsan_suites="collective_tests;tcp_tests;cluster_tests;ps_link_tests"
 
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(asan fuzz tsan)

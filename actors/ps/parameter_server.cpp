@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "actors/job_metrics.hpp"
 #include "actors/ps/shard.hpp"
 #include "models/model.hpp"
 
@@ -195,7 +196,11 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
     sc.optimizer = config.optimizer;
     sc.schedule = config.schedule;
     sc.replicas = config.replicas;
-    if (i == 0) sc.metrics = config.metrics;  // one record per push, not one per shard
+    // One record per push, not one per shard.
+    if (i == 0 && config.metrics)
+      sc.record_staleness = [metrics = config.metrics](std::uint32_t view, int rank, std::int64_t updates) {
+        metrics->record_push_staleness(view, rank, updates);
+      };
     LocalShard shard = spawn_shard(system, std::move(sc));
     out.shards.push_back(shard.actor);
     out.cores.push_back(std::move(shard.core));

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "actors/job_metrics.hpp"
 
 namespace troupe::actors::ps {
 
@@ -45,7 +44,7 @@ Tensor ShardCore::apply(const GradientPush& push) {
   const std::int64_t staleness = counters_.applied - pulled_at_[rank];
   counters_.staleness_sum += staleness;
   counters_.staleness_max = std::max(counters_.staleness_max, staleness);
-  if (config_.metrics) config_.metrics->record_push_staleness(push.view, push.rank, staleness);
+  if (config_.record_staleness) config_.record_staleness(push.view, push.rank, staleness);
   ++applied_since_position_;
   ++counters_.applied;
   clocks_[rank] = push.clock;
@@ -95,47 +94,6 @@ ServerCounters ShardCore::counters() const {
 void ShardCore::close(std::string why) {
   std::lock_guard<std::mutex> lock(mutex_);
   closed_ = std::move(why);
-}
-
-caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core) {
-  self->state.core = core;
-  auto* system = &self->system();
-  self->attach_functor([core, system](const caf::error& reason) {
-    core->close("shard " + std::to_string(core->config().index) + " is gone (its actor ended: " +
-                system->render(reason) + ")");
-  });
-  return {
-      [core](push_atom, const GradientPush& push) -> caf::result<Tensor> {
-        try {
-          return core->apply(push);
-        } catch (const std::exception& e) {
-          // The text reaches the pusher (device.cpp, shard_apply's callers).
-          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
-        }
-      },
-      [core](get_state_atom) -> ReplicaState { return core->state(); },
-      [core](set_state_atom, const ReplicaState& state) {
-        core->set_state(state);
-        return caf::ok_atom::value;
-      },
-      [core](position_atom, const Position& p, const std::vector<std::int64_t>& clocks) {
-        core->set_position(p, clocks);
-        return caf::ok_atom::value;
-      },
-      [core](counters_atom) -> ServerCounters { return core->counters(); },
-      // A new membership view: its replicas, all at the same clock.
-      [core](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
-        core->reconfig(view, clocks);
-        return caf::ok_atom::value;
-      },
-  };
-}
-
-LocalShard spawn_shard(caf::actor_system& system, ShardConfig config) {
-  LocalShard out;
-  out.core = std::make_shared<ShardCore>(std::move(config));
-  out.actor = system.spawn<caf::detached>(shard_actor, out.core);
-  return out;
 }
 
 std::function<Tensor(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards) {

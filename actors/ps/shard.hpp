@@ -34,7 +34,7 @@
 // grants; each shard measures it independently: for each push it records
 // how far the pusher's starting clock was ahead of the slowest replica's
 // clock as the shard has seen it. For /metrics one shard (the one given
-// `metrics`) also records each push's staleness: the updates it applied
+// `record_staleness`) also records each push's staleness: the updates it applied
 // between the pusher's receiving parameters and this push (JobMetrics).
 #pragma once
 
@@ -52,8 +52,6 @@
 
 namespace troupe::actors {
 
-class JobMetrics;  // actors/job_metrics.hpp
-
 namespace ps {
 
 struct ShardConfig {
@@ -62,7 +60,10 @@ struct ShardConfig {
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
-  std::shared_ptr<JobMetrics> metrics;  // null: no staleness recorded (every shard but one)
+  // Called with each applied push's staleness (view, rank, updates), under
+  // the shard's mutex; empty: none recorded (every shard but one; a job
+  // gives shard 0 JobMetrics::record_push_staleness).
+  std::function<void(std::uint32_t view, int rank, std::int64_t updates)> record_staleness;
 };
 
 // The shard: every member function takes the mutex, so pushes from
@@ -112,6 +113,8 @@ struct ShardState {
   std::shared_ptr<ShardCore> core;
   static inline const char* name = "ps_shard";
 };
+
+// ---- shard_actor.cpp: the CAF face (the rest needs no actor system) ----
 
 // The actor over `core` (spawned detached: an in-process push runs Adam on
 // the actor's thread). When it ends, it closes the core.

@@ -278,6 +278,47 @@ TEST(PsShards, TheFrontTakesWholePushesAsOneServerWould) {
   EXPECT_EQ(three.counters.shard_applied, (std::vector<std::int64_t>{6, 6, 6}));
 }
 
+// A shard whose actor is gone (the job ended or failed) refuses the pushes
+// that still reach its core on the data plane (shard_apply), with the
+// reason, and applies none: what the core holds is no longer gathered.
+TEST(PsShards, AShardWhoseActorEndedRefusesPushesOnTheDataPlane) {
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg);
+  caf::actor_system system{cfg};
+  ps::ShardConfig c;
+  c.index = 3;
+  c.size = 8;
+  c.optimizer.name = "adam";
+  c.schedule = std::make_shared<const models::LrSchedule>("constant", 0.01f, 0);
+  c.replicas = 1;
+  const ps::LocalShard shard = ps::spawn_shard(system, c);
+  const auto apply = ps::shard_apply({{3, shard.core}});
+  GradientPush push{0, 0, 1, Tensor::full({8}, 0.5f)};
+  EXPECT_EQ(apply(3, push).numel(), 8);  // applied while the actor lives
+  {
+    caf::scoped_actor self{system};
+    self->monitor(shard.actor);
+    self->send_exit(shard.actor, caf::exit_reason::user_shutdown);
+    self->receive([](const caf::down_msg&) {},
+                  caf::after(std::chrono::seconds(5)) >> [] { ADD_FAILURE() << "the shard did not exit"; });
+  }
+  std::string what;
+  try {
+    apply(3, GradientPush{0, 0, 2, Tensor::full({8}, 0.5f)});
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("shard 3 is gone (its actor ended: "), std::string::npos) << what;
+  EXPECT_NE(what.find("user_shutdown"), std::string::npos) << what;
+  EXPECT_EQ(shard.core->counters().applied, 1);
+  try {
+    apply(5, push);
+    ADD_FAILURE() << "a push for a shard not hosted was applied";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 5 is not hosted here"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PsShards, BadShardCountsAreRefusedBeforeTraining) {
   JobConfig c = mlp_job({Device::cpu(0)}, "async", 0);
   try {

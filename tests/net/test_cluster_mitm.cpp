@@ -134,6 +134,14 @@ INSTANTIATE_TEST_SUITE_P(Attacks, ClusterMitmRing,
 // record, the others lose their connections when it gives up) and every
 // process ends within seconds; none prints a result.
 TEST(ClusterMitm, AFlippedBitFailsAThreeProcessRingWithinSeconds) {
+#if defined(__SANITIZE_THREAD__)
+  // The proxy's thread runs before the ranks are forked, and TSan cannot
+  // follow a process forked with threads (it stops the child: "starting new
+  // threads after multi-threaded fork is not supported"). The two-rank
+  // attacks above run the same sealed records in one process under TSan;
+  // this test runs in the plain and the ASan builds.
+  GTEST_SKIP() << "forks after starting a thread, which ThreadSanitizer does not support";
+#endif
   AttackPlan plan;
   plan.attack = Attack::flip_bit;
   plan.record = 2;  // the first payload rank 0 sends
