@@ -55,7 +55,7 @@ void maybe_continue(Self* self) {
 // `started`: when the step asked for its batch; `wait_seconds`: its
 // all-reduce or push round trip (StepReport, for /metrics).
 void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, bool pushed,
-            net::Clock::time_point started, double wait_seconds) {
+            net::Clock::time_point started, double wait_seconds, std::int64_t staleness = -1) {
   auto& s = self->state;
   StepReport r;
   r.view = s.config.view;
@@ -67,6 +67,7 @@ void report(Self* self, double loss_sum, std::int64_t examples, std::int64_t cor
   r.pushed = pushed;
   r.step_seconds = std::chrono::duration<double>(net::Clock::now() - started).count();
   r.wait_seconds = wait_seconds;
+  r.staleness = staleness;
   self->send(s.config.coordinator, step_done_atom::value, r);
   maybe_continue(self);
 }
@@ -119,15 +120,17 @@ void check_gradient(const DeviceState& s, const Tensor& gradient) {
 // An async / ssp step whose every shard has answered (its fresh parameters
 // unpacked into the model, or into the host copy of a GPU replica): the
 // parameters go to the device, the spans are marked, the step is reported.
+// `staleness`: shard 0's, from its answer on the data plane (-1 in process,
+// where the shard records it itself).
 void pushed(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, net::Clock::time_point started,
-            net::Clock::time_point pushed_at, net::Clock::time_point answered) {
+            net::Clock::time_point pushed_at, net::Clock::time_point answered, std::int64_t staleness = -1) {
   auto& s = self->state;
   if (s.config.device.is_cuda()) s.host_staging->pull(s.host_parameters, s.model->parameters());
   const double push_seconds = std::chrono::duration<double>(answered - pushed_at).count();
   mark(s, "push", pushed_at, answered);
   mark(s, "pull", answered, net::Clock::now());
   ++s.clock;
-  report(self, loss_sum, examples, correct, true, started, push_seconds);
+  report(self, loss_sum, examples, correct, true, started, push_seconds, staleness);
 }
 
 void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
@@ -199,6 +202,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const ps::PushRoutes& routes = *s.config.push_routes;
     if (!s.fresh.defined() || s.fresh.raw() == nullptr) s.fresh = Tensor::empty({partition->total()});
     int shard = -1;
+    std::int64_t staleness = -1;
     try {
       auto client_of = [&](int i) -> ps::PushClient& {
         const std::string& address = routes.addresses.at(static_cast<std::size_t>(i));
@@ -221,7 +225,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
       }
       for (shard = 0; shard < partition->shards(); ++shard) {
         Tensor out = partition->part(shard, s.fresh);
-        client_of(shard).receive(shard, out.f32(), out.numel());
+        const std::int64_t seen = client_of(shard).receive(shard, out.f32(), out.numel());
+        if (shard == 0) staleness = seen;
       }
     } catch (const std::exception& e) {
       // The link is unusable after a failure: the next push (a later view)
@@ -234,7 +239,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const auto answered = net::Clock::now();
     const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
     for (int i = 0; i < partition->shards(); ++i) partition->unpack(i, partition->part(i, s.fresh), target);
-    pushed(self, loss_sum, examples, correct, started, pushed_at, answered);
+    pushed(self, loss_sum, examples, correct, started, pushed_at, answered, staleness);
     return;
   }
   auto left = std::make_shared<int>(partition->shards());

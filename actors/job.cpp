@@ -346,7 +346,10 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       const int wanted = std::max(config_.ps_shards, tasks);
       partition_ = std::make_shared<const ps::Partition>(ps::partition_for(spec_, wanted, config_.ps_split_above));
       pc.partition = partition_;
-      pc.metrics = nullptr;  // staleness is measured where the shards run
+      // Staleness is measured where the shards run; shard 0 answers each
+      // push's to the pusher, whose step report brings it to /metrics.
+      pc.metrics = nullptr;
+      if (config_.metrics) config_.metrics->staleness_from_reports();
       const int shards = partition_->shards();
       std::vector<caf::actor> handles(static_cast<std::size_t>(shards));
       std::vector<std::string> addresses(static_cast<std::size_t>(shards));

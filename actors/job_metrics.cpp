@@ -101,6 +101,7 @@ void JobMetrics::record_step(const StepReport& r) {
   NodeSeries& s = series(node);
   s.step.observe(r.step_seconds);
   (r.pushed ? s.push : s.allreduce).observe(r.wait_seconds);
+  if (r.pushed && staleness_from_reports_ && r.staleness >= 0) s.staleness.observe(static_cast<double>(r.staleness));
   s.examples += static_cast<double>(r.examples);
   if (!cluster_) return;
   // The node's step is its slowest replica's clock, as /status shows it.
@@ -109,6 +110,11 @@ void JobMetrics::record_step(const StepReport& r) {
   for (std::size_t k = 0; k < rank_node_.size(); ++k)
     if (rank_node_[k] == node && rank_clock_[k] >= 0 && (slowest < 0 || rank_clock_[k] < slowest)) slowest = rank_clock_[k];
   if (slowest >= 0) node_step_[node] = slowest;
+}
+
+void JobMetrics::staleness_from_reports() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  staleness_from_reports_ = true;
 }
 
 void JobMetrics::record_push_staleness(std::uint32_t view, int rank, std::int64_t updates) {

@@ -9,7 +9,10 @@
 //   each step report the coordinator accepts (record_step): the step's time
 //       and its all-reduce or push time, measured by the device actor on its
 //       own node (StepReport::step_seconds, wait_seconds);
-//   the parameter server, at each push it applies (record_push_staleness);
+//   the parameter server, at each push it applies (record_push_staleness),
+//       when its shards run in the coordinator's process; when they run on
+//       ps tasks (staleness_from_reports), each push's staleness as shard 0
+//       answered it to the pusher, from the step report;
 //   the job's thread, for each membership view (set_nodes): which node
 //       holds which ranks, so cluster series carry a `node` label.
 // The control endpoint's handler thread renders them (prometheus_text) at
@@ -54,6 +57,10 @@ class JobMetrics {
   // pusher last received parameters (its staleness), from rank `rank` of
   // view `view`.
   void record_push_staleness(std::uint32_t view, int rank, std::int64_t updates);
+  // The shards run on ps tasks, out of reach of record_push_staleness: from
+  // now on record_step records each push's staleness from its report
+  // (StepReport::staleness, when measured).
+  void staleness_from_reports();
 
   std::string prometheus_text() const;
 
@@ -64,6 +71,7 @@ class JobMetrics {
   static const std::vector<double>& staleness_bounds();
 
  private:
+  bool staleness_from_reports_ = false;
   struct NodeSeries {
     net::prometheus::Histogram step, allreduce, push, staleness;
     double examples = 0;  // a counter: examples its replicas trained on

@@ -109,6 +109,10 @@ struct StepReport {
   // parameter server's answer to the push (async, ssp).
   double step_seconds = 0;
   double wait_seconds = 0;
+  // A push's staleness as shard 0 measured it and answered on the data
+  // plane (async, ssp; -1: not measured here, the shard recorded it itself).
+  // The coordinator records it for /metrics when the shards run on ps tasks.
+  std::int64_t staleness = -1;
 };
 
 // A gradient pushed to the parameter server (async / ssp).
@@ -290,7 +294,7 @@ void serialize(P& p, Grant& g, const unsigned int) {
 
 template <class P>
 void serialize(P& p, StepReport& r, const unsigned int) {
-  detail::check(p(r.view, r.rank, r.clock, r.examples, r.correct, r.pushed), "StepReport");
+  detail::check(p(r.view, r.rank, r.clock, r.examples, r.correct, r.pushed, r.staleness), "StepReport");
   detail::raw(p, r.loss_sum, "StepReport");
   detail::raw(p, r.step_seconds, "StepReport");
   detail::raw(p, r.wait_seconds, "StepReport");

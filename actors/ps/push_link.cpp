@@ -59,8 +59,9 @@ void encode(const AnswerHeader& h, unsigned char out[kAnswerHeaderBytes]) {
   put_u32(out + 8, h.sequence);
   put_u32(out + 12, h.status);
   put_u64(out + 16, static_cast<std::uint64_t>(h.floats));
-  put_u32(out + 24, h.reason_bytes);
-  put_u32(out + 28, h.crc32c);
+  put_u64(out + 24, static_cast<std::uint64_t>(h.staleness));
+  put_u32(out + 32, h.reason_bytes);
+  put_u32(out + 36, h.crc32c);
 }
 
 AnswerHeader decode_answer(const unsigned char in[kAnswerHeaderBytes]) {
@@ -70,8 +71,9 @@ AnswerHeader decode_answer(const unsigned char in[kAnswerHeaderBytes]) {
   h.sequence = static_cast<std::uint32_t>(get_le(in + 8, 4));
   h.status = static_cast<std::uint32_t>(get_le(in + 12, 4));
   h.floats = static_cast<std::int64_t>(get_le(in + 16, 8));
-  h.reason_bytes = static_cast<std::uint32_t>(get_le(in + 24, 4));
-  h.crc32c = static_cast<std::uint32_t>(get_le(in + 28, 4));
+  h.staleness = static_cast<std::int64_t>(get_le(in + 24, 8));
+  h.reason_bytes = static_cast<std::uint32_t>(get_le(in + 32, 4));
+  h.crc32c = static_cast<std::uint32_t>(get_le(in + 36, 4));
   return h;
 }
 
@@ -318,7 +320,7 @@ void PushClient::send(int shard, std::uint32_t view, int rank, std::int64_t cloc
   pending_.push_back({shard, next_sequence_++, deadline});
 }
 
-void PushClient::receive(int shard, float* out, std::int64_t floats) {
+std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
   check_usable(shard);
   if (pending_.empty()) throw PushError(where(shard) + "receive without an unanswered push");
   const Pending expected = pending_.front();
@@ -369,6 +371,7 @@ void PushClient::receive(int shard, float* out, std::int64_t floats) {
   if (!sealer_ && answer_crc(header, out, bytes) != h.crc32c)
     fail(shard, "the answer's CRC-32C does not match (altered on the way)");
   pending_.pop_front();
+  return h.staleness < 0 ? -1 : h.staleness;
 }
 
 // ---------------------------------------------------------------------------
@@ -688,14 +691,15 @@ void PushServer::serve_until_closed(Connection& c) {
       refuse(h, why, true);
       break;
     }
-    Tensor fresh;
+    AppliedPush applied;
     try {
-      fresh = config_.apply(shard, std::move(push));
+      applied = config_.apply(shard, std::move(push));
     } catch (const std::exception& x) {
       refuse(h, x.what(), false);
       continue;
     }
     ++pushes_;
+    Tensor& fresh = applied.fresh;
     if (!fresh.defined() || fresh.dtype() != kernels::DType::f32 || fresh.device().is_cuda() ||
         fresh.numel() != hosted->second) {
       refuse(h, "the server's shard " + std::to_string(shard) + " answered " + fresh.describe() + ", expected " +
@@ -708,6 +712,7 @@ void PushServer::serve_until_closed(Connection& c) {
     a.header.sequence = h.sequence;
     a.header.status = static_cast<std::uint32_t>(AnswerStatus::applied);
     a.header.floats = h.floats;
+    a.header.staleness = applied.staleness < 0 ? -1 : applied.staleness;
     a.fresh = std::move(fresh);
     answer(std::move(a));
   }

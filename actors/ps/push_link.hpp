@@ -26,10 +26,14 @@
 //   push (client -> server), a 40-byte header then `floats` f32:
 //     0 u32 magic 'TPSP'   4 u32 shard      8 u32 view      12 i32 rank
 //    16 i64 clock         24 i64 floats    32 u32 sequence 36 u32 crc32c
-//   answer (server -> client), a 32-byte header then a payload:
+//   answer (server -> client), a 40-byte header then a payload:
 //     0 u32 magic 'TPSA'   4 u32 shard      8 u32 sequence  12 u32 status
-//    16 i64 floats        24 u32 reason bytes               28 u32 crc32c
+//    16 i64 floats        24 i64 staleness  32 u32 reason bytes  36 u32 crc32c
 //     status 0 (applied): `floats` f32, the part's fresh parameters;
+//       `staleness` the push's staleness as the shard measured it (the
+//       updates it applied between the pusher's last answer and this
+//       push; -1: not measured), which the pusher reports to the
+//       coordinator for /metrics (the shards of a ps task have no /metrics);
 //     status 1 (refused): `reason bytes` (<= kMaxReasonBytes) of text.
 //
 // `sequence` numbers the pushes of one connection from 0; an answer names
@@ -121,11 +125,11 @@ struct PushError : std::runtime_error {
 namespace push_wire {
 
 constexpr std::uint32_t kHelloMagic = 0x48535054;   // "TPSH"
-constexpr std::uint16_t kVersion = 1;
+constexpr std::uint16_t kVersion = 2;  // 2: the answer's staleness
 constexpr std::uint32_t kPushMagic = 0x50535054;    // "TPSP"
 constexpr std::uint32_t kAnswerMagic = 0x41535054;  // "TPSA"
 constexpr std::size_t kPushHeaderBytes = 40;
-constexpr std::size_t kAnswerHeaderBytes = 32;
+constexpr std::size_t kAnswerHeaderBytes = 40;
 constexpr std::size_t kMaxReasonBytes = 1024;
 // Sealed payload records: 1 MiB, as the ring's chunks.
 constexpr std::size_t kPushRecordBytes = std::size_t{1} << 20;
@@ -147,6 +151,7 @@ struct AnswerHeader {
   std::uint32_t sequence = 0;
   std::uint32_t status = 0;
   std::int64_t floats = 0;
+  std::int64_t staleness = -1;
   std::uint32_t reason_bytes = 0;
   std::uint32_t crc32c = 0;
 };
@@ -160,6 +165,16 @@ std::uint32_t push_crc(const unsigned char header[kPushHeaderBytes], const void*
 std::uint32_t answer_crc(const unsigned char header[kAnswerHeaderBytes], const void* payload, std::size_t bytes);
 
 }  // namespace push_wire
+
+// What the server's `apply` gives back for one push: the part's fresh
+// parameters and, where the shard measures it, the push's staleness
+// (shard.hpp). A Tensor converts to one without a staleness.
+struct AppliedPush {
+  AppliedPush() = default;
+  AppliedPush(Tensor fresh_, std::int64_t staleness_ = -1) : fresh(std::move(fresh_)), staleness(staleness_) {}  // NOLINT: implicit on purpose
+  Tensor fresh;
+  std::int64_t staleness = -1;
+};
 
 // ---------------------------------------------------------------------------
 // The client: one connection to one server address, used by one replica
@@ -193,8 +208,9 @@ class PushClient {
   // `floats` of them, straight into `out`. Throws PushError with the
   // server's reason for a refusal (the client stays usable), or the
   // transport's (timeout, reset, authentication, protocol: the client is
-  // then unusable). `out` may hold garbage after a throw.
-  void receive(int shard, float* out, std::int64_t floats);
+  // then unusable). `out` may hold garbage after a throw. Returns the
+  // push's staleness as the shard measured it (-1: not measured).
+  std::int64_t receive(int shard, float* out, std::int64_t floats);
   // Thread-safe: every blocked or later send/receive fails at once with a
   // PushError naming the address and shard and ending in `why`.
   void abort(const std::string& why);
@@ -243,10 +259,10 @@ struct PushServerConfig {
   std::map<int, std::int64_t> shards;
   // Applies one push, on the connection's thread (so concurrently for
   // several connections). Returns the fresh parameters of the part (a cpu
-  // f32 tensor of exactly the part's floats), or throws std::exception whose
-  // what() is the refusal the client sees. Must return in bounded time (a
-  // CAF request with a timeout): stop() waits for the calls in progress.
-  std::function<Tensor(int shard, GradientPush push)> apply;
+  // f32 tensor of exactly the part's floats) and the push's staleness, or
+  // throws std::exception whose what() is the refusal the client sees.
+  // Must return in bounded time: stop() waits for the calls in progress.
+  std::function<AppliedPush(int shard, GradientPush push)> apply;
   std::chrono::milliseconds io_timeout{60000};  // a frame's reading once begun, and each answer's writing
   std::chrono::milliseconds handshake_timeout{10000};  // authentication and Hellos
   // Refused and dropped connections, with the reason; null: stderr.

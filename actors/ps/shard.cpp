@@ -20,7 +20,7 @@ ShardCore::ShardCore(ShardConfig config)
 // older parameters.
 void ShardCore::everyone_pulled() { pulled_at_.assign(clocks_.size(), counters_.applied); }
 
-Tensor ShardCore::apply(const GradientPush& push) {
+AppliedPush ShardCore::apply(const GradientPush& push) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!closed_.empty()) throw std::runtime_error(closed_);
   // A push from a view that has ended (a node removed while it was
@@ -49,7 +49,7 @@ Tensor ShardCore::apply(const GradientPush& push) {
   ++counters_.applied;
   clocks_[rank] = push.clock;
   pulled_at_[rank] = counters_.applied;  // the answer below
-  return master_.clone();
+  return AppliedPush(master_.clone(), staleness);
 }
 
 ReplicaState ShardCore::state() const {
@@ -96,7 +96,8 @@ void ShardCore::close(std::string why) {
   closed_ = std::move(why);
 }
 
-std::function<Tensor(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards) {
+std::function<AppliedPush(int shard, GradientPush push)> shard_apply(
+    std::map<int, std::shared_ptr<ShardCore>> shards) {
   return [shards = std::move(shards)](int shard, GradientPush push) {
     const auto found = shards.find(shard);
     if (found == shards.end()) throw std::runtime_error("shard " + std::to_string(shard) + " is not hosted here");

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/ps/push_link.hpp"  // AppliedPush
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
 
@@ -75,10 +76,11 @@ class ShardCore {
   ShardCore& operator=(const ShardCore&) = delete;
 
   const ShardConfig& config() const { return config_; }
-  // Applies one gradient part and returns a copy of the fresh part. Throws
-  // std::runtime_error saying why when the push is dropped (another view, a
-  // rank out of range, another size): nothing applied, `dropped` counted.
-  Tensor apply(const GradientPush& push);
+  // Applies one gradient part and returns a copy of the fresh part with the
+  // push's staleness. Throws std::runtime_error saying why when the push is
+  // dropped (another view, a rank out of range, another size): nothing
+  // applied, `dropped` counted.
+  AppliedPush apply(const GradientPush& push);
   ReplicaState state() const;  // a copy (clock, parameters, optimizer buffers, clocks)
   void set_state(const ReplicaState& state);
   void set_position(const Position& position, const std::vector<std::int64_t>& clocks);
@@ -132,7 +134,8 @@ LocalShard spawn_shard(caf::actor_system& system, ShardConfig config);
 // applies each push on the calling connection's thread. A shard's refusal
 // ("push from replica 0 of view 3 dropped: the job is in view 4") is the
 // exception, whose text the client sees.
-std::function<Tensor(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards);
+std::function<AppliedPush(int shard, GradientPush push)> shard_apply(
+    std::map<int, std::shared_ptr<ShardCore>> shards);
 
 }  // namespace ps
 }  // namespace troupe::actors

@@ -16,7 +16,7 @@ caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr
   return {
       [core](push_atom, const GradientPush& push) -> caf::result<Tensor> {
         try {
-          return core->apply(push);
+          return core->apply(push).fresh;
         } catch (const std::exception& e) {
           // The text reaches the pusher (device.cpp, shard_apply's callers).
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));

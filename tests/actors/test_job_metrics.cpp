@@ -141,6 +141,33 @@ TEST(JobMetrics, ClusterSeriesCarryTheNodeOfEachRankInTheCurrentView) {
   EXPECT_EQ(sample(after, "troupe_step_seconds_count{node=\"3\"}"), "2");
 }
 
+// Shards on ps tasks: the staleness comes with the step reports (shard 0's
+// answer to the pusher), and only then; before staleness_from_reports() a
+// report's staleness is left to the shards' own record_push_staleness, so
+// that no push is counted twice.
+TEST(JobMetrics, StalenessFromReportsOnlyWhenTheShardsRunElsewhere) {
+  JobMetrics m(Mode::parse("async"), 2, /*cluster=*/true);
+  NodeInfo coordinator{0, "coordinator", "127.0.0.1:7001", 0, 1, {"cpu:0"}};
+  NodeInfo worker{1, "worker/b", "127.0.0.1:7002", 1, 1, {"cpu:0"}};
+  m.set_nodes(1, {coordinator, worker});
+  StepReport r = report(1, 1, 5, 0.01, 0.001, true);
+  r.staleness = 3;
+  m.record_step(r);  // the shards are in this process: they record it
+  EXPECT_EQ(sample(m.prometheus_text(), "troupe_push_staleness_count{node=\"1\"}"), "0");
+  m.staleness_from_reports();
+  m.record_step(r);
+  r.staleness = -1;  // not measured (an in-process push)
+  m.record_step(r);
+  StepReport sync = report(1, 0, 6, 0.01, 0.001, false);
+  sync.staleness = 7;  // an all-reduce step has none, whatever it says
+  m.record_step(sync);
+  const std::string text = m.prometheus_text();
+  EXPECT_EQ(sample(text, "troupe_push_staleness_count{node=\"1\"}"), "1");
+  EXPECT_EQ(sample(text, "troupe_push_staleness_sum{node=\"1\"}"), "3");
+  EXPECT_EQ(sample(text, "troupe_push_staleness_count{node=\"0\"}"), "0");
+  EXPECT_EQ(sample(text, "troupe_push_seconds_count{node=\"1\"}"), "3");
+}
+
 // A real job: sync for 40 steps, then async, on two replicas.
 TEST(JobMetrics, ARealJobsCountsMatchItsAccounting) {
   JobConfig c;

@@ -294,7 +294,7 @@ TEST(PsShards, AShardWhoseActorEndedRefusesPushesOnTheDataPlane) {
   const ps::LocalShard shard = ps::spawn_shard(system, c);
   const auto apply = ps::shard_apply({{3, shard.core}});
   GradientPush push{0, 0, 1, Tensor::full({8}, 0.5f)};
-  EXPECT_EQ(apply(3, push).numel(), 8);  // applied while the actor lives
+  EXPECT_EQ(apply(3, push).fresh.numel(), 8);  // applied while the actor lives
   {
     caf::scoped_actor self{system};
     self->monitor(shard.actor);

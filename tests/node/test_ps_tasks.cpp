@@ -7,10 +7,12 @@
 #include <signal.h>
 
 #include <regex>
+#include <thread>
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "tests/node/cluster.hpp"
 #include "tests/node/process.hpp"
+#include "tests/support/http.hpp"
 
 namespace troupe {
 namespace {
@@ -42,6 +44,22 @@ long long hosted_floats(const std::string& log) {
   return std::stoll(m[1]);
 }
 
+// The sum over every node of a Prometheus series (`name` or `name{...}`),
+// -1 when no line has it.
+double series_sum(const std::string& text, const std::string& name) {
+  double sum = -1;
+  std::regex line("^" + name + R"((\{[^}]*\})? ([0-9.eE+-]+)$)");
+  std::smatch m;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string l = text.substr(at, end - at);
+    if (std::regex_match(l, m, line)) sum = (sum < 0 ? 0 : sum) + std::stod(m[2]);
+    at = end + 1;
+  }
+  return sum;
+}
+
 // 2 workers (the coordinator and one worker node, a replica each) and 2 ps
 // tasks, one epoch of the mlp in async and in ssp:2. Each ps task hosts one
 // shard (the mlp's big layers split across both: every push reaches both),
@@ -54,13 +72,39 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
     const std::vector<std::string> env =
         sealed ? std::vector<std::string>{"TROUPE_SECRET=ps-tasks-test-secret-0123456789abcdef"}
                : std::vector<std::string>{};
+    // The async run serves GET /metrics (no secret: loopback only).
+    const int control_port = sealed ? 0 : troupe::testing::free_loopback_port();
+    std::vector<std::string> coordinator_args{"--ps-tasks", "2"};
+    if (control_port) coordinator_args.insert(coordinator_args.end(), {"--control", "127.0.0.1:" + std::to_string(control_port)});
     Cluster c(std::string("ps-tasks-") + (sealed ? "ssp" : "async"),
               std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode +
                   "\"\nps_split_above = 10000\n",
-              1, {"--ps-tasks", "2"}, env);
+              1, coordinator_args, env);
     std::vector<std::unique_ptr<Process>> ps;
     ps.push_back(start_ps_task(c, 0, env));
     ps.push_back(start_ps_task(c, 1, env));
+    if (control_port) {
+      // The shards run on the ps tasks, yet /metrics has every push's
+      // staleness: shard 0 answers it to the pusher, whose step report
+      // brings it to the coordinator with the push's time, so in any
+      // scrape there is one staleness per push, neither lost nor counted
+      // twice (node by node, summed here).
+      double pushes = 0, staleness = 0, staleness_sum = 0;
+      const auto until = std::chrono::steady_clock::now() + 120s;
+      while (pushes < 200 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(200ms);
+        const auto r = troupe::testing::http_get(control_port, "/metrics");
+        if (r.status != 200) continue;
+        pushes = series_sum(r.body, "troupe_push_seconds_count");
+        staleness = series_sum(r.body, "troupe_push_staleness_count");
+        staleness_sum = series_sum(r.body, "troupe_push_staleness_sum");
+      }
+      EXPECT_GE(pushes, 200) << "no scrape saw 200 pushes\n" << all_logs(c, ps);
+      EXPECT_EQ(staleness, pushes);
+      // Two replicas pushing by turns: about one update unseen per push.
+      EXPECT_GT(staleness_sum, 0);
+      EXPECT_LT(staleness_sum, 4 * pushes);
+    }
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
     for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
     const std::string out = c.coordinator->output();

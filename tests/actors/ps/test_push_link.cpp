@@ -80,9 +80,9 @@ struct Shards {
   }
   // A push in process, as the shard's actor applies one from a replica of
   // its own process.
-  Tensor push(int shard, GradientPush p) { return cores.at(static_cast<std::size_t>(shard))->apply(p); }
+  Tensor push(int shard, GradientPush p) { return cores.at(static_cast<std::size_t>(shard))->apply(p).fresh; }
   // What a process hosting these shards serves them with.
-  std::function<Tensor(int, GradientPush)> apply() {
+  std::function<AppliedPush(int, GradientPush)> apply() {
     std::map<int, std::shared_ptr<ShardCore>> by_index;
     for (std::size_t i = 0; i < cores.size(); ++i) by_index[static_cast<int>(i)] = cores[i];
     return shard_apply(by_index);
@@ -109,7 +109,7 @@ struct Log {
   }
 };
 
-PushServerConfig server_config(std::map<int, std::int64_t> shards, std::function<Tensor(int, GradientPush)> apply,
+PushServerConfig server_config(std::map<int, std::int64_t> shards, std::function<AppliedPush(int, GradientPush)> apply,
                                const std::string& secret = "", Log* log = nullptr) {
   PushServerConfig c;
   std::uint16_t port = 0;
@@ -160,7 +160,11 @@ void round_trip(const std::string& secret) {
       client.send(s, 0, rank, clock, gradients[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
     EXPECT_EQ(client.outstanding(), 2u);
     for (int s = 0; s < 2; ++s)
-      client.receive(s, answers[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+      // The push's staleness, as each shard measured it: ranks 0 and 1
+      // push by turns, so every push after the first missed one update.
+      EXPECT_EQ(client.receive(s, answers[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]),
+                round == 0 ? 0 : 1)
+          << "round " << round << ", shard " << s;
     EXPECT_EQ(client.outstanding(), 0u);
     // The same pushes, in-process, to identical shards.
     for (int s = 0; s < 2; ++s) {
@@ -195,16 +199,17 @@ TEST(PsPushLink, SealedPushesEndBitwiseWhereInProcessPushesDo) { round_trip(kSec
 // serialisation), and a shard part of 0 floats round-trips.
 TEST(PsPushLink, SpecialFloatsAndEmptyPartsCrossUnchanged) {
   const std::vector<float> special = {std::nanf(""), -0.0f, INFINITY, -INFINITY, 1e-45f, 3.5f};
-  PushServer server(server_config({{0, 6}, {1, 0}}, [&](int shard, GradientPush p) {
-    if (shard == 1) return Tensor::empty({0});
+  // Shard 1 also answers a staleness beyond 32 bits; shard 0 none.
+  PushServer server(server_config({{0, 6}, {1, 0}}, [&](int shard, GradientPush p) -> AppliedPush {
+    if (shard == 1) return AppliedPush(Tensor::empty({0}), std::int64_t{1} << 40);
     return p.gradient.clone();  // echo
   }));
   PushClient client(client_config(server.port()));
   std::vector<float> back(6, 0.0f);
   client.send(0, 0, 0, 1, special.data(), 6);
   client.send(1, 0, 0, 1, nullptr, 0);
-  client.receive(0, back.data(), 6);
-  client.receive(1, nullptr, 0);
+  EXPECT_EQ(client.receive(0, back.data(), 6), -1);
+  EXPECT_EQ(client.receive(1, nullptr, 0), std::int64_t{1} << 40);
   EXPECT_TRUE(bitwise_equal(special.data(), back.data(), 6));
 }
 
