@@ -261,14 +261,16 @@ TEST(ClusterGate, MisbehavingClientsAreDroppedAndNeverReachThePort) {
     const char* logged;
   };
   std::string huge = "\xff\xff\xff\xff";
-  std::string truncated("\x00\x00\x00\x64", 4);
+  // Frames are a u32 little-endian length, then a Cap'n Proto AuthMessage.
+  std::string truncated("\x64\x00\x00\x00", 4);
   truncated += "only ten b";
   const Case cases[] = {
       {"garbage", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, "bytes, more than the 4096"},
       {"length 0xFFFFFFFF", huge + std::string(64, 'A'), false, "4294967295 bytes, more than the 4096"},
       {"truncated frame, then close", truncated, true, "end of stream"},
       {"silent", "", false, "timed out"},
-      {"a frame that is not a response", std::string("\x00\x00\x00\x05hello", 9), false, "the frame has a field of"},
+      {"a frame that is not a response", std::string("\x08\x00\x00\x00hello!!!", 12), false,
+       "malformed handshake response"},
   };
   std::size_t expected_refusals = 0;
   for (const Case& k : cases) {
