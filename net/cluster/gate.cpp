@@ -67,11 +67,6 @@ std::string socket_host(int fd, bool peer) {
 // ---------------------------------------------------------------------------
 // Frames: a u32 little-endian length, then one AuthMessage (auth.hpp).
 
-// A frame whose length is over the bound (the peer is not troupe's).
-struct OversizedFrame : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
 void write_frame(int fd, const std::string& body, Deadline deadline) {
   unsigned char prefix[wire::kLengthPrefixBytes];
   wire::put_u32(prefix, static_cast<std::uint32_t>(body.size()));
@@ -79,15 +74,15 @@ void write_frame(int fd, const std::string& body, Deadline deadline) {
 }
 
 // One frame, never more than kGateMaxFrameBytes allocated whatever the
-// length field says (OversizedFrame before anything more is read). Reads
-// exactly the frame, nothing after it.
+// length field says (std::invalid_argument before anything more is read).
+// Reads exactly the frame, nothing after it.
 std::string read_frame(int fd, Deadline deadline) {
   unsigned char prefix[wire::kLengthPrefixBytes];
   wire::read_all(fd, prefix, sizeof prefix, deadline);
   const std::uint64_t n = wire::get_le(prefix, sizeof prefix);
   if (n > kGateMaxFrameBytes)
-    throw OversizedFrame("a frame of " + std::to_string(n) + " bytes, more than the " +
-                         std::to_string(kGateMaxFrameBytes) + " a handshake frame may have");
+    throw std::invalid_argument("a frame of " + std::to_string(n) + " bytes, more than the " +
+                                std::to_string(kGateMaxFrameBytes) + " a handshake frame may have");
   std::string body(static_cast<std::size_t>(n), '\0');
   wire::read_all(fd, body.data(), body.size(), deadline);
   return body;
