@@ -105,7 +105,7 @@ struct HandshakeResult {
   std::string peer_address;   // "10.0.0.2:5555", "[::1]:5555"
   // Whether the handshake got as far as the acceptor's verdict (admitted or
   // refused); false when the connection was dropped on the way (I/O error,
-  // timeout, malformed frame, bad magic).
+  // timeout, malformed frame, a first frame that is not a challenge).
   bool verdict = false;
   // When ok with a cluster secret: this end's keys for the connection
   // (link_keys of the handshake's session key), for everything after the
