@@ -482,6 +482,37 @@ TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
   EXPECT_NE(r.reason.find("is not a troupe gate"), std::string::npos) << r.reason;
 }
 
+// A well-formed handshake message of the wrong kind first (a verdict where
+// the challenge belongs) is no gate either, and the reason says what came.
+TEST(ClusterGate, JoinerRefusesAFirstFrameThatIsNotAChallenge) {
+  std::uint16_t port = 0;
+  const int listener = listen_tcp("127.0.0.1:0", &port);
+  std::thread fake([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    Verdict v;
+    v.admitted = true;
+    v.identity = "coordinator";
+    const std::string message = v.encode();
+    unsigned char prefix[wire::kLengthPrefixBytes];
+    wire::put_u32(prefix, static_cast<std::uint32_t>(message.size()));
+    const std::string frame = std::string(reinterpret_cast<const char*>(prefix), sizeof prefix) + message;
+    send_all(fd, frame.data(), frame.size());
+    sees_eof(fd, 2s);
+    ::close(fd);
+  });
+  const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
+  const HandshakeResult r = join_handshake(fd, handshake("worker/a"), Clock::now() + 2s);
+  ::close(fd);
+  fake.join();
+  ::close(listener);
+  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.verdict);
+  EXPECT_NE(r.reason.find("is not a troupe gate (its first frame is not a challenge: malformed handshake challenge: "
+                          "a handshake verdict instead)"),
+            std::string::npos)
+      << r.reason;
+}
+
 // Two ranks as threads, each with the hook and its own secret; the errors
 // of make_tcp_group (and a barrier), "" for none.
 std::vector<std::string> tcp_ring_errors(const std::string& secret0, const std::string& secret1) {
