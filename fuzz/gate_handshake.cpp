@@ -3,7 +3,8 @@
 // closes its side; accept_handshake or join_handshake (with or without a
 // cluster secret, by the first byte) reads it under a short deadline.
 // The handshake messages' own decoders (Challenge::decode,
-// JoinResponse::decode) are also fed the input directly.
+// JoinResponse::decode, Verdict::decode: Cap'n Proto AuthMessages) are also
+// fed the input directly.
 //
 // Properties: the handshakes never throw and never crash; a verdict is
 // reached only after whole frames, and neither end reads a byte past the
@@ -31,18 +32,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::uint32_t be32(std::string_view s, std::size_t at) {
+std::uint32_t le32(std::string_view s, std::size_t at) {
   if (s.size() < at + 4) return 0xffffffffu;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data() + at);
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
 }
 
-// Bytes taken by the first `frames` frames of `s` (each a 4-byte big-endian
-// length and that many bytes), or npos when they are not all there.
+// Bytes taken by the first `frames` frames of `s` (each a 4-byte
+// little-endian length and that many bytes), or npos when they are not all
+// there.
 std::size_t frames_end(std::string_view s, int frames) {
   std::size_t at = 0;
   for (int i = 0; i < frames; ++i) {
-    const std::uint32_t n = be32(s, at);
+    const std::uint32_t n = le32(s, at);
     if (n > kGateMaxFrameBytes || s.size() < at + 4 + n) return std::string_view::npos;
     at += 4 + n;
   }
@@ -60,8 +62,16 @@ void decoders(std::string_view bytes) {
     const JoinResponse r = JoinResponse::decode(bytes);
     const JoinResponse s = JoinResponse::decode(r.encode());
     TROUPE_FUZZ_CHECK(r.has_secret == s.has_secret && r.nonce == s.nonce && r.identity == s.identity &&
-                          r.proof == s.proof && r.error == s.error,
+                          r.proof == s.proof && r.error == s.error && r.troupe_version == s.troupe_version,
                       "JoinResponse round trip");
+  } catch (const std::invalid_argument&) {
+  }
+  try {
+    const Verdict v = Verdict::decode(bytes);
+    const Verdict w = Verdict::decode(v.encode());
+    TROUPE_FUZZ_CHECK(v.admitted == w.admitted && v.identity == w.identity && v.proof == w.proof &&
+                          v.reason == w.reason,
+                      "Verdict round trip");
   } catch (const std::invalid_argument&) {
   }
 }

@@ -59,8 +59,12 @@ std::string be32(std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xff);
   return s;
 }
-std::string field(const std::string& bytes) { return be32(static_cast<std::uint32_t>(bytes.size())) + bytes; }
-std::string frame(const std::string& body) { return be32(static_cast<std::uint32_t>(body.size())) + body; }
+// A gate frame: a u32 little-endian length, then the message.
+std::string frame(const std::string& message) {
+  unsigned char prefix[wire::kLengthPrefixBytes];
+  wire::put_u32(prefix, static_cast<std::uint32_t>(message.size()));
+  return std::string(reinterpret_cast<const char*>(prefix), sizeof prefix) + message;
+}
 
 // ---------------------------------------------------------------- checkpoint
 
@@ -120,21 +124,32 @@ void frame_header_seeds() {
   hello.job_id = 42;
   hello.rank = 1;
   hello.world = 2;
-  unsigned char bytes[wire::kHelloBytes];
-  wire::encode_hello(hello, bytes);
-  put("frame_header", "hello", std::string(reinterpret_cast<char*>(bytes), sizeof bytes));
+  const auto ring = wire::encode_hello(hello);
+  put("frame_header", "hello", std::string(ring.begin() + 4, ring.end()));
+  put("frame_header", "hello_framed", std::string(ring.begin(), ring.end()));
+  hello.purpose = wire::Purpose::push_link;
+  hello.rank = hello.world = 0;
+  const auto push = wire::encode_hello(hello);
+  put("frame_header", "hello_push_link", std::string(push.begin() + 4, push.end()));
 }
 
 // Relays one connection both ways, recording what `from` sends after its
-// first 24 bytes (the hello).
+// Hello (its length prefix and message).
 void relay(int from, int to, std::string* record) {
   char buffer[65536];
   std::size_t seen = 0;
+  std::size_t hello_bytes = wire::kLengthPrefixBytes;  // until the prefix is in
+  unsigned char prefix[wire::kLengthPrefixBytes];
   for (;;) {
     const ssize_t n = ::recv(from, buffer, sizeof buffer, 0);
     if (n <= 0) break;
-    for (ssize_t i = 0; i < n; ++i, ++seen)
-      if (record && seen >= wire::kHelloBytes) *record += buffer[i];
+    for (ssize_t i = 0; i < n; ++i, ++seen) {
+      if (seen < wire::kLengthPrefixBytes) {
+        prefix[seen] = static_cast<unsigned char>(buffer[i]);
+        if (seen + 1 == wire::kLengthPrefixBytes) hello_bytes += wire::hello_length(prefix);
+      }
+      if (record && seen >= hello_bytes) *record += buffer[i];
+    }
     if (::send(to, buffer, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) break;
   }
   ::shutdown(to, SHUT_WR);
@@ -266,22 +281,29 @@ void gate_seeds() {
     const Secret s = with_secret ? secret : Secret();
     Acceptor acceptor(s);
     Joiner joiner(s, "worker/fuzz");
-    const JoinResponse response = joiner.respond(acceptor.challenge());
-    const AuthResult verdict = acceptor.verify(response);
+    JoinResponse response = joiner.respond(acceptor.challenge());
+    const AuthResult auth = acceptor.verify(response);
     const char mode_bit = with_secret ? 0 : 2;
     // To an acceptor: the joiner's frame.
+    response.troupe_version = "0.1.0";
     put("gate_handshake", with_secret ? "acceptor_secret" : "acceptor_open",
-        std::string(1, mode_bit) + frame(field(response.encode()) + field("0.1.0")));
+        std::string(1, mode_bit) + frame(response.encode()));
+    response.troupe_version = "0.0.9";
     put("gate_handshake", with_secret ? "acceptor_old_version" : "acceptor_open_old_version",
-        std::string(1, mode_bit | 4) + frame(field(response.encode()) + field("0.0.9")));
+        std::string(1, mode_bit | 4) + frame(response.encode()));
     // To a joiner: the gate's challenge, then an admission and a refusal.
-    const std::string greeting = frame(std::string(kGateMagic) + acceptor.challenge().encode());
+    const std::string greeting = frame(acceptor.challenge().encode());
+    Verdict admitted;
+    admitted.admitted = true;
+    admitted.identity = "coordinator";
+    admitted.proof = auth.proof;
     put("gate_handshake", with_secret ? "joiner_admitted" : "joiner_open_admitted",
-        std::string(1, mode_bit | 1) + greeting + frame(std::string(1, '\1') + field("coordinator") + field(verdict.proof)) +
-            "after");
+        std::string(1, mode_bit | 1) + greeting + frame(admitted.encode()) + "after");
+    Verdict refused;
+    refused.identity = "coordinator";
+    refused.reason = "the job has started";
     put("gate_handshake", with_secret ? "joiner_refused" : "joiner_open_refused",
-        std::string(1, mode_bit | 1) + greeting + frame(std::string(1, '\0') + field("coordinator") +
-                                                        field("the job has started")));
+        std::string(1, mode_bit | 1) + greeting + frame(refused.encode()));
   }
 }
 

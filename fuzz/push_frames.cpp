@@ -127,14 +127,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const int fd = net::wire::connect_tcp("127.0.0.1:" + std::to_string(s.port()), net::Clock::now() + 5s);
   net::wire::Hello h;
-  h.magic = push_wire::kHelloMagic;
+  h.purpose = net::wire::Purpose::push_link;
   h.version = push_wire::kVersion;
   h.job_id = kJob;
-  unsigned char hello[net::wire::kHelloBytes];
-  net::wire::encode_hello(h, hello);
   try {
-    net::wire::write_all(fd, hello, sizeof hello, nullptr, 0, net::Clock::now() + 5s);
-    net::wire::read_all(fd, hello, sizeof hello, net::Clock::now() + 5s);
+    net::wire::write_hello(fd, nullptr, h, net::Clock::now() + 5s);
+    net::wire::read_hello(fd, nullptr, net::Clock::now() + 5s);
     net::wire::write_all(fd, stream.data(), stream.size(), nullptr, 0, net::Clock::now() + 5s);
   } catch (const net::wire::IoError&) {
     // The server may refuse and close before reading it all.

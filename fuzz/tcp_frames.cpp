@@ -32,14 +32,12 @@ namespace {
 
 constexpr std::uint64_t kJob = 0x7e57'0b5e'55ed'1234ull;
 
-std::vector<unsigned char> hello_bytes(std::uint32_t rank) {
+wire::Hello hello_of(std::uint32_t rank) {
   wire::Hello h;
   h.job_id = kJob;
   h.rank = rank;
   h.world = 2;
-  std::vector<unsigned char> out(wire::kHelloBytes);
-  wire::encode_hello(h, out.data());
-  return out;
+  return h;
 }
 
 Tensor floats(std::int64_t n) {
@@ -109,14 +107,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ::close(listen[1]);
   if (from_real < 0) troupe::fuzz::fail("rank 0 did not connect");
   wire::prepare_socket(from_real);
-  unsigned char hello[wire::kHelloBytes];
-  wire::read_all(from_real, hello, sizeof hello, Clock::now() + 5s);
-  const auto mine = hello_bytes(1);
-  wire::write_all(from_real, mine.data(), mine.size(), nullptr, 0, Clock::now() + 5s);
+  wire::read_hello(from_real, nullptr, Clock::now() + 5s);
+  wire::write_hello(from_real, nullptr, hello_of(1), Clock::now() + 5s);
   // Then connect to rank 0 as its predecessor, and handshake.
   const int to_real = wire::connect_tcp(addresses[0], Clock::now() + 5s);
-  wire::write_all(to_real, mine.data(), mine.size(), nullptr, 0, Clock::now() + 5s);
-  wire::read_all(to_real, hello, sizeof hello, Clock::now() + 5s);
+  wire::write_hello(to_real, nullptr, hello_of(1), Clock::now() + 5s);
+  wire::read_hello(to_real, nullptr, Clock::now() + 5s);
   std::unique_ptr<Collective> group = made.get();
 
   // The input is all rank 1 ever says, on both connections (frames on the

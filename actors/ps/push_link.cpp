@@ -167,7 +167,7 @@ void skip_payload(const Ends& e, std::size_t bytes, Deadline deadline, std::vect
 
 wire::Hello push_hello(std::uint64_t job_id) {
   wire::Hello h;
-  h.magic = kHelloMagic;
+  h.purpose = wire::Purpose::push_link;
   h.version = kVersion;
   h.job_id = job_id;
   return h;
@@ -175,7 +175,9 @@ wire::Hello push_hello(std::uint64_t job_id) {
 
 // What is wrong with a peer's Hello, or "" when it is one of this job's.
 std::string check_hello(const wire::Hello& h, std::uint64_t job_id, const char* peer) {
-  if (h.magic != kHelloMagic) return "wrong magic " + hex(h.magic) + ": not a troupe push-link " + peer;
+  if (h.purpose != wire::Purpose::push_link)
+    return "wrong purpose '" + wire::purpose_name(h.purpose) + "' (expected 'push link'): not a troupe push-link " +
+           peer;
   if (h.version != kVersion)
     return std::string("the ") + peer + " speaks push-link version " + std::to_string(h.version) + ", this end " +
            std::to_string(kVersion);
@@ -236,16 +238,14 @@ PushClient::PushClient(PushClientConfig config) : config_(std::move(config)) {
       sealer_ = std::make_unique<wire::RecordSealer>(keys.send);
       opener_ = std::make_unique<wire::RecordOpener>(keys.receive);
     }
-    const Ends e{fd_, sealer_.get(), opener_.get()};
-    unsigned char hello[wire::kHelloBytes];
-    wire::encode_hello(push_hello(config_.job_id), hello);
+    wire::Hello hello;
     try {
-      write_frame(e, hello, sizeof hello, nullptr, 0, deadline);
-      read_header(e, hello, sizeof hello, deadline);
+      wire::write_hello(fd_, sealer_.get(), push_hello(config_.job_id), deadline);
+      hello = wire::read_hello(fd_, opener_.get(), deadline);
     } catch (const std::exception& x) {
       throw std::runtime_error(io_text(x, "exchanging Hellos", config_.connect_timeout));
     }
-    const std::string wrong = check_hello(wire::decode_hello(hello), config_.job_id, "server");
+    const std::string wrong = check_hello(hello, config_.job_id, "server");
     if (!wrong.empty()) throw std::runtime_error(wrong);
   } catch (const std::exception& e) {
     ::close(fd_);
@@ -515,18 +515,16 @@ void PushServer::serve_until_closed(Connection& c) {
       sealer = std::make_unique<wire::RecordSealer>(keys.send);
       opener = std::make_unique<wire::RecordOpener>(keys.receive);
     }
-    const Ends e{c.fd, sealer.get(), opener.get()};
-    unsigned char hello[wire::kHelloBytes], mine[wire::kHelloBytes];
+    wire::Hello hello;
     try {
-      read_header(e, hello, sizeof hello, deadline);
-      // Answered whatever it says, so that a client of another job learns
-      // which job this server is in.
-      wire::encode_hello(push_hello(config_.job_id), mine);
-      write_frame(e, mine, sizeof mine, nullptr, 0, deadline);
+      hello = wire::read_hello(c.fd, opener.get(), deadline);
+      // Answered whatever a readable Hello says, so that a client of
+      // another job learns which job this server is in.
+      wire::write_hello(c.fd, sealer.get(), push_hello(config_.job_id), deadline);
     } catch (const std::exception& x) {
       throw std::runtime_error(io_text(x, "exchanging Hellos", config_.handshake_timeout));
     }
-    const std::string wrong = check_hello(wire::decode_hello(hello), config_.job_id, "client");
+    const std::string wrong = check_hello(hello, config_.job_id, "client");
     if (!wrong.empty()) throw std::runtime_error(wrong);
   } catch (const std::exception& e) {
     drop(e.what());

@@ -14,11 +14,14 @@
 //      peers only, and a server without any hook refuses non-loopback peers
 //      itself). When the keys it returns protect, every byte after it, either
 //      way, travels in sealed records (net/tcp/sealed.hpp);
-//   3. Hellos (net/tcp/wire.hpp's 24-byte layout with magic 'TPSH' and
-//      rank = world = 0): the client sends its own, the server always answers
-//      with its own, then drops the connection (logged) when the client's
-//      magic, version or job id differ; the client checks the server's the
-//      same way, so a client of another job fails at once naming both ids.
+//   3. Hellos (net/tcp/wire.hpp's: a length-prefixed Cap'n Proto Hello,
+//      net/schema/handshake.capnp, with purpose pushLink, version kVersion
+//      and rank = world = 0; one record when sealed): the client sends its
+//      own, the server answers any readable Hello with its own, then drops
+//      the connection (logged) when the client's purpose, version or job id
+//      differ; the client checks the server's the same way, so a client of
+//      another job fails at once naming both ids. A length prefix over
+//      wire::kMaxHelloBytes is refused before anything more is read.
 //
 // Frames (all integers little-endian; every node of a cluster shares the
 // host byte order of the floats, as messages.hpp's raw tensors do):
@@ -124,8 +127,10 @@ struct PushError : std::runtime_error {
 // ---- the wire format (exposed for the tests, which play a raw peer) ----
 namespace push_wire {
 
-constexpr std::uint32_t kHelloMagic = 0x48535054;   // "TPSH"
-constexpr std::uint16_t kVersion = 2;  // 2: the answer's staleness
+// The push link's protocol version, in its Hello. 2: the Hello became a
+// Cap'n Proto message (it was 24 fixed bytes with magic 'TPSH'), and the
+// answer header carries the push's staleness (40 bytes, was 32).
+constexpr std::uint16_t kVersion = 2;
 constexpr std::uint32_t kPushMagic = 0x50535054;    // "TPSP"
 constexpr std::uint32_t kAnswerMagic = 0x41535054;  // "TPSA"
 constexpr std::size_t kPushHeaderBytes = 40;

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "net/schema/handshake.capnp.h"
+#include "net/schema/message.hpp"
 #include "util/config_file.hpp"
 
 namespace troupe::net {
@@ -68,55 +70,60 @@ Secret Secret::load(const std::string& secret_file, std::ostream& warnings) {
 Secret Secret::load(const std::string& secret_file) { return load(secret_file, std::cerr); }
 
 // ---------------------------------------------------------------------------
-// Messages: magic (4 bytes), then fields, each a 4-byte big-endian length and
-// its bytes; a flag is one byte.
+// Messages: each one AuthMessage (net/schema/handshake.capnp).
 
 namespace {
-constexpr std::string_view challenge_magic = "TRC1", response_magic = "TRR1";
 constexpr std::string_view join_label = "troupe-join-v1", accept_label = "troupe-accept-v1",
                            session_label = "troupe-session-v1";
-constexpr std::size_t max_field = 4096;
 
-void put_field(std::string& out, std::string_view field) {
-  const auto n = static_cast<std::uint32_t>(field.size());
-  for (int i = 3; i >= 0; --i) out += static_cast<char>(n >> (8 * i));
-  out += field;
+using Kind = schema::AuthMessage::Which;
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::UNSET: return "message that says nothing";
+    case Kind::CHALLENGE: return "handshake challenge";
+    case Kind::RESPONSE: return "handshake response";
+    case Kind::VERDICT: return "handshake verdict";
+  }
+  return "message of an unknown kind";
 }
 
-class Reader {
- public:
-  Reader(std::string_view bytes, std::string_view magic, const char* what) : bytes_(bytes), what_(what) {
-    if (bytes_.substr(0, magic.size()) != magic) fail("wrong magic (not a " + std::string(what) + ")");
-    pos_ = magic.size();
-  }
-  bool flag() {
-    if (pos_ >= bytes_.size()) fail("truncated");
-    const auto c = static_cast<unsigned char>(bytes_[pos_++]);
-    if (c > 1) fail("bad flag byte");
-    return c == 1;
-  }
-  std::string field() {
-    if (bytes_.size() - pos_ < 4) fail("truncated");
-    std::uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<unsigned char>(bytes_[pos_++]);
-    if (n > max_field) fail("field of " + std::to_string(n) + " bytes (at most " + std::to_string(max_field) + ")");
-    if (bytes_.size() - pos_ < n) fail("truncated");
-    std::string out(bytes_.substr(pos_, n));
-    pos_ += n;
-    return out;
-  }
-  void end() {
-    if (pos_ != bytes_.size()) fail(std::to_string(bytes_.size() - pos_) + " trailing bytes");
-  }
+capnp::Data::Reader data(const std::string& bytes) {
+  return {reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()};
+}
+capnp::Text::Reader text(const std::string& chars) { return {chars.c_str(), chars.size()}; }
+std::string bytes_of(capnp::Data::Reader d) { return {reinterpret_cast<const char*>(d.begin()), d.size()}; }
+std::string bytes_of(capnp::Text::Reader t) { return {t.begin(), t.size()}; }
 
- private:
-  [[noreturn]] void fail(const std::string& why) {
-    throw std::invalid_argument(std::string("malformed ") + what_ + ": " + why);
+// An AuthMessage of our protocol, with fill(builder) choosing its kind.
+template <typename Fill>
+std::string encode_message(Fill&& fill) {
+  capnp::MallocMessageBuilder message(64);
+  auto m = message.initRoot<schema::AuthMessage>();
+  m.setProtocol(kAuthProtocol);
+  fill(m);
+  return schema::message_bytes(message);
+}
+
+// read(message) once the bytes are an AuthMessage of our protocol and of
+// `kind`; throws std::invalid_argument "malformed handshake response: ...".
+template <typename Read>
+auto decode_message(std::string_view bytes, Kind kind, Read&& read) {
+  const std::string what = std::string("malformed ") + kind_name(kind) + ": ";
+  try {
+    return schema::read_message<schema::AuthMessage>(
+        bytes.data(), bytes.size(), kMaxAuthMessageBytes, [&](schema::AuthMessage::Reader m) {
+          if (m.getProtocol() != kAuthProtocol)
+            throw std::invalid_argument(what + "handshake protocol " + std::to_string(m.getProtocol()) +
+                                        ", this node speaks " + std::to_string(kAuthProtocol) +
+                                        " (every node must run the same build)");
+          if (m.which() != kind) throw std::invalid_argument(what + "a " + kind_name(m.which()) + " instead");
+          return read(m);
+        });
+  } catch (const schema::MalformedMessage& e) {
+    throw std::invalid_argument(what + e.what());
   }
-  std::string_view bytes_;
-  const char* what_;
-  std::size_t pos_ = 0;
-};
+}
 
 std::string proof(std::string_view label, std::string_view key, std::string_view acceptor_nonce,
                   std::string_view joiner_nonce, std::string_view identity) {
@@ -137,41 +144,69 @@ AuthResult refuse(std::string reason) {
 }  // namespace
 
 std::string Challenge::encode() const {
-  std::string out(challenge_magic);
-  out += static_cast<char>(has_secret ? 1 : 0);
-  put_field(out, nonce);
-  return out;
+  return encode_message([&](schema::AuthMessage::Builder m) {
+    auto c = m.initChallenge();
+    c.setHasSecret(has_secret);
+    c.setNonce(data(nonce));
+  });
 }
 
 Challenge Challenge::decode(std::string_view bytes) {
-  Reader in(bytes, challenge_magic, "handshake challenge");
-  Challenge c;
-  c.has_secret = in.flag();
-  c.nonce = in.field();
-  in.end();
-  return c;
+  return decode_message(bytes, Kind::CHALLENGE, [](schema::AuthMessage::Reader m) {
+    const auto in = m.getChallenge();
+    Challenge c;
+    c.has_secret = in.getHasSecret();
+    c.nonce = bytes_of(in.getNonce());
+    return c;
+  });
 }
 
 std::string JoinResponse::encode() const {
-  std::string out(response_magic);
-  out += static_cast<char>(has_secret ? 1 : 0);
-  put_field(out, nonce);
-  put_field(out, identity);
-  put_field(out, proof);
-  put_field(out, error);
-  return out;
+  return encode_message([&](schema::AuthMessage::Builder m) {
+    auto r = m.initResponse();
+    r.setHasSecret(has_secret);
+    r.setNonce(data(nonce));
+    r.setIdentity(text(identity));
+    r.setProof(data(proof));
+    r.setError(text(error));
+    r.setTroupeVersion(text(troupe_version));
+  });
 }
 
 JoinResponse JoinResponse::decode(std::string_view bytes) {
-  Reader in(bytes, response_magic, "handshake response");
-  JoinResponse r;
-  r.has_secret = in.flag();
-  r.nonce = in.field();
-  r.identity = in.field();
-  r.proof = in.field();
-  r.error = in.field();
-  in.end();
-  return r;
+  return decode_message(bytes, Kind::RESPONSE, [](schema::AuthMessage::Reader m) {
+    const auto in = m.getResponse();
+    JoinResponse r;
+    r.has_secret = in.getHasSecret();
+    r.nonce = bytes_of(in.getNonce());
+    r.identity = bytes_of(in.getIdentity());
+    r.proof = bytes_of(in.getProof());
+    r.error = bytes_of(in.getError());
+    r.troupe_version = bytes_of(in.getTroupeVersion());
+    return r;
+  });
+}
+
+std::string Verdict::encode() const {
+  return encode_message([&](schema::AuthMessage::Builder m) {
+    auto v = m.initVerdict();
+    v.setAdmitted(admitted);
+    v.setIdentity(text(identity));
+    v.setProof(data(proof));
+    v.setReason(text(reason));
+  });
+}
+
+Verdict Verdict::decode(std::string_view bytes) {
+  return decode_message(bytes, Kind::VERDICT, [](schema::AuthMessage::Reader m) {
+    const auto in = m.getVerdict();
+    Verdict v;
+    v.admitted = in.getAdmitted();
+    v.identity = bytes_of(in.getIdentity());
+    v.proof = bytes_of(in.getProof());
+    v.reason = bytes_of(in.getReason());
+    return v;
+  });
 }
 
 std::string join_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,

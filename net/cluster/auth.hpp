@@ -3,7 +3,17 @@
 //
 // Every byte string here is a std::string (raw bytes, not text), so that a
 // message travels as it is in a CAF message or, encode()d, as one frame of
-// the TCP data plane.
+// the gate (net/cluster/gate.hpp).
+//
+// On the wire each message is one Cap'n Proto AuthMessage
+// (net/schema/handshake.capnp): the handshake protocol (kAuthProtocol) and
+// a union of Challenge, JoinResponse and Verdict, at most
+// kMaxAuthMessageBytes. decode() takes any bytes: it refuses a size that is
+// not a whole number of words up to that bound before reading, reads with a
+// traversal limit of the bound (net/schema/message.hpp), and throws
+// std::invalid_argument naming the message and what is wrong (another
+// protocol, another kind of message, a pointer out of bounds) instead of
+// crashing or allocating from a peer's length.
 //
 // The handshake (mutual; the secret s is the HMAC key):
 //
@@ -17,8 +27,16 @@
 //   ◄── JoinResponse{nonce_j, identity, proof_j}
 //   recompute proof_j, compare in constant time
 //   proof_a = HMAC(s, "troupe-accept-v1" || nonce_a || nonce_j || identity)
-//   ── AcceptProof{proof_a} ─────────────────►
+//   ── Verdict{admitted, proof_a} ────────────►
 //                                             recompute proof_a, compare in constant time
+//
+// What is signed: the HMACs cover the label, nonce_a, nonce_j and the
+// identity as raw bytes, concatenated, never the encoded messages, so
+// changing the encoding (it was hand-packed fields until kAuthProtocol 2)
+// changes no proof. The flags (has_secret), the joiner's error and troupe
+// version, and the verdict's identity and reason are not signed: each side
+// checks the flags against its own secret, and the version check and the
+// refusal only ever refuse; nothing is admitted on their word.
 //
 // Nonces are exactly 32 bytes, so the concatenation is unambiguous (the
 // identity, "ROLE/NAME", comes last). The two labels differ, so the acceptor
@@ -99,11 +117,17 @@ class Secret {
 };
 
 // ---------------------------------------------------------------------------
-// Handshake messages. encode() gives one self-describing byte string;
-// decode() throws std::invalid_argument saying what is malformed.
+// Handshake messages. encode() gives one self-describing byte string (an
+// AuthMessage); decode() throws std::invalid_argument saying what is
+// malformed.
 
 constexpr std::size_t nonce_bytes = 32;
 constexpr std::size_t proof_bytes = 32;
+// AuthMessage.protocol. 1 was the hand-packed "TRC1"/"TRR1" messages behind
+// the gate's "TROUPE-GATE/1"; 2 is Cap'n Proto.
+constexpr std::uint16_t kAuthProtocol = 2;
+// The largest encoded message decode() reads (the gate's frame bound).
+constexpr std::size_t kMaxAuthMessageBytes = 4096;
 
 struct Challenge {
   bool has_secret = false;  // whether the acceptor requires the secret
@@ -118,8 +142,23 @@ struct JoinResponse {
   std::string identity;     // "ROLE/NAME", e.g. "worker/host-b"
   std::string proof;        // proof_j
   std::string error;        // set (and nothing sent) when the joiner refuses
+  // The joiner's troupe build, for the gate's version check (not signed;
+  // Acceptor::verify ignores it).
+  std::string troupe_version;
   std::string encode() const;
   static JoinResponse decode(std::string_view bytes);
+};
+
+// The acceptor's answer to a JoinResponse: admitted with its own proof
+// (AuthResult::proof, which the joiner checks with Joiner::verify), or
+// refused with the reason.
+struct Verdict {
+  bool admitted = false;
+  std::string identity;  // the acceptor's ("coordinator")
+  std::string proof;     // admitted: proof_a
+  std::string reason;    // refused: why, shown to the joiner's user verbatim
+  std::string encode() const;
+  static Verdict decode(std::string_view bytes);
 };
 
 struct AuthResult {
@@ -135,8 +174,8 @@ class Acceptor {
  public:
   explicit Acceptor(Secret secret);
   const Challenge& challenge() const { return challenge_; }
-  // Checks the joiner's response; when ok, result.proof is the AcceptProof
-  // to send back. Only the first call can succeed.
+  // Checks the joiner's response; when ok, result.proof is proof_a, for the
+  // Verdict to send back. Only the first call can succeed.
   AuthResult verify(const JoinResponse& response);
 
  private:

@@ -31,9 +31,7 @@ namespace troupe::net {
 
 namespace {
 
-constexpr std::size_t kMagicBytes = sizeof(kGateMagic) - 1;
 constexpr std::size_t kSpliceBufferBytes = std::size_t{256} << 10;
-constexpr unsigned char kAdmitted = 1, kRefused = 0;
 
 using wire::errno_text;
 
@@ -67,68 +65,26 @@ std::string socket_host(int fd, bool peer) {
 }
 
 // ---------------------------------------------------------------------------
-// Frames and fields.
-
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((v >> shift) & 0xff);
-}
-std::uint32_t get_u32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
-}
-
-void put_field(std::string& out, std::string_view bytes) {
-  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
-  out += bytes;
-}
-
-// Reads length-prefixed fields from one frame; throws std::invalid_argument
-// naming `what` when a field runs past the end or bytes are left over.
-class FieldReader {
- public:
-  FieldReader(std::string_view bytes, const char* what) : bytes_(bytes), what_(what) {}
-  unsigned char byte() {
-    if (bytes_.empty()) fail("ends before its status byte");
-    const auto b = static_cast<unsigned char>(bytes_.front());
-    bytes_.remove_prefix(1);
-    return b;
-  }
-  std::string field() {
-    if (bytes_.size() < 4) fail("ends inside a field length");
-    const std::uint32_t n = get_u32(reinterpret_cast<const unsigned char*>(bytes_.data()));
-    bytes_.remove_prefix(4);
-    if (n > bytes_.size())
-      fail("has a field of " + std::to_string(n) + " bytes but only " + std::to_string(bytes_.size()) + " left");
-    std::string out(bytes_.substr(0, n));
-    bytes_.remove_prefix(n);
-    return out;
-  }
-  void end() {
-    if (!bytes_.empty()) fail("has " + std::to_string(bytes_.size()) + " bytes left over");
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& why) { throw std::invalid_argument(std::string(what_) + " " + why); }
-  std::string_view bytes_;
-  const char* what_;
-};
+// Frames: a u32 little-endian length, then one AuthMessage (auth.hpp).
 
 void write_frame(int fd, const std::string& body, Deadline deadline) {
-  std::string prefix;
-  put_u32(prefix, static_cast<std::uint32_t>(body.size()));
-  wire::write_all(fd, prefix.data(), prefix.size(), body.data(), body.size(), deadline);
+  unsigned char prefix[wire::kLengthPrefixBytes];
+  wire::put_u32(prefix, static_cast<std::uint32_t>(body.size()));
+  wire::write_all(fd, prefix, sizeof prefix, body.data(), body.size(), deadline);
 }
 
 // One frame, never more than kGateMaxFrameBytes allocated whatever the
-// length field says. Reads exactly the frame, nothing after it.
+// length field says (std::invalid_argument before anything more is read).
+// Reads exactly the frame, nothing after it.
 std::string read_frame(int fd, Deadline deadline) {
-  unsigned char prefix[4];
+  unsigned char prefix[wire::kLengthPrefixBytes];
   wire::read_all(fd, prefix, sizeof prefix, deadline);
-  const std::uint32_t n = get_u32(prefix);
+  const std::uint64_t n = wire::get_le(prefix, sizeof prefix);
   if (n > kGateMaxFrameBytes)
     throw std::invalid_argument("a frame of " + std::to_string(n) + " bytes, more than the " +
                                 std::to_string(kGateMaxFrameBytes) + " a handshake frame may have");
-  std::string body(n, '\0');
-  wire::read_all(fd, body.data(), n, deadline);
+  std::string body(static_cast<std::size_t>(n), '\0');
+  wire::read_all(fd, body.data(), body.size(), deadline);
   return body;
 }
 
@@ -306,21 +262,17 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
   const char* doing = "sending the challenge";
   try {
     Acceptor acceptor(config.secret);
-    write_frame(fd, std::string(kGateMagic) + acceptor.challenge().encode(), deadline);
+    write_frame(fd, acceptor.challenge().encode(), deadline);
     doing = "reading the joiner's response";
-    const std::string frame = read_frame(fd, deadline);
-    FieldReader in(frame, "the frame");
-    const JoinResponse response = JoinResponse::decode(in.field());
-    const std::string version = in.field();
-    in.end();
+    const JoinResponse response = JoinResponse::decode(read_frame(fd, deadline));
     r.peer_identity = response.identity;
 
     const AuthResult auth = acceptor.verify(response);
     std::string refusal = auth.ok ? peer_refusal(config.secret, r.peer_host) : auth.reason;
-    if (refusal.empty() && version != config.version)
+    if (refusal.empty() && response.troupe_version != config.version)
       refusal = "troupe version mismatch: " + quoted_identity(response.identity) + " runs troupe " +
-                printable(version) + " but " + quoted_identity(config.identity) + " runs troupe " + config.version +
-                " (every node must run the same build)";
+                printable(response.troupe_version) + " but " + quoted_identity(config.identity) + " runs troupe " +
+                config.version + " (every node must run the same build)";
     if (refusal.empty() && admit) {
       try {
         refusal = admit(response.identity);
@@ -329,15 +281,19 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
       }
     }
 
-    std::string verdict(1, static_cast<char>(refusal.empty() ? kAdmitted : kRefused));
-    put_field(verdict, config.identity);
-    put_field(verdict, refusal.empty() ? auth.proof : refusal);
+    Verdict verdict;
+    verdict.admitted = refusal.empty();
+    verdict.identity = config.identity;
+    if (verdict.admitted)
+      verdict.proof = auth.proof;
+    else
+      verdict.reason = refusal;
     r.verdict = true;
     r.ok = refusal.empty();
     r.reason = refusal;
     if (r.ok) r.keys = link_keys(auth.session_key, true);
     doing = "sending the verdict";
-    write_frame(fd, verdict, deadline);
+    write_frame(fd, verdict.encode(), deadline);
   } catch (const std::exception& e) {
     // A refusal stays a refusal when the joiner hung up before reading it.
     if (r.verdict && !r.ok) return r;
@@ -361,19 +317,21 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   const char* doing = "reading the gate's challenge";
   try {
     Joiner joiner(config.secret, config.identity);
-    const std::string greeting = read_frame(fd, deadline);
-    if (greeting.compare(0, kMagicBytes, kGateMagic) != 0) {
-      r.reason = "the peer at " + r.peer_address + " is not a troupe gate (its first frame does not start with " +
-                 kGateMagic + ")";
+    // Anything but a challenge of our protocol in the first frame (an
+    // oversized or unreadable frame, another kind of message) means the
+    // peer is not a troupe gate of this build: say so, not "malformed".
+    Challenge challenge;
+    try {
+      challenge = Challenge::decode(read_frame(fd, deadline));
+    } catch (const std::invalid_argument& e) {
+      r.reason = "the peer at " + r.peer_address + " is not a troupe gate (its first frame is not a challenge: " +
+                 e.what() + ")";
       return r;
     }
-    const Challenge challenge = Challenge::decode(std::string_view(greeting).substr(kMagicBytes));
-    const JoinResponse response = joiner.respond(challenge);
-    std::string answer;
-    put_field(answer, response.encode());
-    put_field(answer, config.version);
+    JoinResponse response = joiner.respond(challenge);
+    response.troupe_version = config.version;
     doing = "sending the response";
-    write_frame(fd, answer, deadline);
+    write_frame(fd, response.encode(), deadline);
 
     doing = "reading the gate's verdict";
     std::string verdict_frame;
@@ -386,19 +344,15 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
       }
       throw;
     }
-    FieldReader in(verdict_frame, "the frame");
-    const unsigned char status = in.byte();
-    r.peer_identity = in.field();
-    const std::string text = in.field();
-    in.end();
+    const Verdict verdict = Verdict::decode(verdict_frame);
+    r.peer_identity = verdict.identity;
     r.verdict = true;
     if (!response.error.empty()) {
       r.reason = response.error;
-    } else if (status != kAdmitted) {
-      r.reason = status == kRefused ? printable(text)
-                                    : "the gate's verdict has an unknown status " + std::to_string(status);
+    } else if (!verdict.admitted) {
+      r.reason = printable(verdict.reason);
     } else {
-      const AuthResult checked = joiner.verify(text);  // mutual: the gate proves the secret too
+      const AuthResult checked = joiner.verify(verdict.proof);  // mutual: the gate proves the secret too
       r.ok = checked.ok;
       r.reason = checked.reason;
       if (r.ok) r.keys = link_keys(checked.session_key, false);

@@ -24,24 +24,29 @@
 // 127.0.0.1, then splices its first local connection (the worker's CAF) onto
 // that authenticated socket.
 //
-// The handshake (all frames are a 4-byte big-endian length, at most 4096,
-// then that many bytes):
+// The handshake (every frame is a u32 little-endian length, at most 4096,
+// then that many bytes: one Cap'n Proto AuthMessage of auth.hpp, whose
+// protocol field took the place of the old "TROUPE-GATE/1" magic):
 //
 //   acceptor (gate)                               joiner (relay)
-//   ── "TROUPE-GATE/1" Challenge ───────────────►
-//   ◄── field(JoinResponse) field(version) ─────
+//   ── Challenge{has_secret, nonce_a} ───────────►
+//                                                 anything else in this frame:
+//                                                 "not a troupe gate"
+//   ◄── JoinResponse{..., identity, proof_j, troupe_version}
 //   checks, in order: the proof (auth.hpp's Acceptor::verify: the secret on
 //   one side only, or a proof that does not match, is refused),
 //   peer_refusal (no secret: loopback peers only; the joiner checks the
 //   same before it reads anything), the troupe version (must
 //   be equal; only a peer that passed the first two learns it), then
 //   GateConfig::admit
-//   ── status 1, field(identity), field(accept proof) ──►   admitted
-//   ── status 0, field(identity), field(reason) ────────►   refused
+//   ── Verdict{admitted, identity, proof_a} ─────►   admitted
+//   ── Verdict{refused, identity, reason} ───────►   refused
 //                                                 the joiner checks the accept
 //                                                 proof (mutual, with a secret)
 //
-// where field(x) is a 4-byte big-endian length and x. A refusal's reason is
+// A length over 4096 is refused before anything more is read, and each
+// message is read with a traversal limit of the same bound, so a client
+// that is not troupe's costs the gate a few bytes. A refusal's reason is
 // what the joiner's exception says, verbatim. Reasons and log lines name
 // peers, identities, versions and where a secret came from, never the secret
 // or a proof.
@@ -82,8 +87,7 @@ namespace troupe::net {
 // ---------------------------------------------------------------------------
 // The handshake over one connected socket.
 
-constexpr std::size_t kGateMaxFrameBytes = 4096;
-constexpr char kGateMagic[] = "TROUPE-GATE/1";
+constexpr std::size_t kGateMaxFrameBytes = kMaxAuthMessageBytes;
 
 struct HandshakeConfig {
   Secret secret;         // none: the acceptor admits loopback peers only
@@ -101,7 +105,7 @@ struct HandshakeResult {
   std::string peer_address;   // "10.0.0.2:5555", "[::1]:5555"
   // Whether the handshake got as far as the acceptor's verdict (admitted or
   // refused); false when the connection was dropped on the way (I/O error,
-  // timeout, malformed frame, bad magic).
+  // timeout, malformed frame, a first frame that is not a challenge).
   bool verdict = false;
   // When ok with a cluster secret: this end's keys for the connection
   // (link_keys of the handshake's session key), for everything after the

@@ -49,7 +49,8 @@ inline Link make_link(int fd, const LinkKeys& keys) {
   return link;
 }
 
-// A message of a fixed size (Hello, Ack): one record when sealed.
+// A message of a fixed size (the Ack): one record when sealed. (The Hello,
+// whose size its length prefix gives, has wire::write_hello and read_hello.)
 inline void send_message(Link& link, const void* data, std::size_t bytes, Deadline deadline) {
   if (link.sealed())
     link.sealer->write(link.fd, data, bytes, deadline);

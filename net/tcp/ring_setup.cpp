@@ -32,7 +32,8 @@ void log_drop(const TcpGroupConfig& c, const std::string& from, const std::strin
 
 // What is wrong with a peer's Hello, or "" when it is the one expected.
 std::string check_hello(const wire::Hello& h, const TcpGroupConfig& c, int expected_rank) {
-  if (h.magic != wire::kHelloMagic) return "wrong magic " + hex(h.magic) + ": not a troupe data-plane peer";
+  if (h.purpose != wire::Purpose::ring)
+    return "wrong purpose '" + wire::purpose_name(h.purpose) + "' (expected 'ring'): not a troupe data-plane peer";
   if (h.version != wire::kProtocolVersion)
     return "protocol version " + std::to_string(h.version) + ", this rank speaks " +
            std::to_string(wire::kProtocolVersion);
@@ -46,6 +47,7 @@ std::string check_hello(const wire::Hello& h, const TcpGroupConfig& c, int expec
 
 wire::Hello my_hello(const TcpGroupConfig& c) {
   wire::Hello h;
+  h.purpose = wire::Purpose::ring;
   h.job_id = c.job_id;
   h.rank = static_cast<std::uint32_t>(c.rank);
   h.world = static_cast<std::uint32_t>(c.addresses.size());
@@ -64,11 +66,8 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
     try {
       fd = wire::connect_tcp(address, deadline);
       Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
-      unsigned char hello[wire::kHelloBytes];
-      wire::encode_hello(my_hello(c), hello);
-      send_message(link, hello, sizeof hello, deadline);
-      receive_message(link, hello, sizeof hello, deadline);
-      const std::string wrong = check_hello(wire::decode_hello(hello), c, next);
+      wire::write_hello(link.fd, link.sealer.get(), my_hello(c), deadline);
+      const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), deadline), c, next);
       if (wrong.empty()) return link;
       last = "its answer has " + wrong;
       std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address
@@ -91,14 +90,28 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
 Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
   const int world = static_cast<int>(c.addresses.size());
   const int prev = (c.rank + world - 1) % world;
+  // Both the Hello's length and a sealed record's come first, in 4 bytes.
+  static_assert(wire::kRecordPrefixBytes == wire::kLengthPrefixBytes);
   struct Pending {
     int fd;
     std::string from;
     Deadline until;
-    Link link;  // sealed: the Hello comes as one record
-    unsigned char hello[wire::kHelloBytes + wire::kRecordOverhead];
-    std::size_t got;
-    std::size_t expected() const { return wire::kHelloBytes + (link.sealed() ? wire::kRecordOverhead : 0); }
+    Link link;  // sealed: the Hello (its length prefix and message) comes as one record
+    unsigned char hello[wire::kRecordOverhead + wire::kLengthPrefixBytes + wire::kMaxHelloBytes];
+    std::size_t got = 0;
+    // The 4-byte prefix until it is in, then the whole Hello (or record);
+    // never past it, so no byte of what follows is taken.
+    std::size_t expected = wire::kLengthPrefixBytes;
+  };
+  // The bytes of a whole Hello (sealed: of its record) from its prefix;
+  // throws when the prefix announces more than a Hello may have.
+  auto whole_hello = [](const Pending& p) -> std::size_t {
+    if (!p.link.sealed()) return wire::kLengthPrefixBytes + wire::hello_length(p.hello);
+    const std::uint64_t record = wire::get_le(p.hello, wire::kRecordPrefixBytes);
+    if (record > wire::kLengthPrefixBytes + wire::kMaxHelloBytes)
+      throw std::runtime_error("a Hello record of " + std::to_string(record) + " bytes (at most " +
+                               std::to_string(wire::kLengthPrefixBytes + wire::kMaxHelloBytes) + ")");
+    return wire::kRecordOverhead + static_cast<std::size_t>(record);
   };
   std::vector<Pending> pending;
   auto drop = [&](std::size_t i, const std::string& why) {
@@ -111,7 +124,7 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
     for (std::size_t i = pending.size(); i-- > 0;)
       if (pending[i].until <= now)
         drop(i, pending[i].got ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
-                                     std::to_string(pending[i].expected()) + " bytes) in " + format_timeout(c.options.timeout)
+                                     std::to_string(pending[i].expected) + " bytes) in " + format_timeout(c.options.timeout)
                                : "sent nothing within " + format_timeout(c.options.timeout));
     if (now >= deadline) break;
     Deadline wake = deadline;
@@ -124,7 +137,7 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
     for (std::size_t i = pending.size(); i-- > 0;) {
       if (!fds[i + 1].revents) continue;
       Pending& p = pending[i];
-      const ssize_t n = ::recv(p.fd, p.hello + p.got, p.expected() - p.got, 0);
+      const ssize_t n = ::recv(p.fd, p.hello + p.got, p.expected - p.got, 0);
       if (n == 0) {
         drop(i, "closed before its handshake was complete");
         continue;
@@ -134,29 +147,36 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
         continue;
       }
       p.got += static_cast<std::size_t>(n);
-      if (p.got < p.expected()) continue;
-      unsigned char hello[wire::kHelloBytes];
-      if (p.link.sealed()) {
+      if (p.got == wire::kLengthPrefixBytes) {
         try {
-          const auto opened = p.link.opener->open(reinterpret_cast<const char*>(p.hello), p.got,
-                                                  reinterpret_cast<char*>(hello), sizeof hello);
-          if (opened.bytes != sizeof hello) throw std::runtime_error("a Hello record of " + std::to_string(opened.bytes) + " bytes");
+          p.expected = whole_hello(p);
         } catch (const std::exception& e) {
-          drop(i, e.what());
+          drop(i, std::string(e.what()) + ": not a troupe data-plane peer");
           continue;
         }
-      } else {
-        std::memcpy(hello, p.hello, sizeof hello);
       }
-      const std::string wrong = check_hello(wire::decode_hello(hello), c, prev);
+      if (p.got < p.expected) continue;
+      wire::Hello hello;
+      try {
+        if (p.link.sealed()) {
+          unsigned char opened[wire::kLengthPrefixBytes + wire::kMaxHelloBytes];
+          const auto o = p.link.opener->open(reinterpret_cast<const char*>(p.hello), p.got,
+                                             reinterpret_cast<char*>(opened), sizeof opened);
+          hello = wire::decode_framed_hello(opened, o.bytes);
+        } else {
+          hello = wire::decode_framed_hello(p.hello, p.got);
+        }
+      } catch (const std::exception& e) {
+        drop(i, e.what());
+        continue;
+      }
+      const std::string wrong = check_hello(hello, c, prev);
       if (!wrong.empty()) {
         drop(i, wrong);
         continue;
       }
-      unsigned char reply[wire::kHelloBytes];
-      wire::encode_hello(my_hello(c), reply);
       try {
-        send_message(p.link, reply, sizeof reply, deadline);
+        wire::write_hello(p.link.fd, p.link.sealer.get(), my_hello(c), deadline);
       } catch (const std::exception& e) {
         drop(i, std::string("could not answer the handshake: ") + e.what());
         continue;
@@ -184,7 +204,12 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
           continue;
         }
       }
-      pending.push_back({fd, from, std::min(deadline, Clock::now() + c.options.timeout), make_link(fd, keys), {}, 0});
+      Pending p;
+      p.fd = fd;
+      p.from = from;
+      p.until = std::min(deadline, Clock::now() + c.options.timeout);
+      p.link = make_link(fd, keys);
+      pending.push_back(std::move(p));
     }
   }
   for (auto& p : pending) ::close(p.fd);

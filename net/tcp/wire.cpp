@@ -21,6 +21,9 @@
 #include <thread>
 
 #include "net/schema/frame.capnp.h"
+#include "net/schema/handshake.capnp.h"
+#include "net/schema/message.hpp"
+#include "net/tcp/sealed.hpp"
 
 namespace troupe::net::wire {
 
@@ -54,23 +57,80 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-void encode_hello(const Hello& hello, unsigned char out[kHelloBytes]) {
-  put_u32(out, hello.magic);
-  put_u16(out + 4, hello.version);
-  put_u16(out + 6, 0);
-  put_u64(out + 8, hello.job_id);
-  put_u32(out + 16, hello.rank);
-  put_u32(out + 20, hello.world);
+std::string purpose_name(Purpose purpose) {
+  switch (purpose) {
+    case Purpose::unset: return "unset";
+    case Purpose::ring: return "ring";
+    case Purpose::push_link: return "push link";
+  }
+  return "unknown purpose " + std::to_string(static_cast<unsigned>(purpose));
 }
 
-Hello decode_hello(const unsigned char in[kHelloBytes]) {
-  Hello h;
-  h.magic = static_cast<std::uint32_t>(get_le(in, 4));
-  h.version = static_cast<std::uint16_t>(get_le(in + 4, 2));
-  h.job_id = get_le(in + 8, 8);
-  h.rank = static_cast<std::uint32_t>(get_le(in + 16, 4));
-  h.world = static_cast<std::uint32_t>(get_le(in + 20, 4));
-  return h;
+std::vector<unsigned char> encode_hello(const Hello& hello) {
+  capnp::MallocMessageBuilder message(16);
+  auto h = message.initRoot<schema::Hello>();
+  h.setPurpose(static_cast<schema::Purpose>(hello.purpose));
+  h.setVersion(hello.version);
+  h.setJobId(hello.job_id);
+  h.setRank(hello.rank);
+  h.setWorld(hello.world);
+  const std::string bytes = schema::message_bytes(message);
+  std::vector<unsigned char> out(kLengthPrefixBytes + bytes.size());
+  put_u32(out.data(), static_cast<std::uint32_t>(bytes.size()));
+  std::memcpy(out.data() + kLengthPrefixBytes, bytes.data(), bytes.size());
+  return out;
+}
+
+std::size_t hello_length(const unsigned char prefix[kLengthPrefixBytes]) {
+  const std::uint64_t bytes = get_le(prefix, kLengthPrefixBytes);
+  if (bytes > kMaxHelloBytes)
+    throw std::runtime_error("a Hello of " + std::to_string(bytes) + " bytes (at most " +
+                             std::to_string(kMaxHelloBytes) + ")");
+  return static_cast<std::size_t>(bytes);
+}
+
+Hello decode_hello(const void* data, std::size_t bytes) {
+  try {
+    return schema::read_message<schema::Hello>(data, bytes, kMaxHelloBytes, [](schema::Hello::Reader h) {
+      Hello hello;
+      hello.purpose = static_cast<Purpose>(h.getPurpose());
+      hello.version = h.getVersion();
+      hello.job_id = h.getJobId();
+      hello.rank = h.getRank();
+      hello.world = h.getWorld();
+      return hello;
+    });
+  } catch (const schema::MalformedMessage& e) {
+    throw std::runtime_error(std::string("malformed Hello: ") + e.what());
+  }
+}
+
+Hello decode_framed_hello(const void* data, std::size_t bytes) {
+  if (bytes < kLengthPrefixBytes)
+    throw std::runtime_error("a Hello of " + std::to_string(bytes) + " bytes, shorter than its length prefix");
+  const auto* p = static_cast<const unsigned char*>(data);
+  const std::size_t length = hello_length(p);
+  if (length != bytes - kLengthPrefixBytes)
+    throw std::runtime_error("a Hello whose length prefix says " + std::to_string(length) + " bytes but " +
+                             std::to_string(bytes - kLengthPrefixBytes) + " follow");
+  return decode_hello(p + kLengthPrefixBytes, length);
+}
+
+void write_hello(int fd, RecordSealer* sealer, const Hello& hello, Deadline deadline) {
+  const auto bytes = encode_hello(hello);
+  if (sealer)
+    sealer->write(fd, bytes.data(), bytes.size(), deadline);
+  else
+    write_all(fd, bytes.data(), bytes.size(), nullptr, 0, deadline);
+}
+
+Hello read_hello(int fd, RecordOpener* opener, Deadline deadline) {
+  unsigned char bytes[kLengthPrefixBytes + kMaxHelloBytes];
+  if (opener) return decode_framed_hello(bytes, opener->read(fd, bytes, sizeof bytes, deadline));
+  read_all(fd, bytes, kLengthPrefixBytes, deadline);
+  const std::size_t length = hello_length(bytes);
+  read_all(fd, bytes + kLengthPrefixBytes, length, deadline);
+  return decode_hello(bytes + kLengthPrefixBytes, length);
 }
 
 std::vector<unsigned char> encode_frame_header(const FrameFields& f) {
@@ -86,36 +146,28 @@ std::vector<unsigned char> encode_frame_header(const FrameFields& f) {
   h.setCrc32c(f.crc32c);
   const auto words = capnp::messageToFlatArray(message);
   const auto bytes = words.asBytes();
-  std::vector<unsigned char> out(4 + bytes.size());
+  std::vector<unsigned char> out(kLengthPrefixBytes + bytes.size());
   put_u32(out.data(), static_cast<std::uint32_t>(bytes.size()));
-  std::memcpy(out.data() + 4, bytes.begin(), bytes.size());
+  std::memcpy(out.data() + kLengthPrefixBytes, bytes.begin(), bytes.size());
   return out;
 }
 
 FrameFields decode_frame_header(const void* data, std::size_t bytes) {
-  if (bytes % 8 != 0 || bytes == 0 || bytes > kMaxHeaderBytes)
-    throw std::runtime_error("header of " + std::to_string(bytes) + " bytes");
-  // Word-aligned copy for the reader.
-  std::array<capnp::word, kMaxHeaderBytes / 8> words;
-  std::memcpy(words.data(), data, bytes);
   try {
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = kMaxHeaderBytes / 8;
-    options.nestingLimit = 4;
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), bytes / 8), options);
-    auto h = reader.getRoot<schema::FrameHeader>();
-    FrameFields f;
-    f.job_id = h.getJobId();
-    f.kind = static_cast<std::uint16_t>(h.getKind());
-    f.op_seq = h.getOpSeq();
-    f.total_bytes = h.getTotalBytes();
-    f.step = h.getStep();
-    f.chunk = h.getChunk();
-    f.length = h.getLength();
-    f.crc32c = h.getCrc32c();
-    return f;
-  } catch (const kj::Exception& e) {
-    throw std::runtime_error("unreadable Cap'n Proto header: " + std::string(e.getDescription().cStr()));
+    return schema::read_message<schema::FrameHeader>(data, bytes, kMaxHeaderBytes, [](schema::FrameHeader::Reader h) {
+      FrameFields f;
+      f.job_id = h.getJobId();
+      f.kind = static_cast<std::uint16_t>(h.getKind());
+      f.op_seq = h.getOpSeq();
+      f.total_bytes = h.getTotalBytes();
+      f.step = h.getStep();
+      f.chunk = h.getChunk();
+      f.length = h.getLength();
+      f.crc32c = h.getCrc32c();
+      return f;
+    });
+  } catch (const schema::MalformedMessage& e) {
+    throw std::runtime_error(std::string("unreadable Cap'n Proto header: ") + e.what());
   }
 }
 

@@ -116,7 +116,10 @@ Outcome handshake(const Secret& acceptor_secret, const Secret& joiner_secret, co
   const JoinResponse r = JoinResponse::decode(joiner.respond(c).encode());
   Outcome o;
   o.at_acceptor = acceptor.verify(r);
-  o.at_joiner = joiner.verify(o.at_acceptor.proof);
+  Verdict v;
+  v.admitted = o.at_acceptor.ok;
+  v.proof = o.at_acceptor.proof;
+  o.at_joiner = joiner.verify(Verdict::decode(v.encode()).proof);
   return o;
 }
 
@@ -235,6 +238,83 @@ TEST(ClusterHandshake, SecretOnOneSideOnly) {
   EXPECT_TRUE(neither.at_joiner.ok) << neither.at_joiner.reason;
 }
 
+// What decode() throws as std::invalid_argument, or "" when it returns.
+template <typename F>
+std::string refusal_of(F&& decode) {
+  try {
+    decode();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(ClusterHandshake, EveryMessageRoundTrips) {
+  Challenge c;
+  c.has_secret = true;
+  c.nonce = std::string(nonce_bytes, '\0');  // raw bytes, NULs included
+  c.nonce[5] = '\xff';
+  const Challenge c2 = Challenge::decode(c.encode());
+  EXPECT_EQ(c2.has_secret, c.has_secret);
+  EXPECT_EQ(c2.nonce, c.nonce);
+
+  JoinResponse r;
+  r.has_secret = true;
+  r.nonce = std::string(nonce_bytes, '\x7f');
+  r.identity = "worker/host-b:5555";
+  r.proof = std::string(proof_bytes, '\0');
+  r.error = "";
+  r.troupe_version = "0.1.0";
+  const JoinResponse r2 = JoinResponse::decode(r.encode());
+  EXPECT_EQ(r2.has_secret, r.has_secret);
+  EXPECT_EQ(r2.nonce, r.nonce);
+  EXPECT_EQ(r2.identity, r.identity);
+  EXPECT_EQ(r2.proof, r.proof);
+  EXPECT_EQ(r2.error, r.error);
+  EXPECT_EQ(r2.troupe_version, r.troupe_version);
+
+  for (const bool admitted : {true, false}) {
+    Verdict v;
+    v.admitted = admitted;
+    v.identity = "coordinator";
+    (admitted ? v.proof : v.reason) = admitted ? std::string(proof_bytes, '\x01') : "the job has started";
+    const Verdict v2 = Verdict::decode(v.encode());
+    EXPECT_EQ(v2.admitted, v.admitted);
+    EXPECT_EQ(v2.identity, v.identity);
+    EXPECT_EQ(v2.proof, v.proof);
+    EXPECT_EQ(v2.reason, v.reason);
+  }
+}
+
+TEST(ClusterHandshake, DecodeNamesWhatIsWrong) {
+  Acceptor acceptor(Secret::from_text(secret_text));
+  const std::string challenge = acceptor.challenge().encode();
+  // Every truncation.
+  for (std::size_t n = 0; n < challenge.size(); ++n)
+    EXPECT_NE(refusal_of([&] { Challenge::decode(challenge.substr(0, n)); }), "") << n;
+  // Another kind of message.
+  EXPECT_NE(refusal_of([&] { Verdict::decode(challenge); })
+                .find("malformed handshake verdict: a handshake challenge instead"),
+            std::string::npos);
+  // Over the bound: refused on its size alone.
+  const std::string big(kMaxAuthMessageBytes + 8, '\0');
+  EXPECT_NE(refusal_of([&] { JoinResponse::decode(big); }).find("a message of 4104 bytes"), std::string::npos);
+  // Another protocol: the message's first data word starts with the
+  // protocol (after an 8-byte segment table and the 8-byte root pointer).
+  std::string other = challenge;
+  ASSERT_EQ(static_cast<unsigned char>(other[16]), kAuthProtocol);
+  other[16] = 1;
+  EXPECT_NE(refusal_of([&] { Challenge::decode(other); })
+                .find("malformed handshake challenge: handshake protocol 1, this node speaks 2"),
+            std::string::npos)
+      << refusal_of([&] { Challenge::decode(other); });
+  // An all-zero message (a null root) says nothing.
+  const std::string empty("\0\0\0\0\x01\0\0\0\0\0\0\0\0\0\0\0", 16);
+  EXPECT_NE(refusal_of([&] { Challenge::decode(empty); }).find("handshake protocol 0"), std::string::npos);
+  // Garbage of a well-formed size.
+  EXPECT_NE(refusal_of([&] { JoinResponse::decode(std::string(64, '\xff')); }), "");
+}
+
 TEST(ClusterHandshake, MalformedMessagesAreRejected) {
   Acceptor acceptor(Secret::from_text(secret_text));
   const std::string wire = acceptor.challenge().encode();
@@ -246,7 +326,8 @@ TEST(ClusterHandshake, MalformedMessagesAreRejected) {
     Challenge::decode(wire.substr(0, 10));
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("malformed handshake challenge: truncated"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("malformed handshake challenge: a message of 10 bytes"), std::string::npos)
+        << e.what();
   }
   // A short nonce from the joiner.
   JoinResponse r;

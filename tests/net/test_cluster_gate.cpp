@@ -261,14 +261,16 @@ TEST(ClusterGate, MisbehavingClientsAreDroppedAndNeverReachThePort) {
     const char* logged;
   };
   std::string huge = "\xff\xff\xff\xff";
-  std::string truncated("\x00\x00\x00\x64", 4);
+  // Frames are a u32 little-endian length, then a Cap'n Proto AuthMessage.
+  std::string truncated("\x64\x00\x00\x00", 4);
   truncated += "only ten b";
   const Case cases[] = {
       {"garbage", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, "bytes, more than the 4096"},
       {"length 0xFFFFFFFF", huge + std::string(64, 'A'), false, "4294967295 bytes, more than the 4096"},
       {"truncated frame, then close", truncated, true, "end of stream"},
       {"silent", "", false, "timed out"},
-      {"a frame that is not a response", std::string("\x00\x00\x00\x05hello", 9), false, "the frame has a field of"},
+      {"a frame that is not a response", std::string("\x08\x00\x00\x00hello!!!", 12), false,
+       "malformed handshake response"},
   };
   std::size_t expected_refusals = 0;
   for (const Case& k : cases) {
@@ -478,6 +480,37 @@ TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
   ::close(listener);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.reason.find("is not a troupe gate"), std::string::npos) << r.reason;
+}
+
+// A well-formed handshake message of the wrong kind first (a verdict where
+// the challenge belongs) is no gate either, and the reason says what came.
+TEST(ClusterGate, JoinerRefusesAFirstFrameThatIsNotAChallenge) {
+  std::uint16_t port = 0;
+  const int listener = listen_tcp("127.0.0.1:0", &port);
+  std::thread fake([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    Verdict v;
+    v.admitted = true;
+    v.identity = "coordinator";
+    const std::string message = v.encode();
+    unsigned char prefix[wire::kLengthPrefixBytes];
+    wire::put_u32(prefix, static_cast<std::uint32_t>(message.size()));
+    const std::string frame = std::string(reinterpret_cast<const char*>(prefix), sizeof prefix) + message;
+    send_all(fd, frame.data(), frame.size());
+    sees_eof(fd, 2s);
+    ::close(fd);
+  });
+  const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
+  const HandshakeResult r = join_handshake(fd, handshake("worker/a"), Clock::now() + 2s);
+  ::close(fd);
+  fake.join();
+  ::close(listener);
+  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.verdict);
+  EXPECT_NE(r.reason.find("is not a troupe gate (its first frame is not a challenge: malformed handshake challenge: "
+                          "a handshake verdict instead)"),
+            std::string::npos)
+      << r.reason;
 }
 
 // Two ranks as threads, each with the hook and its own secret; the errors

@@ -15,14 +15,16 @@ namespace {
 
 constexpr std::int64_t kFloats = 1000;  // the allreduce the real rank runs
 
-std::vector<unsigned char> hello_bytes(std::uint64_t job, std::uint32_t rank) {
+std::vector<unsigned char> hello_bytes(std::uint64_t job, std::uint32_t rank,
+                                       wire::Purpose purpose = wire::Purpose::ring,
+                                       std::uint16_t version = wire::kProtocolVersion) {
   wire::Hello h;
+  h.purpose = purpose;
+  h.version = version;
   h.job_id = job;
   h.rank = rank;
   h.world = 2;
-  std::vector<unsigned char> out(wire::kHelloBytes);
-  wire::encode_hello(h, out.data());
-  return out;
+  return wire::encode_hello(h);
 }
 
 void send_bytes(int fd, const void* data, std::size_t n) { wire::write_all(fd, data, n, nullptr, 0, Clock::now() + 5s); }
@@ -48,8 +50,7 @@ struct FakePeer {
     from_real = ::accept(listen1, nullptr, nullptr);
     ::close(listen1);
     wire::prepare_socket(from_real);
-    unsigned char hello[wire::kHelloBytes];
-    wire::read_all(from_real, hello, sizeof hello, Clock::now() + 5s);
+    wire::read_hello(from_real, nullptr, Clock::now() + 5s);
     const auto reply = hello_bytes(kJob, 1);
     send_bytes(from_real, reply.data(), reply.size());
     if (before) before(address0);
@@ -57,7 +58,7 @@ struct FakePeer {
     to_real = wire::connect_tcp(address0, Clock::now() + 5s);
     const auto mine = hello_bytes(kJob, 1);
     send_bytes(to_real, mine.data(), mine.size());
-    wire::read_all(to_real, hello, sizeof hello, Clock::now() + 5s);
+    wire::read_hello(to_real, nullptr, Clock::now() + 5s);
     real = made.get();
   }
   ~FakePeer() {
@@ -106,9 +107,18 @@ TEST(TcpWire, BadHandshakesAreDroppedAndTheGroupWaitsForTheRightPeer) {
       const std::string garbage = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
       send_bytes(fd, garbage.data(), garbage.size());
       ::close(fd);
-      // The right magic and version, the wrong job.
+      // The right purpose and version, the wrong job.
       fd = wire::connect_tcp(address, deadline);
       auto h = hello_bytes(kJob + 1, 1);
+      send_bytes(fd, h.data(), h.size());
+      ::close(fd);
+      // A push link's Hello, and a ring Hello of protocol version 1.
+      fd = wire::connect_tcp(address, deadline);
+      h = hello_bytes(kJob, 1, wire::Purpose::push_link);
+      send_bytes(fd, h.data(), h.size());
+      ::close(fd);
+      fd = wire::connect_tcp(address, deadline);
+      h = hello_bytes(kJob, 1, wire::Purpose::ring, 1);
       send_bytes(fd, h.data(), h.size());
       ::close(fd);
       // The wrong rank (0 is not rank 0's predecessor... it is rank 0 itself).
@@ -151,7 +161,11 @@ TEST(TcpWire, BadHandshakesAreDroppedAndTheGroupWaitsForTheRightPeer) {
   }
   for (int fd : silent) ::close(fd);
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("wrong magic"), std::string::npos) << log;
+  // The garbage's first 4 bytes, "GET ", as a length.
+  EXPECT_NE(log.find("a Hello of 542393671 bytes (at most 256): not a troupe data-plane peer"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("wrong purpose 'push link' (expected 'ring')"), std::string::npos) << log;
+  EXPECT_NE(log.find("protocol version 1, this rank speaks 2"), std::string::npos) << log;
   EXPECT_NE(log.find("wrong job id"), std::string::npos) << log;
   EXPECT_NE(log.find("sender rank 0 (expected rank 1)"), std::string::npos) << log;
   EXPECT_NE(log.find("127.0.0.1:"), std::string::npos) << log;
@@ -331,6 +345,96 @@ TEST(TcpWire, CrcMatchesTheStandardCheckValue) {
     }
     EXPECT_EQ(wire::crc32c(data.data(), len), ~crc) << "length " << len;
   }
+}
+
+// ---------------------------------------------------------------------------
+// The Hello codec alone (net/tcp/wire.hpp).
+
+// What `f` throws as std::runtime_error, or "" when it returns.
+template <typename F>
+std::string runtime_error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(TcpWireHello, RoundTripsEveryField) {
+  wire::Hello h;
+  h.purpose = wire::Purpose::push_link;
+  h.version = 0xbeef;
+  h.job_id = 0x0123'4567'89ab'cdefull;
+  h.rank = 7;
+  h.world = 0xffff'fffe;
+  const auto bytes = wire::encode_hello(h);
+  ASSERT_GT(bytes.size(), wire::kLengthPrefixBytes);
+  EXPECT_EQ(wire::hello_length(bytes.data()), bytes.size() - wire::kLengthPrefixBytes);
+  for (const wire::Hello& got : {wire::decode_framed_hello(bytes.data(), bytes.size()),
+                                 wire::decode_hello(bytes.data() + 4, bytes.size() - 4)}) {
+    EXPECT_EQ(got.purpose, h.purpose);
+    EXPECT_EQ(got.version, h.version);
+    EXPECT_EQ(got.job_id, h.job_id);
+    EXPECT_EQ(got.rank, h.rank);
+    EXPECT_EQ(got.world, h.world);
+  }
+  // Defaults: a ring Hello of this protocol.
+  const auto ring = wire::encode_hello(wire::Hello{});
+  const wire::Hello got = wire::decode_framed_hello(ring.data(), ring.size());
+  EXPECT_EQ(got.purpose, wire::Purpose::ring);
+  EXPECT_EQ(got.version, wire::kProtocolVersion);
+}
+
+TEST(TcpWireHello, APrefixOverTheBoundIsRefusedBeforeAnythingElse) {
+  const unsigned char at_bound[4] = {0x00, 0x01, 0x00, 0x00};  // 256
+  EXPECT_EQ(wire::hello_length(at_bound), wire::kMaxHelloBytes);
+  const unsigned char over[4] = {0x08, 0x01, 0x00, 0x00};  // 264
+  EXPECT_NE(runtime_error_of([&] { wire::hello_length(over); }).find("a Hello of 264 bytes (at most 256)"),
+            std::string::npos);
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
+  EXPECT_NE(runtime_error_of([&] { wire::hello_length(huge); }).find("4294967295 bytes"), std::string::npos);
+  // The same through decode_framed_hello, with nothing after the prefix.
+  EXPECT_NE(runtime_error_of([&] { wire::decode_framed_hello(huge, sizeof huge); }).find("4294967295 bytes"),
+            std::string::npos);
+}
+
+TEST(TcpWireHello, TruncatedOrPaddedHellosAreRefused) {
+  const auto bytes = wire::encode_hello(wire::Hello{});
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    SCOPED_TRACE(n);
+    EXPECT_NE(runtime_error_of([&] { wire::decode_framed_hello(bytes.data(), n); }), "");
+  }
+  // A whole number of words, but fewer than the segment table says.
+  const std::string short_one = runtime_error_of([&] { wire::decode_hello(bytes.data() + 4, 16); });
+  EXPECT_NE(short_one.find("malformed Hello"), std::string::npos) << short_one;
+  // Words after the message.
+  std::vector<unsigned char> padded(bytes.begin() + 4, bytes.end());
+  padded.resize(padded.size() + 8);
+  const std::string after = runtime_error_of([&] { wire::decode_hello(padded.data(), padded.size()); });
+  EXPECT_NE(after.find("8 bytes after the message"), std::string::npos) << after;
+  // A prefix that does not match what follows.
+  std::vector<unsigned char> lying = bytes;
+  lying[0] = static_cast<unsigned char>(lying[0] + 8);
+  const std::string mismatch = runtime_error_of([&] { wire::decode_framed_hello(lying.data(), lying.size()); });
+  EXPECT_NE(mismatch.find("length prefix says"), std::string::npos) << mismatch;
+}
+
+TEST(TcpWireHello, GarbageOfAWellFormedSizeIsRefusedNotACrash) {
+  std::vector<unsigned char> garbage(wire::kMaxHelloBytes, 0xff);
+  const std::string what = runtime_error_of([&] { wire::decode_hello(garbage.data(), garbage.size()); });
+  EXPECT_NE(what.find("malformed Hello"), std::string::npos) << what;
+}
+
+TEST(TcpWireHello, PurposesHaveNames) {
+  EXPECT_EQ(wire::purpose_name(wire::Purpose::ring), "ring");
+  EXPECT_EQ(wire::purpose_name(wire::Purpose::push_link), "push link");
+  EXPECT_EQ(wire::purpose_name(wire::Purpose::unset), "unset");
+  EXPECT_EQ(wire::purpose_name(static_cast<wire::Purpose>(9)), "unknown purpose 9");
+  // An all-zero message (a root pointer to an empty struct) says nothing:
+  // purpose unset, so no receiver takes it for one of its own.
+  const unsigned char empty[16] = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(wire::decode_hello(empty, sizeof empty).purpose, wire::Purpose::unset);
 }
 
 }  // namespace

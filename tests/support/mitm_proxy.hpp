@@ -55,8 +55,8 @@ struct AttackPlan {
 
 // Listens on 127.0.0.1:0 and connects every client to 127.0.0.1:target.
 // Each direction is parsed: first the gate handshake's frames (a 4-byte
-// big-endian length, then the bytes: one from the joiner, two from the
-// acceptor), then sealed records (a 4-byte little-endian length, the
+// little-endian length, then a Cap'n Proto message: one from the joiner,
+// two from the acceptor), then sealed records (a 4-byte little-endian length, the
 // ciphertext, the tag), which is where the attack happens. The proxy knows
 // no key: it does what an attacker on the network path can do.
 class MitmProxy {
@@ -134,7 +134,8 @@ class MitmProxy {
     for (int i = 0; i < handshake_frames; ++i) {
       if (!read(4, prefix)) return finish(from, to);
       const auto* p = reinterpret_cast<const unsigned char*>(prefix.data());
-      const std::size_t n = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
+      const std::size_t n = std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) |
+                            (std::size_t{p[3]} << 24);
       if (!read(n, body) || !forward(prefix + body)) return finish(from, to);
     }
     std::size_t first = plan_.record;

@@ -314,13 +314,11 @@ struct RawPeer {
   explicit RawPeer(std::uint16_t port) {
     fd = net::wire::connect_tcp("127.0.0.1:" + std::to_string(port), net::Clock::now() + 5s);
     net::wire::Hello h;
-    h.magic = push_wire::kHelloMagic;
+    h.purpose = net::wire::Purpose::push_link;
     h.version = push_wire::kVersion;
     h.job_id = kJob;
-    unsigned char hello[net::wire::kHelloBytes];
-    net::wire::encode_hello(h, hello);
-    net::wire::write_all(fd, hello, sizeof hello, nullptr, 0, net::Clock::now() + 5s);
-    net::wire::read_all(fd, hello, sizeof hello, net::Clock::now() + 5s);
+    net::wire::write_hello(fd, nullptr, h, net::Clock::now() + 5s);
+    net::wire::read_hello(fd, nullptr, net::Clock::now() + 5s);
   }
   ~RawPeer() { ::close(fd); }
   void send(const push_wire::PushHeader& h, const std::vector<float>& payload, bool corrupt) {
@@ -352,6 +350,29 @@ struct RawPeer {
     return false;
   }
 };
+
+// A Hello for the ring, or one of an older push-link version, is answered
+// (so the peer learns what this end is) and then dropped, naming what differs.
+TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
+  Log log;
+  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
+  for (const bool ring : {true, false}) {
+    const int fd = net::wire::connect_tcp("127.0.0.1:" + std::to_string(server.port()), net::Clock::now() + 5s);
+    net::wire::Hello h;
+    h.purpose = ring ? net::wire::Purpose::ring : net::wire::Purpose::push_link;
+    h.version = ring ? push_wire::kVersion : 1;
+    h.job_id = kJob;
+    net::wire::write_hello(fd, nullptr, h, net::Clock::now() + 5s);
+    const net::wire::Hello answer = net::wire::read_hello(fd, nullptr, net::Clock::now() + 5s);
+    EXPECT_EQ(answer.purpose, net::wire::Purpose::push_link);
+    ::close(fd);
+  }
+  for (int i = 0; i < 200 && log.all().find("version 1") == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(log.all().find("wrong purpose 'ring' (expected 'push link'): not a troupe push-link client"),
+            std::string::npos)
+      << log.all();
+  EXPECT_NE(log.all().find("the client speaks push-link version 1, this end 2"), std::string::npos) << log.all();
+}
 
 TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
   std::atomic<int> applied{0};
