@@ -76,7 +76,7 @@ struct AcrossChoice {
 // choose_collective before it said it was ready. Fewer than two nodes:
 // hierarchical (one node has no "across"; make_replica_group decides).
 // With `links_sealed` (the cluster has a secret, so every link between
-// nodes is sealed: net/tcp/sealed.hpp) it is hierarchical too: NCCL's own
+// nodes is sealed: net/transport/sealed.hpp) it is hierarchical too: NCCL's own
 // transport neither encrypts nor authenticates, and troupe's threat model
 // (docs/ARCHITECTURE.md) promises that no gradient crosses hosts in the
 // clear. Without a secret the cluster is loopback only, so an NCCL group of

@@ -17,7 +17,7 @@
 // --sealed runs the cluster handshake with a secret on every ring
 // connection (net/cluster/gate.hpp's handshake_hook, as `troupe node` does
 // with --secret-file), so every frame travels in AES-256-GCM records
-// (net/tcp/sealed.hpp); without it the ring is plaintext with a CRC-32C per
+// (net/transport/sealed.hpp); without it the ring is plaintext with a CRC-32C per
 // payload, as on loopback without a secret.
 //
 // Each repetition: barrier, then one allreduce (sum) timed on rank 0, which

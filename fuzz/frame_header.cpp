@@ -1,4 +1,4 @@
-// The tcp data plane's frame header and Hello readers (net/tcp/wire.hpp):
+// The tcp data plane's frame header and Hello readers (net/tcp/wire.hpp, net/transport/hello.hpp):
 // bytes as a peer sends them after the length prefix (and, for
 // decode_framed_hello, with it).
 //

@@ -121,6 +121,8 @@ void frame_header_seeds() {
   const auto g = wire::encode_frame_header(f);
   put("frame_header", "send_empty", std::string(g.begin() + 4, g.end()));
   wire::Hello hello;
+  hello.purpose = wire::Purpose::ring;
+  hello.version = wire::kProtocolVersion;
   hello.job_id = 42;
   hello.rank = 1;
   hello.world = 2;

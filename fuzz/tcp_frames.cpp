@@ -34,6 +34,8 @@ constexpr std::uint64_t kJob = 0x7e57'0b5e'55ed'1234ull;
 
 wire::Hello hello_of(std::uint32_t rank) {
   wire::Hello h;
+  h.purpose = wire::Purpose::ring;
+  h.version = wire::kProtocolVersion;
   h.job_id = kJob;
   h.rank = rank;
   h.world = 2;

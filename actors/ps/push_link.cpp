@@ -18,8 +18,10 @@
 
 #include "net/cluster/auth.hpp"  // is_loopback
 #include "net/tcp/ring_link.hpp"  // format_timeout, hex
-#include "net/tcp/sealed.hpp"
-#include "net/tcp/wire.hpp"
+#include "net/transport/hello.hpp"
+#include "net/transport/sealed.hpp"
+#include "net/transport/socket.hpp"
+#include "util/crc32c.hpp"
 
 namespace troupe::actors::ps {
 
@@ -78,13 +80,13 @@ AnswerHeader decode_answer(const unsigned char in[kAnswerHeaderBytes]) {
 }
 
 std::uint32_t push_crc(const unsigned char header[kPushHeaderBytes], const void* payload, std::size_t bytes) {
-  const std::uint32_t crc = net::wire::crc32c(header, kPushHeaderBytes - 4);
-  return bytes ? net::wire::crc32c(payload, bytes, crc) : crc;
+  const std::uint32_t crc = util::crc32c(header, kPushHeaderBytes - 4);
+  return bytes ? util::crc32c(payload, bytes, crc) : crc;
 }
 
 std::uint32_t answer_crc(const unsigned char header[kAnswerHeaderBytes], const void* payload, std::size_t bytes) {
-  const std::uint32_t crc = net::wire::crc32c(header, kAnswerHeaderBytes - 4);
-  return bytes ? net::wire::crc32c(payload, bytes, crc) : crc;
+  const std::uint32_t crc = util::crc32c(header, kAnswerHeaderBytes - 4);
+  return bytes ? util::crc32c(payload, bytes, crc) : crc;
 }
 
 }  // namespace push_wire

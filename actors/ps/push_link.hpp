@@ -13,8 +13,8 @@
 //      cluster: the cluster handshake; without a secret it admits loopback
 //      peers only, and a server without any hook refuses non-loopback peers
 //      itself). When the keys it returns protect, every byte after it, either
-//      way, travels in sealed records (net/tcp/sealed.hpp);
-//   3. Hellos (net/tcp/wire.hpp's: a length-prefixed Cap'n Proto Hello,
+//      way, travels in sealed records (net/transport/sealed.hpp);
+//   3. Hellos (net/transport/hello.hpp: a length-prefixed Cap'n Proto Hello,
 //      net/schema/handshake.capnp, with purpose pushLink, version kVersion
 //      and rank = world = 0; one record when sealed): the client sends its
 //      own, the server answers any readable Hello with its own, then drops

@@ -62,7 +62,7 @@
 // that use it (the gate's splice and the tcp ring, net/cluster/gate.hpp)
 // seal every later byte with keys derived from the session key
 // (net/crypto/aead.hpp's link_keys: one AES-256-GCM key per direction;
-// net/tcp/sealed.hpp's records).
+// net/transport/sealed.hpp's records).
 //
 // Without a secret on either side the handshake only agrees that neither has
 // one; the caller must then accept loopback peers only (peer_refusal()).

@@ -23,9 +23,8 @@
 #include <utility>
 
 #include "net/control/address.hpp"
-#include "net/tcp/sealed.hpp"
-#include "net/tcp/tcp.hpp"  // listen_tcp
-#include "net/tcp/wire.hpp"
+#include "net/transport/sealed.hpp"
+#include "net/transport/socket.hpp"
 
 namespace troupe::net {
 

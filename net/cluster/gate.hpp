@@ -54,7 +54,7 @@
 // After the handshake, with a cluster secret, every byte between the relay
 // and the gate travels in sealed records (AES-256-GCM with per-direction
 // keys from the handshake's session key and record numbers as nonces,
-// net/tcp/sealed.hpp): a man in the middle can neither read the CAF traffic
+// net/transport/sealed.hpp): a man in the middle can neither read the CAF traffic
 // nor alter, replay, reorder or drop a record without the connection being
 // dropped (and logged) at the first such record. Without a secret, peers
 // must be on loopback and the bytes are not sealed.
@@ -143,7 +143,7 @@ std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> handshake_hoo
 //
 // With keys that protect, `b` is the connection that crosses hosts: what
 // goes to b is sealed into records of at most kSpliceRecordBytes
-// (net/tcp/sealed.hpp) and what comes from b is opened; a record that does
+// (net/transport/sealed.hpp) and what comes from b is opened; a record that does
 // not open ends the splice at once, and nothing of it or after it reaches a.
 constexpr std::size_t kSpliceRecordBytes = std::size_t{64} << 10;
 std::string splice(int a, int b, const LinkKeys& keys = {}, std::chrono::milliseconds drain = std::chrono::seconds(10));

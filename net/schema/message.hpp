@@ -1,7 +1,7 @@
 // One Cap'n Proto message as bytes, both ways, for every small message
 // troupe reads from a peer: the data-plane frame header (frame.capnp) and
 // the handshakes (handshake.capnp). The bytes are what follows a message's
-// length prefix; the prefix itself belongs to the transport (net/tcp/wire.hpp,
+// length prefix; the prefix itself belongs to the transport (net/transport/socket.hpp,
 // net/cluster/gate.cpp), which checks it against the same bound first.
 //
 // Why a reader of its own: these messages come from peers that may not be

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "net/crypto/aead.hpp"
-#include "net/tcp/sealed.hpp"
+#include "net/transport/sealed.hpp"
 #include "net/tcp/wire.hpp"
 
 namespace troupe::net::ring {

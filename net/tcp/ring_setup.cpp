@@ -48,6 +48,7 @@ std::string check_hello(const wire::Hello& h, const TcpGroupConfig& c, int expec
 wire::Hello my_hello(const TcpGroupConfig& c) {
   wire::Hello h;
   h.purpose = wire::Purpose::ring;
+  h.version = wire::kProtocolVersion;
   h.job_id = c.job_id;
   h.rank = static_cast<std::uint32_t>(c.rank);
   h.world = static_cast<std::uint32_t>(c.addresses.size());
@@ -250,46 +251,5 @@ RingLinks connect_ring(const TcpGroupConfig& config, int listen_fd) {
   }
   return {std::move(send_link), std::move(recv_link)};
 }
-
-int listen_tcp(const std::string& address, std::uint16_t* port) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("address '" + address + "' is not host:port");
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
-  if (rc != 0) throw std::runtime_error("cannot resolve " + address + ": " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (port)
-        *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-      ::freeaddrinfo(found);
-      return fd;
-    }
-    const int err = errno;
-    ::close(fd);
-    const std::string service = address.substr(colon + 1);
-    error = err == EADDRINUSE ? "port " + service +
-                                    " is already in use by another process (see which one holds it with "
-                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
-                              : std::strerror(err);
-  }
-  ::freeaddrinfo(found);
-  throw std::runtime_error("cannot listen on " + address + ": " + error);
-}
-
 
 }  // namespace troupe::net

@@ -69,6 +69,7 @@
 
 #include "net/collective/collective.hpp"
 #include "net/crypto/aead.hpp"  // LinkKeys
+#include "net/transport/socket.hpp"  // listen_tcp, for a listening socket to pass in
 
 namespace troupe::net {
 
@@ -97,7 +98,7 @@ struct TcpGroupConfig {
   // waiting; a connecting rank retries until its deadline). It returns the
   // connection's keys: when they protect (a cluster secret on both ends),
   // everything after it on that connection — Hellos, frames, acks — travels
-  // in sealed records (net/tcp/sealed.hpp), and the frames carry no CRC-32C
+  // in sealed records (net/transport/sealed.hpp), and the frames carry no CRC-32C
   // (the tag covers every byte). Default: none (plaintext with a CRC-32C
   // per payload; loopback rings of tests and benchmarks).
   std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> authenticate;
@@ -108,10 +109,5 @@ struct TcpGroupConfig {
 // CollectiveError(timeout) naming the peer that did not come by
 // connect_timeout. Bad configuration throws std::invalid_argument.
 std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config);
-
-// A TCP socket bound to `address` ("127.0.0.1:0" picks a free port) and
-// listening; returns the fd and stores the bound port. Throws
-// std::runtime_error naming the address on failure.
-int listen_tcp(const std::string& address, std::uint16_t* port);
 
 }  // namespace troupe::net

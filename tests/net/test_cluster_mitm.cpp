@@ -2,7 +2,7 @@
 // a protected link — the tcp ring (two ranks with the cluster secret) and
 // the gate (relay, proxy, gate, echo server playing CAF) — that passes the
 // handshake through untouched and then attacks the sealed records
-// (net/tcp/sealed.hpp): flips one bit, replays a recorded frame, drops one,
+// (net/transport/sealed.hpp): flips one bit, replays a recorded frame, drops one,
 // or swaps two. Every attack must end the connection with a logged reason
 // naming the record that failed authentication, the all-reduce must fail on
 // both ranks (never return a result computed from altered bytes), and the
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "net/cluster/gate.hpp"
-#include "net/tcp/sealed.hpp"
+#include "net/transport/sealed.hpp"
 #include "net/tcp/tcp.hpp"
 #include "tests/net/test_cluster_support.hpp"
 #include "tests/net/test_tcp_support.hpp"

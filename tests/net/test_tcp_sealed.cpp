@@ -1,4 +1,4 @@
-// Sealed links (net/crypto/aead.hpp, net/tcp/sealed.hpp): the keys of a
+// Sealed links (net/crypto/aead.hpp, net/transport/sealed.hpp): the keys of a
 // connection's two directions, records over a real socket pair, every way a
 // record can be wrong on arrival (a bit flipped in the length, the
 // ciphertext or the tag; replayed; reordered; reflected back with the
@@ -13,7 +13,7 @@
 
 #include "net/crypto/aead.hpp"
 #include "net/crypto/crypto.hpp"
-#include "net/tcp/sealed.hpp"
+#include "net/transport/sealed.hpp"
 #include "net/tcp/wire.hpp"
 #include "tests/net/test_tcp_support.hpp"
 

@@ -348,7 +348,7 @@ TEST(TcpWire, CrcMatchesTheStandardCheckValue) {
 }
 
 // ---------------------------------------------------------------------------
-// The Hello codec alone (net/tcp/wire.hpp).
+// The Hello codec alone (net/transport/hello.hpp).
 
 // What `f` throws as std::runtime_error, or "" when it returns.
 template <typename F>
@@ -379,11 +379,11 @@ TEST(TcpWireHello, RoundTripsEveryField) {
     EXPECT_EQ(got.rank, h.rank);
     EXPECT_EQ(got.world, h.world);
   }
-  // Defaults: a ring Hello of this protocol.
-  const auto ring = wire::encode_hello(wire::Hello{});
-  const wire::Hello got = wire::decode_framed_hello(ring.data(), ring.size());
-  EXPECT_EQ(got.purpose, wire::Purpose::ring);
-  EXPECT_EQ(got.version, wire::kProtocolVersion);
+  // Defaults: nothing a receiver would take for a ring's or a push link's.
+  const auto unset = wire::encode_hello(wire::Hello{});
+  const wire::Hello got = wire::decode_framed_hello(unset.data(), unset.size());
+  EXPECT_EQ(got.purpose, wire::Purpose::unset);
+  EXPECT_EQ(got.version, 0);
 }
 
 TEST(TcpWireHello, APrefixOverTheBoundIsRefusedBeforeAnythingElse) {

@@ -1,6 +1,6 @@
 // A man in the middle for tests, on real loopback sockets: listens on
 // 127.0.0.1:0 and connects every client to 127.0.0.1:target, forwarding both
-// ways, and attacks the sealed records (net/tcp/sealed.hpp) of the first
+// ways, and attacks the sealed records (net/transport/sealed.hpp) of the first
 // connection after the cluster handshake passed through untouched: flips one
 // bit, replays a recorded frame, drops one, or swaps two. It knows no key:
 // it does what an attacker on the network path can do. Used by
@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "net/tcp/sealed.hpp"  // the record format
+#include "net/transport/sealed.hpp"  // the record format
 #include "tests/support/blocking_sockets.hpp"
 
 namespace troupe::testing {

@@ -1,10 +1,10 @@
 // Records of a protected connection (sealed.hpp).
-#include "net/tcp/sealed.hpp"
+#include "net/transport/sealed.hpp"
 
 #include <cstring>
 #include <utility>
 
-#include "net/tcp/wire.hpp"
+#include "net/transport/socket.hpp"
 
 namespace troupe::net::wire {
 
