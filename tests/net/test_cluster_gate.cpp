@@ -462,14 +462,14 @@ TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
   EXPECT_TRUE(accepted.verdict);
 }
 
-// A joiner that talks to something that is not a gate says so.
-TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
+// A joiner's handshake with a fake gate that sends `first_frame` and waits
+// for the joiner to hang up.
+HandshakeResult join_a_fake_gate(const std::string& first_frame) {
   std::uint16_t port = 0;
   const int listener = listen_tcp("127.0.0.1:0", &port);
   std::thread fake([&] {
     const int fd = ::accept(listener, nullptr, nullptr);
-    const std::string frame("\x00\x00\x00\x05HELLO", 9);
-    send_all(fd, frame.data(), frame.size());
+    send_all(fd, first_frame.data(), first_frame.size());
     sees_eof(fd, 2s);
     ::close(fd);
   });
@@ -478,6 +478,12 @@ TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
   ::close(fd);
   fake.join();
   ::close(listener);
+  return r;
+}
+
+// A joiner that talks to something that is not a gate says so.
+TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
+  const HandshakeResult r = join_a_fake_gate(std::string("\x00\x00\x00\x05HELLO", 9));
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.reason.find("is not a troupe gate"), std::string::npos) << r.reason;
 }
@@ -485,26 +491,14 @@ TEST(ClusterGate, JoinerRefusesAPeerThatIsNotAGate) {
 // A well-formed handshake message of the wrong kind first (a verdict where
 // the challenge belongs) is no gate either, and the reason says what came.
 TEST(ClusterGate, JoinerRefusesAFirstFrameThatIsNotAChallenge) {
-  std::uint16_t port = 0;
-  const int listener = listen_tcp("127.0.0.1:0", &port);
-  std::thread fake([&] {
-    const int fd = ::accept(listener, nullptr, nullptr);
-    Verdict v;
-    v.admitted = true;
-    v.identity = "coordinator";
-    const std::string message = v.encode();
-    unsigned char prefix[wire::kLengthPrefixBytes];
-    wire::put_u32(prefix, static_cast<std::uint32_t>(message.size()));
-    const std::string frame = std::string(reinterpret_cast<const char*>(prefix), sizeof prefix) + message;
-    send_all(fd, frame.data(), frame.size());
-    sees_eof(fd, 2s);
-    ::close(fd);
-  });
-  const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
-  const HandshakeResult r = join_handshake(fd, handshake("worker/a"), Clock::now() + 2s);
-  ::close(fd);
-  fake.join();
-  ::close(listener);
+  Verdict v;
+  v.admitted = true;
+  v.identity = "coordinator";
+  const std::string message = v.encode();
+  unsigned char prefix[wire::kLengthPrefixBytes];
+  wire::put_u32(prefix, static_cast<std::uint32_t>(message.size()));
+  const HandshakeResult r =
+      join_a_fake_gate(std::string(reinterpret_cast<const char*>(prefix), sizeof prefix) + message);
   EXPECT_FALSE(r.ok);
   EXPECT_FALSE(r.verdict);
   EXPECT_NE(r.reason.find("is not a troupe gate (its first frame is not a challenge: malformed handshake challenge: "
