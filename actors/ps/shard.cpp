@@ -96,6 +96,11 @@ void ShardCore::close(std::string why) {
   closed_ = std::move(why);
 }
 
+std::string ShardCore::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
 std::function<AppliedPush(int shard, GradientPush push)> shard_apply(
     std::map<int, std::shared_ptr<ShardCore>> shards) {
   return [shards = std::move(shards)](int shard, GradientPush push) {

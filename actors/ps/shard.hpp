@@ -90,6 +90,7 @@ class ShardCore {
   // ended: the job is over or failed, and what the core holds is no longer
   // gathered or checkpointed, so a push applied to it would be lost).
   void close(std::string why);
+  std::string closed() const;  // why apply() refuses; empty while open
 
  private:
   // Staleness counts from here for every replica (under mutex_).

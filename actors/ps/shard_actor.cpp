@@ -9,6 +9,8 @@ namespace troupe::actors::ps {
 caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core) {
   self->state.core = core;
   auto* system = &self->system();
+  // Runs in the actor's cleanup, which may end a moment after its monitors
+  // heard of its end.
   self->attach_functor([core, system](const caf::error& reason) {
     core->close("shard " + std::to_string(core->config().index) + " is gone (its actor ended: " +
                 system->render(reason) + ")");

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "actors/job.hpp"
 #include "actors/ps/parameter_server.hpp"
@@ -302,6 +303,12 @@ TEST(PsShards, AShardWhoseActorEndedRefusesPushesOnTheDataPlane) {
     self->receive([](const caf::down_msg&) {},
                   caf::after(std::chrono::seconds(5)) >> [] { ADD_FAILURE() << "the shard did not exit"; });
   }
+  // The core is closed in the actor's cleanup, which may end a moment after
+  // the monitor's down message went out.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (shard.core->closed().empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_NE(shard.core->closed(), "") << "the core was not closed within 5 s of the actor's end";
   std::string what;
   try {
     apply(3, GradientPush{0, 0, 2, Tensor::full({8}, 0.5f)});
