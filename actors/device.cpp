@@ -242,6 +242,29 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     pushed(self, loss_sum, examples, correct, started, pushed_at, answered, staleness);
     return;
   }
+  if (!s.config.shard_cores.empty()) {
+    // Shards in this process: each part applied to its shard's core on this
+    // (detached) actor's thread, the fresh part unpacked at once.
+    const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
+    for (int i = 0; i < partition->shards(); ++i) {
+      GradientPush push;
+      push.view = s.config.view;
+      push.rank = s.config.rank;
+      push.clock = s.clock + 1;
+      push.gradient = partition->part(i, s.staging);
+      try {
+        const ps::AppliedPush applied = s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(push);
+        partition->unpack(i, applied.fresh, target);
+      } catch (const std::exception& e) {
+        fail(self, "pushing its gradient to the parameter server" +
+                       (partition->shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " +
+                       e.what());
+        return;
+      }
+    }
+    pushed(self, loss_sum, examples, correct, started, pushed_at, net::Clock::now());
+    return;
+  }
   auto left = std::make_shared<int>(partition->shards());
   for (int i = 0; i < partition->shards(); ++i) {
     GradientPush push;

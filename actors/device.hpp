@@ -55,6 +55,7 @@
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
+#include "actors/ps/shard.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
@@ -88,6 +89,10 @@ struct DeviceConfig {
   // A replica on another node has one, its relay to the whole server, and
   // no partition (the whole buffer).
   std::vector<caf::actor> shards;
+  // The same shards' cores when they run in this process (shard.hpp): a
+  // push is then applied on the device's own thread, no message to the
+  // shard's actor and back. Empty: through `shards`.
+  std::vector<std::shared_ptr<ps::ShardCore>> shard_cores;
   std::shared_ptr<const ps::Partition> partition;
   // Shards on ps tasks (issue 17): each shard's part goes on the data plane
   // to its ps task's address (push_routes.hpp), not to `shards`. Null: CAF.

@@ -156,6 +156,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.view = plan.view;
   dc.loader = out.loader;
   dc.shards = plan.shards;
+  dc.shard_cores = plan.shard_cores;
   dc.partition = plan.partition;
   dc.push_routes = plan.push_routes;
   dc.timeline = plan.timeline;
@@ -412,6 +413,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       plan.schedule = schedule;
       plan.collective = collectives[static_cast<std::size_t>(r)];
       plan.shards = server.shards;  // this process's replicas push to the shards directly
+      plan.shard_cores = server.cores;  // (to their cores: in process, on the device's thread)
       plan.partition = server.partition;
       plan.push_routes = push_routes;
       plan.start = start_cursor(static_cast<std::size_t>(r));

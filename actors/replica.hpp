@@ -13,6 +13,7 @@
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
+#include "actors/ps/shard.hpp"  // ShardCore
 #include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
@@ -33,6 +34,7 @@ struct ReplicaPlan {
   // The parameter server (async, ssp): its shards and their partition
   // (actors/ps/parameter_server.hpp), or one relay to it and no partition.
   std::vector<caf::actor> shards;
+  std::vector<std::shared_ptr<ps::ShardCore>> shard_cores;  // in this process: applied directly
   std::shared_ptr<const ps::Partition> partition;
   // Shards on ps tasks: pushes on the data plane (ps/push_routes.hpp); null: CAF.
   std::shared_ptr<const ps::PushRoutes> push_routes;

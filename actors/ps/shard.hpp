@@ -9,12 +9,14 @@
 //
 // Two parts: ShardCore, the shard itself (its part of the parameters, the
 // optimizer state, the clocks and the counters, behind one mutex), and
-// shard_actor, the CAF face the coordinator and the replicas of the
-// coordinator's own process talk to. A PushServer (push_link.hpp) hands a
-// push from another node straight to the core on the connection's thread
-// (shard_apply below): no message to an actor and back, so a push costs the
-// server no thread switch beyond the link's own (issue 17's push round
-// trip; docs/BENCHMARKS.md, "Parameter-server shards on ps tasks").
+// shard_actor, the CAF face the coordinator talks to. Pushes reach the
+// core directly, never through the actor: a PushServer (push_link.hpp)
+// applies a push from another node on the connection's thread (shard_apply
+// below), and a replica of the shard's own process on its device actor's
+// thread (DeviceConfig::shard_cores). No message to an actor and back, so a
+// push costs no thread switch beyond the link's own (issue 17's push round
+// trip; docs/BENCHMARKS.md, "Parameter-server shards on ps tasks"). The
+// actor still answers a push message (a replica given only the actors).
 //
 // Protocol of the actor (the coordinator talks to the shards through the
 // parameter_server actor, parameter_server.hpp; replicas push to each shard):
