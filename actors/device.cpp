@@ -253,8 +253,9 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
       push.clock = s.clock + 1;
       push.gradient = partition->part(i, s.staging);
       try {
-        const ps::AppliedPush applied = s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(push);
-        partition->unpack(i, applied.fresh, target);
+        s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(push, [&](const Tensor& fresh) {
+          partition->unpack(i, fresh, target);
+        });
       } catch (const std::exception& e) {
         fail(self, "pushing its gradient to the parameter server" +
                        (partition->shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " +

@@ -21,6 +21,12 @@ ShardCore::ShardCore(ShardConfig config)
 void ShardCore::everyone_pulled() { pulled_at_.assign(clocks_.size(), counters_.applied); }
 
 AppliedPush ShardCore::apply(const GradientPush& push) {
+  Tensor fresh;
+  const std::int64_t staleness = apply(push, [&fresh](const Tensor& part) { fresh = part.clone(); });
+  return AppliedPush(std::move(fresh), staleness);
+}
+
+std::int64_t ShardCore::apply(const GradientPush& push, const std::function<void(const Tensor& fresh)>& read_fresh) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!closed_.empty()) throw std::runtime_error(closed_);
   // A push from a view that has ended (a node removed while it was
@@ -49,7 +55,8 @@ AppliedPush ShardCore::apply(const GradientPush& push) {
   ++counters_.applied;
   clocks_[rank] = push.clock;
   pulled_at_[rank] = counters_.applied;  // the answer below
-  return AppliedPush(master_.clone(), staleness);
+  read_fresh(master_);
+  return staleness;
 }
 
 ReplicaState ShardCore::state() const {

@@ -83,6 +83,10 @@ class ShardCore {
   // dropped (another view, a rank out of range, another size): nothing
   // applied, `dropped` counted.
   AppliedPush apply(const GradientPush& push);
+  // The same, with no copy of the fresh part: `read_fresh` reads it under
+  // the mutex (a replica of this process unpacks it into its model), and
+  // the push's staleness is returned.
+  std::int64_t apply(const GradientPush& push, const std::function<void(const Tensor& fresh)>& read_fresh);
   ReplicaState state() const;  // a copy (clock, parameters, optimizer buffers, clocks)
   void set_state(const ReplicaState& state);
   void set_position(const Position& position, const std::vector<std::int64_t>& clocks);
