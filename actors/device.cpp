@@ -120,6 +120,23 @@ void check_gradient(const DeviceState& s, const Tensor& gradient) {
 // An async / ssp step whose every shard has answered (its fresh parameters
 // unpacked into the model, or into the host copy of a GPU replica): the
 // parameters go to the device, the spans are marked, the step is reported.
+// This step's push of shard i's part: a view of the staging buffer.
+GradientPush part_push(const DeviceState& s, const ps::Partition& partition, int i) {
+  GradientPush push;
+  push.view = s.config.view;
+  push.rank = s.config.rank;
+  push.clock = s.clock + 1;
+  push.gradient = partition.part(i, s.staging);
+  return push;
+}
+
+// Why a push to the shards in process failed, naming the shard when there
+// are several.
+std::string push_failure(const ps::Partition& partition, int i, const std::string& why) {
+  return "pushing its gradient to the parameter server" +
+         (partition.shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " + why;
+}
+
 // `staleness`: shard 0's, from its answer on the data plane (-1 in process,
 // where the shard records it itself).
 void pushed(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, net::Clock::time_point started,
@@ -247,19 +264,12 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     // (detached) actor's thread, the fresh part unpacked at once.
     const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
     for (int i = 0; i < partition->shards(); ++i) {
-      GradientPush push;
-      push.view = s.config.view;
-      push.rank = s.config.rank;
-      push.clock = s.clock + 1;
-      push.gradient = partition->part(i, s.staging);
       try {
-        s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(push, [&](const Tensor& fresh) {
+        s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(part_push(s, *partition, i), [&](const Tensor& fresh) {
           partition->unpack(i, fresh, target);
         });
       } catch (const std::exception& e) {
-        fail(self, "pushing its gradient to the parameter server" +
-                       (partition->shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " +
-                       e.what());
+        fail(self, push_failure(*partition, i, e.what()));
         return;
       }
     }
@@ -268,12 +278,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   }
   auto left = std::make_shared<int>(partition->shards());
   for (int i = 0; i < partition->shards(); ++i) {
-    GradientPush push;
-    push.view = s.config.view;
-    push.rank = s.config.rank;
-    push.clock = s.clock + 1;
-    push.gradient = partition->part(i, s.staging);
-    self->request(s.config.shards.at(static_cast<std::size_t>(i)), s.config.timeout, push_atom::value, std::move(push))
+    self->request(s.config.shards.at(static_cast<std::size_t>(i)), s.config.timeout, push_atom::value,
+                  part_push(s, *partition, i))
         .await(
             [=](const Tensor& fresh) {
               auto& st = self->state;
@@ -284,11 +290,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
               // Every shard has applied its part: the step is done.
               pushed(self, loss_sum, examples, correct, started, pushed_at, answered);
             },
-            [=](caf::error& e) {
-              fail(self, "pushing its gradient to the parameter server" +
-                             (partition->shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " +
-                             self->system().render(e));
-            });
+            [=](caf::error& e) { fail(self, push_failure(*partition, i, self->system().render(e))); });
   }
 }
 
