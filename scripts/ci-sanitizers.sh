@@ -29,7 +29,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # cli_tests, api_tests and examples_tests, which train real models through
 # the troupe binary or the API for several minutes each under ASan
 # (docs/SANITIZERS.md, "What runs").
-asan_suites="util_tests;models_tests;collective_tests;control_tests;cluster_tests;tcp_tests;ps_link_tests;actors_tests"
+asan_suites="util_tests;models_tests;collective_tests;transport_tests;control_tests;cluster_tests;tcp_tests;ps_link_tests;actors_tests"
 # ThreadSanitizer: troupe's own threads: the collective backends (the local
 # backend's ranks as threads, the tcp backend's sender and receiver threads),
 # the gate and the join relay (a thread per connection, the sealed splice,

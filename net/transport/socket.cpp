@@ -121,67 +121,131 @@ std::string peer_address(int fd) {
   return ss.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
 }
 
-int connect_tcp(const std::string& address, Deadline deadline) {
+namespace {
+
+// "host:port" or "[v6]:port" -> host without brackets, port.
+void split_address(const std::string& address, std::string* host, std::string* port) {
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) throw std::invalid_argument("address '" + address + "' is not host:port");
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  std::string last_error = "nothing tried";
-  for (;;) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
-    if (rc != 0) {
-      last_error = std::string("cannot resolve: ") + ::gai_strerror(rc);
-    } else {
-      for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-        const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) continue;
-        prepare_socket(fd);
-        int err = 0;
-        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-          err = errno;
-          if (err == EINPROGRESS) {
-            try {
-              wait_fd(fd, POLLOUT, deadline);
-              socklen_t len = sizeof err;
-              ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-            } catch (const IoError&) {
-              err = ETIMEDOUT;
-            }
-          }
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+}
+
+// What one pass over a host's addresses came to: connect_tcp retries most
+// failures, connect_tcp_once tells its caller which one it was.
+struct Attempt {
+  enum class Failure { none, unresolved, refused, timed_out, other };
+  int fd = -1;
+  Failure failure = Failure::none;
+  std::string error;  // gai_strerror, or strerror of the last address tried
+};
+
+Attempt attempt_connect(const std::string& host, const std::string& port, Deadline deadline) {
+  Attempt out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0) {
+    out.failure = Attempt::Failure::unresolved;
+    out.error = ::gai_strerror(rc);
+    return out;
+  }
+  out.failure = Attempt::Failure::other;
+  out.error = "nothing tried";
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    prepare_socket(fd);
+    int err = 0;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        try {
+          wait_fd(fd, POLLOUT, deadline);
+          socklen_t len = sizeof err;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        } catch (const IoError&) {
+          err = ETIMEDOUT;
         }
-        if (err == 0) {
-          ::freeaddrinfo(found);
-          return fd;
-        }
-        ::close(fd);
-        last_error = std::strerror(err);
       }
-      ::freeaddrinfo(found);
     }
+    if (err == 0) {
+      out.fd = fd;
+      out.failure = Attempt::Failure::none;
+      out.error.clear();
+      break;
+    }
+    ::close(fd);
+    out.error = std::strerror(err);
+    out.failure = err == ECONNREFUSED ? Attempt::Failure::refused : Attempt::Failure::other;
+    // The deadline covers every address: none is left for the next one.
+    if (err == ETIMEDOUT && Clock::now() >= deadline) {
+      out.failure = Attempt::Failure::timed_out;
+      break;
+    }
+  }
+  ::freeaddrinfo(found);
+  return out;
+}
+
+}  // namespace
+
+int connect_tcp(const std::string& address, Deadline deadline) {
+  std::string host, port;
+  split_address(address, &host, &port);
+  for (;;) {
+    const Attempt a = attempt_connect(host, port, deadline);
+    if (a.fd >= 0) return a.fd;
+    const std::string last_error =
+        a.failure == Attempt::Failure::unresolved ? "cannot resolve: " + a.error : a.error;
     if (Clock::now() + std::chrono::milliseconds(20) >= deadline)
       throw IoError("could not connect to " + address + ": " + last_error, true);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not listening yet: retry
   }
 }
 
+int connect_tcp_once(const std::string& address, Deadline deadline) {
+  std::string host, port;
+  split_address(address, &host, &port);
+  const Attempt a = attempt_connect(host, port, deadline);
+  const std::string what = "could not connect to " + address + ": " + a.error;
+  switch (a.failure) {
+    case Attempt::Failure::none: return a.fd;
+    case Attempt::Failure::unresolved: throw UnknownHost(host, a.error);
+    case Attempt::Failure::refused: throw ConnectionRefused(what);
+    case Attempt::Failure::timed_out: throw IoError(what, true);
+    case Attempt::Failure::other: break;
+  }
+  throw IoError(what, false);
+}
+
+std::size_t read_some(int fd, void* data, std::size_t capacity, Deadline deadline) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, data, capacity, 0);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_fd(fd, POLLIN, deadline);
+      continue;
+    }
+    throw IoError(errno_text(errno), false);
+  }
+}
+
 }  // namespace wire
 
 int listen_tcp(const std::string& address, std::uint16_t* port) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("address '" + address + "' is not host:port");
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string host, service;
+  wire::split_address(address, &host, &service);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
+  const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0) throw std::runtime_error("cannot resolve " + address + ": " + ::gai_strerror(rc));
   std::string error = "no address";
   for (addrinfo* ai = found; ai; ai = ai->ai_next) {
@@ -201,7 +265,6 @@ int listen_tcp(const std::string& address, std::uint16_t* port) {
     }
     const int err = errno;
     ::close(fd);
-    const std::string service = address.substr(colon + 1);
     error = err == EADDRINUSE ? "port " + service +
                                     " is already in use by another process (see which one holds it with "
                                     "`ss -ltnp 'sport = :" + service + "'`), or choose another port"

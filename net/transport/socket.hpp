@@ -1,8 +1,10 @@
 // Sockets with deadlines: the transport every link between troupe nodes
 // uses (the tcp ring, net/tcp/; the gate and the join relay,
 // net/cluster/gate.hpp; the parameter server's push link,
-// actors/ps/push_link.hpp). Non-blocking sockets, every wait a poll()
-// bounded by a deadline; errors say what happened in a reader's words
+// actors/ps/push_link.hpp), and `troupe ctl`'s control client
+// (net/control/control_client.hpp), so that a ctl request is bounded the
+// same way. Non-blocking sockets, every wait a poll() bounded by a
+// deadline; errors say what happened in a reader's words
 // ("connection reset by peer", "end of stream (the peer closed the
 // connection)", "timed out") and whether the deadline passed.
 //
@@ -57,9 +59,35 @@ void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::s
                Deadline deadline);
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline);
 
+// Up to `capacity` (> 0) bytes, as soon as any have arrived: returns how many, 0
+// at end of stream (a framing of its own, such as HTTP's, decides whether
+// that end came too early). IoError on a socket error or when `deadline`
+// passes first (timed_out).
+std::size_t read_some(int fd, void* data, std::size_t capacity, Deadline deadline);
+
+// A host name getaddrinfo could not resolve; `reason` is its gai_strerror.
+struct UnknownHost : std::invalid_argument {
+  UnknownHost(const std::string& host_, const std::string& reason_)
+      : std::invalid_argument("unknown host '" + host_ + "' (" + reason_ + ")"), host(host_), reason(reason_) {}
+  std::string host;
+  std::string reason;
+};
+
+// The last address a connect tried refused it: nothing listens there.
+struct ConnectionRefused : IoError {
+  explicit ConnectionRefused(const std::string& what) : IoError(what, false) {}
+};
+
 // "host:port" -> a connected non-blocking socket, retrying while nothing
-// listens, until `deadline` (IoError). Sets TCP_NODELAY.
+// listens (or the name does not resolve yet), until `deadline` (IoError).
+// Sets TCP_NODELAY.
 int connect_tcp(const std::string& address, Deadline deadline);
+// One try of connect_tcp, for a caller that reports a refusal at once (or
+// retries on its own terms): each address the host resolves to in turn,
+// bounded by `deadline`. Throws UnknownHost, ConnectionRefused, IoError
+// (timed_out when the deadline passed first), std::invalid_argument when
+// `address` is not host:port.
+int connect_tcp_once(const std::string& address, Deadline deadline);
 // Makes fd non-blocking with TCP_NODELAY.
 void prepare_socket(int fd);
 // "127.0.0.1:45678" for the peer of a connected socket.
