@@ -1,35 +1,45 @@
+// ControlClient on net/transport's sockets: a ctl request is bounded by the
+// same deadlines, and fails in the same words, as every other link troupe
+// opens, without an io_context and its handler chain per request. Beast
+// stays for HTTP itself: it writes the request and parses the answer from
+// the bytes the socket hands over.
 #include "net/control/control_client.hpp"
 
-#include "net/control/control_auth.hpp"
+#include <unistd.h>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
+#include <sstream>
+
 #include <boost/beast/http.hpp>
+
+#include "net/control/control_auth.hpp"
+#include "net/transport/socket.hpp"
 
 namespace troupe::net {
 
-namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
 
 namespace {
+
 constexpr std::uint64_t kResponseBodyLimit = 16 << 20;
-}
 
-ControlClient::ControlClient(const std::string& address) : address_(parse_host_port(address)) {}
+using ResponseParser = http::response_parser<http::string_body>;
 
-ControlResponse ControlClient::request(const std::string& method, const std::string& path, const std::string& body,
-                                       std::chrono::milliseconds timeout) const {
-  const std::string where = address_.str();
-  asio::io_context ioc(1);
-  beast::error_code ec;
-  tcp::resolver resolver(ioc);
-  const auto endpoints = resolver.resolve(address_.host, std::to_string(address_.port),
-                                          tcp::resolver::numeric_service, ec);
-  if (ec) throw std::invalid_argument("control address '" + where + "': unknown host '" + address_.host + "' (" +
-                                      ec.message() + ")");
+// Closed however request() leaves, an exception included.
+class Connection {
+ public:
+  explicit Connection(int fd) : fd_(fd) {}
+  ~Connection() { ::close(fd_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  int fd() const { return fd_; }
 
+ private:
+  int fd_;
+};
+
+std::string request_text(const std::string& method, const std::string& path, const std::string& body,
+                         const std::string& host, const std::string& auth_key) {
   http::request<http::string_body> req;
   const http::verb verb = http::string_to_verb(method);
   if (verb == http::verb::unknown)
@@ -38,70 +48,120 @@ ControlResponse ControlClient::request(const std::string& method, const std::str
     req.method(verb);
   req.target(path);
   req.version(11);
-  req.set(http::field::host, where);
+  req.set(http::field::host, host);
   req.set(http::field::user_agent, "troupe-ctl");
   if (!body.empty()) req.set(http::field::content_type, "text/plain");
   req.keep_alive(false);
   req.body() = body;
   req.prepare_payload();
-  if (!auth_key_.empty())
-    req.set(http::field::authorization, sign_control_request(auth_key_, method, path, body, unix_seconds_now()));
+  if (!auth_key.empty())
+    req.set(http::field::authorization, sign_control_request(auth_key, method, path, body, unix_seconds_now()));
+  std::ostringstream text;
+  text << req;
+  return text.str();
+}
 
-  // One deadline for everything: the stream's timer cancels whichever
-  // operation is pending when it fires, and that operation fails with
-  // beast::error::timeout.
-  beast::tcp_stream stream(ioc);
-  stream.expires_after(timeout);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kResponseBodyLimit);
-  beast::error_code connect_ec, write_ec, read_ec;
-  bool read_started = false;
-  stream.async_connect(endpoints, [&](beast::error_code c_ec, const tcp::endpoint&) {
-    if (c_ec) {
-      connect_ec = c_ec;
-      return;
+// Feeds what the socket delivers to `parser` until it holds a whole answer,
+// as http::read would: the parser's error when the bytes are not an answer
+// (end_of_stream when the peer closed before sending anything,
+// partial_message when it closed mid-answer, bad_version and the like for
+// bytes that are not HTTP, body_limit), none when the answer is whole.
+// `unparsed` keeps what the parser has not taken, so that bytes that are
+// not HTTP can be quoted. Socket failures, the deadline's included, are
+// wire::IoError.
+beast::error_code read_answer(int fd, ResponseParser& parser, std::string& unparsed, Deadline deadline) {
+  char chunk[16 * 1024];
+  while (!parser.is_done()) {
+    std::size_t used = 0;
+    if (!unparsed.empty()) {
+      beast::error_code ec;
+      used = parser.put(boost::asio::const_buffer(unparsed.data(), unparsed.size()), ec);
+      unparsed.erase(0, used);
+      if (ec && ec != http::error::need_more) return ec;
     }
-    http::async_write(stream, req, [&](beast::error_code w_ec, std::size_t) {
-      // Read even when the write failed: a server that refuses a request
-      // (413) answers and closes before taking the whole body.
-      write_ec = w_ec;
-      if (w_ec == beast::error::timeout) return;
-      read_started = true;
-      http::async_read(stream, buffer, parser, [&](beast::error_code r_ec, std::size_t) { read_ec = r_ec; });
-    });
-  });
-  ioc.run();
+    // The parser stops after the header: the rest of `unparsed` may be body.
+    if (used > 0) continue;
+    const std::size_t got = wire::read_some(fd, chunk, sizeof chunk, deadline);
+    if (got == 0) {
+      if (!parser.got_some()) return http::error::end_of_stream;
+      beast::error_code ec;
+      parser.put_eof(ec);  // complete only for an answer whose body ends with the connection
+      return ec;
+    }
+    unparsed.append(chunk, got);
+  }
+  return {};
+}
 
-  const auto no_answer = [&](beast::error_code e) -> ControlError {
-    if (e == beast::error::timeout)
-      return ControlError("no answer from " + where + " within " + describe_seconds(timeout.count() / 1000.0));
-    if (e == asio::error::connection_refused)
-      return ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)",
-                          /*refused=*/true);
-    return ControlError("control request " + method + " " + path + " to " + where + " failed: " + e.message());
+}  // namespace
+
+ControlClient::ControlClient(const std::string& address) : address_(parse_host_port(address)) {}
+
+ControlResponse ControlClient::request(const std::string& method, const std::string& path, const std::string& body,
+                                       std::chrono::milliseconds timeout) const {
+  const std::string where = address_.str();
+  const std::string text = request_text(method, path, body, where, auth_key_);
+
+  const auto no_answer_in_time = [&] {
+    return ControlError("no answer from " + where + " within " + describe_seconds(timeout.count() / 1000.0));
   };
+  const auto failed = [&](const std::string& why) {
+    return ControlError("control request " + method + " " + path + " to " + where + " failed: " + why);
+  };
+
+  // One deadline for connect, send and answer, as --timeout promises.
+  const Deadline deadline = Clock::now() + timeout;
+  int fd = -1;
+  try {
+    // Once: `troupe ctl` decides itself whether to try again while nothing
+    // listens (a job still starting), and says so at once otherwise.
+    fd = wire::connect_tcp_once(where, deadline);
+  } catch (const wire::UnknownHost& e) {
+    throw std::invalid_argument("control address '" + where + "': unknown host '" + address_.host + "' (" +
+                                e.reason + ")");
+  } catch (const wire::ConnectionRefused&) {
+    throw ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)",
+                       /*refused=*/true);
+  } catch (const wire::IoError& e) {
+    if (e.timed_out) throw no_answer_in_time();
+    throw failed(e.what());
+  }
+  const Connection connection(fd);
+
+  // A failed send still reads: a server that refuses a request (413)
+  // answers and closes before taking the whole body, and that answer is
+  // the one to show.
+  std::string write_error;
+  try {
+    wire::write_all(connection.fd(), text.data(), text.size(), nullptr, 0, deadline);
+  } catch (const wire::IoError& e) {
+    if (e.timed_out) throw no_answer_in_time();
+    write_error = e.what();
+  }
+
+  ResponseParser parser;
+  parser.body_limit(kResponseBodyLimit);
+  std::string unparsed;
+  beast::error_code read_ec;
+  try {
+    read_ec = read_answer(connection.fd(), parser, unparsed, deadline);
+  } catch (const wire::IoError& e) {
+    if (e.timed_out) throw no_answer_in_time();
+    throw failed(write_error.empty() ? e.what() : write_error);
+  }
   // Something answered, but not in HTTP (an SSH or database port, a troupe
   // node's cluster port): Beast's parser says "bad version" and the like,
-  // which tells the user nothing about what to fix.
-  // An HTTP server whose answer broke off after its header is another fault.
-  const auto not_http = [&](beast::error_code e) {
-    return e.category() == http::make_error_code(http::error::bad_version).category() && !parser.is_header_done();
-  };
-  if (connect_ec) throw no_answer(connect_ec);
-  if (!read_started) throw no_answer(write_ec);
-  if (read_ec && not_http(read_ec)) {
+  // which tells the user nothing about what to fix. An HTTP server whose
+  // answer broke off after its header is another fault.
+  if (read_ec && !parser.is_header_done()) {
     std::string first;  // what it sent, printable, for the user to recognise
-    for (char c : beast::buffers_to_string(buffer.data()).substr(0, 40))
-      first += (c >= 32 && c < 127) ? c : '.';
+    for (char c : unparsed.substr(0, 40)) first += (c >= 32 && c < 127) ? c : '.';
     throw ControlError(where + " is not a troupe control endpoint: " +
                        (first.empty() ? std::string("it closed the connection without an HTTP answer")
                                       : "it answered \"" + first + "\", not HTTP") +
                        " (give --at the address the job serves with --control)");
   }
-  if (read_ec) throw no_answer(read_ec == beast::error::timeout || !write_ec ? read_ec : write_ec);
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  if (read_ec) throw failed(write_error.empty() ? read_ec.message() : write_error);
   return {static_cast<int>(parser.get().result_int()), parser.get().body()};
 }
 

@@ -1,5 +1,6 @@
 // ControlClient: one HTTP request to a job's control endpoint, as `troupe ctl`
-// sends it. Every request has a deadline covering connect, send and answer.
+// sends it. Every request has a deadline covering connect, send and answer,
+// on the sockets every troupe link shares (net/transport/socket.hpp).
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,7 @@ class ControlClient {
   // HTTP status. Throws ControlError when there is no answer:
   //   "nothing is listening at HOST:PORT (is the job running with --control HOST:PORT?)"
   //   "no answer from HOST:PORT within 2 s"
+  //   "HOST:PORT is not a troupe control endpoint: it answered \"...\", not HTTP ..."
   // or another network error naming the address; std::invalid_argument for a
   // host that does not resolve.
   ControlResponse request(const std::string& method, const std::string& path, const std::string& body = "",
