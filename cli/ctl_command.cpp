@@ -66,8 +66,9 @@ int run_ctl(CtlOptions& o) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   net::ControlResponse r;
   for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    // Rounded up: truncated, the first try's timeout would be a hair under
+    // --timeout and "no answer ... within 1.999 s" would not be what was asked.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
       if (o.action == "status" || o.action == "metrics")
         r = client.request("GET", "/" + o.action, "", std::max(left, std::chrono::milliseconds(1)));

@@ -10,10 +10,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -292,6 +295,26 @@ TEST(ControlClientOnSockets, AnUnknownHostIsAnInvalidAddressNamingIt) {
   } catch (const std::invalid_argument& e) {
     EXPECT_CONTAINS(e.what(), "control address 'no-such-host.invalid:7070': unknown host 'no-such-host.invalid' (");
   }
+}
+
+TEST(ControlClientOnSockets, TroupeCtlSaysItWaitedItsWholeTimeoutForAPeerThatNeverAnswers) {
+  FakePeer peer([](int fd) { drain(fd); });
+  const std::string err_file = ::testing::TempDir() + "troupe_ctl_silent_" + std::to_string(::getpid());
+  const std::string cmd = TROUPE_BINARY " ctl --at " + peer.address() + " --timeout 1 status 2>" + err_file;
+  const auto start = Clock::now();
+  const int status = std::system(cmd.c_str());
+  const double waited = seconds_since(start);
+  std::string err;
+  if (FILE* f = std::fopen(err_file.c_str(), "r")) {
+    char buf[1024];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) err.append(buf, n);
+    std::fclose(f);
+  }
+  std::remove(err_file.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << ", stderr: " << err;
+  EXPECT_EQ(err, "troupe: no answer from " + peer.address() + " within 1 s\n");
+  EXPECT_GE(waited, 0.9);
+  EXPECT_LT(waited, 2.5);
 }
 
 }  // namespace
