@@ -3,9 +3,27 @@
 #
 # Defines CAF_FOUND, CAF_VERSION, CAF_INCLUDE_DIR and the imported targets
 # CAF::core and CAF::io (io links core and Threads).
-find_path(CAF_INCLUDE_DIR caf/all.hpp)
-find_library(CAF_CORE_LIBRARY caf_core)
-find_library(CAF_IO_LIBRARY caf_io)
+#
+# TROUPE_CAF_ROOT, when set, is the only place looked at: a CAF 0.17.6
+# installed there from Debian's source package, e.g. the ThreadSanitizer
+# build of scripts/build-caf-tsan.sh (static libcaf_core_static.a and
+# libcaf_io_static.a, whose atomics TSan then sees; docs/SANITIZERS.md).
+# A build directory configured before with another root forgets what it found.
+if(NOT "${TROUPE_CAF_ROOT}" STREQUAL "${_TROUPE_CAF_ROOT_FOUND_WITH}")
+  unset(CAF_INCLUDE_DIR CACHE)
+  unset(CAF_CORE_LIBRARY CACHE)
+  unset(CAF_IO_LIBRARY CACHE)
+  set(_TROUPE_CAF_ROOT_FOUND_WITH "${TROUPE_CAF_ROOT}" CACHE INTERNAL "")
+endif()
+if(TROUPE_CAF_ROOT)
+  find_path(CAF_INCLUDE_DIR caf/all.hpp PATHS "${TROUPE_CAF_ROOT}/include" NO_DEFAULT_PATH)
+  find_library(CAF_CORE_LIBRARY NAMES caf_core_static caf_core PATHS "${TROUPE_CAF_ROOT}/lib" NO_DEFAULT_PATH)
+  find_library(CAF_IO_LIBRARY NAMES caf_io_static caf_io PATHS "${TROUPE_CAF_ROOT}/lib" NO_DEFAULT_PATH)
+else()
+  find_path(CAF_INCLUDE_DIR caf/all.hpp)
+  find_library(CAF_CORE_LIBRARY caf_core)
+  find_library(CAF_IO_LIBRARY caf_io)
+endif()
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
   # config.hpp: #define CAF_VERSION 1706  ->  0.17.6
