@@ -9,10 +9,10 @@
 # real races are left.
 #
 # The source is Debian's: the upstream tarball of the `actor-framework`
-# source package (the one libcaf-dev is built from), fetched through apt
-# from a private deb-src list (the machine's own apt configuration is not
-# touched) and checked against the SHA-256 that Debian's signed Sources
-# index gives. Debian's packaging patches are not applied; the one a GCC 12
+# source package (the one libcaf-dev is built from), fetched by apt from a
+# private deb-src list (the machine's own apt configuration is not
+# touched), which checks it against the SHA-256 of Debian's signed Sources
+# index. Debian's packaging patches are not applied; the one a GCC 12
 # build needs (a missing #include <limits> in libcaf_io) is given with
 # -include. Only libcaf_core and libcaf_io are built, static, with the
 # same compiler and TSan flags as troupe's sanitizer build.
@@ -39,7 +39,6 @@ fi
 
 die() { echo "build-caf-tsan: $*" >&2; exit 1; }
 command -v apt-get >/dev/null || die "needs apt-get (Debian) to fetch the actor-framework source package"
-command -v curl >/dev/null || die "needs curl to fetch the source tarball"
 
 rm -rf "$work"
 mkdir -p "$work/apt/sources.list.d" "$work/apt/lists/partial"
@@ -59,17 +58,13 @@ apt_opts=(-o "Dir::Etc::sourceparts=$work/apt/sources.list.d" -o Dir::Etc::sourc
           -o "Dir::State::Lists=$work/apt/lists" -o APT::Sandbox::User=root)
 apt-get "${apt_opts[@]}" update >"$work/apt-update.log" 2>&1 || { tail -5 "$work/apt-update.log" >&2; die "apt-get update of the deb-src list failed"; }
 
-# "'URL' NAME SIZE SHA256:HEX" for each file of the source package.
-uris=$(apt-get "${apt_opts[@]}" source --print-uris "actor-framework=$version-2.1" 2>/dev/null ||
-       apt-get "${apt_opts[@]}" source --print-uris actor-framework 2>/dev/null) ||
-  die "Debian has no source package actor-framework (the source of libcaf-dev)"
-line=$(grep "actor-framework_${version}.orig.tar" <<<"$uris") || die "no upstream tarball of CAF $version in: $uris"
-url=$(awk '{ gsub("'"'"'", "", $1); print $1 }' <<<"$line")
-name=$(awk '{ print $2 }' <<<"$line")
-sha=$(awk '{ sub("SHA256:", "", $4); print $4 }' <<<"$line")
-[[ $sha =~ ^[0-9a-f]{64}$ ]] || die "no SHA-256 for $name in: $line"
-curl -fsS --retry 3 -o "$work/$name" "$url" || die "could not download $url"
-echo "$sha  $work/$name" | sha256sum -c --quiet - || die "$name does not match Debian's SHA-256 $sha"
+# The upstream tarball only (Debian's packaging is not needed; apt checks
+# the tarball against the SHA-256 of the signed Sources index).
+(cd "$work" && apt-get "${apt_opts[@]}" source --download-only --tar-only "actor-framework=$version-2.1" \
+   >"$work/apt-source.log" 2>&1) ||
+  { tail -5 "$work/apt-source.log" >&2; die "could not fetch the source of Debian's actor-framework $version-2.1 (libcaf-dev)"; }
+name=actor-framework_${version}.orig.tar.gz
+[[ -f $work/$name ]] || die "apt fetched no $name into $work"
 
 tar -xf "$work/$name" -C "$work"
 src=$work/actor-framework-$version
