@@ -109,7 +109,7 @@
 #include <thread>
 
 #include "actors/messages.hpp"  // GradientPush, Tensor
-#include "net/collective/collective.hpp"  // Deadline
+#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"  // LinkKeys
 
 namespace troupe::net::wire {

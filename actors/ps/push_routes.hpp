@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "net/collective/collective.hpp"  // Deadline
+#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"            // LinkKeys
 
 namespace troupe::actors::ps {

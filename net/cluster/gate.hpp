@@ -79,7 +79,7 @@
 #include <string>
 
 #include "net/cluster/auth.hpp"
-#include "net/collective/collective.hpp"  // Deadline
+#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"            // LinkKeys
 
 namespace troupe::net {

@@ -45,12 +45,11 @@
 #include <string>
 
 #include "kernels/tensor.hpp"
+#include "net/deadline.hpp"
 
 namespace troupe::net {
 
 using kernels::Tensor;
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
 
 enum class CollectiveErrorKind { timeout, aborted, invalid };
 const char* to_string(CollectiveErrorKind kind);

@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "net/collective/collective.hpp"  // Deadline
+#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"
 
 namespace troupe::net::wire {

@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "net/collective/collective.hpp"  // Deadline, Clock
+#include "net/deadline.hpp"
 
 namespace troupe::net {
 namespace wire {
