@@ -570,6 +570,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     self->send(coordinator, start_atom::value);
 
     bool stop_requested = false;
+    std::string ps_leaving;  // a ps task that asked to stop: why, once
     bool done = false;
     // A view the coordinator asked for, formed after the receive below (the
     // hooks wait for the nodes with receives of their own).
@@ -703,6 +704,29 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
                        MemberEvent{MemberEvent::Kind::joined, index, name + " with " + list});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
+            if (cluster && cluster->is_ps_task(index)) {
+              // A ps task asked to stop (its own SIGTERM or SIGINT): its
+              // shards cannot move while the job runs, but their state is
+              // still whole and it serves until told the job is over. So
+              // the job stops at the next step boundary with a checkpoint
+              // of that state, instead of losing everything since the last
+              // one as when a ps task dies.
+              if (ps_leaving.empty()) {
+                std::string name = "node " + std::to_string(index);
+                for (const auto& task : cluster->ps_tasks())
+                  if (task.index == index) name += " (" + task.name + ")";
+                ps_leaving = name + ", a ps task, is leaving: " + why;
+                std::fprintf(stderr, "troupe node: %s; its parameter-server shards cannot move, so the job %s\n",
+                             ps_leaving.c_str(),
+                             checkpoints_ ? "checkpoints and stops at the next step boundary"
+                                          : "stops at the next step boundary (no --checkpoint-dir)");
+                if (!stop_requested) {
+                  stop_requested = true;
+                  self->send(coordinator, stop_atom::value);
+                }
+              }
+              return;
+            }
             self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::drain, index, why});
           },
           [&](form_view_atom, const ViewPlan& plan) {
@@ -725,6 +749,11 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       forward_control_requests(coordinator);
     }
     result.stopped_early = result.stopped_early || stop_requested;
+    if (!ps_leaving.empty() && result.error.empty())
+      result.error = ps_leaving + "; the job stopped at step " + std::to_string(result.steps) +
+                     (checkpoints_ ? " with a checkpoint of every shard (resume from the newest checkpoint in " +
+                                         t.checkpoint_dir + " with --resume)"
+                                   : " (no --checkpoint-dir: nothing to resume from)");
     stop_control();
     if (config_.collect_replica_parameters && result.error.empty()) {
       for (auto& d : all_devices)

@@ -11,8 +11,11 @@
 // The shards' state lives only here: a lost ps task stops the job (actors/
 // job.cpp), and the newest checkpoint is where to resume. The ps task ends
 // when the coordinator says the job is over, when it loses the coordinator,
-// or on SIGINT / SIGTERM; it stops its push server first (no push is applied
-// after that), then its shards.
+// or on SIGINT / SIGTERM. The first signal while it hosts shards asks the
+// coordinator to checkpoint and stop the job at the next step boundary
+// (the shards cannot move, but their state is whole), and it serves until
+// then; a second signal stops it at once. It stops its push server first
+// (no push is applied after that), then its shards.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <unistd.h>
@@ -141,6 +144,8 @@ int run_ps_task(const NodeOptions& options) {
       const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
       bool done = false;
       std::string failure;
+      int stopped_by = 0;  // the signal that asked this task to stop
+      std::optional<std::chrono::steady_clock::time_point> leave_deadline;
       while (!done && failure.empty()) {
         self->receive(
             [&](host_shards_atom, const std::vector<std::int32_t>& indices, const std::vector<std::int64_t>& sizes,
@@ -208,9 +213,28 @@ int run_ps_task(const NodeOptions& options) {
             },
             caf::after(std::chrono::milliseconds(100)) >> [&] {
               if (const int sig = ps_signal.load()) {
-                status = 128 + sig;
-                failure = "stopped by signal " + std::to_string(sig);
+                if (!hosted.server || stopped_by) {
+                  status = 128 + sig;
+                  failure = "stopped by signal " + std::to_string(sig);
+                } else {
+                  // The first signal while hosting shards: their state is
+                  // whole, so the coordinator checkpoints it and stops the
+                  // job at the next step boundary (they cannot move while
+                  // it runs); this task serves until told the job is over.
+                  // A second signal, or no end in time, stops it at once.
+                  stopped_by = sig;
+                  ps_signal.store(0);
+                  leave_deadline = std::chrono::steady_clock::now() + options.timeout;
+                  log("signal " + std::to_string(sig) +
+                      ": asking the coordinator to checkpoint and stop the job at the next step boundary (again to "
+                      "stop at once)");
+                  self->request(membership, 5s, leave_atom::value, index, "stopped by signal " + std::to_string(sig))
+                      .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = "leaving: " + system.render(e); });
+                }
               }
+              if (leave_deadline && std::chrono::steady_clock::now() > *leave_deadline)
+                failure = "the coordinator did not stop the job within " +
+                          net::describe_seconds(std::chrono::duration<double>(options.timeout).count());
               if (!hosted.server && std::chrono::steady_clock::now() > wait_until)
                 failure = "the job did not start within " +
                           net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
@@ -220,6 +244,8 @@ int run_ps_task(const NodeOptions& options) {
         log(failure);
         if (status == 0) status = 1;
       }
+      // Stopped by a signal says so in the status, however the job ended.
+      if (stopped_by) status = 128 + stopped_by;
     } catch (const std::exception& e) {
       log(e.what());
       status = ps_signal.load() ? 128 + ps_signal.load() : 1;

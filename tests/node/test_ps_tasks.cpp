@@ -227,6 +227,61 @@ TEST(PsTasks, AKilledPsTaskStopsTheJobWithinSecondsAndTheNewestCheckpointResumes
   }
 }
 
+// A ps task asked to stop (SIGTERM, as a scheduler preempting it would): its
+// shards cannot move while the job runs, but their state is whole, so the
+// job checkpoints every shard at the next step boundary and stops within
+// seconds, naming the task, instead of losing everything since the last
+// checkpoint as when a ps task dies. No checkpoint is due before (every
+// 100000 steps), so the one found is the stop's, at the step the job
+// stopped at, and a restart with --resume does exactly the rest. 1800
+// steps leave the stop, asked for at step 120, several seconds to land.
+TEST(PsTasks, APsTaskAskedToStopCheckpointsEveryShardAndTheJobResumesFromThatStep) {
+  const std::string checkpoints = temp_dir("ps-term-ckpt");
+  const std::string job = std::string(kMlpJob) + "epochs = 2\nsteps = 1800\nbatch = 32\nmode = \"async\"\n" +
+                          "checkpoint_every = 100000\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+  std::uint64_t stopped_at = 0;
+  {
+    Cluster c("ps-term", job, 1, {"--ps-tasks", "2"});
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ps.push_back(start_ps_task(c, 1));
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+    ps[1]->signal(SIGTERM);
+    const auto asked_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.coordinator->wait_for(30s), 1) << all_logs(c, ps);
+    EXPECT_LT(std::chrono::steady_clock::now() - asked_at, 15s) << all_logs(c, ps);
+    EXPECT_EQ(c.workers[0]->wait_for(15s), 1) << all_logs(c, ps);
+    EXPECT_EQ(ps[1]->wait_for(15s), 128 + SIGTERM) << all_logs(c, ps);
+    EXPECT_EQ(ps[0]->wait_for(15s), 1) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    EXPECT_NE(out.find("is leaving: stopped by signal " + std::to_string(SIGTERM)), std::string::npos) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(the job stopped at step (\d+) with a checkpoint of every shard)")))
+        << out;
+    stopped_at = std::stoull(m[1]);
+    EXPECT_GE(stopped_at, 120u) << out;
+    EXPECT_LT(stopped_at, 1800u) << out;
+    auto latest = checkpoint::Directory(checkpoints, 0).latest();
+    ASSERT_TRUE(latest.has_value()) << out;
+    EXPECT_EQ(checkpoint::read(*latest).position.global_step, stopped_at) << out;
+    EXPECT_NE(ps[1]->output().find("asking the coordinator to checkpoint and stop"), std::string::npos)
+        << ps[1]->output();
+  }
+  {
+    Cluster c("ps-term-resume", job, 1, {"--ps-tasks", "2", "--resume"});
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ps.push_back(start_ps_task(c, 1));
+    ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+    for (auto& p : ps) EXPECT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+    const Accounting a = accounting(out);
+    EXPECT_EQ(a.pushed, a.applied) << out;
+    EXPECT_EQ(static_cast<std::uint64_t>(a.pushed), 1800u - stopped_at) << out;
+  }
+}
+
 // A coordinator told to wait for ps tasks that never come stops at
 // --wait-timeout with the reason, and a ps task that comes after the start
 // is told it is not used (the shards are placed once).
