@@ -180,6 +180,8 @@ caf::actor_system& ActorSystemSlot::create(const std::function<void(caf::actor_s
   return *system_;
 }
 
+std::size_t ActorSystemSlot::running_actors() const { return system_ ? system_->registry().running() : 0; }
+
 void ActorSystemSlot::reset() {
   system_.reset();
   config_.reset();
@@ -188,9 +190,12 @@ void ActorSystemSlot::reset() {
 void run_with_bounded_shutdown(const std::function<void(ActorSystemSlot&)>& body, std::chrono::milliseconds limit) {
   auto outcome = std::make_shared<std::promise<void>>();
   auto shut_down = std::make_shared<std::promise<void>>();
+  // Actors not yet ended when the shutdown began: which of CAF's two waits
+  // a stuck shutdown is in (for them, or for a finished actor's thread).
+  auto still_running = std::make_shared<std::atomic<std::size_t>>(0);
   std::future<void> returned = outcome->get_future();
   std::future<void> ended = shut_down->get_future();
-  std::thread runner([&body, outcome, shut_down]() {
+  std::thread runner([&body, outcome, shut_down, still_running]() {
     ActorSystemSlot slot;
     try {
       body(slot);
@@ -198,6 +203,7 @@ void run_with_bounded_shutdown(const std::function<void(ActorSystemSlot&)>& body
     } catch (...) {
       outcome->set_exception(std::current_exception());
     }
+    still_running->store(slot.running_actors());
     slot.reset();  // ~actor_system, on the thread that made it
     shut_down->set_value();
   });
@@ -214,10 +220,12 @@ void run_with_bounded_shutdown(const std::function<void(ActorSystemSlot&)>& body
   } else {
     runner.detach();
     ++abandoned_systems;
-    std::fprintf(stderr,
-                 "troupe: the actor system did not shut down within %.0f s (an actor that ended is still referenced "
-                 "inside CAF); leaving it behind\n",
-                 std::chrono::duration<double>(limit).count());
+    const std::size_t running = still_running->load();
+    const std::string why =
+        running > 0 ? std::to_string(running) + " actor(s) had not ended when it began"
+                    : "every actor had ended when it began: one is still referenced inside CAF";
+    std::fprintf(stderr, "troupe: the actor system did not shut down within %.0f s (%s); leaving it behind\n",
+                 std::chrono::duration<double>(limit).count(), why.c_str());
   }
   if (error) std::rethrow_exception(error);
 }

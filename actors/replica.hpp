@@ -83,6 +83,8 @@ class ActorSystemSlot {
   // Makes the system (once), its config set up by `configure`.
   caf::actor_system& create(const std::function<void(caf::actor_system_config&)>& configure);
   void reset();  // ~actor_system, then the config
+  // Actors of the system that have not ended yet (0 without a system).
+  std::size_t running_actors() const;
 
  private:
   std::unique_ptr<caf::actor_system_config> config_;
