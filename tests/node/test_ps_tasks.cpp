@@ -31,10 +31,35 @@ std::unique_ptr<Process> start_ps_task(const Cluster& c, int k, std::vector<std:
   return std::make_unique<Process>(args, c.dir + "/ps" + std::to_string(k) + ".log", env);
 }
 
+// Two ps tasks joining the cluster's coordinator.
+std::vector<std::unique_ptr<Process>> start_two_ps_tasks(const Cluster& c) {
+  std::vector<std::unique_ptr<Process>> ps;
+  ps.push_back(start_ps_task(c, 0));
+  ps.push_back(start_ps_task(c, 1));
+  return ps;
+}
+
 std::string all_logs(const Cluster& c, const std::vector<std::unique_ptr<Process>>& ps) {
   std::string out = c.logs();
   for (std::size_t k = 0; k < ps.size(); ++k) out += "--- ps " + std::to_string(k) + ":\n" + ps[k]->output();
   return out;
+}
+
+// The same job restarted with --resume, a coordinator, a worker and 2 ps
+// tasks: the shards start from the newest checkpoint's state (scattered to
+// the new ps tasks), every process ends 0, and the job does exactly its
+// `steps` - `from` remaining steps, each push applied once.
+void expect_resume_does_the_rest(const std::string& name, const std::string& job, std::uint64_t steps,
+                                 std::uint64_t from) {
+  Cluster c(name, job, 1, {"--ps-tasks", "2", "--resume"});
+  auto ps = start_two_ps_tasks(c);
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+  for (auto& p : ps) EXPECT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.pushed, a.applied) << out;
+  EXPECT_EQ(static_cast<std::uint64_t>(a.pushed), steps - from) << out;
 }
 
 // "hosting shard(s) 0 (N floats)" -> N.
@@ -157,9 +182,7 @@ TEST(PsTasks, ASwitchStormAcrossShardsOnPsTasksKeepsTheAccounting) {
                 "switch = \"40:async,80:sync,120:ssp:1,160:sync,200:async,240:ssp:2,300:sync\"\n" +
                 "ps_split_above = 10000\n",
             1, {"--ps-tasks", "2"});
-  std::vector<std::unique_ptr<Process>> ps;
-  ps.push_back(start_ps_task(c, 0));
-  ps.push_back(start_ps_task(c, 1));
+  auto ps = start_two_ps_tasks(c);
   ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
   for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
   const std::string out = c.coordinator->output();
@@ -188,9 +211,7 @@ TEST(PsTasks, AKilledPsTaskStopsTheJobWithinSecondsAndTheNewestCheckpointResumes
   std::uint64_t resumed_at = 0;
   {
     Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"});
-    std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start_ps_task(c, 0));
-    ps.push_back(start_ps_task(c, 1));
+    auto ps = start_two_ps_tasks(c);
     ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
     ps[1]->signal(SIGKILL);
     const auto killed_at = std::chrono::steady_clock::now();
@@ -209,22 +230,7 @@ TEST(PsTasks, AKilledPsTaskStopsTheJobWithinSecondsAndTheNewestCheckpointResumes
     EXPECT_GE(resumed_at, 100u) << out;
     EXPECT_LT(resumed_at, 400u) << out;
   }
-  {
-    // Everyone again, the coordinator with --resume: the shards start from
-    // the checkpoint's state (scattered to the new ps tasks), and the job
-    // finishes its 400 steps.
-    Cluster c("ps-resume", job, 1, {"--ps-tasks", "2", "--resume"});
-    std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start_ps_task(c, 0));
-    ps.push_back(start_ps_task(c, 1));
-    ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
-    for (auto& p : ps) EXPECT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
-    const std::string out = c.coordinator->output();
-    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-    const Accounting a = accounting(out);
-    EXPECT_EQ(a.pushed, a.applied) << out;
-    EXPECT_EQ(static_cast<std::uint64_t>(a.pushed), 400u - resumed_at) << out;
-  }
+  expect_resume_does_the_rest("ps-resume", job, 400, resumed_at);
 }
 
 // A ps task asked to stop (SIGTERM, as a scheduler preempting it would): its
@@ -242,9 +248,7 @@ TEST(PsTasks, APsTaskAskedToStopCheckpointsEveryShardAndTheJobResumesFromThatSte
   std::uint64_t stopped_at = 0;
   {
     Cluster c("ps-term", job, 1, {"--ps-tasks", "2"});
-    std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start_ps_task(c, 0));
-    ps.push_back(start_ps_task(c, 1));
+    auto ps = start_two_ps_tasks(c);
     ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
     ps[1]->signal(SIGTERM);
     const auto asked_at = std::chrono::steady_clock::now();
@@ -267,19 +271,7 @@ TEST(PsTasks, APsTaskAskedToStopCheckpointsEveryShardAndTheJobResumesFromThatSte
     EXPECT_NE(ps[1]->output().find("asking the coordinator to checkpoint and stop"), std::string::npos)
         << ps[1]->output();
   }
-  {
-    Cluster c("ps-term-resume", job, 1, {"--ps-tasks", "2", "--resume"});
-    std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start_ps_task(c, 0));
-    ps.push_back(start_ps_task(c, 1));
-    ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
-    for (auto& p : ps) EXPECT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
-    const std::string out = c.coordinator->output();
-    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-    const Accounting a = accounting(out);
-    EXPECT_EQ(a.pushed, a.applied) << out;
-    EXPECT_EQ(static_cast<std::uint64_t>(a.pushed), 1800u - stopped_at) << out;
-  }
+  expect_resume_does_the_rest("ps-term-resume", job, 1800, stopped_at);
 }
 
 // A coordinator told to wait for ps tasks that never come stops at
