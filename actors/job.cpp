@@ -458,6 +458,21 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       pending.swap(control_requests_);
     }
     for (auto& r : pending) {
+      // Draining a ps task would leave the job without its shards' state,
+      // and the shards cannot move while it runs: refused with what to do.
+      if (r->kind == ControlRequest::Kind::drain && cluster) {
+        bool refused = false;
+        for (const auto& task : cluster->ps_tasks()) {
+          if (r->argument != std::to_string(task.index) && r->argument != task.name) continue;
+          r->reply.set_value(ControlReply{
+              409, "node " + std::to_string(task.index) + " (" + task.name +
+                       ") is a ps task: its parameter-server shards cannot move while the job runs, so it cannot "
+                       "leave alone; `troupe ctl stop` checkpoints and stops the job (so does SIGTERM to the ps "
+                       "task)"});
+          refused = true;
+        }
+        if (refused) continue;
+      }
       system.spawn([r, coordinator](caf::event_based_actor* a) -> caf::behavior {
         const auto timeout = std::chrono::seconds(kControlAnswerSeconds);
         auto answer = [r, a](ControlReply c) {

@@ -129,6 +129,16 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
       // Two replicas pushing by turns: about one update unseen per push.
       EXPECT_GT(staleness_sum, 0);
       EXPECT_LT(staleness_sum, 4 * pushes);
+      // A ps task cannot be drained like a worker: refused with the reason.
+      std::smatch m;
+      const std::string ps_log = ps[0]->output();
+      ASSERT_TRUE(std::regex_search(ps_log, m, std::regex(R"(as ps task \(node (\d+)\))"))) << ps_log;
+      Process drain({TROUPE_BINARY, "ctl", "--at", "127.0.0.1:" + std::to_string(control_port), "drain", m[1].str()},
+                    c.dir + "/drain-ps.log");
+      EXPECT_EQ(drain.wait_for(20s), 1) << drain.output();
+      EXPECT_NE(drain.output().find("409"), std::string::npos) << drain.output();
+      EXPECT_NE(drain.output().find("is a ps task: its parameter-server shards cannot move"), std::string::npos)
+          << drain.output();
     }
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
     for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
