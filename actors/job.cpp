@@ -169,6 +169,16 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
 
 namespace {
 std::atomic<int> abandoned_systems{0};
+
+// "node K (ps/HOST/pid N)" for the ps task that `which` names (its index or
+// its name); empty when no ps task of the job has it.
+std::string ps_task_label(const ClusterHooks* cluster, const std::string& which) {
+  if (!cluster) return "";
+  for (const auto& task : cluster->ps_tasks())
+    if (which == std::to_string(task.index) || which == task.name)
+      return "node " + std::to_string(task.index) + " (" + task.name + ")";
+  return "";
+}
 }  // namespace
 
 caf::actor_system& ActorSystemSlot::create(const std::function<void(caf::actor_system_config&)>& configure) {
@@ -460,18 +470,16 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     for (auto& r : pending) {
       // Draining a ps task would leave the job without its shards' state,
       // and the shards cannot move while it runs: refused with what to do.
-      if (r->kind == ControlRequest::Kind::drain && cluster) {
-        bool refused = false;
-        for (const auto& task : cluster->ps_tasks()) {
-          if (r->argument != std::to_string(task.index) && r->argument != task.name) continue;
+      if (r->kind == ControlRequest::Kind::drain) {
+        const std::string ps_task = ps_task_label(cluster, r->argument);
+        if (!ps_task.empty()) {
           r->reply.set_value(ControlReply{
-              409, "node " + std::to_string(task.index) + " (" + task.name +
-                       ") is a ps task: its parameter-server shards cannot move while the job runs, so it cannot "
+              409, ps_task +
+                       " is a ps task: its parameter-server shards cannot move while the job runs, so it cannot "
                        "leave alone; `troupe ctl stop` checkpoints and stops the job (so does SIGTERM to the ps "
                        "task)"});
-          refused = true;
+          continue;
         }
-        if (refused) continue;
       }
       system.spawn([r, coordinator](caf::event_based_actor* a) -> caf::behavior {
         const auto timeout = std::chrono::seconds(kControlAnswerSeconds);
@@ -727,7 +735,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
                        MemberEvent{MemberEvent::Kind::joined, index, name + " with " + list});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
-            if (cluster && cluster->is_ps_task(index)) {
+            const std::string ps_task = ps_task_label(cluster, std::to_string(index));
+            if (!ps_task.empty()) {
               // A ps task asked to stop (its own SIGTERM or SIGINT): its
               // shards cannot move while the job runs, but their state is
               // still whole and it serves until told the job is over. So
@@ -735,10 +744,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
               // of that state, instead of losing everything since the last
               // one as when a ps task dies.
               if (ps_leaving.empty()) {
-                std::string name = "node " + std::to_string(index);
-                for (const auto& task : cluster->ps_tasks())
-                  if (task.index == index) name += " (" + task.name + ")";
-                ps_leaving = name + ", a ps task, is leaving: " + why;
+                ps_leaving = ps_task + ", a ps task, is leaving: " + why;
                 std::fprintf(stderr, "troupe node: %s; its parameter-server shards cannot move, so the job %s\n",
                              ps_leaving.c_str(),
                              checkpoints_ ? "checkpoints and stops at the next step boundary"
