@@ -17,6 +17,7 @@
 #include "actors/replica.hpp"
 #include "actors/resume.hpp"
 #include "kernels/registry.hpp"
+#include "models/warm_up.hpp"
 #include "net/collective/nccl.hpp"
 
 namespace troupe::actors {
@@ -163,6 +164,9 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.track = plan.track;
   if (plan.timeline)
     plan.timeline->name_track(plan.track, "replica " + std::to_string(plan.track) + " (" + plan.device.str() + ")");
+  // Before the coordinator starts its clock (the job spawns it after every
+  // replica): a GPU's libraries load here, not in the first timed step.
+  models::warm_up_device(dc.spec, dc.device, t.batch, t.eval_batch, dc.regression);
   out.device = system.spawn<caf::detached>(device_actor, dc);
   return out;
 }

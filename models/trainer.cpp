@@ -11,6 +11,7 @@
 #include "kernels/ops.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/data/epoch_plan.hpp"
+#include "models/warm_up.hpp"
 
 namespace troupe::models {
 
@@ -119,6 +120,8 @@ TrainResult Trainer::run(const Callbacks& cb) {
     return result;
   }
 
+  // A GPU's libraries load here, outside the timed steps (warm_up.hpp).
+  warm_up_device(model_->spec(), config_.device, config_.batch, config_.eval_batch, !classification());
   const auto t_all = Clock::now();
   auto t_checkpoint = Clock::now();
   const auto checkpoint_interval = std::chrono::duration<double>(config_.checkpoint_minutes * 60.0);

@@ -7,17 +7,19 @@
 #      toolkit, the system, or PyTorch's wheels: found through python3)
 #   2. every GPU test: kernels_gpu_tests, then each test of gpu_tests in a
 #      process of its own (a GPU fault in one cannot take the others down)
-#   3. troupe train --model cnn for one epoch on cuda:0, batch 64 and 512;
-#      then two logical replicas on cuda:0 (cuda:0,cuda:0), sync and async
+#   3. troupe train --model cnn for one epoch on cuda:0, batch 64 and 512,
+#      alternating with
 #   4. the same cnn in PyTorch on the same GPU (torch_gpu_anchor.py), batch
-#      64 and 512
-#   5. a table of samples/s and test accuracy, troupe against PyTorch
+#      64 and 512, for GPU_CHECK_ROUNDS rounds (default 3); then two logical
+#      replicas on cuda:0 (cuda:0,cuda:0), sync and async
+#   5. a table of the median samples/s and test accuracy, troupe against
+#      PyTorch
 #
 # Everything goes to the terminal and to results/ (gpu-check.log, one log
 # per run, the summaries). Exit status: 0 everything passed, 1 something
 # failed (listed at the end), 3 no GPU here (nothing was checked).
 #
-# Environment: GPU_CHECK_RESULTS (default ./results), GPU_CHECK_QUICK=1
+# Environment: GPU_CHECK_RESULTS (default ./results), GPU_CHECK_ROUNDS (default 3), GPU_CHECK_QUICK=1
 # (tests only, no training runs), CUDA_HOME, TROUPE_NCCL_LIBRARY (found
 # otherwise), PYTHON (default python3).
 set -uo pipefail
@@ -145,56 +147,72 @@ fi
 if [[ ${GPU_CHECK_QUICK:-0} == 1 ]]; then
   section "GPU_CHECK_QUICK=1: no training runs"
 else
-  # ---- 3. troupe ------------------------------------------------------------
-  # run_troupe NAME ARGS...: one epoch of the cnn; figures from --summary-json.
+  # ---- 3. and 4. troupe and PyTorch, alternating -----------------------------
+  # GPU_CHECK_ROUNDS rounds (default 3) of troupe then PyTorch at batch 64 and
+  # 512, so that a GPU whose clocks are still low after an idle spell (the
+  # first run on a fresh machine) or a busy moment hits both alike; the
+  # table gives the medians. Each run's figures are in results/.
+  rounds=${GPU_CHECK_ROUNDS:-3}
   declare -A speed accuracy
+  # record NAME SPEED ACCURACY: appends one run's figures.
+  record() { speed[$1]="${speed[$1]:-} $2"; accuracy[$1]="${accuracy[$1]:-} $3"; }
+  # run_troupe NAME ARGS...: one epoch of the cnn; figures from --summary-json.
   run_troupe() {
-    local name=$1; shift
-    section "troupe $name: troupe train --model cnn --epochs 1 $*"
+    local name=$1 log=$results/$1.r${round:-1}; shift
+    section "troupe $name (round ${round:-1}): troupe train --model cnn --epochs 1 $*"
     if timeout 1200 "$here/bin/troupe" train --model cnn --data fashion-mnist --epochs 1 --log-every 0 \
-         --summary-json "$results/$name.json" "$@" > "$results/$name.log" 2>&1; then
-      speed[$name]=$("$python" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["samples_per_s"]))' "$results/$name.json" 2>/dev/null || echo "?")
-      accuracy[$name]=$("$python" -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["test_accuracy"])' "$results/$name.json" 2>/dev/null || echo "?")
-      grep -E '^(devices|collective)' "$results/$name.log" | sed 's/^/  /'
-      echo "  samples/s ${speed[$name]}, test accuracy ${accuracy[$name]}"
+         --summary-json "$log.json" "$@" > "$log.log" 2>&1; then
+      local sps acc
+      sps=$("$python" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["samples_per_s"]))' "$log.json" 2>/dev/null || echo "?")
+      acc=$("$python" -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["test_accuracy"])' "$log.json" 2>/dev/null || echo "?")
+      record "$name" "$sps" "$acc"
+      grep -E '^(devices|collective)' "$log.log" | sed 's/^/  /'
+      echo "  samples/s $sps, test accuracy $acc"
     else
-      note_failure "troupe $name (results/$name.log)"
-      tail -5 "$results/$name.log" | sed 's/^/  /'
+      note_failure "troupe $name round ${round:-1} ($log.log)"
+      tail -5 "$log.log" | sed 's/^/  /'
     fi
   }
-  run_troupe cnn-b64 --devices cuda:0 --batch 64
-  run_troupe cnn-b512 --devices cuda:0 --batch 512
+  # run_torch NAME BATCH: the same cnn in PyTorch (torch_gpu_anchor.py).
+  run_torch() {
+    local name=$1 batch=$2 log=$results/$1.r${round:-1}.log
+    section "PyTorch $name (round ${round:-1}): torch_gpu_anchor.py cnn 1 epoch, batch $batch"
+    if timeout 1200 "$python" "$here/torch_gpu_anchor.py" "$TROUPE_FASHION_MNIST_DIR" cnn 1 "$batch" > "$log" 2>&1; then
+      local line; line=$(grep '^RESULT' "$log")
+      echo "  $line"
+      record "$name" "$(sed -n 's/.*samples_per_s=\([0-9]*\).*/\1/p' <<<"$line")" \
+             "$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' <<<"$line")"
+    else
+      note_failure "PyTorch $name round ${round:-1} ($log)"
+      tail -5 "$log" | sed 's/^/  /'
+    fi
+  }
+  for ((round = 1; round <= rounds; ++round)); do
+    run_troupe cnn-b64 --devices cuda:0 --batch 64
+    run_torch torch-b64 64
+    run_troupe cnn-b512 --devices cuda:0 --batch 512
+    run_torch torch-b512 512
+  done
+  round=1
   run_troupe cnn-2logical-sync --devices cuda:0,cuda:0 --mode sync --batch 32
   run_troupe cnn-2logical-async --devices cuda:0,cuda:0 --mode async --batch 64
 
-  # ---- 4. PyTorch -----------------------------------------------------------
-  run_torch() {
-    local name=$1 batch=$2
-    section "PyTorch $name: torch_gpu_anchor.py cnn 1 epoch, batch $batch"
-    if timeout 1200 "$python" "$here/torch_gpu_anchor.py" "$TROUPE_FASHION_MNIST_DIR" cnn 1 "$batch" \
-         > "$results/$name.log" 2>&1; then
-      local line; line=$(grep '^RESULT' "$results/$name.log")
-      echo "  $line"
-      speed[$name]=$(sed -n 's/.*samples_per_s=\([0-9]*\).*/\1/p' <<<"$line")
-      accuracy[$name]=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' <<<"$line")
-    else
-      note_failure "PyTorch $name (results/$name.log)"
-      tail -5 "$results/$name.log" | sed 's/^/  /'
-    fi
-  }
-  run_torch torch-b64 64
-  run_torch torch-b512 512
-
   # ---- 5. the table ---------------------------------------------------------
-  section "cnn, one epoch of Fashion-MNIST on $(head -1 <<<"$gpus")"
-  printf '%-22s %12s %10s\n' run samples/s test_acc
+  # median WORDS...: the median of the numbers among them ("-" if none).
+  median() { tr ' ' '\n' <<<"$*" | grep -E '^[0-9.]+$' | sort -g |
+             awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+  section "cnn, one epoch of Fashion-MNIST on $(head -1 <<<"$gpus"): medians of $rounds round(s)"
+  printf '%-22s %12s %10s   %s\n' run samples/s test_acc "samples/s of each round"
+  declare -A med_speed med_acc
   for name in cnn-b64 torch-b64 cnn-b512 torch-b512 cnn-2logical-sync cnn-2logical-async; do
-    printf '%-22s %12s %10s\n' "$name" "${speed[$name]:--}" "${accuracy[$name]:--}"
+    med_speed[$name]=$(median ${speed[$name]:-})
+    med_acc[$name]=$(median ${accuracy[$name]:-})
+    printf '%-22s %12s %10s  %s\n' "$name" "${med_speed[$name]}" "${med_acc[$name]}" "${speed[$name]:-}"
   done
   for b in 64 512; do
-    t=${speed[cnn-b$b]:-} p=${speed[torch-b$b]:-}
-    if [[ $t =~ ^[0-9]+$ && $p =~ ^[0-9]+$ && $p -gt 0 ]]; then
-      awk -v t="$t" -v p="$p" -v ta="${accuracy[cnn-b$b]}" -v pa="${accuracy[torch-b$b]}" -v b="$b" \
+    t=${med_speed[cnn-b$b]} p=${med_speed[torch-b$b]}
+    if [[ $t =~ ^[0-9.]+$ && $p =~ ^[0-9.]+$ ]]; then
+      awk -v t="$t" -v p="$p" -v ta="${med_acc[cnn-b$b]}" -v pa="${med_acc[torch-b$b]}" -v b="$b" \
         'BEGIN { printf "batch %s: troupe / PyTorch = %.2fx samples/s (goal >= 1); accuracy %+.2f points (goal within 0.5)\n", b, t / p, (ta - pa) * 100 }'
     fi
   done

@@ -149,9 +149,11 @@ __global__ void reduce_sum_final(unsigned count, double* partials) {
 [[noreturn]] void throw_bad_label(const char* op, DeviceState& st, std::int64_t row,
                                   const std::int32_t* labels, std::int64_t c) {
   const std::int32_t label = cuda::read_i32(st, labels + row);
-  throw std::out_of_range(std::string("cuda backend: ") + op + ": labels[" + std::to_string(row) +
-                          "] = " + std::to_string(label) + " is outside [0, " + std::to_string(c) +
-                          ")");
+  // Worded as the ref and cpu backends word it ("label L of row R"), so a
+  // bad label reads the same on every device.
+  throw std::out_of_range(std::string("cuda backend: ") + op + ": label " + std::to_string(label) +
+                          " of row " + std::to_string(row) + " is outside [0, " +
+                          std::to_string(c) + ")");
 }
 
 }  // namespace

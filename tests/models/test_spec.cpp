@@ -10,6 +10,7 @@
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
+#include "models/warm_up.hpp"
 
 namespace troupe::models {
 namespace {
@@ -166,6 +167,14 @@ TEST(OptimizerConfig, TextRoundTripAndUnknownNames) {
   bad.name = "rmsprop";
   EXPECT_NE(error_of([&] { make_optimizer(bad, Tensor::zeros({4})); }).find("known: sgd, adam, nadam"),
             std::string::npos);
+}
+
+// The GPU warm-up has nothing to do on a CPU device (tests/gpu/test_warm_up.cpp
+// checks it on a GPU).
+TEST(WarmUp, DoesNothingOnACpuDevice) {
+  const ModelSpec spec = zoo_spec("cnn", {Shape{1, 28, 28}, DType::f32, 10});
+  EXPECT_EQ(warm_up_device(spec, Device::cpu(), 64, 1000, false), WarmUp::not_a_gpu);
+  EXPECT_EQ(warm_up_device(spec, Device::cpu(), 64, 1000, false), WarmUp::not_a_gpu);
 }
 
 }  // namespace
