@@ -5,7 +5,7 @@
 // from ../shared/anchors/torch_anchor.py, which uses the same MB = 2^20
 // bytes).
 //
-//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024] [--sealed]
+//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024] [--sealed [--seal-helpers N]]
 //   bench_tcp_allreduce --rank R --addresses HOST:PORT,HOST:PORT[,...] [same options]
 //
 // The second form runs one rank only, in this process, listening on its own
@@ -18,7 +18,10 @@
 // connection (net/cluster/gate.hpp's handshake_hook, as `troupe node` does
 // with --secret-file), so every frame travels in AES-256-GCM records
 // (net/transport/sealed.hpp); without it the ring is plaintext with a CRC-32C per
-// payload, as on loopback without a secret.
+// payload, as on loopback without a secret. --seal-helpers N sets the
+// helper threads per direction that seal and open a frame's records beside
+// the ring's I/O threads (default: net::ring_seal_helpers of the machine's
+// cores; 0 on this 2-core machine); the RESULT line says how many ran.
 //
 // Each repetition: barrier, then one allreduce (sum) timed on rank 0, which
 // finishes with the last all-gather step like every other rank. The figure
@@ -37,6 +40,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "net/cluster/gate.hpp"
@@ -55,6 +59,7 @@ struct Options {
   int warmup = 3;
   std::size_t chunk_kb = 1024;
   bool sealed = false;
+  int seal_helpers = -1;               // --seal-helpers; -1: the machine's default (ring_seal_helpers)
   int rank = -1;                       // >= 0: run this rank only (--rank)
   std::vector<std::string> addresses;  // with --rank
 };
@@ -82,6 +87,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
     else if (a == "--sealed") o.sealed = true;
+    else if (a == "--seal-helpers") o.seal_helpers = std::stoi(value());
     else if (a == "--sizes") {
       o.sizes_mb.clear();
       std::stringstream s(value());
@@ -89,7 +95,7 @@ Options parse(int argc, char** argv) {
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
       throw std::invalid_argument("unknown argument " + a +
-                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --rank, "
+                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --seal-helpers, --rank, "
                                   "--addresses)");
     }
   }
@@ -124,6 +130,7 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
   config.options.timeout = std::chrono::seconds(60);
   config.chunk_bytes = o.chunk_kb * 1024;
   config.listen_fd = listen_fd;
+  config.seal_helpers = o.seal_helpers;
   if (o.sealed)
     config.authenticate = handshake_hook(
         HandshakeConfig{Secret::from_text("bench_tcp_allreduce"), "bench", "rank/" + std::to_string(rank)});
@@ -154,10 +161,13 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
       const double median = seconds[seconds.size() / 2];
       const double algbw = static_cast<double>(n) * 4 / median / 1e9;
       const double busbw = algbw * 2.0 * (o.world - 1) / o.world;
+      const int helpers = o.seal_helpers >= 0 ? o.seal_helpers
+                                              : ring_seal_helpers(std::thread::hardware_concurrency());
       std::printf("RESULT troupe tcp-allreduce%s world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
-                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f\n",
+                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f%s\n",
                   o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
-                  seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms);
+                  seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms,
+                  o.sealed ? (" seal_helpers=" + std::to_string(helpers)).c_str() : "");
       std::fflush(stdout);
     }
   }

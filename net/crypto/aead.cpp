@@ -31,7 +31,7 @@ LinkKeys link_keys(std::string_view session_key, bool acceptor) {
   return keys;
 }
 
-struct AeadDirection::Context {
+struct AeadCipher::Context {
   EVP_CIPHER_CTX* cipher = nullptr;
   std::string key;
   ~Context() {
@@ -40,7 +40,16 @@ struct AeadDirection::Context {
   }
 };
 
-AeadDirection::AeadDirection(std::string_view key) : ctx_(std::make_unique<Context>()) {
+namespace {
+// The nonce of message `number`: four zero bytes, then the number as 64-bit
+// big endian.
+void make_nonce(std::uint64_t number, unsigned char iv[12]) {
+  std::fill(iv, iv + 4, 0);
+  for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(number >> (56 - 8 * i));
+}
+}  // namespace
+
+AeadCipher::AeadCipher(std::string_view key) : ctx_(std::make_unique<Context>()) {
   if (key.size() != kAeadKeyBytes)
     throw std::invalid_argument("an AES-256-GCM key has " + std::to_string(kAeadKeyBytes) + " bytes, not " +
                                 std::to_string(key.size()));
@@ -49,26 +58,19 @@ AeadDirection::AeadDirection(std::string_view key) : ctx_(std::make_unique<Conte
   if (ctx_->cipher == nullptr) openssl_fail("EVP_CIPHER_CTX_new");
 }
 
-AeadDirection::~AeadDirection() = default;
+AeadCipher::~AeadCipher() = default;
 
-bool AeadDirection::begin(Mode mode) {
+bool AeadCipher::begin(Mode mode) {
   if (mode_ == mode) return false;
-  if (mode_ != Mode::unused) throw std::logic_error("AeadDirection: one object either seals or opens");
+  if (mode_ != Mode::unused) throw std::logic_error("AeadCipher: one object either seals or opens");
   mode_ = mode;
   return true;
 }
 
-void AeadDirection::nonce(unsigned char iv[12]) {
-  if (next_ == UINT64_MAX) throw std::runtime_error("AES-256-GCM: 2^64 messages on one key");
-  std::fill(iv, iv + 4, 0);
-  for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(next_ >> (56 - 8 * i));
-  ++next_;
-}
-
-void AeadDirection::seal(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
-                         unsigned char tag[kAeadTagBytes]) {
+void AeadCipher::seal(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
+                      std::size_t bytes, unsigned char tag[kAeadTagBytes]) {
   unsigned char iv[12];
-  nonce(iv);
+  make_nonce(number, iv);
   EVP_CIPHER_CTX* c = ctx_->cipher;
   const auto* key = reinterpret_cast<const unsigned char*>(ctx_->key.data());
   // The first message sets cipher and key (the key schedule); later ones
@@ -92,11 +94,10 @@ void AeadDirection::seal(const void* aad, std::size_t aad_bytes, const void* in,
     openssl_fail("EVP_CIPHER_CTX_ctrl(GET_TAG)");
 }
 
-bool AeadDirection::open(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
-                         const unsigned char tag[kAeadTagBytes]) {
-  if (spent_) return false;
+bool AeadCipher::open(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
+                      std::size_t bytes, const unsigned char tag[kAeadTagBytes]) {
   unsigned char iv[12];
-  nonce(iv);
+  make_nonce(number, iv);
   EVP_CIPHER_CTX* c = ctx_->cipher;
   const auto* key = reinterpret_cast<const unsigned char*>(ctx_->key.data());
   const bool first = begin(Mode::open);
@@ -120,6 +121,36 @@ bool AeadDirection::open(const void* aad, std::size_t aad_bytes, const void* in,
   // The tag is compared inside OpenSSL, in constant time.
   if (EVP_DecryptFinal_ex(c, dst + bytes, &n) != 1) {
     ERR_clear_error();
+    return false;
+  }
+  return true;
+}
+
+AeadDirection::AeadDirection(std::string_view key) : cipher_(key) {}
+
+AeadDirection::~AeadDirection() = default;
+
+std::uint64_t AeadDirection::reserve(std::uint64_t count) {
+  // The last number stays unused, so that next_ never wraps to a used one.
+  if (count > UINT64_MAX - 1 - next_) throw std::runtime_error("AES-256-GCM: 2^64 messages on one key");
+  const std::uint64_t first = next_;
+  next_ += count;
+  return first;
+}
+
+std::unique_ptr<AeadCipher> AeadDirection::twin() const {
+  return std::make_unique<AeadCipher>(cipher_.ctx_->key);
+}
+
+void AeadDirection::seal(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
+                         unsigned char tag[kAeadTagBytes]) {
+  cipher_.seal(reserve(1), aad, aad_bytes, in, out, bytes, tag);
+}
+
+bool AeadDirection::open(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
+                         const unsigned char tag[kAeadTagBytes]) {
+  if (spent_) return false;
+  if (!cipher_.open(reserve(1), aad, aad_bytes, in, out, bytes, tag)) {
     spent_ = true;
     return false;
   }

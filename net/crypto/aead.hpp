@@ -39,6 +39,40 @@ struct LinkKeys {
 // Empty keys for an empty session key (no secret on either side).
 LinkKeys link_keys(std::string_view session_key, bool acceptor);
 
+// One AES-256-GCM key and one OpenSSL context for it: seals or opens the
+// message whose number the caller gives (its nonce). It keeps no count:
+// that is AeadDirection's, below, which gives each number out once. An
+// object either seals or opens (std::logic_error otherwise). Not
+// thread-safe; threads that seal or open records of one direction in
+// parallel (wire::RecordWorkers) each have one, made by
+// AeadDirection::twin().
+class AeadCipher {
+ public:
+  // Throws std::invalid_argument unless key has kAeadKeyBytes.
+  explicit AeadCipher(std::string_view key);
+  ~AeadCipher();
+  AeadCipher(const AeadCipher&) = delete;
+  AeadCipher& operator=(const AeadCipher&) = delete;
+
+  // Encrypts `bytes` of `in` into `out` (the same pointer is fine) as
+  // message `number` and writes the tag, which also covers `aad` (sent in
+  // the clear).
+  void seal(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
+            std::size_t bytes, unsigned char tag[kAeadTagBytes]);
+  // Decrypts into `out` (the same pointer is fine) and checks the tag as
+  // message `number`; false when it does not match (`out` then holds
+  // garbage).
+  bool open(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
+            std::size_t bytes, const unsigned char tag[kAeadTagBytes]);
+
+ private:
+  friend class AeadDirection;
+  struct Context;
+  std::unique_ptr<Context> ctx_;
+  enum class Mode { unused, seal, open } mode_ = Mode::unused;
+  bool begin(Mode mode);  // true the first time: set cipher and key
+};
+
 // One direction of a connection: seals (sender) or opens (receiver) its
 // messages in order; an object does one or the other (std::logic_error
 // otherwise). Not thread-safe; one object per direction and end.
@@ -62,17 +96,26 @@ class AeadDirection {
   bool open(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
             const unsigned char tag[kAeadTagBytes]);
 
+  // For messages sealed or opened out of this object, by several threads at
+  // once: takes the next `count` numbers (the first is returned) so that no
+  // other message gets them, each to be used once with twin() ciphers or
+  // cipher(). Throws std::runtime_error when the numbers would run out.
+  std::uint64_t reserve(std::uint64_t count);
+  // This direction's own cipher (for the thread that owns the direction).
+  AeadCipher& cipher() { return cipher_; }
+  // Another cipher with this direction's key, for a helper thread.
+  std::unique_ptr<AeadCipher> twin() const;
+  // After a reserved message failed to open: every later open fails.
+  void spend() { spent_ = true; }
+  bool spent() const { return spent_; }
+
   // The number the next message gets.
   std::uint64_t messages() const { return next_; }
 
  private:
-  struct Context;
-  std::unique_ptr<Context> ctx_;
+  AeadCipher cipher_;
   std::uint64_t next_ = 0;
   bool spent_ = false;
-  enum class Mode { unused, seal, open } mode_ = Mode::unused;
-  void nonce(unsigned char iv[12]);
-  bool begin(Mode mode);  // true the first time: set cipher and key
 };
 
 }  // namespace troupe::net

@@ -238,6 +238,12 @@ TcpGroup::TcpGroup(const TcpGroupConfig& config, Link send, Link recv)
       options_(config.options), chunk_bytes_(config.chunk_bytes), addresses_(config.addresses),
       send_link_(std::move(send)), recv_link_(std::move(recv)), send_fd_(send_link_.fd), recv_fd_(recv_link_.fd) {
   if (world_ > 1) {
+    if (send_link_.sealed()) {
+      const int helpers = config.seal_helpers >= 0 ? config.seal_helpers
+                                                   : ring_seal_helpers(std::thread::hardware_concurrency());
+      send_link_.sealer->set_helpers(helpers);
+      recv_link_.opener->set_helpers(helpers);
+    }
     staging_.assign(kStagingSlots, std::vector<char>(chunk_bytes_));
     sender_ = std::thread([this] { sender_loop(); });
     receiver_ = std::thread([this] { receiver_loop(); });
@@ -277,7 +283,7 @@ void TcpGroup::sender_loop() {
         // every byte, so no CRC.
         const auto header = wire::encode_frame_header(job.frame);
         send_link_.sealer->append(header.data(), header.size());
-        send_link_.sealer->append(job.data, job.frame.length);
+        send_link_.sealer->append_split(job.data, job.frame.length, wire::kRingRecordBytes);
         send_link_.sealer->flush(send_fd_, job.deadline);
       } else {
         job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
@@ -359,7 +365,8 @@ void TcpGroup::receive_one(const RecvJob& job) {
   auto bad = [&](CollectiveErrorKind kind, const std::string& what) { throw Broken{kind, from + what}; };
   // The 4-byte length prefix at offset 4 and the header at 8, aligned for
   // Cap'n Proto. Sealed, the two come in one record; the payload follows
-  // in a second.
+  // in one more, or in records of wire::kRingRecordBytes from a sender with
+  // seal helpers.
   alignas(8) unsigned char buffer[8 + wire::kMaxHeaderBytes];
   const unsigned char* prefix = buffer + 4;
   unsigned char* header = buffer + 8;
@@ -400,7 +407,7 @@ void TcpGroup::receive_one(const RecvJob& job) {
     // Opened in place: when the tag does not match, the destination holds
     // garbage and the operation fails (the group is broken), so nothing
     // trains on it.
-    recv_link_.opener->read_exact(recv_fd_, job.dest, x.length, job.deadline);
+    recv_link_.opener->read_exact_split(recv_fd_, job.dest, x.length, wire::kRingRecordBytes, job.deadline);
     return;
   }
   wire::read_all(recv_fd_, job.dest, x.length, job.deadline);
@@ -845,5 +852,7 @@ std::unique_ptr<Collective> make_tcp_group(TcpGroupConfig config) {
   RingLinks links = connect_ring(config, listen_fd);
   return std::make_unique<TcpGroup>(config, std::move(links.send), std::move(links.recv));
 }
+
+int ring_seal_helpers(unsigned cores) { return static_cast<int>(std::min(3u, cores >= 8 ? cores / 4 - 1 : 0u)); }
 
 }  // namespace troupe::net

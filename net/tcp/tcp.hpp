@@ -102,7 +102,17 @@ struct TcpGroupConfig {
   // (the tag covers every byte). Default: none (plaintext with a CRC-32C
   // per payload; loopback rings of tests and benchmarks).
   std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> authenticate;
+  // Sealed links only: helper threads per direction that seal or open a
+  // frame's records (wire::kRingRecordBytes each) beside the sender and
+  // receiver threads. -1: from the cores this machine has
+  // (ring_seal_helpers); 0: none, the I/O threads do all the AES-GCM.
+  int seal_helpers = -1;
 };
+
+// The helpers a sealed ring uses per direction when seal_helpers is -1: a
+// quarter of the cores less one, at most 3 (none below 8 cores, where the
+// ranks' own threads already fill them; 3 from 16).
+int ring_seal_helpers(unsigned cores);
 
 // Connects this rank into the ring and returns it; blocks until both ring
 // connections are up and their handshakes passed, or throws

@@ -23,7 +23,12 @@
 namespace troupe::net::wire {
 
 // 2: the Hello became a Cap'n Proto message (it was 24 fixed bytes).
-constexpr std::uint16_t kProtocolVersion = 2;
+// 3: on a sealed link a frame's payload may travel in records of
+//    kRingRecordBytes (a sender with seal helpers), so that several
+//    threads can seal and open one frame; it was always one record.
+constexpr std::uint16_t kProtocolVersion = 3;
+// The largest record of a sealed frame payload: a 1 MiB chunk is 4.
+constexpr std::size_t kRingRecordBytes = std::size_t{256} << 10;
 constexpr std::uint32_t kAckMagic = 0x4b434154;  // "TACK"
 constexpr std::size_t kAckBytes = 8;
 // The largest frame header a receiver reads (and its traversal limit).

@@ -1,7 +1,10 @@
 // Records of a protected connection (sealed.hpp).
 #include "net/transport/sealed.hpp"
 
+#include <array>
 #include <cstring>
+#include <deque>
+#include <numeric>
 #include <utility>
 
 #include "net/transport/socket.hpp"
@@ -20,6 +23,88 @@ std::size_t get_length(const unsigned char* p) {
 }
 }  // namespace
 
+std::vector<std::size_t> split_records(std::size_t bytes, std::size_t record_bytes) {
+  if (record_bytes == 0) throw std::invalid_argument("split_records: records of 0 bytes");
+  if (bytes == 0) return {0};
+  std::vector<std::size_t> sizes(bytes / record_bytes, record_bytes);
+  if (bytes % record_bytes != 0) sizes.push_back(bytes % record_bytes);
+  return sizes;
+}
+
+RecordWorkers::RecordWorkers(const AeadDirection& aead, int helpers) {
+  for (int i = 0; i < helpers; ++i) ciphers_.push_back(aead.twin());
+  for (auto& cipher : ciphers_) threads_.emplace_back([this, c = cipher.get()] { helper_loop(*c); });
+}
+
+RecordWorkers::~RecordWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void RecordWorkers::begin(std::function<void(std::size_t, AeadCipher&)> work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  work_ = std::move(work);
+  queue_.clear();
+  error_ = nullptr;
+}
+
+void RecordWorkers::post(std::size_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(index);
+  }
+  work_cv_.notify_one();
+}
+
+bool RecordWorkers::run_one(std::unique_lock<std::mutex>& lock, AeadCipher& cipher) {
+  if (queue_.empty()) return false;
+  const std::size_t index = queue_.front();
+  queue_.pop_front();
+  ++in_flight_;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    work_(index, cipher);  // work_ changes only in begin(), after every piece is done
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  if (error && !error_) error_ = error;
+  --in_flight_;
+  if (queue_.empty() && in_flight_ == 0) done_cv_.notify_all();
+  return true;
+}
+
+void RecordWorkers::helper_loop(AeadCipher& cipher) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    run_one(lock, cipher);
+  }
+}
+
+void RecordWorkers::finish(AeadCipher& own) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (run_one(lock, own)) {
+  }
+  // What the helpers still run is CPU work on records already in memory:
+  // it ends without waiting on any peer.
+  done_cv_.wait(lock, [&] { return queue_.empty() && in_flight_ == 0; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void RecordWorkers::abandon() {
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_.clear();
+  done_cv_.wait(lock, [&] { return in_flight_ == 0; });
+  error_ = nullptr;
+}
+
 void RecordSealer::seal(const void* in, std::size_t bytes, char* out) {
   if (bytes > UINT32_MAX) throw std::invalid_argument("a record of more than 4 GiB");
   put_length(out, bytes);
@@ -27,8 +112,8 @@ void RecordSealer::seal(const void* in, std::size_t bytes, char* out) {
              reinterpret_cast<unsigned char*>(out + kRecordPrefixBytes + bytes));
 }
 
-void RecordSealer::append(const void* in, std::size_t bytes) {
-  const std::size_t need = pending_bytes_ + bytes + kRecordOverhead;
+char* RecordSealer::reserve_pending(std::size_t bytes) {
+  const std::size_t need = pending_bytes_ + bytes;
   if (need > pending_capacity_) {
     std::unique_ptr<char[]> grown(new char[need]);
     // The first growth has no buffer to copy from (memcpy from null is
@@ -37,8 +122,55 @@ void RecordSealer::append(const void* in, std::size_t bytes) {
     pending_ = std::move(grown);
     pending_capacity_ = need;
   }
-  seal(in, bytes, pending_.get() + pending_bytes_);
+  char* at = pending_.get() + pending_bytes_;
   pending_bytes_ = need;
+  return at;
+}
+
+void RecordSealer::append(const void* in, std::size_t bytes) {
+  char* at = reserve_pending(bytes + kRecordOverhead);
+  seal(in, bytes, at);
+}
+
+RecordSealer::~RecordSealer() = default;
+
+void RecordSealer::set_helpers(int helpers) {
+  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers) : nullptr;
+}
+
+void RecordSealer::append_split(const void* in, std::size_t bytes, std::size_t record_bytes) {
+  // Without helpers one record costs least (one cipher set-up, fewer reads
+  // at the other end); the opener takes either layout.
+  if (!workers_) {
+    append(in, bytes);
+    return;
+  }
+  const std::vector<std::size_t> sizes = split_records(bytes, record_bytes);
+  const std::size_t n = sizes.size();
+  std::vector<std::size_t> in_at(n), out_at(n);
+  for (std::size_t i = 1; i < n; ++i) {
+    in_at[i] = in_at[i - 1] + sizes[i - 1];
+    out_at[i] = out_at[i - 1] + sizes[i - 1] + kRecordOverhead;
+  }
+  if (record_bytes > UINT32_MAX) throw std::invalid_argument("a record of more than 4 GiB");
+  char* out = reserve_pending(bytes + n * kRecordOverhead);
+  // Numbers first, in order: record i is message first + i whichever
+  // thread seals it, so the bytes are those of n appends in turn.
+  const std::uint64_t first = aead_.reserve(n);
+  const auto* src = static_cast<const char*>(in);
+  auto seal_one = [&](std::size_t i, AeadCipher& cipher) {
+    char* o = out + out_at[i];
+    put_length(o, sizes[i]);
+    cipher.seal(first + i, o, kRecordPrefixBytes, src + in_at[i], o + kRecordPrefixBytes, sizes[i],
+                reinterpret_cast<unsigned char*>(o + kRecordPrefixBytes + sizes[i]));
+  };
+  if (!workers_ || n == 1) {
+    for (std::size_t i = 0; i < n; ++i) seal_one(i, aead_.cipher());
+    return;
+  }
+  workers_->begin(seal_one);
+  for (std::size_t i = 0; i < n; ++i) workers_->post(i);
+  workers_->finish(aead_.cipher());
 }
 
 void RecordSealer::flush(int fd, Deadline deadline) {
@@ -61,10 +193,7 @@ void RecordOpener::refuse_length(std::size_t length, std::size_t max) const {
 void RecordOpener::authenticate(const unsigned char prefix[kRecordPrefixBytes], const void* in, void* out,
                                 std::size_t bytes, const unsigned char* tag) {
   const std::uint64_t number = aead_.messages();
-  if (!aead_.open(prefix, kRecordPrefixBytes, in, out, bytes, tag))
-    throw AuthenticationError("record " + std::to_string(number) +
-                              " failed authentication: its bytes were altered on the way, or it was replayed, "
-                              "reordered or dropped, or the peer holds other keys");
+  if (!aead_.open(prefix, kRecordPrefixBytes, in, out, bytes, tag)) refuse_record(number);
 }
 
 std::size_t RecordOpener::read(int fd, void* dest, std::size_t max, Deadline deadline) {
@@ -91,6 +220,93 @@ void RecordOpener::read_exact(int fd, void* dest, std::size_t bytes, Deadline de
   unsigned char tag[kAeadTagBytes];
   read_all(fd, tag, sizeof tag, deadline);
   authenticate(prefix, dest, dest, bytes, tag);
+}
+
+RecordOpener::~RecordOpener() = default;
+
+void RecordOpener::set_helpers(int helpers) {
+  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers) : nullptr;
+}
+
+void RecordOpener::refuse_record(std::uint64_t number) const {
+  throw AuthenticationError("record " + std::to_string(number) +
+                            " failed authentication: its bytes were altered on the way, or it was replayed, "
+                            "reordered or dropped, or the peer holds other keys");
+}
+
+void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::size_t record_bytes,
+                                    Deadline deadline) {
+  if (aead_.spent()) refuse_record(aead_.messages());
+  // The first record's length says the layout: the whole payload in one
+  // record, or records of record_bytes (the sender had helpers). Nothing
+  // else is accepted, so the number of records is bounded by ours.
+  unsigned char first_prefix[kRecordPrefixBytes];
+  read_all(fd, first_prefix, kRecordPrefixBytes, deadline);
+  const std::size_t first_length = get_length(first_prefix);
+  if (first_length != bytes && !(bytes > record_bytes && first_length == record_bytes)) {
+    aead_.spend();
+    throw std::runtime_error("record " + std::to_string(aead_.messages()) + " has a length field of " +
+                             std::to_string(first_length) + " bytes, expected " + std::to_string(bytes) +
+                             (bytes > record_bytes ? " (one record) or " + std::to_string(record_bytes) +
+                                                         " (records of that size)"
+                                                   : std::string()) +
+                             " (altered on the way, or a peer that does not protect its link)");
+  }
+  const std::vector<std::size_t> sizes =
+      first_length == bytes ? std::vector<std::size_t>{bytes} : split_records(bytes, record_bytes);
+  const std::size_t n = sizes.size();
+  const std::uint64_t first = aead_.reserve(n);
+  std::vector<std::array<unsigned char, kRecordPrefixBytes>> prefixes(n);
+  std::vector<std::array<unsigned char, kAeadTagBytes>> tags(n);
+  std::vector<char> failed(n, 0);  // each element written by the one thread that opens its record
+  std::vector<std::size_t> at(n);
+  for (std::size_t i = 1; i < n; ++i) at[i] = at[i - 1] + sizes[i - 1];
+  char* d = static_cast<char*>(dest);
+  auto open_one = [&](std::size_t i, AeadCipher& cipher) {
+    if (!cipher.open(first + i, prefixes[i].data(), kRecordPrefixBytes, d + at[i], d + at[i], sizes[i],
+                     tags[i].data()))
+      failed[i] = 1;
+  };
+  const bool parallel = workers_ && n > 1;
+  if (parallel) workers_->begin(open_one);
+  try {
+    // Record i's tag and record i + 1's length prefix arrive together: one
+    // read takes the ciphertext, the tag and the next length.
+    unsigned char tail[kAeadTagBytes + kRecordPrefixBytes];
+    std::memcpy(prefixes[0].data(), first_prefix, kRecordPrefixBytes);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t length = get_length(prefixes[i].data());
+      if (length != sizes[i])
+        throw std::runtime_error("record " + std::to_string(first + i) + " has a length field of " +
+                                 std::to_string(length) + " bytes, expected " + std::to_string(sizes[i]) +
+                                 " (altered on the way, or a peer that does not protect its link)");
+      const bool last = i + 1 == n;
+      read_all(fd, d + at[i], sizes[i], tail, kAeadTagBytes + (last ? 0 : kRecordPrefixBytes), deadline);
+      std::memcpy(tags[i].data(), tail, kAeadTagBytes);
+      if (!last) std::memcpy(prefixes[i + 1].data(), tail + kAeadTagBytes, kRecordPrefixBytes);
+      if (parallel) {
+        workers_->post(i);  // opened while the next one is read
+      } else {
+        open_one(i, aead_.cipher());
+        if (failed[i]) {
+          aead_.spend();
+          refuse_record(first + i);
+        }
+      }
+    }
+  } catch (...) {
+    // No helper may still write into `dest` once the caller has the error.
+    if (parallel) workers_->abandon();
+    aead_.spend();
+    throw;
+  }
+  if (!parallel) return;
+  workers_->finish(aead_.cipher());
+  for (std::size_t i = 0; i < n; ++i)
+    if (failed[i]) {
+      aead_.spend();
+      refuse_record(first + i);
+    }
 }
 
 RecordOpener::Opened RecordOpener::open(const char* in, std::size_t available, char* out, std::size_t max) {

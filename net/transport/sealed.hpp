@@ -18,12 +18,18 @@
 // time.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "net/deadline.hpp"
@@ -41,9 +47,56 @@ struct AuthenticationError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Helper threads that seal or open the records of one frame in parallel
+// (RecordSealer::append_split, RecordOpener::read_exact_split), each with a
+// cipher of its own for the direction's key; the thread that owns the
+// direction works too. On a host with idle cores this spreads AES-GCM over
+// more than the one I/O thread per direction that otherwise does it in
+// series with its socket copies (docs/BENCHMARKS.md, "Sealed links").
+class RecordWorkers {
+ public:
+  // `helpers` threads (0: none; the owner does everything), each with a
+  // twin of `aead`'s cipher.
+  RecordWorkers(const AeadDirection& aead, int helpers);
+  ~RecordWorkers();
+  RecordWorkers(const RecordWorkers&) = delete;
+  RecordWorkers& operator=(const RecordWorkers&) = delete;
+
+  // One batch: `work(i, cipher)` runs once for every index post()ed, on a
+  // helper or on the owner's thread (inside finish()), with that thread's
+  // cipher. finish() returns when every posted index is done and rethrows
+  // the first exception a piece of work threw.
+  void begin(std::function<void(std::size_t, AeadCipher&)> work);
+  void post(std::size_t index);
+  void finish(AeadCipher& own);
+  // Drops what is queued and waits for what runs (after the owner failed
+  // mid-batch: no helper may touch the batch's buffers afterwards).
+  void abandon();
+  int helpers() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void helper_loop(AeadCipher& cipher);
+  bool run_one(std::unique_lock<std::mutex>& lock, AeadCipher& cipher);  // false: queue empty
+  std::vector<std::unique_ptr<AeadCipher>> ciphers_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::function<void(std::size_t, AeadCipher&)> work_;
+  std::deque<std::size_t> queue_;
+  std::size_t in_flight_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+};
+
+// The record sizes a payload of `bytes` is split into, records of at most
+// `record_bytes` (the last one shorter; one empty record for no bytes).
+// Both ends compute it from the frame's length, so it is never sent.
+std::vector<std::size_t> split_records(std::size_t bytes, std::size_t record_bytes);
+
 class RecordSealer {
  public:
   explicit RecordSealer(std::string_view key) : aead_(key) {}
+  ~RecordSealer();
   // Seals `bytes` of `in` as one record of bytes + kRecordOverhead at `out`.
   // `in` may be out + kRecordPrefixBytes (sealed in place).
   void seal(const void* in, std::size_t bytes, char* out);
@@ -53,10 +106,19 @@ class RecordSealer {
   void flush(int fd, Deadline deadline);
   // append then flush.
   void write(int fd, const void* in, std::size_t bytes, Deadline deadline);
+  // With helpers (set_helpers), as append() of each record that
+  // split_records(bytes, record_bytes) gives, in turn, but sealed in
+  // parallel: the same bytes whichever threads seal them. Without, one
+  // record, as append().
+  void append_split(const void* in, std::size_t bytes, std::size_t record_bytes);
+  // Helper threads for append_split (0: none, the default).
+  void set_helpers(int helpers);
   std::uint64_t records() const { return aead_.messages(); }
 
  private:
+  char* reserve_pending(std::size_t bytes);  // room for `bytes` more pending bytes
   AeadDirection aead_;
+  std::unique_ptr<RecordWorkers> workers_;
   // Records sealed and not yet written: [0, pending_bytes_) of pending_
   // (grown as needed, never zero-filled: a frame is sealed straight into it).
   std::unique_ptr<char[]> pending_;
@@ -66,6 +128,7 @@ class RecordSealer {
 class RecordOpener {
  public:
   explicit RecordOpener(std::string_view key) : aead_(key) {}
+  ~RecordOpener();
   // Reads one record of at most `max` bytes from `fd` and opens it into
   // `dest`; returns its length. Throws IoError (as wire::read_all),
   // std::runtime_error for a length over `max` (nothing more is read), and
@@ -73,6 +136,15 @@ class RecordOpener {
   std::size_t read(int fd, void* dest, std::size_t max, Deadline deadline);
   // As read(), for a record that must hold exactly `bytes`.
   void read_exact(int fd, void* dest, std::size_t bytes, Deadline deadline);
+  // Reads a payload of `bytes` that append_split sent, one record or the
+  // records split_records(bytes, record_bytes) gives (the first length
+  // says which; anything else is refused), each into its place in `dest`,
+  // and opens them, in parallel by the helpers (if any) while the later
+  // ones are still being read. Throws as read_exact; after any error `dest`
+  // holds garbage and every later read fails.
+  void read_exact_split(int fd, void* dest, std::size_t bytes, std::size_t record_bytes, Deadline deadline);
+  // Helper threads for read_exact_split (0: none, the default).
+  void set_helpers(int helpers);
 
   // From a buffer: when `in` (`available` bytes) starts with a whole record
   // of at most `max` bytes, opens it into `out` and returns the bytes it
@@ -89,7 +161,9 @@ class RecordOpener {
   [[noreturn]] void refuse_length(std::size_t length, std::size_t max) const;
   void authenticate(const unsigned char prefix[kRecordPrefixBytes], const void* in, void* out, std::size_t bytes,
                     const unsigned char* tag);
+  [[noreturn]] void refuse_record(std::uint64_t number) const;
   AeadDirection aead_;
+  std::unique_ptr<RecordWorkers> workers_;
 };
 
 }  // namespace troupe::net::wire

@@ -50,9 +50,10 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
-               Deadline deadline) {
-  iovec iov[2] = {{const_cast<void*>(a), a_bytes}, {const_cast<void*>(b), b_bytes}};
+namespace {
+// Moves two buffers, iov[0] then iov[1], through sendmsg (`sending`) or
+// recvmsg until both are done, waiting for the socket up to `deadline`.
+void transfer_all(int fd, iovec iov[2], bool sending, Deadline deadline) {
   int first = 0;
   while (first < 2) {
     if (iov[first].iov_len == 0) {
@@ -62,11 +63,12 @@ void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::s
     msghdr msg{};
     msg.msg_iov = iov + first;
     msg.msg_iovlen = static_cast<std::size_t>(2 - first);
-    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    const ssize_t n = sending ? ::sendmsg(fd, &msg, MSG_NOSIGNAL) : ::recvmsg(fd, &msg, 0);
+    if (n == 0 && !sending) throw IoError("end of stream (the peer closed the connection)", false);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        wait_fd(fd, POLLOUT, deadline);
+        wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
         continue;
       }
       throw IoError(errno_text(errno), false);
@@ -82,6 +84,18 @@ void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::s
       iov[first].iov_len -= left;
     }
   }
+}
+}  // namespace
+
+void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
+               Deadline deadline) {
+  iovec iov[2] = {{const_cast<void*>(a), a_bytes}, {const_cast<void*>(b), b_bytes}};
+  transfer_all(fd, iov, /*sending=*/true, deadline);
+}
+
+void read_all(int fd, void* a, std::size_t a_bytes, void* b, std::size_t b_bytes, Deadline deadline) {
+  iovec iov[2] = {{a, a_bytes}, {b, b_bytes}};
+  transfer_all(fd, iov, /*sending=*/false, deadline);
 }
 
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline) {

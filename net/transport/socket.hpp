@@ -58,6 +58,10 @@ struct IoError : std::runtime_error {
 void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
                Deadline deadline);
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline);
+// Into two buffers, `a` then `b`, in as few system calls as the data's
+// arrival allows (a sealed record's ciphertext, then its tag and the next
+// record's length).
+void read_all(int fd, void* a, std::size_t a_bytes, void* b, std::size_t b_bytes, Deadline deadline);
 
 // Up to `capacity` (> 0) bytes, as soon as any have arrived: returns how many, 0
 // at end of stream (a framing of its own, such as HTTP's, decides whether

@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "net/crypto/aead.hpp"
@@ -62,10 +65,26 @@ struct Pair {
     wire::prepare_socket(fds[1]);
   }
   ~Pair() {
-    for (int fd : fds) ::close(fd);
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
   }
-  // Raw bytes as the wire carries them.
-  void put(const std::string& bytes) { wire::write_all(fds[0], bytes.data(), bytes.size(), nullptr, 0, soon()); }
+  // The reader is done: a writer still writing fails at once (EPIPE)
+  // instead of waiting for room until its deadline.
+  void close_reader() { ::close(std::exchange(fds[1], -1)); }
+  // Raw bytes as the wire carries them, then the end of the stream, from a
+  // thread of its own: more than the socket buffer holds (a split payload)
+  // goes out as the reader takes it.
+  std::thread put(const std::string& bytes) {
+    return std::thread([this, &bytes] {
+      try {
+        wire::write_all(fds[0], bytes.data(), bytes.size(), nullptr, 0, soon());
+      } catch (const std::exception&) {
+        // The reader stopped early (it refused a record): what it read is
+        // the test's to check.
+      }
+      ::shutdown(fds[0], SHUT_WR);
+    });
+  }
   static Deadline soon() { return Clock::now() + 2s; }
 };
 
@@ -86,10 +105,10 @@ std::vector<std::string> sealed(const std::string& key, const std::vector<std::s
 std::pair<std::vector<std::string>, std::string> open_all(const std::string& key, const std::string& bytes,
                                                           std::size_t max = 1 << 20) {
   Pair p;
-  p.put(bytes);
-  ::shutdown(p.fds[0], SHUT_WR);
+  std::thread writer = p.put(bytes);
   RecordOpener opener(key);
   std::vector<std::string> got;
+  std::string error;
   try {
     for (;;) {
       std::string m(max, '\0');
@@ -97,10 +116,13 @@ std::pair<std::vector<std::string>, std::string> open_all(const std::string& key
       got.push_back(m);
     }
   } catch (const wire::IoError&) {
-    return {got, ""};  // end of stream
+    // end of stream
   } catch (const std::exception& e) {
-    return {got, e.what()};
+    error = e.what();
   }
+  p.close_reader();
+  writer.join();
+  return {got, error};
 }
 
 std::string join(const std::vector<std::string>& parts) {
@@ -191,6 +213,154 @@ TEST(TcpSealed, ATooLongRecordIsRefusedBeforeItIsRead) {
 }
 
 // ---------------------------------------------------------------------------
+// A frame's payload in several records (append_split, read_exact_split),
+// sealed and opened by helper threads.
+
+TEST(TcpSealed, SplitRecordsCoverThePayloadInOrder) {
+  EXPECT_EQ(wire::split_records(0, 256), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(wire::split_records(1, 256), (std::vector<std::size_t>{1}));
+  EXPECT_EQ(wire::split_records(256, 256), (std::vector<std::size_t>{256}));
+  EXPECT_EQ(wire::split_records(257, 256), (std::vector<std::size_t>{256, 1}));
+  EXPECT_EQ(wire::split_records(1000, 256), (std::vector<std::size_t>{256, 256, 256, 232}));
+  EXPECT_THROW(wire::split_records(10, 0), std::invalid_argument);
+  EXPECT_EQ(ring_seal_helpers(1), 0);
+  EXPECT_EQ(ring_seal_helpers(2), 0);
+  EXPECT_EQ(ring_seal_helpers(4), 0);
+  EXPECT_EQ(ring_seal_helpers(8), 1);
+  EXPECT_EQ(ring_seal_helpers(16), 3);
+  EXPECT_EQ(ring_seal_helpers(128), 3);
+}
+
+// The bytes a sealer with `helpers` helper threads puts on the wire for
+// `payload` split into records of `record` bytes, after a first record
+// "hi" (so the numbers do not start at 0).
+std::string split_on_the_wire(const std::string& payload, std::size_t record, int helpers) {
+  Pair p;
+  RecordSealer sealer(kJoiner.send);
+  sealer.set_helpers(helpers);
+  std::thread writer([&] {
+    sealer.append("hi", 2);
+    sealer.append_split(payload.data(), payload.size(), record);
+    sealer.flush(p.fds[0], Pair::soon());
+    ::shutdown(p.fds[0], SHUT_WR);
+  });
+  std::string bytes, piece(1 << 16, '\0');
+  const Deadline deadline = Pair::soon();
+  for (;;) {
+    const ssize_t n = ::read(p.fds[1], piece.data(), piece.size());
+    if (n > 0) {
+      bytes.append(piece.data(), static_cast<std::size_t>(n));
+    } else if (n == 0 || Clock::now() > deadline) {
+      break;
+    } else if (errno != EAGAIN && errno != EINTR) {
+      break;
+    }
+  }
+  writer.join();
+  return bytes;
+}
+
+std::string random_text(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (auto& c : s) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+TEST(TcpSealed, ASplitPayloadIsTheSameBytesWhateverThreadsSealIt) {
+  const std::string payload = random_text(1000003, 5);  // 4 records of 250000 and one of 3
+  const std::string split = split_on_the_wire(payload, 250000, 1);
+  // Record by record, as a sealer without split would send them.
+  std::vector<std::string> parts{"hi"};
+  for (std::size_t at = 0; at < payload.size(); at += 250000) parts.push_back(payload.substr(at, 250000));
+  EXPECT_TRUE(split == join(sealed(kJoiner.send, parts)));
+  for (int helpers : {3, 7}) EXPECT_TRUE(split_on_the_wire(payload, 250000, helpers) == split) << helpers;
+  // A plain opener reads them as those records.
+  const auto [got, error] = open_all(kAcceptor.receive, split);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(got, parts);
+  // Without helpers, one record: the cheapest for a sender that seals alone.
+  EXPECT_TRUE(split_on_the_wire(payload, 250000, 0) == join(sealed(kJoiner.send, {"hi", payload})));
+}
+
+// What read_exact_split with `helpers` makes of `wire` (a "hi" record, then
+// a split payload of `bytes` in records of `record`): the payload, or the
+// error; then whether a later read still fails.
+struct SplitRead {
+  std::string payload, error;
+  bool later_read_fails = false;
+};
+SplitRead read_split(const std::string& wire, std::size_t bytes, std::size_t record, int helpers) {
+  Pair p;
+  std::thread writer = p.put(wire);
+  RecordOpener opener(kAcceptor.receive);
+  opener.set_helpers(helpers);
+  SplitRead out;
+  char hi[2];
+  opener.read_exact(p.fds[1], hi, 2, Pair::soon());
+  out.payload.assign(bytes, '\0');
+  try {
+    opener.read_exact_split(p.fds[1], out.payload.data(), bytes, record, Pair::soon());
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    try {
+      opener.read_exact(p.fds[1], hi, 2, Pair::soon());
+    } catch (const std::exception&) {
+      out.later_read_fails = true;
+    }
+  }
+  p.close_reader();
+  writer.join();
+  return out;
+}
+
+TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) {
+  const std::string payload = random_text(1000003, 6);
+  const std::string split = split_on_the_wire(payload, 250000, 2), whole = split_on_the_wire(payload, 250000, 0);
+  const std::size_t record = 250000 + wire::kRecordOverhead, hi = 2 + wire::kRecordOverhead;
+  for (int helpers : {0, 1, 3}) {
+    SCOPED_TRACE("helpers " + std::to_string(helpers));
+    // Either layout opens, whoever opens it.
+    for (const std::string* wire : {&split, &whole}) {
+      const SplitRead good = read_split(*wire, payload.size(), 250000, helpers);
+      EXPECT_EQ(good.error, "");
+      EXPECT_TRUE(good.payload == payload);
+    }
+    // Split: a bit flipped in the third record's ciphertext (record number 3:
+    // "hi" is 0), in the last record's tag, in the second record's length;
+    // whole: in the ciphertext and in the length. The first length must be
+    // the whole payload or one record of the agreed size.
+    struct Bad {
+      const std::string* wire;
+      std::size_t at;
+      std::string what;
+    };
+    for (const Bad& b : {Bad{&split, hi + 2 * record + 4 + 1234, "record 3 failed authentication"},
+                         Bad{&split, split.size() - 1, "record 5 failed authentication"},
+                         Bad{&split, hi + record + 1, "record 2 has a length field of"},
+                         Bad{&whole, hi + 4 + 777777, "record 1 failed authentication"},
+                         Bad{&whole, hi + 1, "record 1 has a length field of"}}) {
+      std::string bad = *b.wire;
+      bad[b.at] = static_cast<char>(bad[b.at] ^ 0x10);
+      const SplitRead r = read_split(bad, payload.size(), 250000, helpers);
+      EXPECT_NE(r.error.find(b.what), std::string::npos) << r.error;
+      EXPECT_TRUE(r.later_read_fails);
+    }
+    const SplitRead other_size = read_split(split, payload.size(), 200000, helpers);
+    EXPECT_NE(other_size.error.find("expected 1000003 (one record) or 200000 (records of that size)"),
+              std::string::npos)
+        << other_size.error;
+    // Cut short: an I/O error, and nothing more is opened.
+    const SplitRead cut = read_split(split.substr(0, split.size() - 100), payload.size(), 250000, helpers);
+    EXPECT_NE(cut.error, "");
+    EXPECT_TRUE(cut.later_read_fails);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // The sealed ring gives the plaintext ring's bits.
 
 std::function<LinkKeys(int, bool, Deadline)> fixed_keys() {
@@ -199,14 +369,15 @@ std::function<LinkKeys(int, bool, Deadline)> fixed_keys() {
 
 // Every operation once on a ring of 3, small chunks so that each is many
 // frames; everything the ranks end with, in order.
-std::vector<std::vector<float>> run_everything(bool seal) {
-  auto groups = thread_ring(3, 10s, 4096, seal ? fixed_keys() : nullptr);
+std::vector<std::vector<float>> run_everything(bool seal, std::size_t chunk_bytes = 4096, int seal_helpers = -1) {
+  auto groups = thread_ring(3, 10s, chunk_bytes, seal ? fixed_keys() : nullptr, seal_helpers);
   std::vector<std::vector<float>> results(3);
   std::mutex mutex;
   run_ranks(groups, [&](int r, Collective& c) {
     const auto d = Clock::now() + 10s;
     std::vector<std::vector<float>> mine;
-    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{100003}}) {
+    // 1000003 floats: frames of several records with 1 MiB chunks.
+    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{100003}, std::int64_t{1000003}}) {
       Tensor t = tensor_of(random_values(n, 7 + static_cast<unsigned>(r)));
       c.allreduce(t, ReduceOp::sum)->wait(d);
       mine.push_back(t.to_vector());
@@ -239,6 +410,21 @@ TEST(TcpSealed, EveryOperationOnASealedRingGivesThePlaintextRingsBits) {
   for (int r = 0; r < 3; ++r) {
     ASSERT_FALSE(plain[static_cast<std::size_t>(r)].empty());
     EXPECT_TRUE(plain[static_cast<std::size_t>(r)] == sealed_ring[static_cast<std::size_t>(r)]) << "rank " << r;
+  }
+}
+
+// 1 MiB chunks, the default: a frame's payload is 4 records, sealed and
+// opened by 2 helper threads per direction beside the I/O threads (as on a
+// machine of 12 cores), or by the I/O threads alone.
+TEST(TcpSealed, ASealedRingWithHelperThreadsGivesThePlaintextRingsBits) {
+  const auto plain = run_everything(false, std::size_t{1} << 20);
+  for (int helpers : {0, 2}) {
+    const auto sealed_ring = run_everything(true, std::size_t{1} << 20, helpers);
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_FALSE(plain[static_cast<std::size_t>(r)].empty());
+      EXPECT_TRUE(plain[static_cast<std::size_t>(r)] == sealed_ring[static_cast<std::size_t>(r)])
+          << "rank " << r << ", " << helpers << " helpers";
+    }
   }
 }
 

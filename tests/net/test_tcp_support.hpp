@@ -68,12 +68,13 @@ inline TcpGroupConfig config_for(Listeners& l, int rank, std::chrono::millisecon
 // protect make a sealed ring).
 inline std::vector<std::unique_ptr<Collective>> thread_ring(
     int world, std::chrono::milliseconds timeout = 10s, std::size_t chunk_bytes = std::size_t{1} << 20,
-    const std::function<LinkKeys(int, bool, Deadline)>& authenticate = {}) {
+    const std::function<LinkKeys(int, bool, Deadline)>& authenticate = {}, int seal_helpers = -1) {
   Listeners l(world);
   std::vector<TcpGroupConfig> configs;
   for (int r = 0; r < world; ++r) {
     configs.push_back(config_for(l, r, timeout, chunk_bytes));
     configs.back().authenticate = authenticate;
+    configs.back().seal_helpers = seal_helpers;
   }
   std::vector<std::unique_ptr<Collective>> groups(static_cast<std::size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));

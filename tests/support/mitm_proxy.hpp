@@ -46,7 +46,7 @@ struct AttackPlan {
   Attack attack = Attack::none;
   bool client_to_server = true;  // which direction is attacked
   std::size_t record = 0;        // the first record of the attacked frame (0: the first after the handshake)
-  std::size_t records_per_frame = 1;  // the ring writes a frame as two records (header, payload)
+  std::size_t records_per_frame = 1;  // the ring writes a frame as two records (header, payload) without seal helpers
   // Whether `record` counts from the first record after arm() rather than
   // from the first after the handshake (to attack a running job at a
   // moment the test chooses).
