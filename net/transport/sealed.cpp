@@ -4,7 +4,6 @@
 #include <array>
 #include <cstring>
 #include <deque>
-#include <numeric>
 #include <utility>
 
 #include "net/transport/socket.hpp"
@@ -164,8 +163,8 @@ void RecordSealer::append_split(const void* in, std::size_t bytes, std::size_t r
     cipher.seal(first + i, o, kRecordPrefixBytes, src + in_at[i], o + kRecordPrefixBytes, sizes[i],
                 reinterpret_cast<unsigned char*>(o + kRecordPrefixBytes + sizes[i]));
   };
-  if (!workers_ || n == 1) {
-    for (std::size_t i = 0; i < n; ++i) seal_one(i, aead_.cipher());
+  if (n == 1) {
+    seal_one(0, aead_.cipher());
     return;
   }
   workers_->begin(seal_one);
