@@ -49,11 +49,13 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 configs=(sync async-coord async-1ps async-2ps)
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Any python3 will do (the standard library only): PYTHON, else the one on PATH.
+python=${PYTHON:-python3}
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Median and p99 (ms) of the spans named $1 in the traces $2..., steps > SKIP.
 spans() {
-  /usr/bin/python3 - "$SKIP" "$@" <<'PY'
+  "$python" - "$SKIP" "$@" <<'PY'
 import json, sys
 skip, name, files = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 d = []
