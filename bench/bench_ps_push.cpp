@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       std::vector<double> push_ms, raw_ms;
       for (int r = 0; r < o.warmup + o.reps; ++r) {
         const auto t0 = Clock::now();
-        client.send(static_cast<int>(s), 0, 0, r + 1, gradient.data(), n);
+        client.send(static_cast<int>(s), 0, 0, r + 1, gradient.data(), n, true);
         client.receive(static_cast<int>(s), fresh.data(), n);
         const auto t1 = Clock::now();
         const std::uint64_t bytes = static_cast<std::uint64_t>(n) * sizeof(float);

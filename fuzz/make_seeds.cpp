@@ -374,8 +374,9 @@ void text_seeds() {
 // ---------------------------------------------------------------- push_frames
 // push_frames.cpp's built form (first byte odd): per frame a flag byte
 // (1: shard 3, 2: corrupt the CRC, 4: shard from 4 bytes, 8: floats from 8
-// bytes, 16: sequence from 4 bytes), view, rank, clock (2 bytes), then the
-// payload's bytes; the raw form (first byte even) is the stream itself.
+// bytes, 16: sequence from 4 bytes, 32: the flag kReadsNext, 64: an unknown
+// flag), view, rank, clock (2 bytes), then the payload's bytes; the raw form
+// (first byte even) is the stream itself.
 void push_frame_seeds() {
   const std::string clock("\0\1", 2);
   const std::string payload(64, '\x3f');
@@ -386,7 +387,9 @@ void push_frame_seeds() {
   put("push_frames", "bad_crc", "\1" + std::string("\2\0\0", 3) + clock + payload);
   put("push_frames", "unknown_shard", "\1" + std::string("\4\0\0\0\7\0", 6) + clock + payload);
   put("push_frames", "huge_claim", "\1" + std::string("\x08\0\0", 3) + clock + std::string("\0\0\1\0\0\0\0\0", 8));
-  put("push_frames", "raw", std::string(1, '\0') + "TPSP" + std::string(36, '\0'));
+  put("push_frames", "reads_next", "\1" + shard0 + "\x21" + shard3.substr(1));  // shard 3 marked last
+  put("push_frames", "unknown_flag", "\1" + std::string("\x40\0\0", 3) + clock + payload);
+  put("push_frames", "raw", std::string(1, '\0') + "TPSP" + std::string(40, '\0'));
 }
 
 }  // namespace

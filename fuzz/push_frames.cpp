@@ -88,6 +88,7 @@ std::string built_frames(troupe::fuzz::Input& in, int& frames) {
     const auto it = kShards.find(static_cast<int>(h.shard));
     h.floats = flags & 8 ? static_cast<std::int64_t>(take(in, 8)) : (it == kShards.end() ? 16 : it->second);
     h.sequence = static_cast<std::uint32_t>(flags & 16 ? take(in, 4) : static_cast<std::uint64_t>(frames));
+    h.flags = (flags & 32 ? push_wire::kReadsNext : 0u) | (flags & 64 ? 2u : 0u);
     // The payload: what the header claims, as far as the input and 64 KiB go.
     const std::size_t claimed = h.floats > 0 ? static_cast<std::size_t>(h.floats) * sizeof(float) : 0;
     const std::size_t bytes = std::min<std::size_t>({claimed, in.rest().size(), 64 * 1024});

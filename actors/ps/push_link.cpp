@@ -39,7 +39,8 @@ void encode(const PushHeader& h, unsigned char out[kPushHeaderBytes]) {
   put_u64(out + 16, static_cast<std::uint64_t>(h.clock));
   put_u64(out + 24, static_cast<std::uint64_t>(h.floats));
   put_u32(out + 32, h.sequence);
-  put_u32(out + 36, h.crc32c);
+  put_u32(out + 36, h.flags);
+  put_u32(out + 40, h.crc32c);
 }
 
 PushHeader decode_push(const unsigned char in[kPushHeaderBytes]) {
@@ -51,7 +52,8 @@ PushHeader decode_push(const unsigned char in[kPushHeaderBytes]) {
   h.clock = static_cast<std::int64_t>(get_le(in + 16, 8));
   h.floats = static_cast<std::int64_t>(get_le(in + 24, 8));
   h.sequence = static_cast<std::uint32_t>(get_le(in + 32, 4));
-  h.crc32c = static_cast<std::uint32_t>(get_le(in + 36, 4));
+  h.flags = static_cast<std::uint32_t>(get_le(in + 36, 4));
+  h.crc32c = static_cast<std::uint32_t>(get_le(in + 40, 4));
   return h;
 }
 
@@ -294,11 +296,17 @@ void PushClient::abort(const std::string& why) {
 }
 
 void PushClient::send(int shard, std::uint32_t view, int rank, std::int64_t clock, const float* part,
-                      std::int64_t floats) {
+                      std::int64_t floats, bool reads_next) {
   check_usable(shard);
   if (shard < 0 || floats < 0 || (floats > 0 && part == nullptr))
     throw PushError(where(shard) + "invalid push (" + std::to_string(floats) + " floats" +
                     (part ? "" : " from a null buffer") + ")");
+  // The server may be writing that push's answer on its reading thread,
+  // blocked until this end reads: a further push could fill both socket
+  // buffers and stall both ends.
+  if (reading_)
+    throw PushError(where(shard) + "a push sent before the answers to a push marked as the last before reading (" +
+                    std::to_string(pending_.size()) + " unanswered)");
   PushHeader h;
   h.shard = static_cast<std::uint32_t>(shard);
   h.view = view;
@@ -306,6 +314,7 @@ void PushClient::send(int shard, std::uint32_t view, int rank, std::int64_t cloc
   h.clock = clock;
   h.floats = floats;
   h.sequence = next_sequence_;
+  h.flags = reads_next ? kReadsNext : 0;
   unsigned char header[kPushHeaderBytes];
   const std::size_t bytes = static_cast<std::size_t>(floats) * sizeof(float);
   encode(h, header);
@@ -320,6 +329,7 @@ void PushClient::send(int shard, std::uint32_t view, int rank, std::int64_t cloc
     fail(shard, io_text(e, "sending the push", config_.timeout));
   }
   pending_.push_back({shard, next_sequence_++, deadline});
+  reading_ = reads_next;
 }
 
 std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
@@ -358,6 +368,7 @@ std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
     if (!sealer_ && answer_crc(header, reason.data(), reason.size()) != h.crc32c)
       fail(shard, "the refusal's CRC-32C does not match (altered on the way)");
     pending_.pop_front();  // the stream is in step: the client stays usable
+    if (pending_.empty()) reading_ = false;
     throw PushError(where(shard) + "refused by the server: " + reason);
   }
   if (h.status != static_cast<std::uint32_t>(AnswerStatus::applied))
@@ -373,6 +384,7 @@ std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
   if (!sealer_ && answer_crc(header, out, bytes) != h.crc32c)
     fail(shard, "the answer's CRC-32C does not match (altered on the way)");
   pending_.pop_front();
+  if (pending_.empty()) reading_ = false;
   return h.staleness < 0 ? -1 : h.staleness;
 }
 
@@ -544,10 +556,32 @@ void PushServer::serve_until_closed(Connection& c) {
     std::string reason;  // refused
     bool close_after = false;
   };
+  // Writes one answer; false when the connection is lost (dropped, logged,
+  // and shut down, which wakes the other thread).
+  auto write_answer = [&](Answer& a) {
+    try {
+      unsigned char header[kAnswerHeaderBytes];
+      const void* payload = a.header.floats ? static_cast<const void*>(a.fresh.f32())
+                                            : static_cast<const void*>(a.reason.data());
+      const std::size_t bytes = a.header.floats ? a.fresh.bytes() : a.reason.size();
+      encode(a.header, header);
+      if (!sealer) {
+        a.header.crc32c = answer_crc(header, payload, bytes);
+        encode(a.header, header);
+      }
+      write_frame(e, header, sizeof header, payload, bytes, Clock::now() + config_.io_timeout);
+    } catch (const std::exception& x) {
+      drop(io_text(x, "writing an answer", config_.io_timeout));
+      ::shutdown(c.fd, SHUT_RDWR);
+      return false;
+    }
+    return true;
+  };
   std::mutex m;
   std::condition_variable cv;
-  std::deque<Answer> answers;
-  bool reading_done = false;
+  std::deque<Answer> answers;   // under m
+  bool writer_busy = false;     // under m: the writer is writing one it took
+  bool reading_done = false;    // under m
   std::thread writer([&] {
     for (;;) {
       Answer a;
@@ -555,27 +589,14 @@ void PushServer::serve_until_closed(Connection& c) {
         // Woken by each answer and by the reader's end (which stop() and
         // the peer's close bring about at once).
         std::unique_lock<std::mutex> lock(m);
+        writer_busy = false;
         cv.wait(lock, [&] { return !answers.empty() || reading_done; });
         if (answers.empty()) return;
         a = std::move(answers.front());
         answers.pop_front();
+        writer_busy = true;
       }
-      try {
-        unsigned char header[kAnswerHeaderBytes];
-        const void* payload = a.header.floats ? static_cast<const void*>(a.fresh.f32())
-                                              : static_cast<const void*>(a.reason.data());
-        const std::size_t bytes = a.header.floats ? a.fresh.bytes() : a.reason.size();
-        encode(a.header, header);
-        if (!sealer) {
-          a.header.crc32c = answer_crc(header, payload, bytes);
-          encode(a.header, header);
-        }
-        write_frame(e, header, sizeof header, payload, bytes, Clock::now() + config_.io_timeout);
-      } catch (const std::exception& x) {
-        drop(io_text(x, "writing an answer", config_.io_timeout));
-        ::shutdown(c.fd, SHUT_RDWR);  // wakes the reader
-        return;
-      }
+      if (!write_answer(a)) return;
       if (a.close_after) {
         ::shutdown(c.fd, SHUT_RDWR);
         return;
@@ -586,6 +607,13 @@ void PushServer::serve_until_closed(Connection& c) {
     std::lock_guard<std::mutex> lock(m);
     answers.push_back(std::move(a));
     cv.notify_one();
+  };
+  // Whether the reader may write an answer itself: nothing queued before it
+  // and the writer idle (the reader is the only one who queues, so neither
+  // changes while it writes).
+  auto writer_idle = [&] {
+    std::lock_guard<std::mutex> lock(m);
+    return answers.empty() && !writer_busy;
   };
   auto refuse = [&](const PushHeader& h, std::string reason, bool close_after) {
     if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
@@ -634,6 +662,10 @@ void PushServer::serve_until_closed(Connection& c) {
     }
     if (h.magic != kPushMagic) {
       drop("not a push frame (magic " + hex(h.magic) + ")");
+      break;
+    }
+    if (h.flags & ~kKnownPushFlags) {
+      drop("push " + std::to_string(h.sequence) + " has unknown flags " + hex(h.flags));
       break;
     }
     if (h.sequence != expected_sequence) {
@@ -714,6 +746,11 @@ void PushServer::serve_until_closed(Connection& c) {
     a.header.floats = h.floats;
     a.header.staleness = applied.staleness < 0 ? -1 : applied.staleness;
     a.fresh = std::move(fresh);
+    if ((h.flags & kReadsNext) && writer_idle()) {
+      if (!write_answer(a)) break;
+      ++answered_by_reader_;
+      continue;
+    }
     answer(std::move(a));
   }
   {

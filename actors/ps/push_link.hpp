@@ -26,9 +26,13 @@
 // Frames (all integers little-endian; every node of a cluster shares the
 // host byte order of the floats, as messages.hpp's raw tensors do):
 //
-//   push (client -> server), a 40-byte header then `floats` f32:
+//   push (client -> server), a 44-byte header then `floats` f32:
 //     0 u32 magic 'TPSP'   4 u32 shard      8 u32 view      12 i32 rank
-//    16 i64 clock         24 i64 floats    32 u32 sequence 36 u32 crc32c
+//    16 i64 clock         24 i64 floats    32 u32 sequence 36 u32 flags
+//    40 u32 crc32c
+//     flags bit 0, kReadsNext: the client sends nothing more on this
+//       connection before it has read every answer (its last push of a
+//       step to this server); no other bit may be set.
 //   answer (server -> client), a 40-byte header then a payload:
 //     0 u32 magic 'TPSA'   4 u32 shard      8 u32 sequence  12 u32 status
 //    16 i64 floats        24 i64 staleness  32 u32 reason bytes  36 u32 crc32c
@@ -62,6 +66,13 @@
 //     before receiving; the server reads on one thread and writes answers on
 //     another, so a client that sends everything before it reads never
 //     deadlocks against full socket buffers. Answers come in push order.
+//     The answer to a push marked kReadsNext, when no earlier answer is
+//     still queued, is written by the reading thread itself: that client
+//     is reading, so the write cannot deadlock, and the push's round trip
+//     saves the hand-off to the writer thread (a wake-up that, on a busy
+//     host, waits for a core: docs/BENCHMARKS.md, "Parameter-server shards
+//     on ps tasks"). A client that sends again after such a push without
+//     first receiving every answer is refused by PushClient itself.
 //   - Deadlines: every socket wait is a poll() bounded by a deadline
 //     (client: a push's round trip, PushClientConfig::timeout, from its
 //     send; server: io_timeout from a frame's first byte, and per answer),
@@ -89,8 +100,9 @@
 //   PushServer server(sc);
 //
 //   // client_for(s): the PushClient of the process hosting shard s (one per process)
-//   for (int s = 0; s < shards; ++s)                // pipelined: all sends first
-//     client_for(s).send(s, view, rank, clock + 1, staging + partition.packed_offset(s), partition.size(s));
+//   for (int s = 0; s < shards; ++s)                // pipelined: all sends first; the last
+//     client_for(s).send(s, view, rank, clock + 1,   // one to each server says so
+//                        staging + partition.packed_offset(s), partition.size(s), last_to_its_server(s));
 //   for (int s = 0; s < shards; ++s)                // then the answers, in the same order
 //     client_for(s).receive(s, fresh + partition.packed_offset(s), partition.size(s));
 #pragma once
@@ -129,11 +141,15 @@ namespace push_wire {
 
 // The push link's protocol version, in its Hello. 2: the Hello became a
 // Cap'n Proto message (it was 24 fixed bytes with magic 'TPSH'), and the
-// answer header carries the push's staleness (40 bytes, was 32).
-constexpr std::uint16_t kVersion = 2;
+// answer header carries the push's staleness (40 bytes, was 32). 3: the
+// push header carries flags (44 bytes, was 40).
+constexpr std::uint16_t kVersion = 3;
 constexpr std::uint32_t kPushMagic = 0x50535054;    // "TPSP"
 constexpr std::uint32_t kAnswerMagic = 0x41535054;  // "TPSA"
-constexpr std::size_t kPushHeaderBytes = 40;
+constexpr std::size_t kPushHeaderBytes = 44;
+// Push flags: the client reads every answer before it sends again.
+constexpr std::uint32_t kReadsNext = 1;
+constexpr std::uint32_t kKnownPushFlags = kReadsNext;
 constexpr std::size_t kAnswerHeaderBytes = 40;
 constexpr std::size_t kMaxReasonBytes = 1024;
 // Sealed payload records: 1 MiB, as the ring's chunks.
@@ -147,6 +163,7 @@ struct PushHeader {
   std::int64_t clock = 0;
   std::int64_t floats = 0;
   std::uint32_t sequence = 0;
+  std::uint32_t flags = 0;
   std::uint32_t crc32c = 0;
 };
 enum class AnswerStatus : std::uint32_t { applied = 0, refused = 1 };
@@ -207,7 +224,12 @@ class PushClient {
   // Sends one push for `shard`: the header, then `floats` floats from `part`
   // (written straight from it in plaintext, sealed from it record by record
   // otherwise). Several sends may precede the receives (pipelined).
-  void send(int shard, std::uint32_t view, int rank, std::int64_t clock, const float* part, std::int64_t floats);
+  // `reads_next`: this is the last send before the caller receives every
+  // outstanding answer (the server then answers on its reading thread, a
+  // thread hand-off less per round trip); a send before those receives
+  // throws PushError (the client stays usable).
+  void send(int shard, std::uint32_t view, int rank, std::int64_t clock, const float* part, std::int64_t floats,
+            bool reads_next = false);
   // Receives the answer to the oldest unanswered send, which must be for
   // `shard` (answers come in send order): the shard's fresh parameters,
   // `floats` of them, straight into `out`. Throws PushError with the
@@ -243,6 +265,7 @@ class PushClient {
   std::unique_ptr<net::wire::RecordOpener> opener_;
   std::deque<Pending> pending_;
   std::uint32_t next_sequence_ = 0;
+  bool reading_ = false;  // a reads_next push sent, answers outstanding
   std::string broken_;  // why the client is unusable; "" while it is usable
   mutable std::mutex abort_mutex_;
   std::atomic<bool> aborted_{false};
@@ -292,6 +315,8 @@ class PushServer {
   std::uint16_t port() const { return port_; }
   // Pushes `apply` returned from (applied), for tests and metrics.
   std::int64_t pushes() const { return pushes_.load(); }
+  // Of their answers, those the reading thread wrote itself (kReadsNext).
+  std::int64_t answered_by_reader() const { return answered_by_reader_.load(); }
   // Connections open now (past or in their handshake).
   std::size_t connections() const;
 
@@ -310,6 +335,7 @@ class PushServer {
   int wake_[2] = {-1, -1};  // a pipe: stop() writes, the acceptor's poll() wakes
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> pushes_{0};
+  std::atomic<std::int64_t> answered_by_reader_{0};
   mutable std::mutex mutex_;
   std::list<std::unique_ptr<Connection>> connections_;  // under mutex_
   std::thread acceptor_;

@@ -155,9 +155,14 @@ void round_trip(const std::string& secret) {
       gradients.push_back(wave(kSizes[static_cast<std::size_t>(s)], round * 1.7 + s));
       answers.emplace_back(static_cast<std::size_t>(kSizes[static_cast<std::size_t>(s)]), -1.0f);
     }
-    // Pipelined: both pushes leave before either answer is read.
+    // Pipelined: both pushes leave before either answer is read. In odd
+    // rounds the second says it is the last before reading (the server
+    // answers it on its reading thread); in even rounds nothing says so
+    // (every answer through the writer thread).
+    const bool mark_last = round % 2 == 1;
     for (int s = 0; s < 2; ++s)
-      client.send(s, 0, rank, clock, gradients[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+      client.send(s, 0, rank, clock, gradients[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)],
+                  mark_last && s == 1);
     EXPECT_EQ(client.outstanding(), 2u);
     for (int s = 0; s < 2; ++s)
       // The push's staleness, as each shard measured it: ranks 0 and 1
@@ -371,7 +376,9 @@ TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
   EXPECT_NE(log.all().find("wrong purpose 'ring' (expected 'push link'): not a troupe push-link client"),
             std::string::npos)
       << log.all();
-  EXPECT_NE(log.all().find("the client speaks push-link version 1, this end 2"), std::string::npos) << log.all();
+  EXPECT_NE(log.all().find("the client speaks push-link version 1, this end " + std::to_string(push_wire::kVersion)),
+            std::string::npos)
+      << log.all();
 }
 
 TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
@@ -389,6 +396,120 @@ TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
   EXPECT_TRUE(peer.closed());
   EXPECT_EQ(applied, 0);
   EXPECT_EQ(server.pushes(), 0);
+}
+
+// Flags the server does not know are a protocol error: the connection is
+// dropped, naming them, and nothing is applied.
+TEST(PsPushLink, APushWithUnknownFlagsIsDroppedAndNotApplied) {
+  std::atomic<int> applied{0};
+  Log log;
+  PushServer server(server_config({{0, 64}}, [&](int, GradientPush p) {
+    ++applied;
+    return p.gradient;
+  }, "", &log));
+  RawPeer peer(server.port());
+  push_wire::PushHeader h;
+  h.floats = 64;
+  h.flags = push_wire::kReadsNext | 4;
+  peer.send(h, wave(64, 0), false);
+  EXPECT_TRUE(peer.closed());
+  EXPECT_EQ(applied, 0);
+  EXPECT_NE(log.all().find("push 0 has unknown flags 0x5"), std::string::npos) << log.all();
+}
+
+// After a push marked as the last before reading, the client refuses to
+// send again until every answer is in (the server may be blocked writing
+// that answer on its reading thread); once they are, it sends as before.
+TEST(PsPushLink, ASendBeforeTheAnswersToAPushMarkedLastIsRefusedByTheClient) {
+  Shards shards(kSizes);
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply()));
+  PushClient client(client_config(server.port()));
+  const auto g0 = wave(kSizes[0], 0.1), g1 = wave(kSizes[1], 0.2);
+  std::vector<float> out0(g0.size()), out1(g1.size());
+  client.send(0, 0, 0, 1, g0.data(), kSizes[0]);
+  client.send(1, 0, 0, 1, g1.data(), kSizes[1], true);
+  try {
+    client.send(0, 0, 0, 2, g0.data(), kSizes[0]);
+    ADD_FAILURE() << "a send after a push marked last was not refused";
+  } catch (const PushError& e) {
+    EXPECT_NE(std::string(e.what()).find("a push sent before the answers to a push marked as the last before reading (2 unanswered)"),
+              std::string::npos)
+        << e.what();
+  }
+  client.receive(0, out0.data(), kSizes[0]);
+  try {
+    client.send(0, 0, 0, 2, g0.data(), kSizes[0]);
+    ADD_FAILURE() << "a send with one answer outstanding was not refused";
+  } catch (const PushError&) {
+  }
+  client.receive(1, out1.data(), kSizes[1]);
+  client.send(0, 0, 0, 2, g0.data(), kSizes[0], true);  // usable again
+  client.receive(0, out0.data(), kSizes[0]);
+  EXPECT_EQ(shards.applied(0), 2);
+  EXPECT_EQ(shards.applied(1), 1);
+}
+
+// Who writes an answer: on a fresh connection (its writer thread has never
+// taken one) the answer to a push marked last comes from the reading
+// thread; an unmarked push's always from the writer thread. Both are the
+// same bytes (the round-trip tests above alternate them).
+TEST(PsPushLink, OnlyAPushMarkedLastIsAnsweredByTheReadingThread) {
+  Shards shards(kSizes);
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, shards.apply(), kSecret));
+  const auto g = wave(kSizes[1], 0.4);
+  std::vector<float> out(g.size());
+  {
+    PushClient client(client_config(server.port(), kSecret));
+    client.send(1, 0, 0, 1, g.data(), kSizes[1], true);
+    client.receive(1, out.data(), kSizes[1]);
+    EXPECT_EQ(server.answered_by_reader(), 1);
+  }
+  {
+    PushClient client(client_config(server.port(), kSecret));
+    for (int k = 0; k < 3; ++k) {
+      client.send(1, 0, 1, k + 1, g.data(), kSizes[1]);
+      client.receive(1, out.data(), kSizes[1]);
+    }
+  }
+  EXPECT_EQ(server.pushes(), 4);
+  EXPECT_EQ(server.answered_by_reader(), 1);
+}
+
+// Parts far bigger than the sockets' buffers, all sent before any answer
+// is read: the writer thread answers the first while the reader still
+// reads the later ones, and the reading thread answers the last one (marked)
+// itself; nothing stalls, plaintext or sealed.
+TEST(PsPushLink, BigPipelinedPushesNeverStallEitherEnd) {
+  for (const std::string& secret : {std::string(), kSecret}) {
+    const std::vector<std::int64_t> sizes = {3'000'000, 2'000'000, 3'000'000};  // 12, 8 and 12 MB
+    Shards remote(sizes), local(sizes);
+    Log log;
+    PushServer server(server_config({{0, sizes[0]}, {1, sizes[1]}, {2, sizes[2]}}, remote.apply(), secret, &log));
+    PushClient client(client_config(server.port(), secret));
+    std::vector<std::vector<float>> g, out;
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      g.push_back(wave(sizes[s], 0.3 * double(s)));
+      out.emplace_back(g.back().size());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (int round = 1; round <= 2; ++round) {
+      for (int s = 0; s < 3; ++s)
+        client.send(s, 0, 0, round, g[static_cast<std::size_t>(s)].data(), sizes[static_cast<std::size_t>(s)], s == 2);
+      for (int s = 0; s < 3; ++s)
+        client.receive(s, out[static_cast<std::size_t>(s)].data(), sizes[static_cast<std::size_t>(s)]);
+      for (int s = 0; s < 3; ++s) {
+        GradientPush p;
+        p.clock = round;
+        p.gradient = Tensor::from_vector({sizes[static_cast<std::size_t>(s)]}, g[static_cast<std::size_t>(s)]);
+        const Tensor fresh = local.push(s, std::move(p));
+        EXPECT_TRUE(bitwise_equal(out[static_cast<std::size_t>(s)].data(), fresh.f32(), sizes[static_cast<std::size_t>(s)]))
+            << "shard " << s << ", round " << round << (secret.empty() ? ", plaintext" : ", sealed");
+      }
+    }
+    EXPECT_LT(since(start), 8s) << "a stall (the client's timeout is 10 s)";
+    EXPECT_EQ(server.pushes(), 6);
+    EXPECT_EQ(log.all(), "");
+  }
 }
 
 TEST(PsPushLink, AClaimBeyondTheLargestPartIsRefusedBeforeAnyAllocation) {
@@ -591,7 +712,8 @@ TEST(PsPushLink, ConcurrentClientsEachPushAppliedOnce) {
         }
         for (int k = 0; k < kPushes; ++k) {
           for (int s = 0; s < 2; ++s)
-            client.send(s, 0, i % 2, k + 1, g[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
+            client.send(s, 0, i % 2, k + 1, g[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)],
+                        s == 1);
           for (int s = 0; s < 2; ++s)
             client.receive(s, out[static_cast<std::size_t>(s)].data(), kSizes[static_cast<std::size_t>(s)]);
         }
