@@ -16,8 +16,9 @@
 // coordinator decides once per view, with choose_across_nodes below:
 //
 //   every node cuda: only, one replica per GPU,
-//   NCCL loads on every node, and no cluster
-//   secret (links sealed: NCCL's are not)     nccl: one NCCL group of the
+//   NCCL loads on every node, and links not
+//   sealed (no secret, or --insecure: NCCL's
+//   transport cannot be sealed)               nccl: one NCCL group of the
 //                                             whole view; its unique id
 //                                             travels in the view message
 //   anything else (a CPU node, logical        hierarchical: this table's
@@ -75,12 +76,13 @@ struct AcrossChoice {
 // why. Refuses nothing: each node's own devices were checked by
 // choose_collective before it said it was ready. Fewer than two nodes:
 // hierarchical (one node has no "across"; make_replica_group decides).
-// With `links_sealed` (the cluster has a secret, so every link between
-// nodes is sealed: net/transport/sealed.hpp) it is hierarchical too: NCCL's own
-// transport neither encrypts nor authenticates, and troupe's threat model
-// (docs/ARCHITECTURE.md) promises that no gradient crosses hosts in the
-// clear. Without a secret the cluster is loopback only, so an NCCL group of
-// several nodes never leaves the machine.
+// With `links_sealed` (the cluster has a secret and no --insecure, so every
+// link between nodes is sealed: net/transport/sealed.hpp) it is hierarchical
+// too: NCCL's own transport neither encrypts nor authenticates, and troupe's
+// threat model (docs/ARCHITECTURE.md) promises that no gradient crosses hosts
+// in the clear. Without a secret the cluster is loopback only, so an NCCL
+// group of several nodes never leaves the machine; with --insecure the user
+// has said the network is trusted, and NCCL carries the gradients.
 AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes, bool links_sealed);
 
 // What a node reports as NodeFacts::nccl_unavailable: "" when NCCL loads

@@ -88,6 +88,7 @@ class CoordinatorCluster final : public ClusterHooks {
                                   std::to_string(options_.min_nodes));
     listen_ = net::parse_host_port(options_.listen);  // throws naming the address
     secret_ = net::Secret::load(options_.secret_file);
+    check_insecure(secret_, options_);
     identity_ = job_identity(job);
     job_text_ = to_job_text(job);
     for (const auto& d : job.devices) local_devices_.push_back(d.str());
@@ -124,9 +125,7 @@ class CoordinatorCluster final : public ClusterHooks {
       net::GateConfig g;
       g.listen_address = options_.listen;
       g.forward_port = caf_port_;
-      g.handshake.secret = secret_;
-      g.handshake.version = TROUPE_VERSION;
-      g.handshake.identity = "coordinator";
+      g.handshake = handshake_config(secret_, options_, "coordinator");
       g.log = log_;
       // Elastic membership: a node may join at any time (the membership
       // actor refuses one beyond --max-nodes, with the reason).
@@ -138,12 +137,7 @@ class CoordinatorCluster final : public ClusterHooks {
     }
     log_("coordinator listening on " + options_.listen + " (troupe " + TROUPE_VERSION + ", job " +
          identity_.fingerprint.substr(0, 12) + ", data plane " + data_address_ + ")");
-    if (!secret_.configured())
-      log_("no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted, and links are "
-           "not sealed");
-    else
-      log_("cluster secret from " + secret_.origin() +
-           ": every link to another node is sealed after the handshake (AES-256-GCM)");
+    log_(links_line(secret_, options_));
     if (options_.start_nodes > 1) log_("waiting for " + std::to_string(options_.start_nodes - 1) + " more node(s)");
 
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
@@ -438,7 +432,7 @@ class CoordinatorCluster final : public ClusterHooks {
     ps::PushServerConfig pc;
     pc.listen_fd = fd;
     pc.job_id = ps::push_job_id(identity_.fingerprint);
-    pc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+    pc.authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
     for (const auto& [index, shard] : shards) {
       (void)shard;
       pc.shards[index] = partition.size(index);
@@ -459,7 +453,7 @@ class CoordinatorCluster final : public ClusterHooks {
     auto routes = std::make_shared<ps::PushRoutes>();
     routes->addresses = addresses;
     routes->job_id = ps::push_job_id(identity_.fingerprint);
-    routes->authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+    routes->authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
     routes->connect_timeout = std::min<std::chrono::milliseconds>(options_.timeout, 20s);
     routes->timeout = options_.timeout;
     local_routes_ = routes;
@@ -488,7 +482,7 @@ class CoordinatorCluster final : public ClusterHooks {
       facts.push_back(NodeFacts{"node " + std::to_string(n.index) + " (" + n.name + ")",
                                 net::parse_host_port(n.data_address).host, devices, n.nccl});
     }
-    const AcrossChoice choice = choose_across_nodes(facts, secret_.configured());
+    const AcrossChoice choice = choose_across_nodes(facts, secret_.configured() && !options_.insecure);
     if (!ready_.empty()) log_("view " + std::to_string(view) + " reduces through " + choice.why);
     if (choice.kind != AcrossKind::nccl) return std::nullopt;
     return net::nccl_unique_id();
@@ -550,7 +544,7 @@ class CoordinatorCluster final : public ClusterHooks {
       tc.connect_timeout = connect_timeout;
       tc.listen_fd = ::dup(data_fd_);
       if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
-      tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret_, TROUPE_VERSION, "coordinator"});
+      tc.authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
       across = net::make_tcp_group(tc);
     }
     // This host's replicas: local or nccl by their devices (collective_choice.hpp).

@@ -71,6 +71,12 @@ struct NodeOptions {
   // shards run in the coordinator's process.
   int ps_tasks = 0;
   std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
+  // --insecure, for trusted networks: members still prove the secret (one
+  // is required), but links between nodes carry their bytes unsealed after
+  // the handshake (every node of the cluster must agree; net/cluster/auth.hpp).
+  // The tcp ring then runs at plaintext speed, and NCCL may carry gradients
+  // between nodes (collective_choice.hpp).
+  bool insecure = false;
   std::string job_file;            // worker: optional; refused when it differs from the coordinator's
   std::vector<kernels::Device> devices;  // this node's (default: actors::default_devices())
   int threads_per_device = 1;

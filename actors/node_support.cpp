@@ -11,6 +11,7 @@
 #include "actors/messages.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/control/address.hpp"
+#include "kernels/config.hpp"  // TROUPE_VERSION
 #include "net/tcp/tcp.hpp"
 
 namespace troupe::actors::node_support {
@@ -84,6 +85,37 @@ std::string node_name(const std::string& role) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return role + "/" + host + "/pid " + std::to_string(getpid());
+}
+
+net::HandshakeConfig handshake_config(const net::Secret& secret, const NodeOptions& options,
+                                      const std::string& identity) {
+  net::HandshakeConfig c;
+  c.secret = secret;
+  c.version = TROUPE_VERSION;
+  c.identity = identity;
+  c.clear_links = options.insecure;
+  return c;
+}
+
+void check_insecure(const net::Secret& secret, const NodeOptions& options) {
+  if (options.insecure && !secret.configured())
+    throw std::invalid_argument(
+        "--insecure needs a cluster secret (--secret-file or TROUPE_SECRET): it leaves the links between members "
+        "unsealed; it does not admit nodes without the secret (without a secret a cluster is loopback only, and "
+        "its links are unsealed already)");
+}
+
+std::string links_line(const net::Secret& secret, const NodeOptions& options) {
+  if (!secret.configured())
+    return "no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted, and links are "
+           "not sealed";
+  if (options.insecure)
+    return "WARNING: --insecure: nodes prove the cluster secret (from " + secret.origin() +
+           ") when they connect, but every link between nodes then carries its bytes UNSEALED: anyone on the "
+           "network path can read the gradients, parameters and control messages, alter them, and take over a "
+           "connection. Use it only on a network you trust as much as the hosts themselves";
+  return "cluster secret from " + secret.origin() +
+         ": every link to another node is sealed after the handshake (AES-256-GCM)";
 }
 
 }  // namespace troupe::actors::node_support

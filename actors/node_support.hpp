@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/node.hpp"
+#include "net/cluster/gate.hpp"  // HandshakeConfig
 
 namespace troupe::actors::node_support {
 
@@ -37,5 +38,17 @@ int bind_data_plane(const std::string& requested, const std::string& default_hos
 
 // "worker/HOST/pid N": how logs and the coordinator name a node.
 std::string node_name(const std::string& role);
+
+// This node's side of the cluster handshake on every link it makes or
+// accepts: `secret`, troupe's version, `identity`, and --insecure.
+net::HandshakeConfig handshake_config(const net::Secret& secret, const NodeOptions& options,
+                                      const std::string& identity);
+
+// Throws std::invalid_argument for --insecure without a secret.
+void check_insecure(const net::Secret& secret, const NodeOptions& options);
+
+// The log line that says how this node's links are protected; with
+// --insecure a loud warning of what that gives away.
+std::string links_line(const net::Secret& secret, const NodeOptions& options);
 
 }  // namespace troupe::actors::node_support

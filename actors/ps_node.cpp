@@ -66,10 +66,12 @@ std::string list_of(const std::vector<std::int32_t>& xs) {
 int run_ps_task(const NodeOptions& options) {
   auto log = logger(options);
   const net::Secret secret = net::Secret::load(options.secret_file);
+  check_insecure(secret, options);
+  if (options.insecure) log(links_line(secret, options));
   const std::string name = node_name("ps");
   net::JoinRelayConfig rc;
   rc.gate_address = options.join;
-  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
+  rc.handshake = handshake_config(secret, options, name);
   rc.timeout = std::min(options.join_timeout, options.wait_timeout);
   rc.log = log;
   std::unique_ptr<net::JoinRelay> relay;
@@ -182,7 +184,7 @@ int run_ps_task(const NodeOptions& options) {
               pc.listen_fd = data_fd;
               data_fd = -1;  // the server owns it now
               pc.job_id = ps::push_job_id(fingerprint);
-              pc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+              pc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
               pc.shards = parts;
               pc.io_timeout = options.timeout;
               pc.log = log;
@@ -192,7 +194,9 @@ int run_ps_task(const NodeOptions& options) {
               hosted.server = std::make_unique<ps::PushServer>(pc);
               log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
                   std::to_string(replicas) + " replica(s); pushes on the data plane, " +
-                  (secret.configured() ? "sealed (AES-256-GCM)" : "not sealed (no secret: loopback only)"));
+                  (!secret.configured() ? "not sealed (no secret: loopback only)"
+                   : options.insecure   ? "NOT sealed (--insecure)"
+                                        : "sealed (AES-256-GCM)"));
               return handles;
             },
             [&](done_atom, const std::string& why) -> caf::ok_atom {

@@ -289,7 +289,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 tc.connect_timeout = f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
                 tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
                 if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
-                tc.authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+                tc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
                 std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
                 // This node's replicas: local or nccl by their devices (collective_choice.hpp).
                 for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
@@ -310,7 +310,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 push_routes = std::make_shared<ps::PushRoutes>();
                 push_routes->addresses = f.ps_addresses;
                 push_routes->job_id = ps::push_job_id(job_identity(job).fingerprint);
-                push_routes->authenticate = net::handshake_hook(net::HandshakeConfig{secret, TROUPE_VERSION, name});
+                push_routes->authenticate = net::handshake_hook(handshake_config(secret, options, name));
                 push_routes->connect_timeout = std::min<std::chrono::milliseconds>(options.timeout, 20s);
                 push_routes->timeout = options.timeout;
               }
@@ -458,6 +458,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
 int run_worker(const NodeOptions& options) {
   auto log = node_support::logger(options);
   const net::Secret secret = net::Secret::load(options.secret_file);
+  check_insecure(secret, options);
+  if (options.insecure) log(links_line(secret, options));
   const std::string name = node_name("worker");
   std::string local_fingerprint;
   if (!options.job_file.empty()) local_fingerprint = job_identity(load_job_file(options.job_file)).fingerprint;
@@ -467,7 +469,7 @@ int run_worker(const NodeOptions& options) {
   // the coordinator's reason.
   net::JoinRelayConfig rc;
   rc.gate_address = options.join;
-  rc.handshake = net::HandshakeConfig{secret, TROUPE_VERSION, name};
+  rc.handshake = handshake_config(secret, options, name);
   // Reaching the coordinator is part of waiting for the job to start:
   // bounded by --wait-timeout too, whichever is shorter.
   rc.timeout = std::min(options.join_timeout, options.wait_timeout);

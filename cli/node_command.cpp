@@ -83,6 +83,11 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 or cuda:0,cuda:0 (default: every GPU, else 2 CPU devices)");
   cmd->add_option("--secret-file", n.secret_file,
                   "File holding the cluster secret (else TROUPE_SECRET; without one only loopback peers are accepted)");
+  cmd->add_flag("--insecure", n.insecure,
+                "For a trusted network only: nodes still prove the cluster secret when they connect, but the links "
+                "between them are NOT sealed afterwards (anyone on the path can read and alter gradients, "
+                "parameters and control messages); full plaintext speed, and NCCL between GPU nodes. Every node "
+                "of the cluster must agree; needs a secret");
   cmd->add_option("--data-address", n.data_address,
                   "This node's data-plane address HOST[:PORT] (default: the address peers reach it by, a free port)");
   cmd->add_option("--threads,--threads-per-device", n.threads_per_device, "CPU threads for each device's kernels")

@@ -10,7 +10,8 @@
 // reached only after whole frames, and neither end reads a byte past the
 // handshake (what follows the frames it read is still in the socket, as
 // gate.hpp promises so that the socket can be spliced); an acceptor with a
-// secret never admits (the input cannot hold a valid proof); a decoded
+// secret never admits (the input cannot hold a valid proof); no keys come
+// without a secret or with clear links (--insecure, mode bit 8); a decoded
 // message encodes back to bytes that decode to the same message.
 #include <netinet/in.h>
 #include <poll.h>
@@ -55,14 +56,16 @@ void decoders(std::string_view bytes) {
   try {
     const Challenge c = Challenge::decode(bytes);
     const Challenge d = Challenge::decode(c.encode());
-    TROUPE_FUZZ_CHECK(c.has_secret == d.has_secret && c.nonce == d.nonce, "Challenge round trip");
+    TROUPE_FUZZ_CHECK(c.has_secret == d.has_secret && c.nonce == d.nonce && c.clear_links == d.clear_links,
+                      "Challenge round trip");
   } catch (const std::invalid_argument&) {
   }
   try {
     const JoinResponse r = JoinResponse::decode(bytes);
     const JoinResponse s = JoinResponse::decode(r.encode());
     TROUPE_FUZZ_CHECK(r.has_secret == s.has_secret && r.nonce == s.nonce && r.identity == s.identity &&
-                          r.proof == s.proof && r.error == s.error && r.troupe_version == s.troupe_version,
+                          r.proof == s.proof && r.error == s.error && r.troupe_version == s.troupe_version &&
+                          r.clear_links == s.clear_links,
                       "JoinResponse round trip");
   } catch (const std::invalid_argument&) {
   }
@@ -99,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool with_secret = (mode & 2) == 0;
   HandshakeConfig config;
   if (with_secret) config.secret = Secret::from_text("fuzz secret");
+  config.clear_links = with_secret && (mode & 8);  // --insecure
   config.version = "0.1.0";
   config.identity = accepting ? "coordinator" : "worker/fuzz";
 
@@ -117,6 +121,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const HandshakeResult r = accepting ? accept_handshake(fd, config, Clock::now() + 200ms, admit)
                                       : join_handshake(fd, config, Clock::now() + 200ms);
   if (accepting && with_secret) TROUPE_FUZZ_CHECK(!r.ok, "the acceptor admitted a peer without the secret");
+  TROUPE_FUZZ_CHECK(!r.keys.protects() || (with_secret && !config.clear_links),
+                    "link keys from a handshake without a secret or with clear links");
   if (r.verdict) {
     // The acceptor read one frame, the joiner two; the rest is unread.
     const std::size_t used = frames_end(peer_bytes, accepting ? 1 : 2);

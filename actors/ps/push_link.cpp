@@ -747,8 +747,8 @@ void PushServer::serve_until_closed(Connection& c) {
     a.header.staleness = applied.staleness < 0 ? -1 : applied.staleness;
     a.fresh = std::move(fresh);
     if ((h.flags & kReadsNext) && writer_idle()) {
+      ++answered_by_reader_;  // before the write: the client may look as soon as it has the answer
       if (!write_answer(a)) break;
-      ++answered_by_reader_;
       continue;
     }
     answer(std::move(a));

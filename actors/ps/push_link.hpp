@@ -315,7 +315,8 @@ class PushServer {
   std::uint16_t port() const { return port_; }
   // Pushes `apply` returned from (applied), for tests and metrics.
   std::int64_t pushes() const { return pushes_.load(); }
-  // Of their answers, those the reading thread wrote itself (kReadsNext).
+  // Of their answers, those the reading thread took to write itself
+  // (kReadsNext; counted before the write).
   std::int64_t answered_by_reader() const { return answered_by_reader_.load(); }
   // Connections open now (past or in their handshake).
   std::size_t connections() const;

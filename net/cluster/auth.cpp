@@ -75,6 +75,9 @@ Secret Secret::load(const std::string& secret_file) { return load(secret_file, s
 namespace {
 constexpr std::string_view join_label = "troupe-join-v1", accept_label = "troupe-accept-v1",
                            session_label = "troupe-session-v1";
+// Clear links sign with labels of their own (auth.hpp).
+constexpr std::string_view clear_join_label = "troupe-join-clear-v1", clear_accept_label = "troupe-accept-clear-v1",
+                           clear_session_label = "troupe-session-clear-v1";
 
 using Kind = schema::AuthMessage::Which;
 
@@ -141,6 +144,26 @@ AuthResult refuse(std::string reason) {
   r.reason = std::move(reason);
   return r;
 }
+
+std::string session_key(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
+                        std::string_view identity, bool clear_links) {
+  return proof(clear_links ? clear_session_label : session_label, key, acceptor_nonce, joiner_nonce, identity);
+}
+
+// Why two ends that disagree on sealing cannot talk; `peer` is "'worker/b'"
+// or "the acceptor".
+std::string links_disagree(const std::string& peer, bool peer_clear) {
+  return peer_clear ? peer + " runs with --insecure (its links unsealed after the handshake) and this node seals "
+                             "its links: every node of a cluster must agree (give all or none --insecure)"
+                    : peer + " seals its links and this node runs with --insecure (links unsealed after the "
+                             "handshake): every node of a cluster must agree (give all or none --insecure)";
+}
+
+void check_clear_links(const Secret& secret, bool clear_links) {
+  if (clear_links && !secret.configured())
+    throw std::invalid_argument("--insecure needs a cluster secret (--secret-file or TROUPE_SECRET): it leaves the "
+                                "links between members unsealed, it does not admit anyone without the secret");
+}
 }  // namespace
 
 std::string Challenge::encode() const {
@@ -148,6 +171,7 @@ std::string Challenge::encode() const {
     auto c = m.initChallenge();
     c.setHasSecret(has_secret);
     c.setNonce(data(nonce));
+    c.setClearLinks(clear_links);
   });
 }
 
@@ -157,6 +181,7 @@ Challenge Challenge::decode(std::string_view bytes) {
     Challenge c;
     c.has_secret = in.getHasSecret();
     c.nonce = bytes_of(in.getNonce());
+    c.clear_links = in.getClearLinks();
     return c;
   });
 }
@@ -170,6 +195,7 @@ std::string JoinResponse::encode() const {
     r.setProof(data(proof));
     r.setError(text(error));
     r.setTroupeVersion(text(troupe_version));
+    r.setClearLinks(clear_links);
   });
 }
 
@@ -183,6 +209,7 @@ JoinResponse JoinResponse::decode(std::string_view bytes) {
     r.proof = bytes_of(in.getProof());
     r.error = bytes_of(in.getError());
     r.troupe_version = bytes_of(in.getTroupeVersion());
+    r.clear_links = in.getClearLinks();
     return r;
   });
 }
@@ -210,20 +237,22 @@ Verdict Verdict::decode(std::string_view bytes) {
 }
 
 std::string join_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
-                       std::string_view identity) {
-  return proof(join_label, key, acceptor_nonce, joiner_nonce, identity);
+                       std::string_view identity, bool clear_links) {
+  return proof(clear_links ? clear_join_label : join_label, key, acceptor_nonce, joiner_nonce, identity);
 }
 
 std::string accept_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
-                         std::string_view identity) {
-  return proof(accept_label, key, acceptor_nonce, joiner_nonce, identity);
+                         std::string_view identity, bool clear_links) {
+  return proof(clear_links ? clear_accept_label : accept_label, key, acceptor_nonce, joiner_nonce, identity);
 }
 
 // ---------------------------------------------------------------------------
 // Acceptor and Joiner.
 
-Acceptor::Acceptor(Secret secret) : secret_(std::move(secret)) {
+Acceptor::Acceptor(Secret secret, bool clear_links) : secret_(std::move(secret)), clear_links_(clear_links) {
+  check_clear_links(secret_, clear_links_);
   challenge_.has_secret = secret_.configured();
+  challenge_.clear_links = clear_links_;
   if (challenge_.has_secret) challenge_.nonce = random_bytes(nonce_bytes);
 }
 
@@ -247,19 +276,23 @@ AuthResult Acceptor::verify(const JoinResponse& response) {
     return refuse(who + " sent a nonce of " + std::to_string(response.nonce.size()) + " bytes, expected " +
                   std::to_string(nonce_bytes));
   if (response.nonce == challenge_.nonce) return refuse(who + " echoed this node's nonce (reflection?)");
-  const std::string expected = join_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity);
+  if (response.clear_links != clear_links_) return refuse(links_disagree(who, response.clear_links));
+  const std::string expected =
+      join_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity, clear_links_);
   if (!constant_time_equal(expected, response.proof))
     return refuse(who + " did not prove the cluster secret: its proof does not match (a different secret, or "
                   "a replayed or altered response); this node's secret is from " + secret_.origin());
   AuthResult r;
   r.ok = true;
   r.identity = response.identity;
-  r.proof = accept_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity);
-  r.session_key = proof(session_label, secret_.key_, challenge_.nonce, response.nonce, response.identity);
+  r.proof = accept_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity, clear_links_);
+  r.session_key = session_key(secret_.key_, challenge_.nonce, response.nonce, response.identity, clear_links_);
   return r;
 }
 
-Joiner::Joiner(Secret secret, std::string identity) : secret_(std::move(secret)), identity_(std::move(identity)) {
+Joiner::Joiner(Secret secret, std::string identity, bool clear_links)
+    : secret_(std::move(secret)), identity_(std::move(identity)), clear_links_(clear_links) {
+  check_clear_links(secret_, clear_links_);
   nonce_ = random_bytes(nonce_bytes);
 }
 
@@ -267,6 +300,7 @@ JoinResponse Joiner::respond(const Challenge& challenge) {
   JoinResponse r;
   r.identity = identity_;
   r.has_secret = secret_.configured();
+  r.clear_links = clear_links_;
   if (responded_) {
     r.error = "this joiner already answered a challenge";
     return r;
@@ -287,10 +321,15 @@ JoinResponse Joiner::respond(const Challenge& challenge) {
     refusal_ = r.error;
     return r;
   }
+  if (challenge.clear_links != clear_links_) {
+    r.error = links_disagree("the acceptor", challenge.clear_links);
+    refusal_ = r.error;
+    return r;
+  }
   has_secret_on_both_ = true;
   acceptor_nonce_ = challenge.nonce;
   r.nonce = nonce_;
-  r.proof = join_proof(secret_.key_, acceptor_nonce_, nonce_, identity_);
+  r.proof = join_proof(secret_.key_, acceptor_nonce_, nonce_, identity_, clear_links_);
   return r;
 }
 
@@ -305,13 +344,13 @@ AuthResult Joiner::verify(std::string_view proof_a) {
     r.ok = true;
     return r;
   }
-  const std::string expected = accept_proof(secret_.key_, acceptor_nonce_, nonce_, identity_);
+  const std::string expected = accept_proof(secret_.key_, acceptor_nonce_, nonce_, identity_, clear_links_);
   if (!constant_time_equal(expected, proof_a))
     return refuse("the acceptor did not prove the cluster secret: its proof does not match (a different "
                   "secret, or an altered message); this node's secret is from " + secret_.origin());
   AuthResult r;
   r.ok = true;
-  r.session_key = proof(session_label, secret_.key_, acceptor_nonce_, nonce_, identity_);
+  r.session_key = session_key(secret_.key_, acceptor_nonce_, nonce_, identity_, clear_links_);
   return r;
 }
 

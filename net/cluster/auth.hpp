@@ -66,6 +66,16 @@
 //
 // Without a secret on either side the handshake only agrees that neither has
 // one; the caller must then accept loopback peers only (peer_refusal()).
+//
+// Clear links (`troupe node --insecure`, for trusted networks): both sides
+// still prove the secret, so only members join, but the links carry their
+// bytes unsealed after the handshake. Each side states its choice
+// (clear_links in the Challenge and the JoinResponse) and refuses a peer
+// whose choice differs, naming both; the choice is also signed, because the
+// proofs and the session key then use other labels ("troupe-join-clear-v1",
+// "troupe-accept-clear-v1", "troupe-session-clear-v1"), so a man in the
+// middle who flips the stated flag makes the proofs fail: he cannot turn a
+// sealed cluster's links clear.
 #pragma once
 
 #include <cstdint>
@@ -132,6 +142,7 @@ constexpr std::size_t kMaxAuthMessageBytes = 4096;
 struct Challenge {
   bool has_secret = false;  // whether the acceptor requires the secret
   std::string nonce;        // nonce_bytes when has_secret, else empty
+  bool clear_links = false;  // the acceptor's links stay unsealed (--insecure)
   std::string encode() const;
   static Challenge decode(std::string_view bytes);
 };
@@ -142,6 +153,7 @@ struct JoinResponse {
   std::string identity;     // "ROLE/NAME", e.g. "worker/host-b"
   std::string proof;        // proof_j
   std::string error;        // set (and nothing sent) when the joiner refuses
+  bool clear_links = false;  // the joiner's links stay unsealed (--insecure)
   // The joiner's troupe build, for the gate's version check (not signed;
   // Acceptor::verify ignores it).
   std::string troupe_version;
@@ -172,7 +184,8 @@ struct AuthResult {
 // The listening side. One per connection.
 class Acceptor {
  public:
-  explicit Acceptor(Secret secret);
+  // `clear_links` (--insecure) needs a secret: std::invalid_argument without.
+  explicit Acceptor(Secret secret, bool clear_links = false);
   const Challenge& challenge() const { return challenge_; }
   // Checks the joiner's response; when ok, result.proof is proof_a, for the
   // Verdict to send back. Only the first call can succeed.
@@ -180,6 +193,7 @@ class Acceptor {
 
  private:
   Secret secret_;
+  bool clear_links_;
   Challenge challenge_;
   bool used_ = false;
 };
@@ -187,7 +201,8 @@ class Acceptor {
 // The connecting side. One per connection.
 class Joiner {
  public:
-  Joiner(Secret secret, std::string identity);
+  // `clear_links` (--insecure) needs a secret: std::invalid_argument without.
+  Joiner(Secret secret, std::string identity, bool clear_links = false);
   // The response to a challenge; response.error is set when this node
   // refuses (secret on one side only, malformed challenge).
   JoinResponse respond(const Challenge& challenge);
@@ -198,15 +213,17 @@ class Joiner {
  private:
   Secret secret_;
   std::string identity_;
+  bool clear_links_;
   std::string acceptor_nonce_, nonce_, refusal_;
   bool responded_ = false, used_ = false, has_secret_on_both_ = false;
 };
 
-// The two proofs, exposed for tests and for other transports.
+// The two proofs, exposed for tests and for other transports; with
+// `clear_links` the labels of clear links.
 std::string join_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
-                       std::string_view identity);
+                       std::string_view identity, bool clear_links = false);
 std::string accept_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
-                         std::string_view identity);
+                         std::string_view identity, bool clear_links = false);
 
 // ---------------------------------------------------------------------------
 // Without a secret nodes accept loopback peers only.

@@ -260,7 +260,7 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
   r.peer_host = socket_host(fd, true);
   const char* doing = "sending the challenge";
   try {
-    Acceptor acceptor(config.secret);
+    Acceptor acceptor(config.secret, config.clear_links);
     write_frame(fd, acceptor.challenge().encode(), deadline);
     doing = "reading the joiner's response";
     const JoinResponse response = JoinResponse::decode(read_frame(fd, deadline));
@@ -290,7 +290,7 @@ HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline
     r.verdict = true;
     r.ok = refusal.empty();
     r.reason = refusal;
-    if (r.ok) r.keys = link_keys(auth.session_key, true);
+    if (r.ok && !config.clear_links) r.keys = link_keys(auth.session_key, true);
     doing = "sending the verdict";
     write_frame(fd, verdict.encode(), deadline);
   } catch (const std::exception& e) {
@@ -315,7 +315,7 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   }
   const char* doing = "reading the gate's challenge";
   try {
-    Joiner joiner(config.secret, config.identity);
+    Joiner joiner(config.secret, config.identity, config.clear_links);
     // Anything but a challenge of our protocol in the first frame (an
     // oversized or unreadable frame, another kind of message) means the
     // peer is not a troupe gate of this build: say so, not "malformed".
@@ -354,7 +354,7 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
       const AuthResult checked = joiner.verify(verdict.proof);  // mutual: the gate proves the secret too
       r.ok = checked.ok;
       r.reason = checked.reason;
-      if (r.ok) r.keys = link_keys(checked.session_key, false);
+      if (r.ok && !config.clear_links) r.keys = link_keys(checked.session_key, false);
     }
   } catch (const std::exception& e) {
     r.ok = false;
@@ -362,6 +362,14 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
   }
   return r;
 }
+
+namespace {
+// How a spliced connection travels, for the log.
+std::string sealing_note(const LinkKeys& keys, const HandshakeConfig& config) {
+  if (keys.protects()) return " (sealed)";
+  return config.clear_links ? " (NOT sealed: --insecure)" : " (not sealed: no secret)";
+}
+}  // namespace
 
 std::function<LinkKeys(int, bool, Deadline)> handshake_hook(HandshakeConfig config) {
   return [config = std::move(config)](int fd, bool accepting, Deadline deadline) {
@@ -588,7 +596,7 @@ void Gate::State::serve(ConnectionSet::Connection& c) {
     return;
   }
   if (!connections.adopt(c, fwd)) return;
-  log("admitted " + who + ", spliced to " + forward + (r.keys.protects() ? " (sealed)" : " (not sealed: no secret)"));
+  log("admitted " + who + ", spliced to " + forward + sealing_note(r.keys, config.handshake));
   log("closed " + who + ": " + splice(fwd, fd, r.keys));
 }
 
@@ -726,8 +734,7 @@ void JoinRelay::State::accept_loop() {
       } else if (!connections.adopt(c, remote)) {
         return;
       }
-      log("spliced a local connection to " + config.gate_address +
-          (keys.protects() ? " (sealed)" : " (not sealed: no secret)"));
+      log("spliced a local connection to " + config.gate_address + sealing_note(keys, config.handshake));
       log("closed a connection to " + config.gate_address + ": " + splice(c.fds[0], remote, keys));
     });
     if (!started) {

@@ -57,7 +57,9 @@
 // net/transport/sealed.hpp): a man in the middle can neither read the CAF traffic
 // nor alter, replay, reorder or drop a record without the connection being
 // dropped (and logged) at the first such record. Without a secret, peers
-// must be on loopback and the bytes are not sealed.
+// must be on loopback and the bytes are not sealed. With the secret and
+// HandshakeConfig::clear_links (`troupe node --insecure`, a trusted
+// network) the handshake is the same but the bytes after it are not sealed.
 //
 // What it does not do: a relay serves any local process on the worker host:
 // a local user who can connect to 127.0.0.1:relay_port reaches the
@@ -93,6 +95,11 @@ struct HandshakeConfig {
   Secret secret;         // none: the acceptor admits loopback peers only
   std::string version;   // troupe's version; both ends must be equal
   std::string identity;  // "coordinator", "worker/host:port", ...
+  // `troupe node --insecure`, for trusted networks: the peers still prove
+  // the secret (needed: std::invalid_argument without one), but the link is
+  // not sealed afterwards (HandshakeResult::keys empty); both ends must
+  // agree, and the agreement is signed (auth.hpp, "Clear links").
+  bool clear_links = false;
 };
 
 struct HandshakeResult {
@@ -109,7 +116,7 @@ struct HandshakeResult {
   bool verdict = false;
   // When ok with a cluster secret: this end's keys for the connection
   // (link_keys of the handshake's session key), for everything after the
-  // handshake. Empty without a secret.
+  // handshake. Empty without a secret, and with clear_links.
   LinkKeys keys;
 };
 

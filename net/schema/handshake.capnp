@@ -60,6 +60,7 @@ struct AuthMessage {
 struct Challenge {
   hasSecret @0 :Bool;   # whether the acceptor requires the cluster secret
   nonce @1 :Data;       # nonce_a: 32 bytes with a secret, else empty
+  clearLinks @2 :Bool;  # the acceptor leaves its links unsealed after the handshake (--insecure)
 }
 
 struct JoinResponse {
@@ -69,6 +70,7 @@ struct JoinResponse {
   proof @3 :Data;       # proof_j (auth.hpp says what it signs)
   error @4 :Text;       # set when the joiner refuses the challenge
   troupeVersion @5 :Text;  # the joiner's troupe build; the gate admits only its own
+  clearLinks @6 :Bool;  # the joiner leaves its links unsealed after the handshake (--insecure)
 }
 
 struct Verdict {

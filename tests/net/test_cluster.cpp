@@ -238,6 +238,95 @@ TEST(ClusterHandshake, SecretOnOneSideOnly) {
   EXPECT_TRUE(neither.at_joiner.ok) << neither.at_joiner.reason;
 }
 
+// ---------------------------------------------------------------------------
+// Clear links (--insecure): the secret still proven, the choice signed.
+
+// The whole exchange with each side's choice of clear links.
+Outcome clear_handshake(bool acceptor_clear, bool joiner_clear) {
+  const Secret s = Secret::from_text(secret_text);
+  Acceptor acceptor(s, acceptor_clear);
+  Joiner joiner(s, "worker/b", joiner_clear);
+  const JoinResponse r = JoinResponse::decode(joiner.respond(Challenge::decode(acceptor.challenge().encode())).encode());
+  Outcome o;
+  o.at_acceptor = acceptor.verify(r);
+  o.at_joiner = joiner.verify(o.at_acceptor.proof);
+  return o;
+}
+
+TEST(ClusterHandshake, ClearLinksOnBothSidesProveTheSecretWithLabelsOfTheirOwn) {
+  const Secret s = Secret::from_text(secret_text);
+  Acceptor acceptor(s, true);
+  Joiner joiner(s, "worker/b", true);
+  EXPECT_TRUE(acceptor.challenge().clear_links);
+  const JoinResponse r = joiner.respond(acceptor.challenge());
+  EXPECT_TRUE(r.clear_links);
+  EXPECT_EQ(r.proof, join_proof(secret_text, acceptor.challenge().nonce, r.nonce, "worker/b", true));
+  EXPECT_NE(r.proof, join_proof(secret_text, acceptor.challenge().nonce, r.nonce, "worker/b", false));
+  const AuthResult a = acceptor.verify(r);
+  ASSERT_TRUE(a.ok) << a.reason;
+  EXPECT_EQ(a.proof, accept_proof(secret_text, acceptor.challenge().nonce, r.nonce, "worker/b", true));
+  const AuthResult j = joiner.verify(a.proof);
+  ASSERT_TRUE(j.ok) << j.reason;
+  EXPECT_EQ(a.session_key, j.session_key);
+}
+
+TEST(ClusterHandshake, ClearLinksOnOneSideOnlyAreRefusedNamingBoth) {
+  const Outcome acceptor_clear = clear_handshake(true, false);
+  EXPECT_FALSE(acceptor_clear.at_acceptor.ok);
+  EXPECT_FALSE(acceptor_clear.at_joiner.ok);
+  EXPECT_NE(acceptor_clear.at_joiner.reason.find("the acceptor runs with --insecure (its links unsealed after the "
+                                                 "handshake) and this node seals its links"),
+            std::string::npos)
+      << acceptor_clear.at_joiner.reason;
+  EXPECT_NE(acceptor_clear.at_acceptor.reason.find("'worker/b' refused the handshake: the acceptor runs with --insecure"),
+            std::string::npos)
+      << acceptor_clear.at_acceptor.reason;
+
+  const Outcome joiner_clear = clear_handshake(false, true);
+  EXPECT_FALSE(joiner_clear.at_acceptor.ok);
+  EXPECT_FALSE(joiner_clear.at_joiner.ok);
+  EXPECT_NE(joiner_clear.at_joiner.reason.find("the acceptor seals its links and this node runs with --insecure"),
+            std::string::npos)
+      << joiner_clear.at_joiner.reason;
+  for (const auto& o : {acceptor_clear, joiner_clear})
+    for (const auto& reason : {o.at_acceptor.reason, o.at_joiner.reason})
+      EXPECT_NE(reason.find("every node of a cluster must agree"), std::string::npos) << reason;
+}
+
+// A man in the middle who flips the stated choice, so that each end sees
+// its own, cannot make a sealed end accept clear links: the proofs are
+// made with the labels of each end's own choice, and they do not match.
+TEST(ClusterHandshake, AFlippedClearLinksFlagFailsTheProofs) {
+  const Secret s = Secret::from_text(secret_text);
+  for (const bool acceptor_clear : {false, true}) {
+    Acceptor acceptor(s, acceptor_clear);
+    Joiner joiner(s, "worker/b", !acceptor_clear);
+    Challenge c = acceptor.challenge();
+    c.clear_links = !c.clear_links;  // the joiner sees its own choice
+    JoinResponse r = joiner.respond(c);
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    r.clear_links = !r.clear_links;  // the acceptor sees its own choice
+    const AuthResult a = acceptor.verify(r);
+    EXPECT_FALSE(a.ok) << "acceptor clear: " << acceptor_clear;
+    EXPECT_NE(a.reason.find("did not prove the cluster secret"), std::string::npos) << a.reason;
+    EXPECT_FALSE(joiner.verify(a.proof).ok);
+  }
+}
+
+TEST(ClusterHandshake, ClearLinksNeedASecret) {
+  for (const bool acceptor : {true, false}) {
+    try {
+      if (acceptor)
+        Acceptor a(Secret(), true);
+      else
+        Joiner j(Secret(), "worker/b", true);
+      ADD_FAILURE() << "no error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--insecure needs a cluster secret"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // What decode() throws as std::invalid_argument, or "" when it returns.
 template <typename F>
 std::string refusal_of(F&& decode) {
@@ -254,9 +343,12 @@ TEST(ClusterHandshake, EveryMessageRoundTrips) {
   c.has_secret = true;
   c.nonce = std::string(nonce_bytes, '\0');  // raw bytes, NULs included
   c.nonce[5] = '\xff';
+  c.clear_links = true;
   const Challenge c2 = Challenge::decode(c.encode());
   EXPECT_EQ(c2.has_secret, c.has_secret);
   EXPECT_EQ(c2.nonce, c.nonce);
+  EXPECT_TRUE(c2.clear_links);
+  EXPECT_FALSE(Challenge::decode(Challenge().encode()).clear_links);
 
   JoinResponse r;
   r.has_secret = true;
@@ -265,7 +357,9 @@ TEST(ClusterHandshake, EveryMessageRoundTrips) {
   r.proof = std::string(proof_bytes, '\0');
   r.error = "";
   r.troupe_version = "0.1.0";
+  r.clear_links = true;
   const JoinResponse r2 = JoinResponse::decode(r.encode());
+  EXPECT_TRUE(r2.clear_links);
   EXPECT_EQ(r2.has_secret, r.has_secret);
   EXPECT_EQ(r2.nonce, r.nonce);
   EXPECT_EQ(r2.identity, r.identity);

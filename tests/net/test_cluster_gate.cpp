@@ -462,6 +462,63 @@ TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
   EXPECT_TRUE(accepted.verdict);
 }
 
+// --insecure on both ends: the secret is proven as before, and the keys
+// that would seal the link are not given (the link carries plain bytes);
+// sealed on both ends they are. Over real sockets, one handshake each.
+TEST(ClusterGate, ClearLinksProveTheSecretAndGiveNoKeys) {
+  for (const bool clear : {false, true}) {
+    std::uint16_t port = 0;
+    const int listener = listen_tcp("127.0.0.1:0", &port);
+    HandshakeResult accepted;
+    std::thread acceptor([&] {
+      const int fd = ::accept(listener, nullptr, nullptr);
+      wire::prepare_socket(fd);
+      accepted = accept_handshake(fd, clear ? clear_handshake("coordinator", kSecretText)
+                                            : handshake("coordinator", kSecretText),
+                                  Clock::now() + 2s);
+      ::close(fd);
+    });
+    const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
+    const HandshakeResult joined = join_handshake(
+        fd, clear ? clear_handshake("worker/h:1", kSecretText) : handshake("worker/h:1", kSecretText),
+        Clock::now() + 2s);
+    acceptor.join();
+    ::close(fd);
+    ::close(listener);
+    EXPECT_TRUE(accepted.ok) << accepted.reason;
+    EXPECT_TRUE(joined.ok) << joined.reason;
+    EXPECT_EQ(accepted.keys.protects(), !clear);
+    EXPECT_EQ(joined.keys.protects(), !clear);
+  }
+}
+
+// Through a gate and a relay: clear links on both ends carry the traffic;
+// one end clear and the other sealed are refused, either way round, naming
+// the disagreement; the gate goes on serving.
+TEST(ClusterGate, ClearLinksRoundTripAndBothEndsMustAgree) {
+  EchoServer echo;
+  Log log;
+  Gate gate(gate_config(echo.port(), clear_handshake("coordinator", kSecretText), &log));
+  {
+    JoinRelay relay(relay_config(gate.port(), clear_handshake("worker/a", kSecretText)));
+    check_round_trips(relay);
+  }
+  const std::string sealed_joiner =
+      error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/b", kSecretText))); });
+  EXPECT_NE(sealed_joiner.find("the acceptor runs with --insecure"), std::string::npos) << sealed_joiner;
+  EXPECT_NE(sealed_joiner.find("every node of a cluster must agree"), std::string::npos) << sealed_joiner;
+  ASSERT_TRUE(eventually([&] { return gate.refused() == 1; }));
+  EXPECT_TRUE(log.has({"refused", "'worker/b'", "the acceptor runs with --insecure"})) << log.all();
+
+  Gate sealed_gate(gate_config(echo.port(), handshake("coordinator", kSecretText), &log));
+  const std::string clear_joiner = error_of(
+      [&] { JoinRelay relay(relay_config(sealed_gate.port(), clear_handshake("worker/c", kSecretText))); });
+  EXPECT_NE(clear_joiner.find("the acceptor seals its links and this node runs with --insecure"), std::string::npos)
+      << clear_joiner;
+  EXPECT_EQ(echo.connections(), 1u);  // the first relay's only
+  EXPECT_EQ(log.all().find(kSecretText), std::string::npos);
+}
+
 // A joiner's handshake with a fake gate that sends `first_frame` and waits
 // for the joiner to hang up.
 HandshakeResult join_a_fake_gate(const std::string& first_frame) {

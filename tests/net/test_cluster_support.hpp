@@ -164,6 +164,13 @@ inline HandshakeConfig handshake(const std::string& identity, const std::string&
   return c;
 }
 
+// The same with --insecure: the secret proven, the link left unsealed.
+inline HandshakeConfig clear_handshake(const std::string& identity, const std::string& secret) {
+  HandshakeConfig c = handshake(identity, secret);
+  c.clear_links = true;
+  return c;
+}
+
 inline GateConfig gate_config(std::uint16_t forward_port, HandshakeConfig h, Log* log = nullptr) {
   GateConfig c;
   c.listen_address = "127.0.0.1:0";

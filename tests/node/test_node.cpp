@@ -165,6 +165,38 @@ TEST(Node, AWrongSecretIsRefusedOnBothSidesAndTheJobGoesOn) {
   EXPECT_EQ(status[3], 0) << c.logs();
 }
 
+// --insecure (a trusted network): the nodes still prove the secret, their
+// links are not sealed, the coordinator says so loudly, and the job trains
+// as a sealed one does (sync: the single-process result). A node that
+// seals its links is refused, naming the disagreement; --insecure without a
+// secret is a usage error.
+TEST(Node, InsecureLinksTrainAndANodeThatSealsIsRefusedNamingWhy) {
+  const std::string checkpoints = temp_dir("insecure-ckpt");
+  const std::vector<std::string> secret{"TROUPE_SECRET=a trusted network"};
+  Cluster c("insecure", sync_job(checkpoints), 0, {"--insecure"}, secret, 3);
+  c.add_worker(secret, {"--insecure"});
+  Process& sealed = c.add_worker(secret);
+  EXPECT_EQ(sealed.wait_for(30s), 1) << c.logs();
+  EXPECT_NE(sealed.output().find("the acceptor runs with --insecure"), std::string::npos) << sealed.output();
+  EXPECT_NE(sealed.output().find("every node of a cluster must agree"), std::string::npos) << sealed.output();
+  c.add_worker(secret, {"--insecure"});
+  const auto status = c.wait_all(240s);
+  EXPECT_EQ(status[0], 0) << c.logs();
+  EXPECT_EQ(status[1], 0) << c.logs();
+  EXPECT_EQ(status[3], 0) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("WARNING: --insecure"), std::string::npos) << c.logs();
+  EXPECT_NE(c.coordinator->output().find("(NOT sealed: --insecure)"), std::string::npos) << c.logs();
+  EXPECT_NE(c.workers[0]->output().find("WARNING: --insecure"), std::string::npos) << c.logs();
+  auto latest = checkpoint::Directory(checkpoints, 0).latest();
+  ASSERT_TRUE(latest.has_value()) << c.logs();
+  EXPECT_LT(rel_diff(checkpoint::read(*latest).parameters, single_process_parameters()), 1e-5);
+
+  Process no_secret({TROUPE_BINARY, "node", "--listen", "127.0.0.1:0", "--job", c.job, "--insecure"},
+                    c.dir + "/no-secret.log");
+  EXPECT_EQ(no_secret.wait_for(30s), 2) << no_secret.output();
+  EXPECT_NE(no_secret.output().find("--insecure needs a cluster secret"), std::string::npos) << no_secret.output();
+}
+
 TEST(Node, AnIncompatibleJobIsRefusedWithTheReason) {
   Cluster c("incompatible", std::string(kMlpJob) + "batch = 32\nsteps = 10\n", 0, {}, {}, 2);
   const std::string other = write_file(c.dir, "other.toml", std::string(kMlpJob) + "batch = 16\nsteps = 10\n");

@@ -381,40 +381,43 @@ TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
       << log.all();
 }
 
-TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
+// A plaintext server whose apply counts the pushes and echoes them, for
+// the raw peers below.
+struct CountingServer {
   std::atomic<int> applied{0};
   Log log;
-  PushServer server(server_config({{0, 64}}, [&](int, GradientPush p) {
-    ++applied;
-    return p.gradient;
-  }, "", &log));
-  RawPeer peer(server.port());
+  PushServer server;
+  explicit CountingServer(std::initializer_list<std::pair<const int, std::int64_t>> shards)
+      : server(server_config(shards, [this](int, GradientPush p) {
+          ++applied;
+          return p.gradient;
+        }, "", &log)) {}
+};
+
+TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
+  CountingServer s({{0, 64}});
+  RawPeer peer(s.server.port());
   push_wire::PushHeader h;
   h.floats = 64;
   peer.send(h, wave(64, 0), true);
   EXPECT_NE(peer.answer().find("CRC-32C does not match"), std::string::npos);
   EXPECT_TRUE(peer.closed());
-  EXPECT_EQ(applied, 0);
-  EXPECT_EQ(server.pushes(), 0);
+  EXPECT_EQ(s.applied, 0);
+  EXPECT_EQ(s.server.pushes(), 0);
 }
 
 // Flags the server does not know are a protocol error: the connection is
 // dropped, naming them, and nothing is applied.
 TEST(PsPushLink, APushWithUnknownFlagsIsDroppedAndNotApplied) {
-  std::atomic<int> applied{0};
-  Log log;
-  PushServer server(server_config({{0, 64}}, [&](int, GradientPush p) {
-    ++applied;
-    return p.gradient;
-  }, "", &log));
-  RawPeer peer(server.port());
+  CountingServer s({{0, 64}});
+  RawPeer peer(s.server.port());
   push_wire::PushHeader h;
   h.floats = 64;
   h.flags = push_wire::kReadsNext | 4;
   peer.send(h, wave(64, 0), false);
   EXPECT_TRUE(peer.closed());
-  EXPECT_EQ(applied, 0);
-  EXPECT_NE(log.all().find("push 0 has unknown flags 0x5"), std::string::npos) << log.all();
+  EXPECT_EQ(s.applied, 0);
+  EXPECT_NE(s.log.all().find("push 0 has unknown flags 0x5"), std::string::npos) << s.log.all();
 }
 
 // After a push marked as the last before reading, the client refuses to
@@ -513,13 +516,8 @@ TEST(PsPushLink, BigPipelinedPushesNeverStallEitherEnd) {
 }
 
 TEST(PsPushLink, AClaimBeyondTheLargestPartIsRefusedBeforeAnyAllocation) {
-  std::atomic<int> applied{0};
-  Log log;
-  PushServer server(server_config({{0, 64}, {1, 128}}, [&](int, GradientPush p) {
-    ++applied;
-    return p.gradient;
-  }, "", &log));
-  RawPeer peer(server.port());
+  CountingServer s({{0, 64}, {1, 128}});
+  RawPeer peer(s.server.port());
   push_wire::PushHeader h;
   h.shard = 1;
   h.floats = std::int64_t{1} << 40;  // 4 TiB: never allocated, never read
@@ -527,7 +525,7 @@ TEST(PsPushLink, AClaimBeyondTheLargestPartIsRefusedBeforeAnyAllocation) {
   const std::string reason = peer.answer();
   EXPECT_NE(reason.find("more than the largest part this server hosts (128 floats)"), std::string::npos) << reason;
   EXPECT_TRUE(peer.closed());
-  EXPECT_EQ(applied, 0);
+  EXPECT_EQ(s.applied, 0);
 }
 
 // ---------------------------------------------------------------------------
