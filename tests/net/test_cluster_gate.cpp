@@ -439,21 +439,31 @@ TEST(ClusterGate, AddressInUseSaysSoAndHowToFindTheHolder) {
 // ---------------------------------------------------------------------------
 // The handshake itself, and as the tcp backend's authentication hook.
 
-TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
+// One handshake over a real loopback connection: what each end concludes.
+struct HandshakePair {
+  HandshakeResult accepted, joined;
+};
+HandshakePair handshake_over_loopback(const HandshakeConfig& acceptor_config, const HandshakeConfig& joiner_config) {
   std::uint16_t port = 0;
   const int listener = listen_tcp("127.0.0.1:0", &port);
-  HandshakeResult accepted;
+  HandshakePair out;
   std::thread acceptor([&] {
     const int fd = ::accept(listener, nullptr, nullptr);
     wire::prepare_socket(fd);
-    accepted = accept_handshake(fd, handshake("coordinator", kSecretText), Clock::now() + 2s);
+    out.accepted = accept_handshake(fd, acceptor_config, Clock::now() + 2s);
     ::close(fd);
   });
   const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
-  const HandshakeResult joined = join_handshake(fd, handshake("worker/h:1", kSecretText), Clock::now() + 2s);
+  out.joined = join_handshake(fd, joiner_config, Clock::now() + 2s);
   acceptor.join();
   ::close(fd);
   ::close(listener);
+  return out;
+}
+
+TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
+  const auto [accepted, joined] =
+      handshake_over_loopback(handshake("coordinator", kSecretText), handshake("worker/h:1", kSecretText));
   EXPECT_TRUE(accepted.ok) << accepted.reason;
   EXPECT_TRUE(joined.ok) << joined.reason;
   EXPECT_EQ(accepted.peer_identity, "worker/h:1");
@@ -467,24 +477,9 @@ TEST(ClusterGate, HandshakeReportsIdentitiesBothWays) {
 // sealed on both ends they are. Over real sockets, one handshake each.
 TEST(ClusterGate, ClearLinksProveTheSecretAndGiveNoKeys) {
   for (const bool clear : {false, true}) {
-    std::uint16_t port = 0;
-    const int listener = listen_tcp("127.0.0.1:0", &port);
-    HandshakeResult accepted;
-    std::thread acceptor([&] {
-      const int fd = ::accept(listener, nullptr, nullptr);
-      wire::prepare_socket(fd);
-      accepted = accept_handshake(fd, clear ? clear_handshake("coordinator", kSecretText)
-                                            : handshake("coordinator", kSecretText),
-                                  Clock::now() + 2s);
-      ::close(fd);
-    });
-    const int fd = wire::connect_tcp("127.0.0.1:" + std::to_string(port), Clock::now() + 2s);
-    const HandshakeResult joined = join_handshake(
-        fd, clear ? clear_handshake("worker/h:1", kSecretText) : handshake("worker/h:1", kSecretText),
-        Clock::now() + 2s);
-    acceptor.join();
-    ::close(fd);
-    ::close(listener);
+    const auto [accepted, joined] = handshake_over_loopback(
+        clear ? clear_handshake("coordinator", kSecretText) : handshake("coordinator", kSecretText),
+        clear ? clear_handshake("worker/h:1", kSecretText) : handshake("worker/h:1", kSecretText));
     EXPECT_TRUE(accepted.ok) << accepted.reason;
     EXPECT_TRUE(joined.ok) << joined.reason;
     EXPECT_EQ(accepted.keys.protects(), !clear);
