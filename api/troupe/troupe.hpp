@@ -463,6 +463,11 @@ struct ClusterOptions {
   // worker's own entry; else chosen by the runtime, a free port).
   std::string data_address;
   std::string secret_file;       // else $TROUPE_SECRET, else none (loopback peers only)
+  // `troupe node --insecure`, for a network trusted as much as the hosts:
+  // nodes still prove the secret (one is required: std::invalid_argument
+  // without), but their links are left unsealed after the handshake
+  // (plaintext ring speed, NCCL between GPU nodes). Every node must agree.
+  bool insecure = false;
   double join_timeout_s = 30;    // worker: reaching the coordinator
   double wait_timeout_s = 600;   // waiting for the nodes / for the job to start
   double timeout_s = 60;         // any one collective or remote request

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -170,6 +171,24 @@ TEST(Api, FitWithoutBackendsFailsAtOnce) {
   EXPECT_EQ(WEXITSTATUS(status), 3) << out;
   EXPECT_NE(out.find("troupe_backends"), std::string::npos) << out;
   EXPECT_LT(seconds, 30) << out;
+}
+
+// --insecure leaves the links of a cluster with a secret unsealed; without
+// a secret it is refused when the strategy is made, before any socket.
+TEST(ApiCluster, InsecureWithoutASecretIsRefusedAtOnce) {
+  ::unsetenv("TROUPE_SECRET");
+  troupe::ClusterOptions o;
+  o.listen = "127.0.0.1:7000";  // never opened: the strategy only checks it
+  o.insecure = true;
+  try {
+    troupe::MultiWorkerMirroredStrategy strategy(o);
+    FAIL() << "--insecure without a secret was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--insecure needs a cluster secret"), std::string::npos) << e.what();
+  }
+  ::setenv("TROUPE_SECRET", "an api test secret", 1);
+  EXPECT_NO_THROW(troupe::MultiWorkerMirroredStrategy strategy(o));
+  ::unsetenv("TROUPE_SECRET");
 }
 
 // Issue 17: a ps task of a cluster spec is not a MultiWorkerMirroredStrategy
