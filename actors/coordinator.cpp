@@ -940,6 +940,7 @@ std::string status_json(const CoordinatorState& s) {
     }
     out["nodes"] = std::move(nodes);
   }
+  if (!s.config.links.empty()) out["links"] = s.config.links;
   return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

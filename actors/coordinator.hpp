@@ -116,6 +116,7 @@ struct CoordinatorConfig {
   std::int64_t window = 16;            // steps a grant runs ahead
   std::vector<caf::actor> devices;
   std::vector<NodeInfo> nodes;         // a cluster's nodes (empty on one host)
+  std::string links;                   // a cluster's link protection, for the status (ClusterHooks::links)
   caf::actor parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards
   caf::actor listener;
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none

@@ -259,6 +259,7 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
   std::vector<NodeInfo> nodes() const override { return nodes_; }
+  std::string links() const override { return links_status(secret_, options_); }
 
   void finish(caf::scoped_actor& self, const std::string& error) override {
     if (finished_) return;

@@ -568,6 +568,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.switches = config_.switches;
     cc.devices = all_devices;
     if (cluster) cc.nodes = cluster->nodes();
+    if (cluster) cc.links = cluster->links();
     if (cluster && config_.metrics) config_.metrics->set_nodes(0, cc.nodes);
     cc.metrics = config_.metrics;
     cc.timeline = config_.timeline;

@@ -56,6 +56,9 @@ class ClusterHooks {
   // The other nodes' device actors, in rank order.
   virtual std::vector<caf::actor> remote_devices(caf::scoped_actor& self) = 0;
   virtual std::vector<NodeInfo> nodes() const = 0;
+  // How the links between nodes are protected, for the status ("sealed
+  // (AES-256-GCM)", "NOT sealed (--insecure)", ...); empty: not said.
+  virtual std::string links() const { return {}; }
   // Tells every node the job is over (error empty: done; else why it failed).
   virtual void finish(caf::scoped_actor& self, const std::string& error) = 0;
 

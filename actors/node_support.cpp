@@ -105,6 +105,11 @@ void check_insecure(const net::Secret& secret, const NodeOptions& options) {
         "its links are unsealed already)");
 }
 
+std::string links_status(const net::Secret& secret, const NodeOptions& options) {
+  if (!secret.configured()) return "not sealed (no secret: loopback peers only)";
+  return options.insecure ? "NOT sealed (--insecure)" : "sealed (AES-256-GCM)";
+}
+
 std::string links_line(const net::Secret& secret, const NodeOptions& options) {
   if (!secret.configured())
     return "no cluster secret (--secret-file or TROUPE_SECRET): only loopback peers are accepted, and links are "

@@ -50,5 +50,8 @@ void check_insecure(const net::Secret& secret, const NodeOptions& options);
 // The log line that says how this node's links are protected; with
 // --insecure a loud warning of what that gives away.
 std::string links_line(const net::Secret& secret, const NodeOptions& options);
+// The same in a few words, for the status: "sealed (AES-256-GCM)", "NOT
+// sealed (--insecure)", "not sealed (no secret: loopback peers only)".
+std::string links_status(const net::Secret& secret, const NodeOptions& options);
 
 }  // namespace troupe::actors::node_support

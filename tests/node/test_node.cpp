@@ -138,6 +138,8 @@ TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode)
     EXPECT_NE(status_text.str().find("\"nodes\""), std::string::npos) << status_text.str();
     EXPECT_NE(status_text.str().find("coordinator"), std::string::npos) << status_text.str();
     EXPECT_NE(status_text.str().find("worker/"), std::string::npos) << status_text.str();
+    EXPECT_NE(status_text.str().find("\"links\":\"not sealed (no secret: loopback peers only)\""), std::string::npos)
+        << status_text.str();
   }
   EXPECT_TRUE(switched == 0 || status == 0) << "the control endpoint answered neither request: " << mode_text.str()
                                             << status_text.str();
