@@ -88,7 +88,7 @@ class CoordinatorCluster final : public ClusterHooks {
                                   std::to_string(options_.min_nodes));
     listen_ = net::parse_host_port(options_.listen);  // throws naming the address
     secret_ = net::Secret::load(options_.secret_file);
-    check_insecure(secret_, options_);
+    net::check_clear_links(secret_, options_.insecure);
     identity_ = job_identity(job);
     job_text_ = to_job_text(job);
     for (const auto& d : job.devices) local_devices_.push_back(d.str());

@@ -97,14 +97,6 @@ net::HandshakeConfig handshake_config(const net::Secret& secret, const NodeOptio
   return c;
 }
 
-void check_insecure(const net::Secret& secret, const NodeOptions& options) {
-  if (options.insecure && !secret.configured())
-    throw std::invalid_argument(
-        "--insecure needs a cluster secret (--secret-file or TROUPE_SECRET): it leaves the links between members "
-        "unsealed; it does not admit nodes without the secret (without a secret a cluster is loopback only, and "
-        "its links are unsealed already)");
-}
-
 std::string links_status(const net::Secret& secret, const NodeOptions& options) {
   if (!secret.configured()) return "not sealed (no secret: loopback peers only)";
   return options.insecure ? "NOT sealed (--insecure)" : "sealed (AES-256-GCM)";

@@ -44,9 +44,6 @@ std::string node_name(const std::string& role);
 net::HandshakeConfig handshake_config(const net::Secret& secret, const NodeOptions& options,
                                       const std::string& identity);
 
-// Throws std::invalid_argument for --insecure without a secret.
-void check_insecure(const net::Secret& secret, const NodeOptions& options);
-
 // The log line that says how this node's links are protected; with
 // --insecure a loud warning of what that gives away.
 std::string links_line(const net::Secret& secret, const NodeOptions& options);

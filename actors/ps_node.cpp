@@ -66,7 +66,7 @@ std::string list_of(const std::vector<std::int32_t>& xs) {
 int run_ps_task(const NodeOptions& options) {
   auto log = logger(options);
   const net::Secret secret = net::Secret::load(options.secret_file);
-  check_insecure(secret, options);
+  net::check_clear_links(secret, options.insecure);
   if (options.insecure) log(links_line(secret, options));
   const std::string name = node_name("ps");
   net::JoinRelayConfig rc;
@@ -194,9 +194,7 @@ int run_ps_task(const NodeOptions& options) {
               hosted.server = std::make_unique<ps::PushServer>(pc);
               log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
                   std::to_string(replicas) + " replica(s); pushes on the data plane, " +
-                  (!secret.configured() ? "not sealed (no secret: loopback only)"
-                   : options.insecure   ? "NOT sealed (--insecure)"
-                                        : "sealed (AES-256-GCM)"));
+                  links_status(secret, options));
               return handles;
             },
             [&](done_atom, const std::string& why) -> caf::ok_atom {

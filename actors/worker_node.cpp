@@ -458,7 +458,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
 int run_worker(const NodeOptions& options) {
   auto log = node_support::logger(options);
   const net::Secret secret = net::Secret::load(options.secret_file);
-  check_insecure(secret, options);
+  net::check_clear_links(secret, options.insecure);
   if (options.insecure) log(links_line(secret, options));
   const std::string name = node_name("worker");
   std::string local_fingerprint;

@@ -18,7 +18,7 @@
 #include "actors/job_file.hpp"
 #include "actors/mode.hpp"
 #include "actors/node.hpp"
-#include "actors/node_support.hpp"  // check_insecure
+#include "net/cluster/auth.hpp"  // check_clear_links
 #include "kernels/registry.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "net/cluster/cluster_spec.hpp"
@@ -443,7 +443,7 @@ actors::NodeOptions node_options(const ClusterOptions& o, const std::vector<Devi
   n.min_nodes = o.min_nodes;
   n.secret_file = o.secret_file;
   n.insecure = o.insecure;
-  if (o.insecure) actors::node_support::check_insecure(net::Secret::load(o.secret_file), n);
+  if (o.insecure) net::check_clear_links(net::Secret::load(o.secret_file), true);
   n.data_address = o.data_address;
   n.devices = devices;
   n.join_timeout = millis(o.join_timeout_s, "join_timeout_s");

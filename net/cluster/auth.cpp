@@ -158,13 +158,15 @@ std::string links_disagree(const std::string& peer, bool peer_clear) {
                     : peer + " seals its links and this node runs with --insecure (links unsealed after the "
                              "handshake): every node of a cluster must agree (give all or none --insecure)";
 }
+}  // namespace
 
 void check_clear_links(const Secret& secret, bool clear_links) {
   if (clear_links && !secret.configured())
-    throw std::invalid_argument("--insecure needs a cluster secret (--secret-file or TROUPE_SECRET): it leaves the "
-                                "links between members unsealed, it does not admit anyone without the secret");
+    throw std::invalid_argument(
+        "--insecure needs a cluster secret (--secret-file or TROUPE_SECRET): it leaves the links between members "
+        "unsealed; it does not admit nodes without the secret (without a secret a cluster is loopback only, and "
+        "its links are unsealed already)");
 }
-}  // namespace
 
 std::string Challenge::encode() const {
   return encode_message([&](schema::AuthMessage::Builder m) {

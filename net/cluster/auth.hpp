@@ -218,6 +218,10 @@ class Joiner {
   bool responded_ = false, used_ = false, has_secret_on_both_ = false;
 };
 
+// Throws std::invalid_argument for clear links (--insecure) without a
+// secret; Acceptor and Joiner call it, and `troupe node` before anything.
+void check_clear_links(const Secret& secret, bool clear_links);
+
 // The two proofs, exposed for tests and for other transports; with
 // `clear_links` the labels of clear links.
 std::string join_proof(std::string_view key, std::string_view acceptor_nonce, std::string_view joiner_nonce,
