@@ -279,12 +279,12 @@ void TcpGroup::sender_loop() {
     lock.unlock();
     try {
       if (send_link_.sealed()) {
-        // Two records, header then payload, written together; the tag covers
-        // every byte, so no CRC.
+        // The header's record, then the payload's: with seal helpers each
+        // of its records goes out as soon as it is sealed (the header with
+        // the first). The tag covers every byte, so no CRC.
         const auto header = wire::encode_frame_header(job.frame);
         send_link_.sealer->append(header.data(), header.size());
-        send_link_.sealer->append_split(job.data, job.frame.length, wire::kRingRecordBytes);
-        send_link_.sealer->flush(send_fd_, job.deadline);
+        send_link_.sealer->write_split(send_fd_, job.data, job.frame.length, wire::kRingRecordBytes, job.deadline);
       } else {
         job.frame.crc32c = wire::crc32c(job.data, job.frame.length);
         const auto header = wire::encode_frame_header(job.frame);
@@ -365,8 +365,8 @@ void TcpGroup::receive_one(const RecvJob& job) {
   auto bad = [&](CollectiveErrorKind kind, const std::string& what) { throw Broken{kind, from + what}; };
   // The 4-byte length prefix at offset 4 and the header at 8, aligned for
   // Cap'n Proto. Sealed, the two come in one record; the payload follows
-  // in one more, or in records of wire::kRingRecordBytes from a sender with
-  // seal helpers.
+  // in one more, or, from a sender with seal helpers, in the records
+  // wire::split_records gives (at most wire::kRingRecordBytes each).
   alignas(8) unsigned char buffer[8 + wire::kMaxHeaderBytes];
   const unsigned char* prefix = buffer + 4;
   unsigned char* header = buffer + 8;

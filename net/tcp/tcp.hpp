@@ -103,8 +103,9 @@ struct TcpGroupConfig {
   // per payload; loopback rings of tests and benchmarks).
   std::function<LinkKeys(int fd, bool accepting, Deadline deadline)> authenticate;
   // Sealed links only: helper threads per direction that seal or open a
-  // frame's records (wire::kRingRecordBytes each) beside the sender and
-  // receiver threads. -1: from the cores this machine has
+  // frame's records (wire::split_records, at most wire::kRingRecordBytes
+  // each) beside the sender and receiver threads; the sender writes each
+  // record as soon as it is sealed. -1: from the cores this machine has
   // (ring_seal_helpers); 0: none, the I/O threads do all the AES-GCM.
   int seal_helpers = -1;
 };

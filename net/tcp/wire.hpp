@@ -26,8 +26,12 @@ namespace troupe::net::wire {
 // 3: on a sealed link a frame's payload may travel in records of
 //    kRingRecordBytes (a sender with seal helpers), so that several
 //    threads can seal and open one frame; it was always one record.
-constexpr std::uint16_t kProtocolVersion = 3;
-// The largest record of a sealed frame payload: a 1 MiB chunk is 4.
+// 4: those records ramp up from kRingRecordBytes / 8 and down again at the
+//    payload's end (wire::split_records), and each is sent as soon as it
+//    is sealed.
+constexpr std::uint16_t kProtocolVersion = 4;
+// The largest record of a sealed frame payload: a 1 MiB chunk is 9
+// (32, 64, 128, 256, 64, 256, 128, 64, 32 KiB).
 constexpr std::size_t kRingRecordBytes = std::size_t{256} << 10;
 constexpr std::uint32_t kAckMagic = 0x4b434154;  // "TACK"
 constexpr std::size_t kAckBytes = 8;

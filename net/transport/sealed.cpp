@@ -1,6 +1,7 @@
 // Records of a protected connection (sealed.hpp).
 #include "net/transport/sealed.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -24,10 +25,25 @@ std::size_t get_length(const unsigned char* p) {
 
 std::vector<std::size_t> split_records(std::size_t bytes, std::size_t record_bytes) {
   if (record_bytes == 0) throw std::invalid_argument("split_records: records of 0 bytes");
-  if (bytes == 0) return {0};
-  std::vector<std::size_t> sizes(bytes / record_bytes, record_bytes);
-  if (bytes % record_bytes != 0) sizes.push_back(bytes % record_bytes);
-  return sizes;
+  const std::size_t smallest = std::max<std::size_t>(record_bytes / 8, 1);
+  if (bytes <= smallest) return {bytes};
+  // From both ends at once, each end's records doubling up to
+  // record_bytes: what is left when they meet is the middle record.
+  std::vector<std::size_t> front, back;
+  std::size_t left = bytes, next_front = smallest, next_back = smallest;
+  while (left > 0) {
+    std::size_t n = std::min(next_front, left);
+    front.push_back(n);
+    left -= n;
+    next_front = std::min(2 * next_front, record_bytes);
+    if (left == 0) break;
+    n = std::min(next_back, left);
+    back.push_back(n);
+    left -= n;
+    next_back = std::min(2 * next_back, record_bytes);
+  }
+  front.insert(front.end(), back.rbegin(), back.rend());
+  return front;
 }
 
 RecordWorkers::RecordWorkers(const AeadDirection& aead, int helpers) {
@@ -44,10 +60,11 @@ RecordWorkers::~RecordWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-void RecordWorkers::begin(std::function<void(std::size_t, AeadCipher&)> work) {
+void RecordWorkers::begin(std::function<void(std::size_t, AeadCipher&)> work, std::size_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   work_ = std::move(work);
   queue_.clear();
+  done_.assign(count, 0);
   error_ = nullptr;
 }
 
@@ -74,7 +91,8 @@ bool RecordWorkers::run_one(std::unique_lock<std::mutex>& lock, AeadCipher& ciph
   lock.lock();
   if (error && !error_) error_ = error;
   --in_flight_;
-  if (queue_.empty() && in_flight_ == 0) done_cv_.notify_all();
+  done_[index] = 1;
+  done_cv_.notify_all();  // finish() waits for all, wait_for() for one
   return true;
 }
 
@@ -95,6 +113,23 @@ void RecordWorkers::finish(AeadCipher& own) {
   // it ends without waiting on any peer.
   done_cv_.wait(lock, [&] { return queue_.empty() && in_flight_ == 0; });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+std::size_t RecordWorkers::wait_for(std::size_t index, AeadCipher& own,
+                                    const std::function<bool(std::size_t)>& owner_may_run) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!done_.at(index) && !error_) {
+    // Posted in order and taken from the front: a piece no helper has
+    // started is at the front once every piece before it has started.
+    if (!queue_.empty() && (queue_.front() == index || (owner_may_run && owner_may_run(queue_.front()))))
+      run_one(lock, own);
+    else
+      done_cv_.wait(lock);
+  }
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  std::size_t end = index;
+  while (end < done_.size() && done_[end]) ++end;
+  return end;
 }
 
 void RecordWorkers::abandon() {
@@ -137,39 +172,64 @@ void RecordSealer::set_helpers(int helpers) {
   workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers) : nullptr;
 }
 
-void RecordSealer::append_split(const void* in, std::size_t bytes, std::size_t record_bytes) {
+void RecordSealer::write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes,
+                               Deadline deadline) {
+  const std::vector<std::size_t> sizes = workers_ ? split_records(bytes, record_bytes) : std::vector<std::size_t>{};
   // Without helpers one record costs least (one cipher set-up, fewer reads
   // at the other end); the opener takes either layout.
-  if (!workers_) {
-    append(in, bytes);
+  if (sizes.size() <= 1) {
+    write(fd, in, bytes, deadline);
     return;
   }
-  const std::vector<std::size_t> sizes = split_records(bytes, record_bytes);
+  if (record_bytes > UINT32_MAX) throw std::invalid_argument("a record of more than 4 GiB");
   const std::size_t n = sizes.size();
-  std::vector<std::size_t> in_at(n), out_at(n);
-  for (std::size_t i = 1; i < n; ++i) {
-    in_at[i] = in_at[i - 1] + sizes[i - 1];
+  // Where each record's plaintext starts in `in` and its record in the
+  // pending buffer, after the `before` bytes already pending (a frame's
+  // header record, written with the first payload record).
+  const std::size_t before = pending_bytes_;
+  std::vector<std::size_t> in_at(n), out_at(n + 1);
+  out_at[0] = before;
+  for (std::size_t i = 1; i <= n; ++i) {
+    if (i < n) in_at[i] = in_at[i - 1] + sizes[i - 1];
     out_at[i] = out_at[i - 1] + sizes[i - 1] + kRecordOverhead;
   }
-  if (record_bytes > UINT32_MAX) throw std::invalid_argument("a record of more than 4 GiB");
-  char* out = reserve_pending(bytes + n * kRecordOverhead);
+  reserve_pending(bytes + n * kRecordOverhead);
+  char* const buffer = pending_.get();
   // Numbers first, in order: record i is message first + i whichever
   // thread seals it, so the bytes are those of n appends in turn.
   const std::uint64_t first = aead_.reserve(n);
   const auto* src = static_cast<const char*>(in);
   auto seal_one = [&](std::size_t i, AeadCipher& cipher) {
-    char* o = out + out_at[i];
+    char* o = buffer + out_at[i];
     put_length(o, sizes[i]);
     cipher.seal(first + i, o, kRecordPrefixBytes, src + in_at[i], o + kRecordPrefixBytes, sizes[i],
                 reinterpret_cast<unsigned char*>(o + kRecordPrefixBytes + sizes[i]));
   };
-  if (n == 1) {
-    seal_one(0, aead_.cipher());
-    return;
-  }
-  workers_->begin(seal_one);
+  workers_->begin(seal_one, n);
   for (std::size_t i = 0; i < n; ++i) workers_->post(i);
-  workers_->finish(aead_.cipher());
+  try {
+    // Each run of sealed records goes out while the helpers seal the
+    // next ones; the first write (with what was pending) starts as soon
+    // as the first, smallest record is sealed.
+    // While record i is sealed by a helper the owner seals the next
+    // unstarted one only if it is no bigger (it would otherwise hold back
+    // the write of record i: the ramp's point).
+    std::size_t written = 0;
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t end =
+          workers_->wait_for(i, aead_.cipher(), [&](std::size_t next) { return sizes[next] <= sizes[i]; });
+      write_all(fd, buffer + written, out_at[end] - written, nullptr, 0, deadline);
+      written = out_at[end];
+      i = end;
+    }
+  } catch (...) {
+    // No helper may still read `in` once the caller has the error; the
+    // connection is given up.
+    workers_->abandon();
+    pending_bytes_ = 0;
+    throw;
+  }
+  pending_bytes_ = 0;
 }
 
 void RecordSealer::flush(int fd, Deadline deadline) {
@@ -237,22 +297,23 @@ void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::
                                     Deadline deadline) {
   if (aead_.spent()) refuse_record(aead_.messages());
   // The first record's length says the layout: the whole payload in one
-  // record, or records of record_bytes (the sender had helpers). Nothing
-  // else is accepted, so the number of records is bounded by ours.
+  // record, or split_records' (the sender had helpers). Nothing else is
+  // accepted, so the number of records is bounded by ours.
   unsigned char first_prefix[kRecordPrefixBytes];
   read_all(fd, first_prefix, kRecordPrefixBytes, deadline);
   const std::size_t first_length = get_length(first_prefix);
-  if (first_length != bytes && !(bytes > record_bytes && first_length == record_bytes)) {
+  std::vector<std::size_t> sizes = split_records(bytes, record_bytes);
+  if (first_length == bytes) {
+    sizes.assign(1, bytes);
+  } else if (sizes.size() == 1 || first_length != sizes[0]) {
     aead_.spend();
     throw std::runtime_error("record " + std::to_string(aead_.messages()) + " has a length field of " +
                              std::to_string(first_length) + " bytes, expected " + std::to_string(bytes) +
-                             (bytes > record_bytes ? " (one record) or " + std::to_string(record_bytes) +
-                                                         " (records of that size)"
-                                                   : std::string()) +
+                             (sizes.size() > 1 ? " (one record) or " + std::to_string(sizes[0]) +
+                                                     " (the first of " + std::to_string(sizes.size()) + " records)"
+                                               : std::string()) +
                              " (altered on the way, or a peer that does not protect its link)");
   }
-  const std::vector<std::size_t> sizes =
-      first_length == bytes ? std::vector<std::size_t>{bytes} : split_records(bytes, record_bytes);
   const std::size_t n = sizes.size();
   const std::uint64_t first = aead_.reserve(n);
   std::vector<std::array<unsigned char, kRecordPrefixBytes>> prefixes(n);
@@ -267,7 +328,7 @@ void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::
       failed[i] = 1;
   };
   const bool parallel = workers_ && n > 1;
-  if (parallel) workers_->begin(open_one);
+  if (parallel) workers_->begin(open_one, n);
   try {
     // Record i's tag and record i + 1's length prefix arrive together: one
     // read takes the ciphertext, the tag and the next length.

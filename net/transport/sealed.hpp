@@ -48,7 +48,7 @@ struct AuthenticationError : std::runtime_error {
 };
 
 // Helper threads that seal or open the records of one frame in parallel
-// (RecordSealer::append_split, RecordOpener::read_exact_split), each with a
+// (RecordSealer::write_split, RecordOpener::read_exact_split), each with a
 // cipher of its own for the direction's key; the thread that owns the
 // direction works too. On a host with idle cores this spreads AES-GCM over
 // more than the one I/O thread per direction that otherwise does it in
@@ -62,13 +62,21 @@ class RecordWorkers {
   RecordWorkers(const RecordWorkers&) = delete;
   RecordWorkers& operator=(const RecordWorkers&) = delete;
 
-  // One batch: `work(i, cipher)` runs once for every index post()ed, on a
-  // helper or on the owner's thread (inside finish()), with that thread's
-  // cipher. finish() returns when every posted index is done and rethrows
-  // the first exception a piece of work threw.
-  void begin(std::function<void(std::size_t, AeadCipher&)> work);
+  // One batch of `count` pieces: `work(i, cipher)` runs once for every
+  // index i < count post()ed, on a helper or on the owner's thread (inside
+  // finish() or wait_for()), with that thread's cipher. finish() returns
+  // when every posted index is done and rethrows the first exception a
+  // piece of work threw.
+  void begin(std::function<void(std::size_t, AeadCipher&)> work, std::size_t count);
   void post(std::size_t index);
   void finish(AeadCipher& own);
+  // Returns when piece `index` is done, with the end of the run of done
+  // pieces from `index`: a sender writes pieces [index, end) at once.
+  // Meanwhile the owner does `index` itself if no helper has started it,
+  // and the next unstarted piece p if owner_may_run(p). Rethrows as
+  // finish().
+  std::size_t wait_for(std::size_t index, AeadCipher& own,
+                       const std::function<bool(std::size_t)>& owner_may_run = nullptr);
   // Drops what is queued and waits for what runs (after the owner failed
   // mid-batch: no helper may touch the batch's buffers afterwards).
   void abandon();
@@ -83,13 +91,19 @@ class RecordWorkers {
   std::condition_variable work_cv_, done_cv_;
   std::function<void(std::size_t, AeadCipher&)> work_;
   std::deque<std::size_t> queue_;
+  std::vector<char> done_;  // per piece of the batch
   std::size_t in_flight_ = 0;
   std::exception_ptr error_;
   bool stopping_ = false;
 };
 
-// The record sizes a payload of `bytes` is split into, records of at most
-// `record_bytes` (the last one shorter; one empty record for no bytes).
+// The record sizes a payload of `bytes` is split into: records of at most
+// `record_bytes`, ramped at both ends (record_bytes / 8, / 4, / 2, then
+// whole ones, the remainder in the middle, and down again), so that a
+// sender writes its first record a few microseconds after it starts
+// sealing and a receiver opens its last one a few microseconds after it
+// has read it (docs/BENCHMARKS.md, "Sealed links"). One record for a
+// payload of at most record_bytes / 8 (one empty record for no bytes).
 // Both ends compute it from the frame's length, so it is never sent.
 std::vector<std::size_t> split_records(std::size_t bytes, std::size_t record_bytes);
 
@@ -106,12 +120,15 @@ class RecordSealer {
   void flush(int fd, Deadline deadline);
   // append then flush.
   void write(int fd, const void* in, std::size_t bytes, Deadline deadline);
-  // With helpers (set_helpers), as append() of each record that
-  // split_records(bytes, record_bytes) gives, in turn, but sealed in
-  // parallel: the same bytes whichever threads seal them. Without, one
-  // record, as append().
-  void append_split(const void* in, std::size_t bytes, std::size_t record_bytes);
-  // Helper threads for append_split (0: none, the default).
+  // Writes what is pending, then a payload: with helpers (set_helpers), as
+  // append() of each record that split_records(bytes, record_bytes) gives,
+  // in turn, but sealed in parallel and each written as soon as it and
+  // those before it are sealed (the helpers seal the later ones while it
+  // is written): the same bytes whichever threads seal them. Without, one
+  // record, as write(). IoError as wire::write_all; the connection is
+  // given up after one.
+  void write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes, Deadline deadline);
+  // Helper threads for write_split (0: none, the default).
   void set_helpers(int helpers);
   std::uint64_t records() const { return aead_.messages(); }
 
@@ -136,7 +153,7 @@ class RecordOpener {
   std::size_t read(int fd, void* dest, std::size_t max, Deadline deadline);
   // As read(), for a record that must hold exactly `bytes`.
   void read_exact(int fd, void* dest, std::size_t bytes, Deadline deadline);
-  // Reads a payload of `bytes` that append_split sent, one record or the
+  // Reads a payload of `bytes` that write_split sent, one record or the
   // records split_records(bytes, record_bytes) gives (the first length
   // says which; anything else is refused), each into its place in `dest`,
   // and opens them, in parallel by the helpers (if any) while the later

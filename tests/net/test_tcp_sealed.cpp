@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace troupe::net::testing;
 using wire::AuthenticationError;
+using wire::IoError;
 using wire::RecordOpener;
 using wire::RecordSealer;
 
@@ -213,16 +215,46 @@ TEST(TcpSealed, ATooLongRecordIsRefusedBeforeItIsRead) {
 }
 
 // ---------------------------------------------------------------------------
-// A frame's payload in several records (append_split, read_exact_split),
+// A frame's payload in several records (write_split, read_exact_split),
 // sealed and opened by helper threads.
 
 TEST(TcpSealed, SplitRecordsCoverThePayloadInOrder) {
-  EXPECT_EQ(wire::split_records(0, 256), (std::vector<std::size_t>{0}));
-  EXPECT_EQ(wire::split_records(1, 256), (std::vector<std::size_t>{1}));
-  EXPECT_EQ(wire::split_records(256, 256), (std::vector<std::size_t>{256}));
-  EXPECT_EQ(wire::split_records(257, 256), (std::vector<std::size_t>{256, 1}));
-  EXPECT_EQ(wire::split_records(1000, 256), (std::vector<std::size_t>{256, 256, 256, 232}));
+  using V = std::vector<std::size_t>;
+  // Up to record_bytes / 8: one record.
+  EXPECT_EQ(wire::split_records(0, 256), V{0});
+  EXPECT_EQ(wire::split_records(1, 256), V{1});
+  EXPECT_EQ(wire::split_records(32, 256), V{32});
+  // Beyond: ramped at both ends, the remainder in the middle.
+  EXPECT_EQ(wire::split_records(33, 256), (V{32, 1}));
+  EXPECT_EQ(wire::split_records(256, 256), (V{32, 64, 64, 64, 32}));
+  EXPECT_EQ(wire::split_records(1000, 256), (V{32, 64, 128, 256, 40, 256, 128, 64, 32}));
+  // The ring's 1 MiB chunk in records of at most 256 KiB: 9, as wire.hpp says.
+  EXPECT_EQ(wire::split_records(std::size_t{1} << 20, wire::kRingRecordBytes),
+            (V{32 << 10, 64 << 10, 128 << 10, 256 << 10, 64 << 10, 256 << 10, 128 << 10, 64 << 10, 32 << 10}));
+  EXPECT_EQ(wire::split_records(10, 1), (V{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
   EXPECT_THROW(wire::split_records(10, 0), std::invalid_argument);
+  // Any size: every byte in exactly one record, in order; no record empty
+  // or over record_bytes; both ends at most record_bytes / 8; a bounded
+  // number of records (the ramps add at most 3 at each end).
+  std::uint64_t x = 12345;
+  for (int k = 0; k < 2000; ++k) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const std::size_t record = 1 + x % 5000, bytes = (x >> 20) % 60000;
+    const V sizes = wire::split_records(bytes, record);
+    std::size_t sum = 0;
+    for (std::size_t n : sizes) {
+      EXPECT_LE(n, record);
+      EXPECT_TRUE(n > 0 || bytes == 0);
+      sum += n;
+    }
+    EXPECT_EQ(sum, bytes) << bytes << " in records of " << record;
+    const std::size_t smallest = std::max<std::size_t>(record / 8, 1);
+    if (sizes.size() > 1) {
+      EXPECT_EQ(sizes.front(), smallest);
+      EXPECT_LE(sizes.back(), smallest);
+    }
+    EXPECT_LE(sizes.size(), bytes / record + 8) << bytes << " in records of " << record;
+  }
   EXPECT_EQ(ring_seal_helpers(1), 0);
   EXPECT_EQ(ring_seal_helpers(2), 0);
   EXPECT_EQ(ring_seal_helpers(4), 0);
@@ -240,8 +272,7 @@ std::string split_on_the_wire(const std::string& payload, std::size_t record, in
   sealer.set_helpers(helpers);
   std::thread writer([&] {
     sealer.append("hi", 2);
-    sealer.append_split(payload.data(), payload.size(), record);
-    sealer.flush(p.fds[0], Pair::soon());
+    sealer.write_split(p.fds[0], payload.data(), payload.size(), record, Pair::soon());
     ::shutdown(p.fds[0], SHUT_WR);
   });
   std::string bytes, piece(1 << 16, '\0');
@@ -270,12 +301,23 @@ std::string random_text(std::size_t n, unsigned seed) {
   return s;
 }
 
+// Where record i of a split payload (its length prefix) starts on the wire
+// after the "hi" record.
+std::size_t record_at(const std::vector<std::size_t>& sizes, std::size_t i) {
+  std::size_t at = 2 + wire::kRecordOverhead;
+  for (std::size_t j = 0; j < i; ++j) at += sizes[j] + wire::kRecordOverhead;
+  return at;
+}
+
 TEST(TcpSealed, ASplitPayloadIsTheSameBytesWhateverThreadsSealIt) {
-  const std::string payload = random_text(1000003, 5);  // 4 records of 250000 and one of 3
+  const std::string payload = random_text(1000003, 5);  // 9 records: 31250 ... 250000 ... 31250
+  const std::vector<std::size_t> sizes = wire::split_records(payload.size(), 250000);
+  ASSERT_EQ(sizes.size(), 9u);
   const std::string split = split_on_the_wire(payload, 250000, 1);
-  // Record by record, as a sealer without split would send them.
+  // Record by record, as a sealer without split would send them (each
+  // written as it is sealed: the same bytes).
   std::vector<std::string> parts{"hi"};
-  for (std::size_t at = 0; at < payload.size(); at += 250000) parts.push_back(payload.substr(at, 250000));
+  for (std::size_t at = 0, i = 0; i < sizes.size(); at += sizes[i++]) parts.push_back(payload.substr(at, sizes[i]));
   EXPECT_TRUE(split == join(sealed(kJoiner.send, parts)));
   for (int helpers : {3, 7}) EXPECT_TRUE(split_on_the_wire(payload, 250000, helpers) == split) << helpers;
   // A plain opener reads them as those records.
@@ -284,6 +326,42 @@ TEST(TcpSealed, ASplitPayloadIsTheSameBytesWhateverThreadsSealIt) {
   EXPECT_EQ(got, parts);
   // Without helpers, one record: the cheapest for a sender that seals alone.
   EXPECT_TRUE(split_on_the_wire(payload, 250000, 0) == join(sealed(kJoiner.send, {"hi", payload})));
+}
+
+// A reader that goes away mid-frame: the streaming sender fails with the
+// I/O error (not a hang, not a crash), its helpers stop touching the
+// payload before write_split returns (the buffer is freed at once), and so
+// does a sender whose deadline passes while the reader takes nothing.
+TEST(TcpSealed, ASplitWriteToAReaderThatGoesAwayFailsCleanly) {
+  for (int helpers : {1, 3}) {
+    SCOPED_TRACE("helpers " + std::to_string(helpers));
+    {
+      Pair p;
+      RecordSealer sealer(kJoiner.send);
+      sealer.set_helpers(helpers);
+      auto payload = std::make_unique<std::string>(random_text(std::size_t{16} << 20, 9));
+      std::thread reader([&] {
+        std::string piece(100000, '\0');
+        wire::read_all(p.fds[1], piece.data(), piece.size(), Pair::soon());
+        p.close_reader();
+      });
+      EXPECT_THROW(sealer.write_split(p.fds[0], payload->data(), payload->size(), 250000, Pair::soon()), IoError);
+      payload.reset();
+      reader.join();
+    }
+    {
+      Pair p;
+      RecordSealer sealer(kJoiner.send);
+      sealer.set_helpers(helpers);
+      const std::string payload = random_text(std::size_t{16} << 20, 10);
+      try {
+        sealer.write_split(p.fds[0], payload.data(), payload.size(), 250000, Clock::now() + 300ms);
+        ADD_FAILURE() << "16 MiB went into a socket nobody reads";
+      } catch (const IoError& e) {
+        EXPECT_TRUE(e.timed_out) << e.what();
+      }
+    }
+  }
 }
 
 // What read_exact_split with `helpers` makes of `wire` (a "hi" record, then
@@ -320,7 +398,8 @@ SplitRead read_split(const std::string& wire, std::size_t bytes, std::size_t rec
 TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) {
   const std::string payload = random_text(1000003, 6);
   const std::string split = split_on_the_wire(payload, 250000, 2), whole = split_on_the_wire(payload, 250000, 0);
-  const std::size_t record = 250000 + wire::kRecordOverhead, hi = 2 + wire::kRecordOverhead;
+  const std::vector<std::size_t> sizes = wire::split_records(payload.size(), 250000);
+  const std::size_t hi = 2 + wire::kRecordOverhead;
   for (int helpers : {0, 1, 3}) {
     SCOPED_TRACE("helpers " + std::to_string(helpers));
     // Either layout opens, whoever opens it.
@@ -332,15 +411,15 @@ TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) 
     // Split: a bit flipped in the third record's ciphertext (record number 3:
     // "hi" is 0), in the last record's tag, in the second record's length;
     // whole: in the ciphertext and in the length. The first length must be
-    // the whole payload or one record of the agreed size.
+    // the whole payload's or the agreed layout's first.
     struct Bad {
       const std::string* wire;
       std::size_t at;
       std::string what;
     };
-    for (const Bad& b : {Bad{&split, hi + 2 * record + 4 + 1234, "record 3 failed authentication"},
-                         Bad{&split, split.size() - 1, "record 5 failed authentication"},
-                         Bad{&split, hi + record + 1, "record 2 has a length field of"},
+    for (const Bad& b : {Bad{&split, record_at(sizes, 2) + 4 + 1234, "record 3 failed authentication"},
+                         Bad{&split, split.size() - 1, "record 9 failed authentication"},
+                         Bad{&split, record_at(sizes, 1) + 1, "record 2 has a length field of"},
                          Bad{&whole, hi + 4 + 777777, "record 1 failed authentication"},
                          Bad{&whole, hi + 1, "record 1 has a length field of"}}) {
       std::string bad = *b.wire;
@@ -350,7 +429,7 @@ TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) 
       EXPECT_TRUE(r.later_read_fails);
     }
     const SplitRead other_size = read_split(split, payload.size(), 200000, helpers);
-    EXPECT_NE(other_size.error.find("expected 1000003 (one record) or 200000 (records of that size)"),
+    EXPECT_NE(other_size.error.find("length field of 31250 bytes, expected 1000003 (one record) or 25000 (the first of "),
               std::string::npos)
         << other_size.error;
     // Cut short: an I/O error, and nothing more is opened.
@@ -413,7 +492,7 @@ TEST(TcpSealed, EveryOperationOnASealedRingGivesThePlaintextRingsBits) {
   }
 }
 
-// 1 MiB chunks, the default: a frame's payload is 4 records, sealed and
+// 1 MiB chunks, the default: a frame's payload is 9 records, sealed and
 // opened by 2 helper threads per direction beside the I/O threads (as on a
 // machine of 12 cores), or by the I/O threads alone.
 TEST(TcpSealed, ASealedRingWithHelperThreadsGivesThePlaintextRingsBits) {
