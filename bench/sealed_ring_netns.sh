@@ -9,7 +9,9 @@
 #       ROUNDS default 3; RATE a tc rate in mbit or gbit (default: 1gbit 10gbit),
 #       or "none" (no limit: the bare veths, CPU-bound like loopback)
 #   env: TROUPE_BUILD_DIR (the build), REPS (timed all-reduces per run,
-#        default 9), WARMUP (default 2), MTU (default 1500)
+#        default 9), WARMUP (default 2), MTU (default 1500), SEAL_HELPERS
+#        (the sealed runs' --seal-helpers; default: from the cores, none
+#        below 8)
 #
 # Root only (ip netns, tc). Everything it creates lives in namespaces named
 # srn<pid>-*, which it deletes on exit, failure or Ctrl-C (deleting them
@@ -173,7 +175,7 @@ for ((k = 1; k <= rounds; ++k)); do
     set_rate "$rate"
     for w in 2 3; do
       for mode in plain sealed; do
-        flag=; [ "$mode" = sealed ] && flag=--sealed
+        flag=; [ "$mode" = sealed ] && flag="--sealed${SEAL_HELPERS:+ --seal-helpers $SEAL_HELPERS}"
         run_ring "$w" "$flag"
         line=$(cat "$out/result")
         echo "round $k rate $rate $line"
