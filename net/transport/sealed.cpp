@@ -193,11 +193,11 @@ void RecordSealer::write_split(int fd, const void* in, std::size_t bytes, std::s
     if (i < n) in_at[i] = in_at[i - 1] + sizes[i - 1];
     out_at[i] = out_at[i - 1] + sizes[i - 1] + kRecordOverhead;
   }
-  reserve_pending(bytes + n * kRecordOverhead);
-  char* const buffer = pending_.get();
   // Numbers first, in order: record i is message first + i whichever
   // thread seals it, so the bytes are those of n appends in turn.
   const std::uint64_t first = aead_.reserve(n);
+  reserve_pending(bytes + n * kRecordOverhead);
+  char* const buffer = pending_.get();
   const auto* src = static_cast<const char*>(in);
   auto seal_one = [&](std::size_t i, AeadCipher& cipher) {
     char* o = buffer + out_at[i];
