@@ -394,6 +394,33 @@ void push_frame_seeds() {
 
 }  // namespace
 
+// sealed_records: byte 0 helpers (sender bits 0-1, receiver 2-3), bytes
+// 1-2 the payload's length, byte 3 record_bytes / 8, byte 4 the number of
+// alterations (4 bytes each: kind, u16 position, value), then payload bytes.
+void sealed_record_seeds() {
+  auto seed = [](std::uint8_t helpers, std::uint16_t bytes, std::uint8_t record, const std::string& changes) {
+    std::string s;
+    s += static_cast<char>(helpers);
+    s += static_cast<char>(bytes & 0xff);
+    s += static_cast<char>(bytes >> 8);
+    s += static_cast<char>(record);
+    s += static_cast<char>(changes.size() / 4);
+    return s + changes + "payload bytes, repeated";
+  };
+  auto change = [](std::uint8_t kind, std::uint16_t at, std::uint8_t value) {
+    return std::string{static_cast<char>(kind), static_cast<char>(at & 0xff), static_cast<char>(at >> 8),
+                       static_cast<char>(value)};
+  };
+  put("sealed_records", "one_record", seed(0, 1000, 31, ""));
+  put("sealed_records", "ramped", seed(1 | (1 << 2), 3000, 31, ""));
+  put("sealed_records", "ramped_to_one_opener", seed(2, 3000, 15, ""));
+  put("sealed_records", "flipped_tag", seed(3 | (3 << 2), 3000, 31, change(0, 60, 0x80)));
+  put("sealed_records", "flipped_length", seed(1 | (2 << 2), 3000, 31, change(0, 23, 1)));
+  put("sealed_records", "truncated", seed(1 | (1 << 2), 3000, 31, change(1, 1500, 0)));
+  put("sealed_records", "swapped", seed(2 | (1 << 2), 2000, 7, change(4, 300, 200)));
+  put("sealed_records", "inserted", seed(1, 500, 7, change(2, 65535, 7)));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: fuzz_make_seeds DIR\n";
@@ -408,6 +435,7 @@ int main(int argc, char** argv) {
   csv_seeds();
   text_seeds();
   push_frame_seeds();
+  sealed_record_seeds();
   std::cout << "seeds written under " << root << "\n";
   return 0;
 }
