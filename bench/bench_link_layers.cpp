@@ -42,11 +42,11 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "net/crypto/aead.hpp"
 #include "net/tcp/wire.hpp"
 #include "net/transport/sealed.hpp"
@@ -350,47 +350,32 @@ struct Options {
   std::exit(2);
 }
 
-long long number(const std::string& flag, const std::string& text, long long least) {
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used != text.size() || v < least) throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    usage(flag + " takes an integer of at least " + std::to_string(least) + ", not '" + text + "'");
-  }
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
-    const std::string v = argv[++i];
-    if (a == "--world") {
-      o.worlds.clear();
-      std::stringstream list(v);
-      for (std::string item; std::getline(list, item, ',');) o.worlds.push_back(static_cast<int>(number(a, item, 2)));
-      if (o.worlds.empty()) usage("--world needs at least one size");
-    } else if (a == "--size-mb") {
-      o.size_bytes = static_cast<std::size_t>(number(a, v, 1)) << 20;
-    } else if (a == "--chunk-kb") {
-      o.chunk_bytes = static_cast<std::size_t>(number(a, v, 1)) << 10;
-    } else if (a == "--reps") {
-      o.reps = static_cast<int>(number(a, v, 1));
-    } else if (a == "--warmup") {
-      o.warmup = static_cast<int>(number(a, v, 0));
-    } else {
-      usage("unknown argument " + a);
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
+      const std::string v = argv[++i];
+      if (a == "--world") {
+        o.worlds.clear();
+        for (long long w : bench::integer_list_arg(a, v, 2)) o.worlds.push_back(static_cast<int>(w));
+      } else if (a == "--size-mb") {
+        o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 20;
+      } else if (a == "--chunk-kb") {
+        o.chunk_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
+      } else if (a == "--reps") {
+        o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
+      } else if (a == "--warmup") {
+        o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
+      } else {
+        usage("unknown argument " + a);
+      }
     }
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double process_cpu_ms() {
@@ -465,8 +450,8 @@ Figures run(const Options& o, int w, Layer layer) {
     });
   for (auto& t : ranks) t.join();
   for (int fd : listeners) ::close(fd);
-  const double t = median(times);
-  return {2.0 * (w - 1) / w * static_cast<double>(o.size_bytes) / t / 1e9, median(cpus)};
+  const double t = bench::median(times);
+  return {2.0 * (w - 1) / w * static_cast<double>(o.size_bytes) / t / 1e9, bench::median(cpus)};
 }
 
 }  // namespace

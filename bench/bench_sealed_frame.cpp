@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bench/bench_args.hpp"
 #include "net/crypto/aead.hpp"
 #include "net/tcp/wire.hpp"
 #include "net/transport/sealed.hpp"
@@ -58,49 +58,32 @@ struct Options {
   std::exit(2);
 }
 
-long long number(const std::string& flag, const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used != text.size() || v < 0) throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    usage(flag + " takes a non-negative integer, not '" + text + "'");
-  }
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
-    const std::string v = argv[++i];
-    if (a == "--size-kb") {
-      o.size_bytes = static_cast<std::size_t>(number(a, v)) << 10;
-    } else if (a == "--record-kb") {
-      o.record_bytes = static_cast<std::size_t>(number(a, v)) << 10;
-      if (o.record_bytes == 0) usage("--record-kb must be at least 1");
-    } else if (a == "--helpers") {
-      o.helpers.clear();
-      std::stringstream list(v);
-      for (std::string item; std::getline(list, item, ',');) o.helpers.push_back(static_cast<int>(number(a, item)));
-      if (o.helpers.empty()) usage("--helpers needs at least one count");
-    } else if (a == "--reps") {
-      o.reps = static_cast<int>(number(a, v));
-      if (o.reps < 1) usage("--reps must be at least 1");
-    } else if (a == "--warmup") {
-      o.warmup = static_cast<int>(number(a, v));
-    } else {
-      usage("unknown argument " + a);
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
+      const std::string v = argv[++i];
+      if (a == "--size-kb") {
+        o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 0)) << 10;
+      } else if (a == "--record-kb") {
+        o.record_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
+      } else if (a == "--helpers") {
+        o.helpers.clear();
+        for (long long h : bench::integer_list_arg(a, v, 0)) o.helpers.push_back(static_cast<int>(h));
+      } else if (a == "--reps") {
+        o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
+      } else if (a == "--warmup") {
+        o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
+      } else {
+        usage("unknown argument " + a);
+      }
     }
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // A connected loopback pair: [0] the sender's end, [1] the receiver's.
@@ -198,7 +181,7 @@ Figures run(const Options& o, int helpers) {
   }
   receiver.join();
   if (received != payload) throw std::runtime_error("the payload arrived altered");
-  return {median(latencies), median(rates)};
+  return {bench::median(latencies), bench::median(rates)};
 }
 
 }  // namespace
