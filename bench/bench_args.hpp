@@ -3,6 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -33,6 +36,29 @@ inline std::vector<long long> integer_list_arg(const std::string& flag, const st
   for (std::string item; std::getline(list, item, ',');) out.push_back(integer_arg(flag, item, least));
   if (out.empty()) throw std::invalid_argument(flag + " needs at least one value");
   return out;
+}
+
+// A main's "--flag value" pairs, each handed to `take` (false: unknown
+// flag). A missing value, an unknown flag or a value `take` refuses
+// (std::invalid_argument) prints the reason and `usage` and exits 2.
+inline void parse_flags(int argc, char** argv, const char* program, const char* usage,
+                        const std::function<bool(const std::string& flag, const std::string& value)>& take) {
+  std::string why;
+  for (int i = 1; i < argc && why.empty(); i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      why = "missing value after " + flag;
+      break;
+    }
+    try {
+      if (!take(flag, argv[i + 1])) why = "unknown argument " + flag;
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+    }
+  }
+  if (why.empty()) return;
+  std::cerr << program << ": " << why << "\nusage: " << program << " " << usage << "\n";
+  std::exit(2);
 }
 
 // The median of `v` (0 for none).

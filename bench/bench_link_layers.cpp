@@ -89,8 +89,9 @@ SSL_SESSION* psk_session(SSL* ssl) {
   static const unsigned char kSuite[2] = {0x13, 0x02};  // TLS_AES_256_GCM_SHA384
   const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
   SSL_SESSION* s = SSL_SESSION_new();
-  if (!cipher || !s || !SSL_SESSION_set1_master_key(s, reinterpret_cast<const unsigned char*>(kPsk.data()), kPsk.size()) ||
-      !SSL_SESSION_set_cipher(s, cipher) || !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+  const auto* key = reinterpret_cast<const unsigned char*>(kPsk.data());
+  if (!cipher || !s || !SSL_SESSION_set1_master_key(s, key, kPsk.size()) || !SSL_SESSION_set_cipher(s, cipher) ||
+      !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
     SSL_SESSION_free(s);
     return nullptr;
   }
@@ -309,8 +310,10 @@ class Sender {
 void ring_allreduce(std::vector<float>& data, int r, int w, std::size_t chunk_floats, Link& from_prev, Sender& to_next,
                     std::vector<float>& scratch) {
   const std::size_t n = data.size();
-  auto seg_begin = [&](int k) { return n * static_cast<std::size_t>(((k % w) + w) % w) / static_cast<std::size_t>(w); };
-  auto seg_end = [&](int k) { return n * (static_cast<std::size_t>(((k % w) + w) % w) + 1) / static_cast<std::size_t>(w); };
+  const auto parts = static_cast<std::size_t>(w);
+  auto index = [&](int k) { return static_cast<std::size_t>(((k % w) + w) % w); };  // segment k mod w
+  auto seg_begin = [&](int k) { return n * index(k) / parts; };
+  auto seg_end = [&](int k) { return n * (index(k) + 1) / parts; };
   const int steps = 2 * (w - 1);
   auto post_segment = [&](int k) {
     for (std::size_t at = seg_begin(k); at < seg_end(k); at += chunk_floats)
@@ -344,37 +347,26 @@ struct Options {
   int warmup = 2;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "bench_link_layers: " << why
-            << "\nusage: bench_link_layers [--world 2,3] [--size-mb N] [--reps N] [--warmup N] [--chunk-kb N]\n";
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
-      const std::string v = argv[++i];
-      if (a == "--world") {
-        o.worlds.clear();
-        for (long long w : bench::integer_list_arg(a, v, 2)) o.worlds.push_back(static_cast<int>(w));
-      } else if (a == "--size-mb") {
-        o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 20;
-      } else if (a == "--chunk-kb") {
-        o.chunk_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
-      } else if (a == "--reps") {
-        o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
-      } else if (a == "--warmup") {
-        o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
-      } else {
-        usage("unknown argument " + a);
-      }
+  const char* usage = "[--world 2,3] [--size-mb N] [--reps N] [--warmup N] [--chunk-kb N]";
+  bench::parse_flags(argc, argv, "bench_link_layers", usage, [&](const std::string& a, const std::string& v) {
+    if (a == "--world") {
+      o.worlds.clear();
+      for (long long w : bench::integer_list_arg(a, v, 2)) o.worlds.push_back(static_cast<int>(w));
+    } else if (a == "--size-mb") {
+      o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 20;
+    } else if (a == "--chunk-kb") {
+      o.chunk_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
+    } else if (a == "--reps") {
+      o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
+    } else if (a == "--warmup") {
+      o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
+    } else {
+      return false;
     }
-  } catch (const std::invalid_argument& e) {
-    usage(e.what());
-  }
+    return true;
+  });
   return o;
 }
 
@@ -407,7 +399,8 @@ Figures run(const Options& o, int w, Layer layer) {
     ranks.emplace_back([&, r] {
       try {
         const Deadline deadline = Clock::now() + kTimeout;
-        const int out_fd = wire::connect_tcp("127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>((r + 1) % w)]), deadline);
+        const std::uint16_t next_port = ports[static_cast<std::size_t>((r + 1) % w)];
+        const int out_fd = wire::connect_tcp("127.0.0.1:" + std::to_string(next_port), deadline);
         wait_io(listeners[static_cast<std::size_t>(r)], POLLIN, deadline);
         const int in_fd = ::accept(listeners[static_cast<std::size_t>(r)], nullptr, nullptr);
         if (in_fd < 0) throw std::runtime_error("accept failed");
@@ -467,8 +460,8 @@ int main(int argc, char** argv) {
         std::printf(
             "RESULT troupe link-layers layer=%s world=%d size_MB=%zu chunk_KB=%zu reps=%d busbw_GBps=%.3f "
             "cpu_ms_per_rank=%.1f busbw_ratio=%.2f cpu_ratio=%.2f\n",
-            name_of(layer), w, o.size_bytes >> 20, o.chunk_bytes >> 10, o.reps, f.busbw, f.cpu_ms, f.busbw / plain.busbw,
-            f.cpu_ms / plain.cpu_ms);
+            name_of(layer), w, o.size_bytes >> 20, o.chunk_bytes >> 10, o.reps, f.busbw, f.cpu_ms,
+            f.busbw / plain.busbw, f.cpu_ms / plain.cpu_ms);
         std::fflush(stdout);
       }
     }

@@ -52,37 +52,26 @@ struct Options {
   int warmup = 20;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "bench_sealed_frame: " << why
-            << "\nusage: bench_sealed_frame [--size-kb N] [--record-kb N] [--helpers 0,1,3] [--reps N] [--warmup N]\n";
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (i + 1 >= argc) usage("unknown argument or missing value: " + a);
-      const std::string v = argv[++i];
-      if (a == "--size-kb") {
-        o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 0)) << 10;
-      } else if (a == "--record-kb") {
-        o.record_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
-      } else if (a == "--helpers") {
-        o.helpers.clear();
-        for (long long h : bench::integer_list_arg(a, v, 0)) o.helpers.push_back(static_cast<int>(h));
-      } else if (a == "--reps") {
-        o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
-      } else if (a == "--warmup") {
-        o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
-      } else {
-        usage("unknown argument " + a);
-      }
+  const char* usage = "[--size-kb N] [--record-kb N] [--helpers 0,1,3] [--reps N] [--warmup N]";
+  bench::parse_flags(argc, argv, "bench_sealed_frame", usage, [&](const std::string& a, const std::string& v) {
+    if (a == "--size-kb") {
+      o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 0)) << 10;
+    } else if (a == "--record-kb") {
+      o.record_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 1)) << 10;
+    } else if (a == "--helpers") {
+      o.helpers.clear();
+      for (long long h : bench::integer_list_arg(a, v, 0)) o.helpers.push_back(static_cast<int>(h));
+    } else if (a == "--reps") {
+      o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
+    } else if (a == "--warmup") {
+      o.warmup = static_cast<int>(bench::integer_arg(a, v, 0));
+    } else {
+      return false;
     }
-  } catch (const std::invalid_argument& e) {
-    usage(e.what());
-  }
+    return true;
+  });
   return o;
 }
 

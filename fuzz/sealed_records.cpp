@@ -64,7 +64,8 @@ std::string on_the_wire(const std::string& payload, std::size_t record_bytes, in
   std::thread reader([&] {
     char piece[1 << 14];
     for (;;) {
-      if (!::troupe::fuzz::wait_for_fd(p.fds[1], POLLIN, 5000)) ::troupe::fuzz::fail("the sealer wrote nothing for 5 s");
+      if (!::troupe::fuzz::wait_for_fd(p.fds[1], POLLIN, 5000))
+        ::troupe::fuzz::fail("the sealer wrote nothing for 5 s");
       const ssize_t n = ::read(p.fds[1], piece, sizeof piece);
       if (n > 0)
         bytes.append(piece, static_cast<std::size_t>(n));

@@ -429,7 +429,8 @@ TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) 
       EXPECT_TRUE(r.later_read_fails);
     }
     const SplitRead other_size = read_split(split, payload.size(), 200000, helpers);
-    EXPECT_NE(other_size.error.find("length field of 31250 bytes, expected 1000003 (one record) or 25000 (the first of "),
+    EXPECT_NE(other_size.error.find("length field of 31250 bytes, expected 1000003 (one record) or 25000 "
+                                    "(the first of "),
               std::string::npos)
         << other_size.error;
     // Cut short: an I/O error, and nothing more is opened.
