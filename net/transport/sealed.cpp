@@ -302,10 +302,11 @@ void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::
   unsigned char first_prefix[kRecordPrefixBytes];
   read_all(fd, first_prefix, kRecordPrefixBytes, deadline);
   const std::size_t first_length = get_length(first_prefix);
-  std::vector<std::size_t> sizes = split_records(bytes, record_bytes);
-  if (first_length == bytes) {
-    sizes.assign(1, bytes);
-  } else if (sizes.size() == 1 || first_length != sizes[0]) {
+  // The split is worked out only when the payload is not one record (a
+  // sender without helpers, the common case, costs no allocation here).
+  const std::vector<std::size_t> sizes =
+      first_length == bytes ? std::vector<std::size_t>{bytes} : split_records(bytes, record_bytes);
+  if (first_length != bytes && (sizes.size() == 1 || first_length != sizes[0])) {
     aead_.spend();
     throw std::runtime_error("record " + std::to_string(aead_.messages()) + " has a length field of " +
                              std::to_string(first_length) + " bytes, expected " + std::to_string(bytes) +
