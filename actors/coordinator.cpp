@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 namespace troupe::actors {
@@ -78,9 +79,28 @@ struct CoordinatorState {
   int start_world = 1;                 // replicas of the first view
   int views_in_epoch = 0;              // view changes during the current epoch
   bool resumed_mid_epoch = false;      // this epoch began before a resume
-  bool paused = false;                 // fewer than --min-nodes nodes
+  bool paused = false;                 // fewer than --min-nodes nodes, or no ps task for the shards
+  std::uint32_t pause_id = 0;          // which pause a halt (its --wait-timeout) is for
   Clock::time_point paused_since;
   std::string pause_reason;
+  // Shards on ps tasks (CoordinatorConfig::ps_tasks). A ps task lost or
+  // leaving makes the next view place every shard anew (replace_due) and
+  // then restore the rollback point on every replica and shard, as a resume
+  // would. The point is the newest consistent state this actor has seen:
+  // the job's start, the newest checkpoint it wrote, or the state gathered
+  // at the boundary where a ps task left (restore_due: nothing is lost).
+  // rollback_due: the shards' state is not whole (a ps task lost, or a
+  // push that failed half-way in async), so it is neither gathered nor
+  // checkpointed before the rollback.
+  bool replace_due = false, rollback_due = false, restore_due = false;
+  bool waiting_for_ps = false;           // no ps task left to host the shards
+  std::vector<int> ps_leaving;           // ps tasks that asked to leave
+  std::string rollback_reason;
+  std::optional<checkpoint::State> rollback_point;
+  std::string rollback_label;            // where the point came from, for the log
+  bool rollback_point_saved = false;     // it is a checkpoint file
+  std::int64_t server_base_step = 0;     // the global step the server's counters count from
+  int rollbacks_in_a_row = 0;            // without a step reported in between
   static inline const char* name = "coordinator";
 };
 
@@ -210,16 +230,32 @@ void extend(Self* self) {
 
 void finish(Self* self);
 void run_actions(Self* self);
+void log_line(const std::string& line);
 
 // ---- state gathering and transitions ----
 
+// A step-boundary action could not reach the parameter server because a ps
+// task was lost meanwhile: the rollback that is due replaces what it would
+// have read, so it is skipped (said in the log) instead of failing the job.
+bool skipped_for_rollback(Self* self, const std::string& action, const caf::error& e) {
+  if (!self->state.rollback_due) return false;
+  log_line(action + " skipped: " + self->system().render(e) + " (a ps task was lost; the job rolls back first)");
+  return true;
+}
+
+// `skipped` (when given) is called instead of failing the job when a ps
+// task was lost meanwhile (skipped_for_rollback).
 template <class Then>
-void fetch_state(Self* self, Then then) {
+void fetch_state(Self* self, Then then, std::function<void()> skipped = nullptr) {
   auto& s = self->state;
   caf::actor source = s.mode.uses_server() ? s.config.parameter_server : s.config.devices[0];
   self->request(source, s.config.timeout, get_state_atom::value)
       .then([=](const ReplicaState& state) { then(state); },
             [=](caf::error& e) {
+              if (skipped && skipped_for_rollback(self, "reading the model state", e)) {
+                skipped();
+                return;
+              }
               self->state.result.error = "fetching the model state: " + self->system().render(e);
               finish(self);
             });
@@ -230,70 +266,87 @@ void fail_job(Self* self, const std::string& what) {
   finish(self);
 }
 
+// The checkpoint of `state` (the replicas' or the server's, fetched at a
+// step boundary) at the coordinator's position.
 // after_failure: the job is failing (a replica or a node is lost), so the
 // clocks the coordinator saw may lag what the state holds: in sync a replica
 // may have completed a step whose report never arrived. The position is then
 // taken from the state itself (replica 0's clock, or the server's step).
+checkpoint::State make_checkpoint(const CoordinatorState& st, const ReplicaState& state, bool after_failure) {
+  checkpoint::State c;
+  c.model.name = st.config.model_name;
+  c.model.spec = st.config.model_spec;
+  c.parameters = state.parameters.to_vector();
+  c.optimizer.name = st.config.optimizer.name;
+  c.optimizer.spec = st.config.optimizer.text();
+  for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
+  for (const auto& [name, value] : state.scalars) c.optimizer.scalars[name] = value;
+  std::int64_t global_step = st.global_step;
+  // Every replica's place in its shard (equal in sync mode).
+  std::vector<std::int64_t> clocks = st.clocks;
+  if (after_failure && state.clock >= 0) {
+    if (st.mode.uses_server()) {
+      // The server's parameters reflect exactly the pushes it applied:
+      // its step, and each replica's clock as of its last applied push.
+      global_step = state.clock;
+      if (state.replica_clocks.size() == clocks.size()) clocks = state.replica_clocks;
+    } else {
+      clocks.assign(clocks.size(), state.clock);
+      global_step = st.global_at_base + (state.clock - st.clock_at_base);
+    }
+  }
+  const std::int64_t clock = clocks[0];
+  // The data cursor: the epoch, and the batch within it as if the current
+  // world had trained the whole epoch (exact without membership changes;
+  // after one, the positions used are seg_offset + steps * global batch).
+  for (std::int64_t r : clocks) c.position.replica_clocks.push_back(static_cast<std::uint64_t>(r));
+  c.position.global_step = static_cast<std::uint64_t>(global_step);
+  c.position.epoch = static_cast<std::uint64_t>(st.epoch);
+  {
+    const std::int64_t in_segment = std::max<std::int64_t>(0, clock - st.seg_start);
+    const std::int64_t global = std::max<std::int64_t>(1, st.batch * st.config.replicas);
+    const std::int64_t used = std::min(st.config.dataset_examples, st.seg_offset + in_segment * global);
+    const bool at_end = clock >= st.seg_start + st.seg_steps;
+    c.position.cursor.epoch = static_cast<std::uint64_t>(at_end ? st.epoch + 1 : st.epoch);
+    c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(at_end ? 0 : used / global);
+  }
+  c.position.cursor.shuffle_seed = st.config.seed;
+  // The segment, so a resume continues every replica's data exactly
+  // (actors/resume.hpp), whatever views came before.
+  c.position.segment.start_clock = static_cast<std::uint64_t>(st.seg_start);
+  c.position.segment.offset = static_cast<std::uint64_t>(st.seg_offset);
+  c.position.segment.world = static_cast<std::uint32_t>(st.config.replicas);
+  c.position.segment.batch = static_cast<std::uint64_t>(st.batch);
+  c.position.segment.steps_before = static_cast<std::uint64_t>(st.epoch_steps_before);
+  c.position.segment.epoch_examples = static_cast<std::uint64_t>(st.epoch_examples);
+  c.position.segment.epoch_unscored = static_cast<std::uint64_t>(st.epoch_unscored);
+  c.position.segment.epoch_loss_sum = st.epoch_loss_sum;
+  c.position.segment.epoch_correct = static_cast<std::uint64_t>(st.epoch_correct);
+  c.schedule.spec = st.config.schedule->spec();
+  c.schedule.evaluated_at_step = static_cast<std::uint64_t>(global_step);
+  c.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(st.epoch);
+  c.schedule.learning_rate = current_lr(st);
+  c.rng.seed = st.config.seed;
+  c.rng.counter = static_cast<std::uint64_t>(clock);
+  c.update_mode = st.mode.str();
+  return c;
+}
+
+// The newest consistent state, kept for a rollback when the shards run on
+// ps tasks.
+void keep_rollback_point(CoordinatorState& st, checkpoint::State c, std::string label, bool saved) {
+  if (!st.config.ps_tasks) return;
+  st.rollback_point = std::move(c);
+  st.rollback_label = std::move(label);
+  st.rollback_point_saved = saved;
+}
+
 void checkpoint_now(Self* self, std::function<void(const std::string& path)> then, bool after_failure = false) {
   auto& s = self->state;
   fetch_state(self, [=](const ReplicaState& state) {
     auto& st = self->state;
-    checkpoint::State c;
-    c.model.name = st.config.model_name;
-    c.model.spec = st.config.model_spec;
-    c.parameters = state.parameters.to_vector();
-    c.optimizer.name = st.config.optimizer.name;
-    c.optimizer.spec = st.config.optimizer.text();
-    for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
-    for (const auto& [name, value] : state.scalars) c.optimizer.scalars[name] = value;
-    std::int64_t global_step = st.global_step;
-    // Every replica's place in its shard (equal in sync mode).
-    std::vector<std::int64_t> clocks = st.clocks;
-    if (after_failure && state.clock >= 0) {
-      if (st.mode.uses_server()) {
-        // The server's parameters reflect exactly the pushes it applied:
-        // its step, and each replica's clock as of its last applied push.
-        global_step = state.clock;
-        if (state.replica_clocks.size() == clocks.size()) clocks = state.replica_clocks;
-      } else {
-        clocks.assign(clocks.size(), state.clock);
-        global_step = st.global_at_base + (state.clock - st.clock_at_base);
-      }
-    }
-    const std::int64_t clock = clocks[0];
-    // The data cursor: the epoch, and the batch within it as if the current
-    // world had trained the whole epoch (exact without membership changes;
-    // after one, the positions used are seg_offset + steps * global batch).
-    for (std::int64_t r : clocks) c.position.replica_clocks.push_back(static_cast<std::uint64_t>(r));
-    c.position.global_step = static_cast<std::uint64_t>(global_step);
-    c.position.epoch = static_cast<std::uint64_t>(st.epoch);
-    {
-      const std::int64_t in_segment = std::max<std::int64_t>(0, clock - st.seg_start);
-      const std::int64_t global = std::max<std::int64_t>(1, st.batch * st.config.replicas);
-      const std::int64_t used = std::min(st.config.dataset_examples, st.seg_offset + in_segment * global);
-      const bool at_end = clock >= st.seg_start + st.seg_steps;
-      c.position.cursor.epoch = static_cast<std::uint64_t>(at_end ? st.epoch + 1 : st.epoch);
-      c.position.cursor.batch_in_epoch = static_cast<std::uint64_t>(at_end ? 0 : used / global);
-    }
-    c.position.cursor.shuffle_seed = st.config.seed;
-    // The segment, so a resume continues every replica's data exactly
-    // (actors/resume.hpp), whatever views came before.
-    c.position.segment.start_clock = static_cast<std::uint64_t>(st.seg_start);
-    c.position.segment.offset = static_cast<std::uint64_t>(st.seg_offset);
-    c.position.segment.world = static_cast<std::uint32_t>(st.config.replicas);
-    c.position.segment.batch = static_cast<std::uint64_t>(st.batch);
-    c.position.segment.steps_before = static_cast<std::uint64_t>(st.epoch_steps_before);
-    c.position.segment.epoch_examples = static_cast<std::uint64_t>(st.epoch_examples);
-    c.position.segment.epoch_unscored = static_cast<std::uint64_t>(st.epoch_unscored);
-    c.position.segment.epoch_loss_sum = st.epoch_loss_sum;
-    c.position.segment.epoch_correct = static_cast<std::uint64_t>(st.epoch_correct);
-    c.schedule.spec = st.config.schedule->spec();
-    c.schedule.evaluated_at_step = static_cast<std::uint64_t>(global_step);
-    c.schedule.evaluated_at_epoch = static_cast<std::uint64_t>(st.epoch);
-    c.schedule.learning_rate = current_lr(st);
-    c.rng.seed = st.config.seed;
-    c.rng.counter = static_cast<std::uint64_t>(clock);
-    c.update_mode = st.mode.str();
+    checkpoint::State c = make_checkpoint(st, state, after_failure);
+    const std::int64_t global_step = static_cast<std::int64_t>(c.position.global_step);
     std::string path;
     try {
       path = st.config.checkpoints->save(c);
@@ -301,19 +354,31 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
       fail_job(self, e.what());
       return;
     }
+    keep_rollback_point(st, std::move(c), path, true);
     st.last_checkpoint_step = st.global_step;
     st.last_checkpoint_time = Clock::now();
     st.timed_checkpoint_queued = false;
     if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, global_step);
     if (st.config.timeline) st.config.timeline->instant("checkpoint", global_step, path);
     then(path);
-  });
+  }, [=]() { then(""); });
   (void)s;
 }
 
-void switch_mode(Self* self, Mode to, std::function<void()> then) {
+// Whether the state the job would checkpoint is whole: not while a ps task's
+// shards are lost and the rollback that restores a consistent one is due.
+bool state_is_whole(const CoordinatorState& s) { return !(s.rollback_due && s.mode.uses_server()); }
+
+// `skipped`: a ps task was lost meanwhile (skipped_for_rollback), no switch.
+void switch_mode(Self* self, Mode to, std::function<void()> then, std::function<void()> skipped) {
   auto& s = self->state;
   const Mode from = s.mode;
+  auto failed = [=](const caf::error& e) {
+    if (skipped_for_rollback(self, "switching to " + to.str(), e))
+      skipped();
+    else
+      fail_job(self, "switching to " + to.str() + ": " + self->system().render(e));
+  };
   auto done = [=]() {
     auto& st = self->state;
     st.mode = to;
@@ -325,16 +390,20 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
   };
   if (from.uses_server() == to.uses_server()) {
     done();
+  } else if (s.replace_due) {
+    // The shards are not placed (a ps task was lost, and none may be left):
+    // neither direction can move the state through them now.
+    log_line("switch to " + to.str() + " skipped: the parameter-server shards are being placed again");
+    skipped();
   } else if (to.uses_server()) {
     // sync -> async/ssp: replicas are identical; the server takes replica 0's state.
     self->request(s.config.devices[0], s.config.timeout, get_state_atom::value)
         .then(
             [=](const ReplicaState& state) {
               self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value, state)
-                  .then([=](caf::ok_atom) { done(); },
-                        [=](caf::error& e) { fail_job(self, "switching to " + to.str() + ": " + self->system().render(e)); });
+                  .then([=](caf::ok_atom) { done(); }, [=](caf::error& e) { failed(e); });
             },
-            [=](caf::error& e) { fail_job(self, "switching to " + to.str() + ": " + self->system().render(e)); });
+            [=](caf::error& e) { failed(e); });
   } else {
     // async/ssp -> sync: every replica takes the server's parameters and
     // optimizer state, so they start the synchronous phase identical.
@@ -347,7 +416,7 @@ void switch_mode(Self* self, Mode to, std::function<void()> then) {
                     .then([=](caf::ok_atom) { if (--*remaining == 0) done(); },
                           [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
             },
-            [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
+            [=](caf::error& e) { failed(e); });
   }
 }
 
@@ -376,9 +445,62 @@ void queue_view_change(Self* self) {
   if (!s.busy && s.started && quiescent(s)) on_quiescent(self);
 }
 
+// The shards' state is lost or half-updated (server mode): the next view
+// places them anew and restores the rollback point.
+void need_rollback(Self* self, const std::string& why) {
+  auto& s = self->state;
+  s.replace_due = true;
+  if (s.rollback_due) return;
+  s.rollback_due = true;
+  s.restore_due = false;  // a state gathered for a ps task that leaves is no longer to be had
+  s.rollback_reason = why;
+  log_line(why + "; the parameter server's state is not whole any more: the job rolls back to " + s.rollback_label +
+           " and places the shards anew on the ps tasks left");
+}
+
+void ps_event(Self* self, const MemberEvent& e) {
+  auto& s = self->state;
+  switch (e.kind) {
+    case MemberEvent::Kind::ps_lost:
+      s.ps_leaving.erase(std::remove(s.ps_leaving.begin(), s.ps_leaving.end(), e.node), s.ps_leaving.end());
+      if (s.mode.uses_server()) {
+        need_rollback(self, e.what);
+      } else {
+        s.replace_due = true;
+        log_line(e.what + "; in sync mode the replicas hold the state, so nothing is lost: its shards are placed anew "
+                          "on the ps tasks left at the next step boundary");
+      }
+      queue_view_change(self);
+      return;
+    case MemberEvent::Kind::ps_leaving:
+      if (std::find(s.ps_leaving.begin(), s.ps_leaving.end(), e.node) != s.ps_leaving.end()) return;
+      s.ps_leaving.push_back(e.node);
+      s.replace_due = true;
+      log_line("ps task " + std::to_string(e.node) + " leaves at the next step boundary" +
+               (e.what.empty() ? "" : " (" + e.what + ")") + ": its shards move to the ps tasks left, nothing is lost");
+      queue_view_change(self);
+      return;
+    case MemberEvent::Kind::ps_joined:
+      if (s.waiting_for_ps) {
+        log_line("ps task " + std::to_string(e.node) + " joined: the shards are placed on it at the next step boundary");
+        queue_view_change(self);
+      } else {
+        log_line("ps task " + std::to_string(e.node) + " joined: a spare, used when a ps task is lost or leaves");
+      }
+      return;
+    default:
+      return;
+  }
+}
+
 void member_event(Self* self, const MemberEvent& e) {
   auto& s = self->state;
   if (s.finished) return;
+  if (e.kind == MemberEvent::Kind::ps_lost || e.kind == MemberEvent::Kind::ps_leaving ||
+      e.kind == MemberEvent::Kind::ps_joined) {
+    ps_event(self, e);
+    return;
+  }
   auto forget_join = [&] { s.joins.erase(std::remove(s.joins.begin(), s.joins.end(), e.node), s.joins.end()); };
   const bool leaving = std::find(s.leaves.begin(), s.leaves.end(), e.node) != s.leaves.end();
   const auto [first, count] = ranks_of(s, e.node);
@@ -402,6 +524,8 @@ void member_event(Self* self, const MemberEvent& e) {
       if (!leaving) s.leaves.push_back(e.node);
       log_line(e.what + "; the survivors go on in a new view");
       queue_view_change(self);
+      return;
+    default:  // the ps kinds, above
       return;
   }
 }
@@ -469,31 +593,98 @@ void change_view(Self* self, std::function<void()> then) {
     plan.batch = st.config.batch;
     plan.global_batch = st.config.fixed_global_batch ? st.config.batch * st.start_world : 0;
     plan.remove = st.leaves;
+    plan.replace_shards = st.replace_due;
+    plan.ps_remove = st.ps_leaving;
     st.forming = true;
     self->request(st.config.listener, st.config.timeout * 3, form_view_atom::value, plan)
         .then([=](const FormedView& f) { on_view_formed(self, plan, f, then); },
               [=](caf::error& e) { fail_job(self, "forming view " + std::to_string(plan.view) + ": " + self->system().render(e)); });
   };
-  if (sync) {
+  if (sync || s.rollback_due || s.restore_due) {
+    // A rollback restores its own position (the server's shards are lost);
+    // so does a restore of the state gathered before (a ps task left, and
+    // the view placing the shards without it waited for another).
     proceed();
     return;
   }
+  // A ps task leaves while the shards' state is whole: it is gathered here
+  // (and checkpointed when checkpoints are configured), the shards are
+  // placed anew without the task, and the state is restored from it: no
+  // step is lost. Should the gathering fail, the rollback point before it
+  // is restored instead.
+  auto gather = [=]() {
+    auto& st = self->state;
+    if (!st.replace_due) {
+      proceed();
+      return;
+    }
+    auto keep = [=](const ReplicaState& state) {
+      auto& s2 = self->state;
+      checkpoint::State c = make_checkpoint(s2, state, false);
+      std::string label = "the state gathered at step " + std::to_string(s2.global_step) + " as the shards moved";
+      if (s2.config.checkpoints) {
+        try {
+          label = s2.config.checkpoints->save(c);
+          s2.last_checkpoint_step = s2.global_step;
+          s2.last_checkpoint_time = Clock::now();
+          if (s2.config.callbacks.on_checkpoint) s2.config.callbacks.on_checkpoint(label, s2.global_step);
+          if (s2.config.timeline) s2.config.timeline->instant("checkpoint", s2.global_step, label);
+        } catch (const std::exception& e) {
+          log_line(std::string("the state gathered as the shards move is kept in memory only: ") + e.what());
+        }
+      }
+      keep_rollback_point(s2, std::move(c), label, s2.last_checkpoint_step == s2.global_step);
+      s2.restore_due = true;
+      proceed();
+    };
+    self->request(st.config.parameter_server, st.config.timeout, get_state_atom::value)
+        .then(keep, [=](caf::error& e) {
+          need_rollback(self, "gathering the parameter server's state failed: " + self->system().render(e));
+          proceed();
+        });
+  };
   // Async: the global step is what the server applied (a lost node's push
   // may have been applied without its report ever arriving).
   self->request(s.config.parameter_server, s.config.timeout, counters_atom::value)
       .then(
           [=](const ServerCounters& c) {
             auto& st = self->state;
-            st.global_step = st.config.start.global_step + st.result.sync_steps + c.applied;
+            st.global_step = st.server_base_step + st.result.sync_steps + c.applied;
             st.result.pushes = c.applied;
-            proceed();
+            gather();
           },
-          [=](caf::error& e) { fail_job(self, "reading the server's counters: " + self->system().render(e)); });
+          [=](caf::error& e) {
+            if (self->state.replace_due) {
+              need_rollback(self, "reading the parameter server's counters failed: " + self->system().render(e));
+              proceed();
+              return;
+            }
+            fail_job(self, "reading the server's counters: " + self->system().render(e));
+          });
 }
+
+void restore_rollback_point(Self* self, std::function<void()> then);
 
 void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::function<void()> then) {
   auto& s = self->state;
   s.forming = false;
+  if (f.waiting_for_ps) {
+    // No ps task left for the shards: training pauses until one joins (a
+    // ps_joined event forms the view again), for --wait-timeout.
+    s.view = plan.view;  // that view number is used up
+    s.waiting_for_ps = true;
+    if (!s.paused) {
+      s.paused = true;
+      s.paused_since = Clock::now();
+      log_line("training pauses: " + f.error + "; waiting up to " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.config.wait_timeout).count()) +
+               " s (--wait-timeout)");
+      self->delayed_send(self, s.config.wait_timeout, halt_atom::value, ++s.pause_id);
+    }
+    s.pause_reason = f.error;
+    then();
+    return;
+  }
   if (!f.error.empty()) {
     // A node lost while the view formed: form another without it.
     if (!f.lost.empty() && ++s.form_attempts <= 3) {
@@ -509,6 +700,14 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
     return;
   }
   s.form_attempts = 0;
+  const bool was_waiting_for_ps = s.waiting_for_ps;
+  if (f.parameter_server) {
+    // The shards were placed anew: their new front from now on.
+    s.config.parameter_server = f.parameter_server;
+    s.replace_due = false;
+    s.ps_leaving.clear();
+    s.waiting_for_ps = false;
+  }
   const int before = s.config.replicas;
   const std::size_t nodes_before = s.config.nodes.size();
   s.view = f.view;
@@ -560,19 +759,161 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
     log_line("training pauses: " + s.pause_reason + "; waiting up to " +
              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.config.wait_timeout).count()) +
              " s (--wait-timeout) for nodes to join");
-    self->delayed_send(self, s.config.wait_timeout, halt_atom::value, s.view);
+    self->delayed_send(self, s.config.wait_timeout, halt_atom::value, ++s.pause_id);
   } else if (!short_of_nodes && s.paused) {
     s.paused = false;
-    log_line("training goes on: " + std::to_string(f.nodes.size()) + " node(s) present");
+    log_line(was_waiting_for_ps ? "training goes on: the shards are placed on a ps task again"
+                                : "training goes on: " + std::to_string(f.nodes.size()) + " node(s) present");
   } else if (short_of_nodes) {
     s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
   }
   self->request(s.config.parameter_server, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
-      .then([=](caf::ok_atom) { then(); },
+      .then(
+          [=](caf::ok_atom) {
+            auto& st = self->state;
+            if (plan.replace_shards && (st.rollback_due || st.restore_due)) {
+              restore_rollback_point(self, then);
+              return;
+            }
+            // The shards must still be placed anew (a ps task was lost while
+            // this view formed): the next view does it.
+            if (st.replace_due) st.view_change_due = true;
+            then();
+          },
             [=](caf::error& e) { fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " + self->system().render(e)); });
 }
 
-void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) {
+// The view placed the shards anew: every replica and shard takes the
+// rollback point's state, each replica its clock and data position in it
+// (plan_resume, as a resume from that checkpoint on this view's world), and
+// the coordinator's own position goes back to it. Epochs and steps after
+// the point are trained again; the pushes and synchronous steps counted
+// from then on start at the point's global step.
+void restore_rollback_point(Self* self, std::function<void()> then) {
+  auto& s = self->state;
+  if (!s.rollback_point) {
+    fail_job(self, "the parameter server's shards were placed anew, but there is no state to restore");
+    return;
+  }
+  if (++s.rollbacks_in_a_row > 3) {
+    fail_job(self, "the parameter server was rolled back " + std::to_string(s.rollbacks_in_a_row - 1) +
+                       " times in a row without a step between (" + s.rollback_reason + "): the job stops");
+    return;
+  }
+  const checkpoint::State& c = *s.rollback_point;
+  const int world = s.config.replicas;
+  ResumePlan plan;
+  try {
+    const data::PlanOptions data_plan{s.config.dataset_examples, s.batch, s.config.shuffle, s.config.seed,
+                                      s.config.drop_remainder};
+    plan = plan_resume(c, s.rollback_label, world, s.batch, data_plan);
+  } catch (const std::exception& e) {
+    fail_job(self, std::string("restoring the parameter server's state: ") + e.what());
+    return;
+  }
+  Mode to = s.mode;
+  try {
+    to = Mode::parse(c.update_mode);
+  } catch (const std::exception&) {
+  }
+  ReplicaState state;
+  state.parameters = Tensor::from_vector({static_cast<std::int64_t>(c.parameters.size())}, c.parameters);
+  for (const auto& b : c.optimizer.buffers)
+    state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
+  for (const auto& [name, value] : c.optimizer.scalars) state.scalars.emplace_back(name, value);
+  auto finish_restore = [=]() {
+    auto& st = self->state;
+    const checkpoint::State& point = *st.rollback_point;
+    const bool loss = st.rollback_due;
+    const std::int64_t was = st.global_step;
+    if (to != st.mode) st.result.mode_history.push_back(to.str() + "@" + std::to_string(point.position.global_step));
+    st.mode = to;
+    st.global_step = static_cast<std::int64_t>(point.position.global_step);
+    st.epoch = static_cast<std::int64_t>(point.position.epoch);
+    st.clocks = plan.clocks;
+    st.grants = plan.clocks;
+    st.last_reports.assign(st.clocks.size(), StepReport{});
+    const DataStart& d = plan.start;
+    if (d.segment_clock >= 0) {
+      st.seg_start = d.segment_clock;
+      st.seg_offset = d.offset;
+      st.epoch_steps_before = d.steps_before;
+    } else {
+      st.seg_start = st.clocks.empty() ? 0 : st.clocks[0];
+      st.seg_offset = 0;
+      st.epoch_steps_before = 0;
+    }
+    st.seg_steps = segment_steps(st, st.seg_offset, st.config.replicas, st.batch);
+    st.epoch_examples = d.epoch_examples;
+    st.epoch_unscored = d.epoch_unscored;
+    st.epoch_correct = d.epoch_correct;
+    st.epoch_loss_sum = d.epoch_loss_sum;
+    st.resumed_mid_epoch = d.mid_epoch();
+    st.views_in_epoch = 0;
+    st.announced_epoch = -1;
+    // Scheduled switches after the point happen again; evaluations and
+    // epoch ends after it are done again.
+    st.next_switch = 0;
+    while (st.next_switch < st.config.switches.size() && st.config.switches[st.next_switch].step < st.global_step)
+      ++st.next_switch;
+    st.result.epochs.erase(std::remove_if(st.result.epochs.begin(), st.result.epochs.end(),
+                                          [&](const models::EpochResult& r) { return r.epoch >= st.epoch; }),
+                           st.result.epochs.end());
+    st.result.final = st.result.epochs.empty() ? models::EpochResult{} : st.result.epochs.back();
+    st.last_eval_step = -1;
+    st.last_checkpoint_step = st.rollback_point_saved ? st.global_step : -1;
+    st.last_checkpoint_time = Clock::now();
+    st.timed_checkpoint_queued = false;
+    st.server_base_step = st.global_step;
+    st.result.counted_from_step = st.global_step;
+    st.result.pushes = 0;
+    st.result.sync_steps = 0;
+    st.rollback_due = st.restore_due = false;
+    std::string line =
+        loss ? "rolled back to step " + std::to_string(st.global_step) + " (" + st.rollback_label + ") from step " +
+                   std::to_string(was) + " after " + st.rollback_reason + ": the shards are placed anew and every replica and shard goes on from that state"
+             : "the parameter-server shards moved at step " + std::to_string(st.global_step) +
+                   ": every replica and shard goes on from the state gathered there (nothing lost)";
+    line += "; mode " + st.mode.str() + ", " + std::to_string(world) + " replica(s)";
+    if (!plan.note.empty()) line += " (" + plan.note + ")";
+    log_line(line);
+    if (st.config.timeline) st.config.timeline->instant(loss ? "rollback" : "shards moved", st.global_step, line);
+    st.result.rollbacks.push_back(line);
+    // A ps task lost while this view formed: the next view places them again.
+    if (st.replace_due) st.view_change_due = true;
+    then();
+  };
+  auto left = std::make_shared<int>(world);
+  auto failed = std::make_shared<bool>(false);
+  for (int r = 0; r < world; ++r) {
+    const data::Cursor at = plan.cursors[static_cast<std::size_t>(r)];
+    self->request(s.config.devices[static_cast<std::size_t>(r)], s.config.timeout, set_state_atom::value, state,
+                  ReplicaPosition{plan.clocks[static_cast<std::size_t>(r)], at.epoch, at.batch, at.offset})
+        .then(
+            [=](caf::ok_atom) {
+              if (*failed || --*left > 0) return;
+              if (!to.uses_server()) {
+                finish_restore();
+                return;
+              }
+              self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value,
+                            state)
+                  .then([=](caf::ok_atom) { finish_restore(); },
+                        [=](caf::error& e) {
+                          fail_job(self, "restoring the parameter server's state: " + self->system().render(e));
+                        });
+            },
+            [=](caf::error& e) {
+              if (*failed) return;
+              *failed = true;
+              fail_job(self, "restoring replica " + std::to_string(r) + "'s state: " + self->system().render(e));
+            });
+  }
+}
+
+// `skipped` (when given): a ps task was lost meanwhile (skipped_for_rollback).
+void evaluate(Self* self, std::function<void(const models::EpochResult&)> then,
+              std::function<void()> skipped = nullptr) {
   auto& s = self->state;
   auto run = [=]() {
     self->request(self->state.config.devices[0], self->state.config.timeout, evaluate_atom::value)
@@ -600,7 +941,12 @@ void evaluate(Self* self, std::function<void(const models::EpochResult&)> then) 
                 .then([=](caf::ok_atom) { run(); },
                       [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
           },
-          [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
+          [=](caf::error& e) {
+            if (skipped && skipped_for_rollback(self, "evaluating", e))
+              skipped();
+            else
+              fail_job(self, "evaluating: " + self->system().render(e));
+          });
 }
 
 void reply(Action& a, int status, const std::string& message) {
@@ -612,6 +958,13 @@ void run_actions(Self* self) {
   if (s.finished) return;
   // A membership change that arrived while the boundary's actions ran.
   if (s.actions.empty() && s.view_change_due && !s.forming) s.actions.push_back({ActionKind::view_change, s.mode});
+  if (s.actions.empty() && s.waiting_for_ps) {
+    // No ps task for the shards: nothing runs until one joins (ps_joined
+    // forms the view again) or --wait-timeout passes (halt).
+    s.busy = false;
+    s.pausing = true;
+    return;
+  }
   if (s.actions.empty()) {
     // Resume: new bases, tell the server where training stands, grant again.
     s.busy = false;
@@ -682,7 +1035,7 @@ void run_actions(Self* self) {
           checkpoint_now(self, [=](const std::string&) { next(); });
         else
           next();
-      });
+      }, next);
       return;
     case ActionKind::evaluate:
       evaluate(self, [=](const models::EpochResult& eval) {
@@ -697,17 +1050,24 @@ void run_actions(Self* self) {
         st.last_eval_step = st.global_step;
         if (st.config.callbacks.on_evaluate) st.config.callbacks.on_evaluate(r);
         next();
-      });
+      }, next);
       return;
     case ActionKind::view_change:
       change_view(self, next);
       return;
     case ActionKind::switch_mode: {
       const Mode to = a.mode;
-      switch_mode(self, to, [=]() mutable {
-        reply(a, 200, "mode is " + to.str() + " from step " + std::to_string(self->state.global_step));
-        next();
-      });
+      switch_mode(
+          self, to,
+          [=]() mutable {
+            reply(a, 200, "mode is " + to.str() + " from step " + std::to_string(self->state.global_step));
+            next();
+          },
+          [=]() mutable {
+            reply(a, 409, "not switched: a ps task was lost and the job rolls back to " + self->state.rollback_label +
+                              " first; ask again");
+            next();
+          });
       return;
     }
     case ActionKind::checkpoint:
@@ -717,7 +1077,11 @@ void run_actions(Self* self) {
         return;
       }
       checkpoint_now(self, [=](const std::string& path) mutable {
-        reply(a, 200, "checkpoint written: " + path);
+        if (path.empty())
+          reply(a, 409, "no checkpoint written: a ps task was lost and the job rolls back to " +
+                            self->state.rollback_label + " first; ask again");
+        else
+          reply(a, 200, "checkpoint written: " + path);
         next();
       });
       return;
@@ -726,10 +1090,14 @@ void run_actions(Self* self) {
         reply(a, 200, "stopped at step " + std::to_string(self->state.global_step));
         finish(self);
       };
-      if (s.config.checkpoints && s.last_checkpoint_step != s.global_step)
+      if (s.config.checkpoints && s.last_checkpoint_step != s.global_step && state_is_whole(s)) {
         checkpoint_now(self, [=](const std::string&) mutable { stop(); });
-      else
+      } else {
+        if (!state_is_whole(s))
+          log_line("stopping without a checkpoint: a ps task was lost with its shards' state; the newest "
+                   "consistent state is " + s.rollback_label);
         stop();
+      }
       return;
     }
   }
@@ -744,6 +1112,9 @@ void run_actions(Self* self) {
 bool align_before_sync(Self* self) {
   auto& s = self->state;
   if (!s.mode.uses_server()) return false;
+  // Placing the shards anew restores every replica's own clock from the
+  // rollback point (or the state gathered here): no catching up first.
+  if (s.replace_due) return false;
   bool to_sync = false;
   for (std::size_t i = s.next_switch; i < s.config.switches.size() && s.config.switches[i].step <= s.global_step; ++i)
     to_sync = to_sync || !s.config.switches[i].mode.uses_server();
@@ -771,6 +1142,16 @@ void on_quiescent(Self* self) {
   s.train_seconds += dt;
   s.epoch_train_seconds += dt;
   std::deque<Action> due;
+  if (s.rollback_due) {
+    // The shards' state is lost: nothing reads it before the rollback,
+    // after which the position is earlier and these events come again.
+    due.push_back({ActionKind::view_change, s.mode});
+    s.view_change_due = true;
+    for (auto& a : s.actions) due.push_back(std::move(a));
+    s.actions = std::move(due);
+    run_actions(self);
+    return;
+  }
   const bool epoch_end = min_clock(s) >= next_boundary(s);
   if (epoch_end) due.push_back({ActionKind::epoch_end, s.mode});
   else if (s.config.eval_every > 0 && s.global_step > 0 && s.global_step % s.config.eval_every == 0 &&
@@ -859,6 +1240,13 @@ void finish(Self* self) {
 // the last epoch end just evaluated this very state.
 void conclude(Self* self) {
   auto& s = self->state;
+  if (s.replace_due) {
+    // The job ends before the shards were placed again (a ps task lost or
+    // leaving): there is no server to count or evaluate.
+    log_line("the job ends before the parameter-server shards were placed again: no final evaluation");
+    send_result(self);
+    return;
+  }
   self->request(s.config.parameter_server, s.config.timeout, counters_atom::value)
       .then(
           [=](const ServerCounters& c) {
@@ -908,6 +1296,7 @@ std::string status_json(const CoordinatorState& s) {
   out["accuracy"] = s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy;
   out["pushes"] = s.result.pushes;
   out["sync_steps"] = s.result.sync_steps;
+  if (s.config.ps_tasks) out["rollbacks"] = s.result.rollbacks.size();
   out["state"] = s.finished ? "finished"
                  : s.paused  ? "paused: " + s.pause_reason
                  : s.busy    ? "at a step boundary"
@@ -965,6 +1354,8 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.batch = s.config.batch;
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;
+  s.server_base_step = s.global_step;
+  s.result.counted_from_step = s.global_step;
   s.epoch = s.config.start.epoch;
   // The first segment: the whole epoch in the first view, or on resume the
   // segment the checkpoint recorded (or a new one from where it stood).
@@ -999,12 +1390,20 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           st.config.callbacks.on_view_change(st.global_step, static_cast<int>(st.view),
                                              static_cast<int>(st.config.devices.size()), st.config.batches_per_epoch);
         auto begin = [=]() { run_actions(self); };  // no actions yet: resumes, i.e. starts granting
-        if (st.mode.uses_server()) {
-          // The server starts from the replicas' (identical) initial state.
+        if (st.mode.uses_server() || st.config.ps_tasks) {
+          // The server starts from the replicas' (identical) initial state,
+          // which is also the first rollback point with shards on ps tasks.
           self->request(st.config.devices[0], st.config.timeout, get_state_atom::value)
               .then(
                   [=](const ReplicaState& state) {
-                    self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value, state)
+                    auto& s2 = self->state;
+                    keep_rollback_point(s2, make_checkpoint(s2, state, false),
+                                        "the job's start at step " + std::to_string(s2.global_step), false);
+                    if (!s2.mode.uses_server()) {
+                      begin();
+                      return;
+                    }
+                    self->request(s2.config.parameter_server, s2.config.timeout, set_state_atom::value, state)
                         .then([=](caf::ok_atom) { begin(); },
                               [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
                   },
@@ -1023,6 +1422,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           return;
         }
         st.idle_boundaries = 0;
+        st.rollbacks_in_a_row = 0;
         if (st.config.metrics) st.config.metrics->record_step(r);
         st.last_reports[static_cast<std::size_t>(r.rank)] = r;
         const std::int64_t before = min_clock(st);
@@ -1071,14 +1471,18 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         auto& st = self->state;
         if (!st.result.error.empty() || st.finished) return;
         st.result.error = message;
-        if (!st.config.checkpoints || !st.started) {
+        if (!st.config.checkpoints || !st.started || !state_is_whole(st)) {
+          if (!state_is_whole(st) && st.config.checkpoints)
+            log_line("no checkpoint before stopping: a ps task was lost with its shards' state; the newest "
+                     "consistent state is " + st.rollback_label);
           finish(self);
           return;
         }
         checkpoint_now(
             self,
             [=](const std::string& path) {
-              std::fprintf(stderr, "coordinator: wrote %s before stopping (resume with --resume)\n", path.c_str());
+              if (!path.empty())
+                std::fprintf(stderr, "coordinator: wrote %s before stopping (resume with --resume)\n", path.c_str());
               self->state.result.error = message;
               finish(self);
             },
@@ -1107,25 +1511,39 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
       // membership change explains it (a lost node); otherwise the view is
       // formed again with the same members (a peer that stalls is found by
       // the membership's heartbeats meanwhile).
+      // An async or ssp step's push failed (shards on ps tasks): some shards
+      // may have applied its part and others not, so their state is no
+      // longer one consistent state, and the job rolls back.
       [=](step_aborted_atom, std::uint32_t view, int rank, std::int64_t clock, const std::string& why) {
         auto& st = self->state;
         if (st.finished || view != st.view || rank < 0 || static_cast<std::size_t>(rank) >= st.clocks.size()) return;
         st.clocks[static_cast<std::size_t>(rank)] = clock;
         st.grants[static_cast<std::size_t>(rank)] = clock;
-        if (!st.view_change_due && !st.forming) {
+        if (st.mode.uses_server() && st.config.ps_tasks) {
+          if (!st.rollback_due) need_rollback(self, "replica " + std::to_string(rank) + "'s push failed (" + why + ")");
+          if (!st.forming) st.view_change_due = true;  // else on_view_formed sees replace_due
+          st.pausing = true;
+        } else if (!st.view_change_due && !st.forming) {
           log_line("replica " + std::to_string(rank) + "'s all-reduce failed (" + why + "); forming the view again");
           st.view_change_due = true;
           st.pausing = true;
         }
         extend(self);
       },
-      // Paused below --min-nodes since view `view`: if still so, stop.
-      [=](halt_atom, std::uint32_t view) {
+      // Paused (below --min-nodes, or without a ps task for the shards)
+      // since pause `id`: if still so, stop.
+      [=](halt_atom, std::uint32_t id) {
         auto& st = self->state;
-        if (!st.paused || st.finished || st.forming || view != st.view) return;
-        const std::string why = "only " + st.pause_reason + " for " +
-                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(st.config.wait_timeout).count()) +
-                                " s (--wait-timeout): the job stops";
+        if (!st.paused || st.finished || id != st.pause_id) return;
+        if (st.forming) {  // a view may end the pause: look again after it
+          self->delayed_send(self, std::chrono::seconds(1), halt_atom::value, id);
+          return;
+        }
+        const std::string waited =
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(st.config.wait_timeout).count()) +
+            " s (--wait-timeout): the job stops";
+        const std::string why = st.waiting_for_ps ? st.pause_reason + " for " + waited
+                                                  : "only " + st.pause_reason + " for " + waited;
         log_line(why);
         self->send(self, failed_atom::value, -1, why);
       },

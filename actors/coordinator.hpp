@@ -38,6 +38,17 @@
 //               in flight is lost. In async and ssp the survivors first
 //               catch up to the most advanced one (their grants).
 //   join, drain at the next boundary; no step is lost.
+//   ps task     (shards on ps tasks) lost, or a push failed in async/ssp:
+//               the shards' state is not whole. The next view places every
+//               shard anew on the ps tasks left and every replica and shard
+//               takes the rollback point (the newest checkpoint this actor
+//               wrote, or the job's start), each replica its clock and data
+//               position in it; the coordinator's position goes back too.
+//               In sync mode the shards are only placed anew.
+//   ps leaving  its shards' state is gathered at the boundary, kept as the
+//               rollback point and restored after the placement: no step
+//               is lost. With no ps task left training pauses until one
+//               joins (a spare), as below --min-nodes.
 // The coordinator sends `form_view, ViewPlan` to the listener (the job's
 // thread, which talks to the nodes) and goes on with `FormedView`: every
 // replica starts the view at the same clock, and the rest of the epoch is
@@ -93,6 +104,12 @@ struct JobResult {
   std::vector<std::string> view_history;
   std::int64_t stale_reports = 0;     // step reports of an ended view, dropped
   std::int64_t rolled_forward = 0;    // survivors that took a completed step's state at a view change (sync)
+  // Shards on ps tasks placed anew while the job ran (a ps task lost or
+  // leaving), each restoring a consistent state: "rolled back to step 800
+  // (ckpt-800.troupe) at step 853: ...". pushes, sync_steps and `server`
+  // count from the last one (the state the shards started from).
+  std::vector<std::string> rollbacks;
+  std::int64_t counted_from_step = 0;  // the global step those counts start at
   Mode final_mode;
   bool stopped_early = false;
   // Resumed from a checkpoint of a job that had already trained every epoch
@@ -150,6 +167,13 @@ struct CoordinatorConfig {
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
   std::shared_ptr<JobMetrics> metrics;  // /metrics: each accepted report's timings (null: none)
   std::shared_ptr<Timeline> timeline;   // --timeline: instants for switches, evaluations, checkpoints, views
+  // Shards on ps tasks (issue 17): a ps task may be lost or leave, and its
+  // shards are placed anew on the others. The coordinator then restores
+  // the newest consistent state it knows (its rollback point: the newest
+  // checkpoint it wrote, or the job's start, or the state gathered when a
+  // ps task left) on every replica and shard, as a resume would.
+  bool ps_tasks = false;
+  bool shuffle = true;                 // the data plan, for placing the replicas at the rollback point
 };
 
 // Spawns the coordinator (its state stays private to coordinator.cpp).

@@ -379,6 +379,10 @@ class CoordinatorCluster final : public ClusterHooks {
             by_node[k] = devices;
           },
           [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            if (is_ps_task(index)) {
+              lost_meanwhile(self, index, what);
+              return;
+            }
             forget(index);
             events_.push_back(MemberEvent{MemberEvent::Kind::lost, index, what});
             for (const auto& n : ready_)
@@ -389,10 +393,26 @@ class CoordinatorCluster final : public ClusterHooks {
           },
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
               const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+            if (is_ps_name(name)) {
+              if (local_routes_) {  // shards on ps tasks: a spare
+                add_spare_ps(self, index, name, address, handle);
+                events_.push_back(MemberEvent{MemberEvent::Kind::ps_joined, index, name});
+              } else {
+                turn_away(self, index, handle, "the parameter-server shards run on the coordinator");
+              }
+              return;
+            }
             add_joiner(index, name, address, devices, nccl, handle);
             events_.push_back(MemberEvent{MemberEvent::Kind::joined, index, name});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
+            if (is_ps_task(index)) {
+              if (hosts_shards(index))
+                events_.push_back(MemberEvent{MemberEvent::Kind::ps_leaving, index, why});
+              else
+                release_ps(self, index, "left the job (a spare): " + why);
+              return;
+            }
             events_.push_back(MemberEvent{MemberEvent::Kind::drain, index, why});
           },
           caf::after(std::min<std::chrono::steady_clock::duration>(
@@ -424,6 +444,146 @@ class CoordinatorCluster final : public ClusterHooks {
     return false;
   }
 
+  Placement replace_shards(caf::scoped_actor& self, const ps::Partition& partition, int replicas,
+                           const std::vector<int>& leaving) override {
+    Placement out;
+    // The leavers' state was gathered at this boundary: they go first.
+    for (int index : leaving) release_ps(self, index, "its shards moved to the other ps tasks at a step boundary");
+    // Losses heard here: a ps task's is handled (lost_meanwhile); another
+    // node's goes back to the mailbox, for whoever waits for it next.
+    struct Others {
+      caf::scoped_actor& self;
+      std::vector<std::pair<std::int32_t, std::string>> lost;
+      ~Others() {
+        for (auto& [index, what] : lost) self->send(self, node_lost_atom::value, index, what);
+      }
+    } others{self, {}};
+    auto on_lost = [&](std::int32_t index, const std::string& what) {
+      if (is_ps_task(index))
+        lost_meanwhile(self, index, what);
+      else
+        others.lost.emplace_back(index, what);
+    };
+    // A ps task whose loss is known but not yet heard (a replica's failed
+    // push can bring the job here first): heard now, so it is not asked.
+    for (bool more = true; more;)
+      self->receive([&](node_lost_atom, std::int32_t index, const std::string& what) { on_lost(index, what); },
+                    caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+    std::vector<PsTask> tasks;
+    for (const auto& t : ps_tasks_)
+      if (!gone_->contains(t.index)) tasks.push_back(t);
+    if (tasks.empty()) {
+      out.error = "no ps task is left to host the parameter-server shards (start one: troupe node --ps --join " +
+                  options_.listen + ")";
+      out.waiting_for_ps = true;
+      return out;
+    }
+    const int shards = partition.shards();
+    const int count = static_cast<int>(tasks.size());
+    out.handles.resize(static_cast<std::size_t>(shards));
+    out.addresses.resize(static_cast<std::size_t>(shards));
+    std::string placed;
+    const std::uint32_t placement = ++placements_;
+    for (int k = 0; k < count; ++k) {
+      const auto& task = tasks[static_cast<std::size_t>(k)];
+      std::vector<std::int32_t> indices;
+      std::vector<std::int64_t> sizes;
+      for (int i = k; i < shards; i += count) {
+        indices.push_back(i);
+        sizes.push_back(partition.size(i));
+      }
+      // The answer is a message tagged with the placement (ps_node.cpp):
+      // waited for with a deadline while a loss of the task is watched for,
+      // since a request to a lost node fails only at its timeout.
+      self->send(task.handle, host_shards_atom::value, placement, indices, sizes, static_cast<std::int32_t>(replicas));
+      std::string error;
+      std::vector<caf::actor> got;
+      bool answered = false;
+      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+      while (!answered && error.empty()) {
+        self->receive(
+            [&](host_shards_atom, std::uint32_t id, std::vector<caf::actor>& handles, const std::string& refused) {
+              if (id != placement || self->current_sender() != task.handle.address()) return;
+              answered = true;
+              got = std::move(handles);
+              error = refused;
+            },
+            [&](node_lost_atom, std::int32_t index, const std::string& what) {
+              on_lost(index, what);
+              if (index == task.index) error = what;
+            },
+            caf::after(std::chrono::milliseconds(100)) >> [&] {
+              // The membership marks a lost node gone before its message
+              // reaches this thread.
+              if (gone_->contains(task.index))
+                error = "the membership lost it";
+              else if (std::chrono::steady_clock::now() >= deadline)
+                error = "no answer within " +
+                        net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
+            });
+      }
+      if (error.empty() && got.size() != indices.size())
+        error = "it started " + std::to_string(got.size()) + " of " + std::to_string(indices.size()) + " shards";
+      if (!error.empty()) {
+        out.error = "ps task " + std::to_string(task.index) + " (" + task.name + ") could not host its shards: " + error;
+        out.lost.push_back(task.index);
+        return out;
+      }
+      for (std::size_t j = 0; j < indices.size(); ++j) {
+        out.handles[static_cast<std::size_t>(indices[j])] = got[j];
+        out.addresses[static_cast<std::size_t>(indices[j])] = task.address;
+      }
+      if (!indices.empty()) {
+        std::string list;
+        for (auto i : indices) list += (list.empty() ? "" : ",") + std::to_string(i);
+        placed += (placed.empty() ? "" : "; ") + std::string("shard(s) ") + list + " on node " +
+                  std::to_string(task.index) + " (" + task.name + ")";
+      }
+    }
+    if (placement == 1) return out;  // the first, at the start: Job::run_here says where
+    log_("parameter server placed anew on " + std::to_string(count) + " ps task(s): " + placed);
+    return out;
+  }
+
+  void add_spare_ps(caf::scoped_actor& self, int index, const std::string& name, const std::string& address,
+                    const caf::actor& handle) override {
+    if (gone_->contains(index)) return;
+    ps_tasks_.push_back(PsTask{index, name, address, handle});
+    self->send(handle, standby_atom::value);
+  }
+
+  bool ps_gone(int index) override {
+    gone_->add(index);
+    const bool hosted = hosts_shards(index);
+    ps_tasks_.erase(std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return t.index == index; }),
+                    ps_tasks_.end());
+    hosting_.erase(std::remove(hosting_.begin(), hosting_.end(), index), hosting_.end());
+    return hosted;
+  }
+
+  bool hosts_shards(int index) const override {
+    return std::find(hosting_.begin(), hosting_.end(), index) != hosting_.end();
+  }
+
+  void release_ps(caf::scoped_actor& self, int index, const std::string& why) override {
+    for (const auto& t : ps_tasks_) {
+      if (t.index != index) continue;
+      // The membership first (and wait for it): the task ends right after
+      // being told, and its end must not count as a loss.
+      if (membership_)
+        self->request(membership_, 5s, drain_atom::value, static_cast<std::int32_t>(index))
+            .receive([](caf::ok_atom) {}, [](caf::error&) {});
+      self->send(t.handle, drain_atom::value, why);
+      break;
+    }
+    ps_gone(index);
+  }
+
+  void abort_pushes(caf::scoped_actor& self, const std::string& why) override {
+    for (const auto& n : ready_)
+      if (!gone_->contains(n.index)) self->send(n.handle, abort_push_atom::value, why);
+  }
+
   void serve_shards(const std::map<int, std::shared_ptr<ps::ShardCore>>& shards, const ps::Partition& partition,
                     int partition_shards) override {
     // On this host's data-plane address, another port (the ring keeps its
@@ -451,6 +611,9 @@ class CoordinatorCluster final : public ClusterHooks {
                                                      int partition_shards) override {
     shard_addresses_ = addresses;
     partition_shards_ = partition_shards;
+    hosting_.clear();
+    for (const auto& t : ps_tasks_)
+      if (std::find(addresses.begin(), addresses.end(), t.address) != addresses.end()) hosting_.push_back(t.index);
     auto routes = std::make_shared<ps::PushRoutes>();
     routes->addresses = addresses;
     routes->job_id = ps::push_job_id(identity_.fingerprint);
@@ -553,6 +716,21 @@ class CoordinatorCluster final : public ClusterHooks {
       out.emplace_back(std::move(c));
   }
 
+  // A ps task lost while the hooks waited (forming a view, placing the
+  // shards): as Job::run_here's own handler, pushes in flight fail now, and
+  // the coordinator hears it with take_events().
+  void lost_meanwhile(caf::scoped_actor& self, int index, const std::string& what) {
+    if (!is_ps_task(index)) {
+      forget(index);
+      events_.push_back(MemberEvent{MemberEvent::Kind::lost, index, what});
+      return;
+    }
+    if (ps_gone(index)) {
+      abort_pushes(self, what);
+      events_.push_back(MemberEvent{MemberEvent::Kind::ps_lost, index, what + ", a ps task hosting shards"});
+    }
+  }
+
   // A node the job has no use for: told the job is over for it (it exits
   // 1 with the reason) and forgotten.
   void turn_away(caf::scoped_actor& self, int index, const caf::actor& handle, const std::string& why) {
@@ -598,7 +776,9 @@ class CoordinatorCluster final : public ClusterHooks {
   std::int64_t batch_ = 1;           // per replica
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
-  std::vector<PsTask> ps_tasks_;         // hosting the shards, in join order
+  std::vector<PsTask> ps_tasks_;         // every ps task there is (hosting shards or a spare), in join order
+  std::vector<int> hosting_;             // of them, those hosting shards now
+  std::uint32_t placements_ = 0;         // of the shards on the ps tasks, the first at the start
   std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
   int partition_shards_ = 0;
   std::shared_ptr<const ps::PushRoutes> local_routes_;

@@ -26,7 +26,8 @@ void fail(Self* self, const std::string& what) {
   if (s.config.coordinator) self->send(s.config.coordinator, failed_atom::value, s.config.rank, s.failure);
 }
 
-// A sync step's all-reduce failed in an elastic job: the view is changing.
+// A step's all-reduce (sync) or push (async, ssp) failed in an elastic job:
+// the view is changing, or the shards' state is restored.
 struct Interrupted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -225,12 +226,17 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
         const std::string& address = routes.addresses.at(static_cast<std::size_t>(i));
         auto& c = s.push_clients[address];
         if (!c) {
+          // The node aborted these routes (a ps task was lost): no new link
+          // to an address that may be gone (a connect retries for seconds).
+          const std::string aborted = routes.registry->aborted();
+          if (!aborted.empty()) throw ps::PushError("push to " + address + ": " + aborted);
           ps::PushClientConfig pc;
           pc.address = address;
           pc.job_id = routes.job_id;
           pc.connect_timeout = routes.connect_timeout;
           pc.timeout = routes.timeout;
           pc.authenticate = routes.authenticate;
+          pc.retry_refused = false;  // a ps task that refuses is gone (push_link.hpp)
           c = std::make_shared<ps::PushClient>(pc);
           routes.registry->add(c);
         }
@@ -259,6 +265,10 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
       // connects afresh.
       if (shard >= 0 && shard < partition->shards())
         s.push_clients.erase(routes.addresses.at(static_cast<std::size_t>(shard)));
+      // In a cluster a ps task may be lost or its shards placed anew: the
+      // step is not done, and the coordinator restores a consistent state
+      // (some shards may have applied this push's part and others not).
+      if (s.config.elastic) throw Interrupted(std::string("its push to the parameter server failed: ") + e.what());
       fail(self, std::string("pushing its gradient to the parameter server: ") + e.what());
       return;
     }
@@ -436,6 +446,11 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.config.view = a.view;
         st.config.rank = a.rank;
         st.config.collective = a.collective;
+        if (a.push_routes && a.push_routes != st.config.push_routes) {
+          // The shards were placed anew: new links at the next push.
+          st.config.push_routes = a.push_routes;
+          st.push_clients.clear();
+        }
         st.config.sync_grad_scale = 1.0f / static_cast<float>(a.batch_size * a.world);
         st.clock = a.clock;
         st.grant = Grant{};

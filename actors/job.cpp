@@ -176,12 +176,12 @@ std::atomic<int> abandoned_systems{0};
 
 // "node K (ps/HOST/pid N)" for the ps task that `which` names (its index or
 // its name); empty when no ps task of the job has it.
-std::string ps_task_label(const ClusterHooks* cluster, const std::string& which) {
-  if (!cluster) return "";
+// The ps task named by its index or name ("3", "ps/HOST/pid N"), or -1.
+int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
+  if (!cluster) return -1;
   for (const auto& task : cluster->ps_tasks())
-    if (which == std::to_string(task.index) || which == task.name)
-      return "node " + std::to_string(task.index) + " (" + task.name + ")";
-  return "";
+    if (which == std::to_string(task.index) || which == task.name) return task.index;
+  return -1;
 }
 }  // namespace
 
@@ -328,6 +328,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   std::vector<data::Cursor> start_cursors;  // by rank; empty: every replica starts at the beginning
   DataStart data_start;                     // the segment training starts in (a resume)
   auto start_cursor = [&](std::size_t r) { return r < start_cursors.size() ? start_cursors[r] : data::Cursor{}; };
+  ps::ParameterServerConfig pc;  // the shards' optimizer, schedule and partition (a new placement reuses it)
+  int ps_wanted = 0;             // shards on ps tasks: the shard count the partition was asked for
   // Anything failing before training starts must still stop what was
   // spawned (~actor_system waits for every live actor) and tell the nodes.
   try {
@@ -346,7 +348,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       }
     }
 
-    ps::ParameterServerConfig pc;
     pc.partition = partition_;
     pc.optimizer = t.optimizer;
     pc.schedule = schedule;
@@ -367,40 +368,17 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       // pushes each its part on the data plane.
       const int tasks = static_cast<int>(ps_tasks.size());
       const int wanted = std::max(config_.ps_shards, tasks);
+      ps_wanted = wanted;
       partition_ = std::make_shared<const ps::Partition>(ps::partition_for(spec_, wanted, config_.ps_split_above));
       pc.partition = partition_;
       // Staleness is measured where the shards run; shard 0 answers each
       // push's to the pusher, whose step report brings it to /metrics.
       pc.metrics = nullptr;
       if (config_.metrics) config_.metrics->staleness_from_reports();
-      const int shards = partition_->shards();
-      std::vector<caf::actor> handles(static_cast<std::size_t>(shards));
-      std::vector<std::string> addresses(static_cast<std::size_t>(shards));
-      for (int k = 0; k < tasks; ++k) {
-        std::vector<std::int32_t> indices;
-        std::vector<std::int64_t> sizes;
-        for (int i = k; i < shards; i += tasks) {
-          indices.push_back(i);
-          sizes.push_back(partition_->size(i));
-        }
-        if (indices.empty()) continue;
-        const auto& task = ps_tasks[static_cast<std::size_t>(k)];
-        std::string error;
-        std::vector<caf::actor> got;
-        self->request(task.handle, config_.timeout, host_shards_atom::value, indices, sizes,
-                      static_cast<std::int32_t>(world))
-            .receive([&](std::vector<caf::actor>& h) { got = std::move(h); },
-                     [&](caf::error& e) { error = system.render(e); });
-        if (error.empty() && got.size() != indices.size())
-          error = "it started " + std::to_string(got.size()) + " of " + std::to_string(indices.size()) + " shards";
-        if (!error.empty())
-          throw std::runtime_error("ps task " + std::to_string(task.index) + " (" + task.name +
-                                   ") could not host its shards: " + error);
-        for (std::size_t j = 0; j < indices.size(); ++j) {
-          handles[static_cast<std::size_t>(indices[j])] = got[j];
-          addresses[static_cast<std::size_t>(indices[j])] = task.address;
-        }
-      }
+      ClusterHooks::Placement placed = cluster->replace_shards(self, *partition_, world, {});
+      if (!placed.error.empty()) throw std::runtime_error(placed.error);
+      const std::vector<caf::actor>& handles = placed.handles;
+      const std::vector<std::string>& addresses = placed.addresses;
       server = ps::front_over(system, pc, handles);
       push_routes = cluster->place_shards(addresses, wanted);
       std::fprintf(stderr, "parameter server: %s on %d ps task(s)\n", partition_->describe().c_str(), tasks);
@@ -465,6 +443,21 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   // step boundary, and that boundary may be a view change, which this very
   // thread forms. Waiting here for the answer would hold the view (and the
   // whole job) until the request timed out.
+  // A ps task asked to leave (its own SIGTERM or SIGINT, or troupe ctl
+  // drain): a spare goes at once; one hosting shards at the next step
+  // boundary, where the coordinator gathers their state and moves them to
+  // the ps tasks left (nothing is lost). Returns what happens, "" when
+  // `index` is no ps task.
+  auto ps_task_leaves = [&](const caf::actor& coordinator, int index, const std::string& why) -> std::string {
+    if (!cluster || !cluster->is_ps_task(index)) return "";
+    const std::string label = "node " + std::to_string(index) + " (a ps task)";
+    if (!cluster->hosts_shards(index)) {
+      cluster->release_ps(self, index, "left the job (a spare): " + why);
+      return label + " hosted no shard and left at once";
+    }
+    self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::ps_leaving, index, why});
+    return label + " leaves at the next step boundary: its shards move to the other ps tasks";
+  };
   auto forward_control_requests = [&](const caf::actor& coordinator) {
     std::deque<std::shared_ptr<ControlRequest>> pending;
     {
@@ -472,16 +465,12 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       pending.swap(control_requests_);
     }
     for (auto& r : pending) {
-      // Draining a ps task would leave the job without its shards' state,
-      // and the shards cannot move while it runs: refused with what to do.
+      // Draining a ps task moves its shards (the coordinator knows only the
+      // nodes with replicas).
       if (r->kind == ControlRequest::Kind::drain) {
-        const std::string ps_task = ps_task_label(cluster, r->argument);
-        if (!ps_task.empty()) {
-          r->reply.set_value(ControlReply{
-              409, ps_task +
-                       " is a ps task: its parameter-server shards cannot move while the job runs, so it cannot "
-                       "leave alone; `troupe ctl stop` checkpoints and stops the job (so does SIGTERM to the ps "
-                       "task)"});
+        const int ps_task = ps_task_index(cluster, r->argument);
+        if (ps_task >= 0) {
+          r->reply.set_value(ControlReply{200, ps_task_leaves(coordinator, ps_task, "troupe ctl drain")});
           continue;
         }
       }
@@ -597,6 +586,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.fixed_global_batch = config_.elastic_batch == "global";
     cc.min_nodes = config_.min_nodes;
     cc.wait_timeout = config_.wait_timeout;
+    cc.ps_tasks = push_routes != nullptr && ps_wanted > 0;
+    cc.shuffle = t.shuffle;
     caf::actor coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
@@ -606,7 +597,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     self->send(coordinator, start_atom::value);
 
     bool stop_requested = false;
-    std::string ps_leaving;  // a ps task that asked to stop: why, once
     bool done = false;
     // A view the coordinator asked for, formed after the receive below (the
     // hooks wait for the nodes with receives of their own).
@@ -616,7 +606,31 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     // because the hooks talk to the nodes from this thread.
     auto form_view = [&](const ViewPlan& plan) {
       std::vector<std::shared_ptr<net::Collective>> fresh;
+      // Shards on ps tasks placed anew (a ps task lost or leaving): fresh
+      // shard actors on the ps tasks left, a new front over them, and new
+      // routes for every replica; the coordinator then restores the state.
+      caf::actor new_front;
+      if (plan.replace_shards && push_routes) {
+        ClusterHooks::Placement placed =
+            cluster->replace_shards(self, *partition_, static_cast<int>(all_devices.size()), plan.ps_remove);
+        if (!placed.error.empty()) {
+          FormedView failed;
+          failed.view = plan.view;
+          failed.error = placed.error;
+          failed.waiting_for_ps = placed.waiting_for_ps;
+          failed.lost = placed.lost;
+          return failed;
+        }
+        pc.replicas = static_cast<int>(all_devices.size());
+        ps::ParameterServer placed_server = ps::front_over(system, pc, placed.handles);
+        if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
+        server = placed_server;
+        new_front = server.front;
+        push_routes->registry->abort("view " + std::to_string(plan.view) + " placed the shards anew");
+        push_routes = cluster->place_shards(placed.addresses, ps_wanted);
+      }
       FormedView f = cluster->reform(self, plan, local, server.front, fresh);
+      f.parameter_server = new_front;
       const int w = local + static_cast<int>(f.devices.size());
       if (f.error.empty()) {
         // This host's replicas enter the view.
@@ -629,6 +643,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           a.clock = plan.clock;
           a.cursor = plan.cursor;
           a.collective = fresh[static_cast<std::size_t>(r)];
+          if (new_front) a.push_routes = push_routes;
           self->request(devices[static_cast<std::size_t>(r)], config_.timeout, reconfig_atom::value, a)
               .receive([](caf::ok_atom) {},
                        [&](caf::error& e) { f.error = "replica " + std::to_string(r) + ": " + system.render(e); });
@@ -699,16 +714,19 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           },
           [&](node_lost_atom, std::int32_t index, const std::string& what) {
             if (cluster && cluster->is_ps_task(index)) {
-              // Its shards' parameters and optimizer state are gone with it:
-              // no consistent state is left to go on from or to checkpoint.
-              // The job stops at once (never trains on a mix of old and new
-              // parameters); the newest checkpoint is where to resume.
-              result.error = what + ": it hosted parameter-server shards, whose state is lost; the job stops" +
-                             (checkpoints_ ? " (resume from the newest checkpoint in " + t.checkpoint_dir +
-                                                 " with --resume)"
-                                           : " (no --checkpoint-dir: nothing to resume from)");
+              // Its shards' parameters and optimizer state are gone with it.
+              // Every push in flight fails now (not at its timeout), and the
+              // coordinator places the shards anew on the ps tasks left and
+              // restores a consistent state (coordinator.cpp). A spare's
+              // loss changes nothing.
+              if (!cluster->ps_gone(index)) {
+                std::fprintf(stderr, "troupe node: %s (a spare ps task)\n", what.c_str());
+                return;
+              }
               if (push_routes) push_routes->registry->abort(what);
-              done = true;
+              cluster->abort_pushes(self, what);
+              self->send(coordinator, member_atom::value,
+                         MemberEvent{MemberEvent::Kind::ps_lost, index, what + ", a ps task hosting shards"});
               return;
             }
             // A node of the view is gone: no collective of the view can
@@ -724,10 +742,16 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
               const std::vector<std::string>& node_devices, const std::string& nccl, const caf::actor& handle) {
             if (!cluster) return;
             if (name.rfind("ps/", 0) == 0) {
-              // The shards were placed when training started (a lost ps task
-              // stops the job): a ps task that comes later has nothing to host.
-              const std::string why = "not used: the parameter-server shards were placed on the ps tasks present "
-                                      "when training started";
+              if (push_routes) {
+                // Shards on ps tasks: a spare, used when one is lost or leaves.
+                cluster->add_spare_ps(self, index, name, address, handle);
+                self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::ps_joined, index, name});
+                return;
+              }
+              // The shards run in this process (the job started without ps
+              // tasks): a ps task has nothing to host.
+              const std::string why = "not used: the parameter-server shards run on the coordinator (the job started "
+                                      "without --ps-tasks)";
               std::fprintf(stderr, "troupe node: node %d (%s) is %s\n", index, name.c_str(), why.c_str());
               cluster->forget(index);
               self->send(handle, done_atom::value, why);
@@ -740,27 +764,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
                        MemberEvent{MemberEvent::Kind::joined, index, name + " with " + list});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
-            const std::string ps_task = ps_task_label(cluster, std::to_string(index));
-            if (!ps_task.empty()) {
-              // A ps task asked to stop (its own SIGTERM or SIGINT): its
-              // shards cannot move while the job runs, but their state is
-              // still whole and it serves until told the job is over. So
-              // the job stops at the next step boundary with a checkpoint
-              // of that state, instead of losing everything since the last
-              // one as when a ps task dies.
-              if (ps_leaving.empty()) {
-                ps_leaving = ps_task + ", a ps task, is leaving: " + why;
-                std::fprintf(stderr, "troupe node: %s; its parameter-server shards cannot move, so the job %s\n",
-                             ps_leaving.c_str(),
-                             checkpoints_ ? "checkpoints and stops at the next step boundary"
-                                          : "stops at the next step boundary (no --checkpoint-dir)");
-                if (!stop_requested) {
-                  stop_requested = true;
-                  self->send(coordinator, stop_atom::value);
-                }
-              }
-              return;
-            }
+            if (!ps_task_leaves(coordinator, index, why).empty()) return;
             self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::drain, index, why});
           },
           [&](form_view_atom, const ViewPlan& plan) {
@@ -773,7 +777,12 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         FormedView f = form_view(*view_plan);
         view_plan.reset();
         view_promise.deliver(std::move(f));
-        for (auto& e : cluster->take_events()) self->send(coordinator, member_atom::value, std::move(e));
+        for (auto& e : cluster->take_events()) {
+          // A ps task lost while the view formed: this host's pushes in
+          // flight fail now too (the hooks told the other nodes).
+          if (e.kind == MemberEvent::Kind::ps_lost && push_routes) push_routes->registry->abort(e.what);
+          self->send(coordinator, member_atom::value, std::move(e));
+        }
       }
       // Polled, so a stop request from a signal handler needs no lock.
       if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
@@ -783,11 +792,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       forward_control_requests(coordinator);
     }
     result.stopped_early = result.stopped_early || stop_requested;
-    if (!ps_leaving.empty() && result.error.empty())
-      result.error = ps_leaving + "; the job stopped at step " + std::to_string(result.steps) +
-                     (checkpoints_ ? " with a checkpoint of every shard (resume from the newest checkpoint in " +
-                                         t.checkpoint_dir + " with --resume)"
-                                   : " (no --checkpoint-dir: nothing to resume from)");
     stop_control();
     if (config_.collect_replica_parameters && result.error.empty()) {
       for (auto& d : all_devices)

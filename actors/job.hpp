@@ -115,6 +115,40 @@ class ClusterHooks {
   // now on carries the address. Stopped by finish().
   virtual void serve_shards(const std::map<int, std::shared_ptr<ps::ShardCore>>& /*shards*/,
                             const ps::Partition& /*partition*/, int /*partition_shards*/) {}
+
+  // ---- ps tasks lost, leaving or joining while the job runs ----
+  // Where every shard runs after a new placement, or why there is none.
+  struct Placement {
+    std::vector<caf::actor> handles;     // by shard: its new actor
+    std::vector<std::string> addresses;  // by shard: its ps task's push server
+    std::string error;                   // empty: placed
+    bool waiting_for_ps = false;         // no ps task is left (error says so)
+    std::vector<int> lost;               // ps tasks found gone while placing
+  };
+  // Places every shard of `partition`, shard i on the i mod P-th of the P
+  // ps tasks there are (in join order, without `leaving`, which are let go
+  // first): at the start, and anew when a ps task was lost or leaves; each
+  // task ends the shards it hosted and starts its new ones, empty.
+  // `replicas`: the world the shards count clocks for.
+  virtual Placement replace_shards(caf::scoped_actor& /*self*/, const ps::Partition& /*partition*/, int /*replicas*/,
+                                   const std::vector<int>& /*leaving*/) {
+    Placement p;
+    p.error = "this job cannot place its shards anew";
+    return p;
+  }
+  // A ps task that joined after the start: a spare (told to stand by),
+  // used by the next placement.
+  virtual void add_spare_ps(caf::scoped_actor& /*self*/, int /*index*/, const std::string& /*name*/,
+                            const std::string& /*address*/, const caf::actor& /*handle*/) {}
+  // A ps task is gone: forgotten. Says whether it hosted shards.
+  virtual bool ps_gone(int /*index*/) { return false; }
+  // Whether the ps task hosts shards now (a spare does not).
+  virtual bool hosts_shards(int /*index*/) const { return false; }
+  // Lets a ps task go now (it hosts no shard): it exits 0.
+  virtual void release_ps(caf::scoped_actor& /*self*/, int /*index*/, const std::string& /*why*/) {}
+  // Tells every node to fail its pushes in flight at once (a ps task was
+  // lost): none waits for its push's timeout.
+  virtual void abort_pushes(caf::scoped_actor& /*self*/, const std::string& /*why*/) {}
 };
 
 struct JobConfig {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/mode.hpp"
+#include "actors/ps/push_routes.hpp"
 #include "kernels/tensor.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/optimizer.hpp"
@@ -73,6 +74,8 @@ using form_view_atom = caf::atom_constant<caf::atom("formview")>;    // coordina
 using view_formed_atom = caf::atom_constant<caf::atom("viewformd")>; // job -> coordinator: it is formed
 using drain_atom = caf::atom_constant<caf::atom("drain")>;           // a node leaves at the next boundary
 using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>; // coordinator -> ps task: run these shards
+using standby_atom = caf::atom_constant<caf::atom("standby")>;       // coordinator -> a spare ps task: wait to be used
+using abort_push_atom = caf::atom_constant<caf::atom("abortpush")>;  // coordinator -> node: fail every push in flight
 
 // A batch from a data loader, on the host.
 struct Batch {
@@ -190,11 +193,18 @@ struct ViewAssignment {
   std::int64_t clock = 0;           // the replica's clock from now on
   data::Cursor cursor;              // its loader's next batch
   std::shared_ptr<net::Collective> collective;
+  // Where it pushes each shard's part from now on, when the shards run on
+  // ps tasks (a view that re-placed them brings new routes); null: as before.
+  std::shared_ptr<const ps::PushRoutes> push_routes;
 };
 
 // A change of membership, from the job's thread to the coordinator actor.
+//   joined, lost, drain    a node with replicas
+//   ps_lost                a ps task is gone (its shards with it)
+//   ps_leaving             a ps task asked to leave (its shards' state is whole)
+//   ps_joined              a ps task came after the start: a spare
 struct MemberEvent {
-  enum class Kind { joined, lost, drain } kind = Kind::joined;
+  enum class Kind { joined, lost, drain, ps_lost, ps_leaving, ps_joined } kind = Kind::joined;
   int node = 0;                     // the membership's node index
   std::string what;                 // for the log
 };
@@ -228,6 +238,11 @@ struct ViewPlan {
   std::int64_t batch = 1;           // per replica (elastic_batch "replica")
   std::int64_t global_batch = 0;    // >0: keep this global batch (elastic_batch "global")
   std::vector<int> remove;          // nodes that leave (lost or drained)
+  // Shards on ps tasks: place every shard anew on the ps tasks there are
+  // (a ps task was lost or leaves, or the shards' state must be rebuilt),
+  // leaving out `ps_remove` (ps tasks that leave).
+  bool replace_shards = false;
+  std::vector<int> ps_remove;
 };
 
 // What the job's thread formed for a view: every replica in rank order and
@@ -239,6 +254,12 @@ struct FormedView {
   std::int64_t batch = 1;           // per replica in the new view
   std::vector<int> lost;            // nodes found gone while forming
   std::string error;
+  // The shards were placed anew: the parameter server's new front (its old
+  // one is gone); null otherwise.
+  caf::actor parameter_server;
+  // No ps task is left to host the shards (error says so): training waits
+  // for one to join.
+  bool waiting_for_ps = false;
 };
 
 // Where the job is: set on the parameter server whenever training resumes.

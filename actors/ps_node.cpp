@@ -8,20 +8,24 @@
 //   replica (any node) ══ push: its part ══► push server ──► shard     on the data plane
 //                      ◄═ the part's fresh parameters ══                (push_link.hpp)
 //
-// The shards' state lives only here: a lost ps task stops the job (actors/
-// job.cpp), and the newest checkpoint is where to resume. The ps task ends
-// when the coordinator says the job is over, when it loses the coordinator,
-// or on SIGINT / SIGTERM. The first signal while it hosts shards asks the
-// coordinator to checkpoint and stop the job at the next step boundary
-// (the shards cannot move, but their state is whole), and it serves until
-// then; a second signal stops it at once. It stops its push server first
-// (no push is applied after that), then its shards.
+// The shards' state lives only here: when a ps task is lost, the
+// coordinator places every shard anew on the ps tasks left (each told
+// host_shards again: its old shards end, new ones start) and restores the
+// newest consistent state it has (actors/coordinator.cpp). A ps task that
+// joins after the start is a spare (standby) until a placement uses it. The
+// ps task ends when the coordinator says the job is over, when it loses the
+// coordinator, when it is let go (drain, after its shards moved), or on a
+// second SIGINT / SIGTERM. The first signal while it hosts shards asks the
+// coordinator to move them at the next step boundary (their state is whole:
+// nothing is lost), and it serves until then. It stops its push server
+// first (no push is applied after that), then its shards.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -96,12 +100,19 @@ int run_ps_task(const NodeOptions& options) {
     });
     caf::scoped_actor self{system};
     Hosted hosted;
-    auto shutdown = [&] {
+    // Ends the shards this task hosts (a new placement, or the end).
+    auto drop_shards = [&] {
       if (hosted.server) hosted.server->stop();  // no push is applied after this
+      hosted.server.reset();
       for (auto& [i, a] : hosted.shards) {
         (void)i;
         self->send_exit(a, caf::exit_reason::user_shutdown);
       }
+      hosted.shards.clear();
+      hosted.cores.clear();
+    };
+    auto shutdown = [&] {
+      drop_shards();
       if (data_fd >= 0) ::close(data_fd);
       data_fd = -1;
     };
@@ -144,58 +155,92 @@ int run_ps_task(const NodeOptions& options) {
       std::signal(SIGTERM, on_ps_signal);
 
       const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
+      bool placed = false;  // told host_shards or standby at least once: the job has started
       bool done = false;
       std::string failure;
       int stopped_by = 0;  // the signal that asked this task to stop
       std::optional<std::chrono::steady_clock::time_point> leave_deadline;
       while (!done && failure.empty()) {
         self->receive(
-            [&](host_shards_atom, const std::vector<std::int32_t>& indices, const std::vector<std::int64_t>& sizes,
-                std::int32_t replicas) -> caf::result<std::vector<caf::actor>> {
-              if (hosted.server)
-                return caf::make_error(caf::sec::runtime_error, "this ps task hosts its shards already");
-              if (indices.empty() || indices.size() != sizes.size() || replicas < 1)
-                return caf::make_error(caf::sec::runtime_error,
-                                       "host_shards: " + std::to_string(indices.size()) + " shards, " +
-                                           std::to_string(sizes.size()) + " sizes, " + std::to_string(replicas) +
-                                           " replicas");
+            // The shards this task hosts from now on (none: a spare). Those
+            // it hosted before end first: a new placement gives every shard
+            // a fresh actor and state (the coordinator restores the state).
+            // The answer is a message (not a response), tagged with the
+            // placement's number: the coordinator waits for it while it
+            // watches for lost nodes, and never takes an answer to an
+            // earlier placement for this one.
+            [&](host_shards_atom, std::uint32_t placement, const std::vector<std::int32_t>& indices,
+                const std::vector<std::int64_t>& sizes, std::int32_t replicas) {
+              auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
               std::vector<caf::actor> handles;
-              std::map<int, std::int64_t> parts;
-              std::int64_t floats = 0;
-              for (std::size_t j = 0; j < indices.size(); ++j) {
-                if (sizes[j] < 1 || indices[j] < 0 || parts.count(indices[j]))
-                  return caf::make_error(caf::sec::runtime_error, "host_shards: a bad shard " +
-                                                                      std::to_string(indices[j]) + " of " +
-                                                                      std::to_string(sizes[j]) + " floats");
-                ps::ShardConfig sc;
-                sc.index = indices[j];
-                sc.size = sizes[j];
-                sc.optimizer = job.train.optimizer;
-                sc.schedule = schedule;
-                sc.replicas = replicas;
-                ps::LocalShard shard = ps::spawn_shard(system, std::move(sc));
-                hosted.shards[indices[j]] = shard.actor;
-                hosted.cores[indices[j]] = shard.core;
-                handles.push_back(shard.actor);
-                parts[indices[j]] = sizes[j];
-                floats += sizes[j];
-              }
-              ps::PushServerConfig pc;
-              pc.listen_fd = data_fd;
-              data_fd = -1;  // the server owns it now
-              pc.job_id = ps::push_job_id(fingerprint);
-              pc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
-              pc.shards = parts;
-              pc.io_timeout = options.timeout;
-              pc.log = log;
-              // On the connection's thread: the shard's core applies the
-              // push and answers its fresh part (no hop through the actor).
-              pc.apply = ps::shard_apply(hosted.cores);
-              hosted.server = std::make_unique<ps::PushServer>(pc);
-              log("hosting shard(s) " + list_of(indices) + " (" + std::to_string(floats) + " floats) for " +
-                  std::to_string(replicas) + " replica(s); pushes on the data plane, " +
-                  links_status(secret, options));
-              return handles;
+              const std::string refused = [&]() -> std::string {
+                if (indices.size() != sizes.size() || replicas < 1)
+                  return "host_shards: " + std::to_string(indices.size()) + " shards, " +
+                         std::to_string(sizes.size()) + " sizes, " + std::to_string(replicas) + " replicas";
+                for (std::size_t j = 0; j < indices.size(); ++j)
+                  if (sizes[j] < 1 || indices[j] < 0 ||
+                      std::count(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(j), indices[j]))
+                    return "host_shards: a bad shard " + std::to_string(indices[j]) + " of " +
+                           std::to_string(sizes[j]) + " floats";
+                const bool again = placed;
+                placed = true;
+                drop_shards();
+                if (indices.empty()) {
+                  log("hosting no shard: a spare, used when a ps task is lost or leaves");
+                  return "";
+                }
+                std::map<int, std::int64_t> parts;
+                std::int64_t floats = 0;
+                for (std::size_t j = 0; j < indices.size(); ++j) {
+                  ps::ShardConfig sc;
+                  sc.index = indices[j];
+                  sc.size = sizes[j];
+                  sc.optimizer = job.train.optimizer;
+                  sc.schedule = schedule;
+                  sc.replicas = replicas;
+                  ps::LocalShard shard = ps::spawn_shard(system, std::move(sc));
+                  hosted.shards[indices[j]] = shard.actor;
+                  hosted.cores[indices[j]] = shard.core;
+                  handles.push_back(shard.actor);
+                  parts[indices[j]] = sizes[j];
+                  floats += sizes[j];
+                }
+                ps::PushServerConfig pc;
+                // The server adopts a duplicate: the listening socket stays
+                // (and its address with it) for the next placement.
+                pc.listen_fd = ::dup(data_fd);
+                if (pc.listen_fd < 0) {
+                  handles.clear();
+                  return "duplicating the data-plane socket failed";
+                }
+                pc.job_id = ps::push_job_id(fingerprint);
+                pc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
+                pc.shards = parts;
+                pc.io_timeout = options.timeout;
+                pc.log = log;
+                // On the connection's thread: the shard's core applies the
+                // push and answers its fresh part (no hop through the actor).
+                pc.apply = ps::shard_apply(hosted.cores);
+                hosted.server = std::make_unique<ps::PushServer>(pc);
+                log(std::string(again ? "placed anew: " : "") + "hosting shard(s) " + list_of(indices) + " (" +
+                    std::to_string(floats) + " floats) for " + std::to_string(replicas) +
+                    " replica(s); pushes on the data plane, " + links_status(secret, options));
+                return "";
+              }();
+              self->send(coordinator, host_shards_atom::value, placement, handles, refused);
+            },
+            // A ps task that joined after the start: kept for a placement.
+            [&](standby_atom) {
+              placed = true;
+              log("standing by: the shards are placed on the other ps tasks; this one hosts some when a ps task is "
+                  "lost or leaves");
+            },
+            // Let go at a step boundary (its shards moved, or it asked to
+            // leave): the job goes on without it.
+            [&](drain_atom, const std::string& why) {
+              done = true;
+              status = 0;
+              log("left the job: " + why);
             },
             [&](done_atom, const std::string& why) -> caf::ok_atom {
               done = true;
@@ -215,29 +260,29 @@ int run_ps_task(const NodeOptions& options) {
             },
             caf::after(std::chrono::milliseconds(100)) >> [&] {
               if (const int sig = ps_signal.load()) {
-                if (!hosted.server || stopped_by) {
+                if (!placed || stopped_by) {
                   status = 128 + sig;
                   failure = "stopped by signal " + std::to_string(sig);
                 } else {
-                  // The first signal while hosting shards: their state is
-                  // whole, so the coordinator checkpoints it and stops the
-                  // job at the next step boundary (they cannot move while
-                  // it runs); this task serves until told the job is over.
-                  // A second signal, or no end in time, stops it at once.
+                  // The first signal once placed: its shards' state is whole,
+                  // so the coordinator gathers it at the next step boundary
+                  // and moves the shards to the other ps tasks (nothing is
+                  // lost); this task serves until it is let go. A second
+                  // signal, or no answer in time, stops it at once.
                   stopped_by = sig;
                   ps_signal.store(0);
                   leave_deadline = std::chrono::steady_clock::now() + options.timeout;
                   log("signal " + std::to_string(sig) +
-                      ": asking the coordinator to checkpoint and stop the job at the next step boundary (again to "
-                      "stop at once)");
+                      ": asking the coordinator to move this task's shards at the next step boundary (again to stop "
+                      "at once)");
                   self->request(membership, 5s, leave_atom::value, index, "stopped by signal " + std::to_string(sig))
                       .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = "leaving: " + system.render(e); });
                 }
               }
               if (leave_deadline && std::chrono::steady_clock::now() > *leave_deadline)
-                failure = "the coordinator did not stop the job within " +
+                failure = "the coordinator did not let this task go within " +
                           net::describe_seconds(std::chrono::duration<double>(options.timeout).count());
-              if (!hosted.server && std::chrono::steady_clock::now() > wait_until)
+              if (!placed && std::chrono::steady_clock::now() > wait_until)
                 failure = "the job did not start within " +
                           net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
             });

@@ -299,14 +299,21 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
               // Shards on ps tasks: this node's replicas push each its part on
               // the data plane, in the partition every node computes alike.
+              // A view that placed the shards anew (a ps task lost or leaving)
+              // brings other addresses, and routes a lost ps task aborted are
+              // done with: the replicas take new routes with the view.
               std::shared_ptr<const ps::Partition> partition;
-              if (!f.ps_addresses.empty() && !push_routes) {
+              const bool new_routes = !f.ps_addresses.empty() &&
+                                      (!push_routes || push_routes->addresses != f.ps_addresses ||
+                                       !push_routes->registry->aborted().empty());
+              if (new_routes) {
                 partition = std::make_shared<const ps::Partition>(
                     ps::partition_for(spec, f.ps_partition_shards, job.ps_split_above));
                 if (static_cast<std::size_t>(partition->shards()) != f.ps_addresses.size())
                   throw std::runtime_error("the coordinator placed " + std::to_string(f.ps_addresses.size()) +
                                            " shards, but this node's partition of the model has " +
                                            std::to_string(partition->shards()));
+                if (push_routes) push_routes->registry->abort("view " + std::to_string(f.view) + " placed the shards anew");
                 push_routes = std::make_shared<ps::PushRoutes>();
                 push_routes->addresses = f.ps_addresses;
                 push_routes->job_id = ps::push_job_id(job_identity(job).fingerprint);
@@ -354,6 +361,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   a.clock = f.clock;
                   a.cursor = cursor;
                   a.collective = collectives[r];
+                  if (new_routes) a.push_routes = push_routes;
                   std::string refused;
                   self->request(replicas[r], options.timeout, reconfig_atom::value, a)
                       .receive([](caf::ok_atom) {}, [&](caf::error& e) { refused = system.render(e); });
@@ -377,6 +385,12 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
           // A member of the view was lost: every pending all-reduce fails now.
           [&](abort_view_atom, std::uint32_t, const std::string& why) {
             for (auto& c : collectives) c->abort(why);
+          },
+          // A ps task was lost: every push in flight fails now (a silent
+          // task would otherwise hold a replica until the push's timeout);
+          // the next view brings new routes.
+          [&](abort_push_atom, const std::string& why) {
+            if (push_routes) push_routes->registry->abort(why);
           },
           // Drained (troupe ctl drain, or this node's own SIGTERM): it is not
           // in the next view; it leaves with no step lost.

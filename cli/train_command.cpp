@@ -330,9 +330,15 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
                   static_cast<long long>(r.server.staleness_max));
     staleness = text;
   }
-  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s%s\n",
+  // Shards on ps tasks placed anew while the job ran: the counts start at
+  // the state restored then (the pushes after it, not those rolled back).
+  std::string counted;
+  if (!r.rollbacks.empty())
+    counted = "; counted from step " + std::to_string(r.counted_from_step) + ", where the parameter server's state was " +
+              "last restored (" + std::to_string(r.rollbacks.size()) + " placement(s) of its shards while the job ran)";
+  std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s%s%s\n",
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
-               static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str());
+               static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str(), counted.c_str());
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return exit_status(result, jc.train.checkpoint_dir, last);

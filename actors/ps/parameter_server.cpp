@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "actors/job_metrics.hpp"
 #include "actors/ps/shard.hpp"
@@ -14,10 +15,25 @@ namespace {
 struct FrontState {
   ParameterServerConfig config;
   std::vector<caf::actor> shards;
+  // Questions to the shards still unanswered, by number: each fails its
+  // caller at once when a shard ends (a ps task lost), instead of leaving
+  // it to its timeout (CAF 0.17 does not fail a request to a lost node
+  // early, nor one whose receiver ends while it waits).
+  std::map<std::uint64_t, std::function<void(const caf::error&)>> pending;
+  std::uint64_t next_pending = 0;
   static inline const char* name = "parameter_server";
 };
 
 using Self = caf::stateful_actor<FrontState>;
+
+// Registers `fail` for the question being asked; returns its number, for
+// settle().
+std::uint64_t track(Self* self, std::function<void(const caf::error&)> fail) {
+  const std::uint64_t id = ++self->state.next_pending;
+  self->state.pending.emplace(id, std::move(fail));
+  return id;
+}
+void settle(Self* self, std::uint64_t id) { self->state.pending.erase(id); }
 
 // Asks every shard the same question; `done` gets their answers by shard
 // index once all have come, or `failed` the first error (and nothing else
@@ -34,6 +50,11 @@ void ask_every_shard(Self* self, std::function<void(std::vector<T>&)> done,
   auto g = std::make_shared<Gather>();
   g->answers.resize(shards.size());
   g->left = shards.size();
+  const std::uint64_t id = track(self, [g, failed](const caf::error& e) {
+    if (g->over) return;
+    g->over = true;
+    failed(e);
+  });
   for (std::size_t i = 0; i < shards.size(); ++i)
     self->request(shards[i], self->state.config.timeout, xs...)
         .then(
@@ -42,12 +63,14 @@ void ask_every_shard(Self* self, std::function<void(std::vector<T>&)> done,
               g->answers[i] = std::move(answer);
               if (--g->left == 0) {
                 g->over = true;
+                settle(self, id);
                 done(g->answers);
               }
             },
             [=](caf::error& e) {
               if (g->over) return;
               g->over = true;
+              settle(self, id);
               failed(e);
             });
 }
@@ -67,6 +90,18 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
   self->state.config = std::move(config);
   self->state.shards = std::move(shards);
   for (const auto& s : self->state.shards) self->link_to(s);
+  // A shard ended (its ps task lost, or the job is over): every question
+  // still waiting fails now, then the front ends as the link says.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto pending = std::move(self->state.pending);
+    self->state.pending.clear();
+    const caf::error why = msg.reason ? msg.reason : caf::make_error(caf::exit_reason::normal);
+    for (auto& [id, fail] : pending) {
+      (void)id;
+      fail(caf::make_error(caf::sec::runtime_error, "a parameter-server shard ended: " + self->system().render(why)));
+    }
+    self->quit(msg.reason);
+  });
   return {
       // A whole gradient (a replica on another node, through its relay).
       [=](push_atom, const GradientPush& push) -> caf::result<Tensor> {
@@ -141,16 +176,26 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
         auto rp = self->make_response_promise<caf::ok_atom>();
         auto left = std::make_shared<int>(partition.shards());
         auto over = std::make_shared<bool>(false);
+        const std::uint64_t id = track(self, [rp, over](const caf::error& e) mutable {
+          if (*over) return;
+          *over = true;
+          rp.deliver(e);
+        });
         for (int i = 0; i < partition.shards(); ++i)
           self->request(st.shards[static_cast<std::size_t>(i)], st.config.timeout, set_state_atom::value,
                         state_part(partition, i, state))
               .then(
                   [=](caf::ok_atom) mutable {
-                    if (!*over && --*left == 0) rp.deliver(caf::ok_atom::value);
+                    if (!*over && --*left == 0) {
+                      *over = true;
+                      settle(self, id);
+                      rp.deliver(caf::ok_atom::value);
+                    }
                   },
                   [=](caf::error& e) mutable {
                     if (*over) return;
                     *over = true;
+                    settle(self, id);
                     rp.deliver(std::move(e));
                   });
         return rp;

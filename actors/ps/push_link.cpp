@@ -225,7 +225,8 @@ PushClient::PushClient(PushClientConfig config) : config_(std::move(config)) {
   const std::string where = "push link to " + config_.address + ": ";
   const Deadline deadline = Clock::now() + config_.connect_timeout;
   try {
-    fd_ = wire::connect_tcp(config_.address, deadline);
+    fd_ = config_.retry_refused ? wire::connect_tcp(config_.address, deadline)
+                                : wire::connect_tcp_once(config_.address, deadline);
   } catch (const std::exception& e) {
     throw PushError(where + e.what());
   }

@@ -206,6 +206,11 @@ struct PushClientConfig {
   std::string address;                 // HOST:PORT of the PushServer
   std::uint64_t job_id = 0;            // both ends must agree (checked in the Hellos)
   std::chrono::milliseconds connect_timeout{30000};  // retries refused connects until then
+  // false: a refused connect fails at once (ConnectionRefused in the
+  // error). A replica's routes set it: a ps task listens from before it
+  // reports ready until it ends, so a refusal means it is gone, and
+  // retrying would hold the replica while the job places the shards anew.
+  bool retry_refused = true;
   std::chrono::milliseconds timeout{60000};          // each push's round trip, from its send
   // Same contract as net::TcpGroupConfig::authenticate (net::handshake_hook
   // in a cluster); called once with `accepting` false. Throws to refuse.

@@ -52,6 +52,16 @@ inline bool wait_for_step(const Process& p, int step, std::chrono::milliseconds 
   return false;
 }
 
+// Waits until `p` has logged `text` (true), or `limit` passed.
+inline bool wait_for_text(const Process& p, const std::string& text, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (p.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
 // "modes: ... | S synchronous steps, P gradients pushed, A applied by the server"
 struct Accounting {
   long long sync = -1, pushed = -1, applied = -1, steps = -1;

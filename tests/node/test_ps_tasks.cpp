@@ -129,16 +129,6 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
       // Two replicas pushing by turns: about one update unseen per push.
       EXPECT_GT(staleness_sum, 0);
       EXPECT_LT(staleness_sum, 4 * pushes);
-      // A ps task cannot be drained like a worker: refused with the reason.
-      std::smatch m;
-      const std::string ps_log = ps[0]->output();
-      ASSERT_TRUE(std::regex_search(ps_log, m, std::regex(R"(as ps task \(node (\d+)\))"))) << ps_log;
-      Process drain({TROUPE_BINARY, "ctl", "--at", "127.0.0.1:" + std::to_string(control_port), "drain", m[1].str()},
-                    c.dir + "/drain-ps.log");
-      EXPECT_EQ(drain.wait_for(20s), 1) << drain.output();
-      EXPECT_NE(drain.output().find("409"), std::string::npos) << drain.output();
-      EXPECT_NE(drain.output().find("is a ps task: its parameter-server shards cannot move"), std::string::npos)
-          << drain.output();
     }
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
     for (auto& p : ps) ASSERT_EQ(p->wait_for(10s), 0) << all_logs(c, ps);
@@ -210,84 +200,187 @@ TEST(PsTasks, ASwitchStormAcrossShardsOnPsTasksKeepsTheAccounting) {
   EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
 }
 
-// A ps task killed mid-run: the shards it hosted are gone, so no consistent
-// state is left. The job stops within seconds with the reason (never trains
-// on a mix of old and new parameters, never hangs), every other process
-// exits, and the newest checkpoint is where a restart with --resume goes on.
-TEST(PsTasks, AKilledPsTaskStopsTheJobWithinSecondsAndTheNewestCheckpointResumes) {
+// "rolled back to step S (LABEL) from step T" -> S, or -1.
+long long rolled_back_to(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(rolled back to step (\d+) \()"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// "ps task (node K)" -> K, from a ps task's log.
+std::string ps_node_index(const Process& p) {
+  std::smatch m;
+  const std::string out = p.output();
+  if (!std::regex_search(out, m, std::regex(R"(as ps task \(node (\d+)\))"))) return "";
+  return m[1];
+}
+
+// A ps task killed mid-run in async: the shards it hosted are gone with
+// their state, and the other's are no longer of the same state. Within
+// seconds the coordinator places both shards on the ps task left and rolls
+// every replica and shard back to the newest checkpoint (never a mix of old
+// and new parameters); the job then does the rest of its steps and every
+// process but the killed one ends 0. The counts in the summary start at the
+// checkpoint: each push after it applied once.
+TEST(PsTasks, AKilledPsTaskRollsTheJobBackToTheNewestCheckpointAndItGoesOnOnTheOtherPsTask) {
   const std::string checkpoints = temp_dir("ps-kill-ckpt");
   const std::string job = std::string(kMlpJob) + "epochs = 1\nsteps = 400\nbatch = 32\nmode = \"async\"\n" +
                           "checkpoint_every = 50\ncheckpoint_dir = \"" + checkpoints + "\"\n";
-  std::uint64_t resumed_at = 0;
-  {
-    Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"});
-    auto ps = start_two_ps_tasks(c);
-    ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
-    ps[1]->signal(SIGKILL);
-    const auto killed_at = std::chrono::steady_clock::now();
-    EXPECT_EQ(c.coordinator->wait_for(30s), 1) << all_logs(c, ps);
-    EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 15s) << all_logs(c, ps);
-    EXPECT_EQ(c.workers[0]->wait_for(15s), 1) << all_logs(c, ps);
-    EXPECT_EQ(ps[0]->wait_for(15s), 1) << all_logs(c, ps);
-    const std::string out = c.coordinator->output();
-    // The reason names the parameter server; when the membership saw the
-    // task go before a replica's push failed, it names the task and says
-    // where to resume from.
-    EXPECT_NE(out.find("parameter"), std::string::npos) << out;
-    auto latest = checkpoint::Directory(checkpoints, 0).latest();
-    ASSERT_TRUE(latest.has_value()) << out;
-    resumed_at = checkpoint::read(*latest).position.global_step;
-    EXPECT_GE(resumed_at, 100u) << out;
-    EXPECT_LT(resumed_at, 400u) << out;
-  }
-  expect_resume_does_the_rest("ps-resume", job, 400, resumed_at);
+  Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"});
+  auto ps = start_two_ps_tasks(c);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+  ps[1]->signal(SIGKILL);
+  EXPECT_TRUE(wait_for_text(*c.coordinator, "rolled back to step", 20s)) << all_logs(c, ps);
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+  EXPECT_EQ(ps[0]->wait_for(15s), 0) << all_logs(c, ps);
+  const std::string out = c.coordinator->output();
+  const long long back = rolled_back_to(out);
+  EXPECT_GE(back, 100) << out;
+  EXPECT_LT(back, 400) << out;
+  EXPECT_EQ(back % 50, 0) << "not a checkpoint's step: " << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(lost node \d+ \(ps/)"))) << out;
+  EXPECT_NE(out.find("parameter server placed anew on 1 ps task(s): shard(s) 0,1 on node"), std::string::npos) << out;
+  EXPECT_NE(ps[0]->output().find("placed anew: hosting shard(s) 0,1"), std::string::npos) << ps[0]->output();
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.steps, 400) << out;
+  EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice: " << out;
+  EXPECT_EQ(a.pushed, 400 - back) << out;
+  EXPECT_NE(out.find("counted from step " + std::to_string(back)), std::string::npos) << out;
+  EXPECT_GE(a.accuracy, 0.7) << out;
 }
 
-// A ps task asked to stop (SIGTERM, as a scheduler preempting it would): its
-// shards cannot move while the job runs, but their state is whole, so the
-// job checkpoints every shard at the next step boundary and stops within
-// seconds, naming the task, instead of losing everything since the last
-// checkpoint as when a ps task dies. No checkpoint is due before (every
-// 100000 steps), so the one found is the stop's, at the step the job
-// stopped at, and a restart with --resume does exactly the rest. 1800
-// steps leave the stop, asked for at step 120, several seconds to land.
-TEST(PsTasks, APsTaskAskedToStopCheckpointsEveryShardAndTheJobResumesFromThatStep) {
+// In sync mode the replicas hold the state: a ps task killed then loses
+// nothing. Its shards are placed on the other ps task at the next step
+// boundary, no step is rolled back, and the scheduled switch to async later
+// scatters the replicas' state to the shards in their new place.
+TEST(PsTasks, AKilledPsTaskInSyncModeLosesNothingAndTheSwitchToAsyncUsesTheNewPlacement) {
+  Cluster c("ps-kill-sync",
+            std::string(kMlpJob) + "epochs = 1\nsteps = 600\nbatch = 32\nmode = \"sync\"\nswitch = \"400:async\"\n",
+            1, {"--ps-tasks", "2"});
+  auto ps = start_two_ps_tasks(c);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+  ps[1]->signal(SIGKILL);
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+  EXPECT_EQ(ps[0]->wait_for(15s), 0) << all_logs(c, ps);
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("in sync mode the replicas hold the state, so nothing is lost"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rolled back"), std::string::npos) << out;
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.steps, 600) << out;
+  EXPECT_EQ(a.sync, 400) << out;
+  EXPECT_EQ(a.pushed, 200) << out;
+  EXPECT_EQ(a.applied, 200) << out;
+  // Both shards on the one ps task left, each applying every push.
+  EXPECT_NE(out.find("200 applied by the server (by shard: 200, 200)"), std::string::npos) << out;
+}
+
+// A ps task asked to stop (SIGTERM, as a scheduler preempting it would):
+// its shards' state is whole, so at the next step boundary the coordinator
+// gathers it (and checkpoints it), places the shards on the other ps task
+// and goes on from exactly that state: nothing is lost, the job does all
+// its steps, and the leaving task exits with the signal's status.
+TEST(PsTasks, APsTaskAskedToStopHasItsShardsMovedAndNothingIsLost) {
   const std::string checkpoints = temp_dir("ps-term-ckpt");
   const std::string job = std::string(kMlpJob) + "epochs = 2\nsteps = 1800\nbatch = 32\nmode = \"async\"\n" +
                           "checkpoint_every = 100000\ncheckpoint_dir = \"" + checkpoints + "\"\n";
-  std::uint64_t stopped_at = 0;
-  {
-    Cluster c("ps-term", job, 1, {"--ps-tasks", "2"});
-    auto ps = start_two_ps_tasks(c);
-    ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
-    ps[1]->signal(SIGTERM);
-    const auto asked_at = std::chrono::steady_clock::now();
-    EXPECT_EQ(c.coordinator->wait_for(30s), 1) << all_logs(c, ps);
-    EXPECT_LT(std::chrono::steady_clock::now() - asked_at, 15s) << all_logs(c, ps);
-    EXPECT_EQ(c.workers[0]->wait_for(15s), 1) << all_logs(c, ps);
-    EXPECT_EQ(ps[1]->wait_for(15s), 128 + SIGTERM) << all_logs(c, ps);
-    EXPECT_EQ(ps[0]->wait_for(15s), 1) << all_logs(c, ps);
-    const std::string out = c.coordinator->output();
-    EXPECT_NE(out.find("is leaving: stopped by signal " + std::to_string(SIGTERM)), std::string::npos) << out;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(the job stopped at step (\d+) with a checkpoint of every shard)")))
-        << out;
-    stopped_at = std::stoull(m[1]);
-    EXPECT_GE(stopped_at, 120u) << out;
-    EXPECT_LT(stopped_at, 1800u) << out;
-    auto latest = checkpoint::Directory(checkpoints, 0).latest();
-    ASSERT_TRUE(latest.has_value()) << out;
-    EXPECT_EQ(checkpoint::read(*latest).position.global_step, stopped_at) << out;
-    EXPECT_NE(ps[1]->output().find("asking the coordinator to checkpoint and stop"), std::string::npos)
-        << ps[1]->output();
+  Cluster c("ps-term", job, 1, {"--ps-tasks", "2"});
+  auto ps = start_two_ps_tasks(c);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+  ps[1]->signal(SIGTERM);
+  EXPECT_EQ(ps[1]->wait_for(20s), 128 + SIGTERM) << all_logs(c, ps);
+  ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0})) << all_logs(c, ps);
+  EXPECT_EQ(ps[0]->wait_for(15s), 0) << all_logs(c, ps);
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("leaves at the next step boundary (stopped by signal " + std::to_string(SIGTERM) + ")"),
+            std::string::npos)
+      << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(the parameter-server shards moved at step (\d+): .*nothing lost)")))
+      << out;
+  const long long moved = std::stoll(m[1]);
+  EXPECT_GE(moved, 120) << out;
+  EXPECT_LT(moved, 1800) << out;
+  EXPECT_EQ(out.find("rolled back"), std::string::npos) << out;
+  // The gathered state was checkpointed at that step.
+  EXPECT_TRUE(std::filesystem::exists(checkpoint::Directory(checkpoints, 0).path_for_step(moved))) << out;
+  const Accounting a = accounting(out);
+  EXPECT_EQ(a.steps, 1800) << out;
+  EXPECT_EQ(a.pushed, a.applied) << out;
+  EXPECT_EQ(a.pushed, 1800 - moved) << out;
+  EXPECT_NE(ps[1]->output().find("asking the coordinator to move this task's shards"), std::string::npos)
+      << ps[1]->output();
+  EXPECT_NE(ps[1]->output().find("left the job: its shards moved"), std::string::npos) << ps[1]->output();
+  EXPECT_GE(a.accuracy, 0.8) << out;
+}
+
+// ps tasks coming and going on one running job, without a checkpoint
+// directory: a ps task that joins after the start stands by; when the one
+// hosting the shard is killed, the spare takes it and the job rolls back to
+// its start (the only consistent state it has); `troupe ctl drain` of that
+// task, the last one, moves its state out and training pauses until a new
+// ps task joins, which takes the shard with the state gathered at the drain
+// (nothing lost there). Then Ctrl-C stops the job and every process ends.
+TEST(PsTasks, ASpareTakesOverALostPsTaskAndWithNoneLeftTrainingWaitsForANewOne) {
+  const int control_port = troupe::testing::free_loopback_port();
+  Cluster c("ps-spare", std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\n", 1,
+            {"--ps-tasks", "1", "--control", "127.0.0.1:" + std::to_string(control_port)});
+  std::vector<std::unique_ptr<Process>> ps;
+  ps.push_back(start_ps_task(c, 0));
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 20, 180s)) << all_logs(c, ps);
+  ps.push_back(start_ps_task(c, 1));
+  ASSERT_TRUE(wait_for_text(*ps[1], "standing by", 30s)) << all_logs(c, ps);
+  EXPECT_TRUE(wait_for_text(*c.coordinator, "joined: a spare", 10s)) << all_logs(c, ps);
+
+  ps[0]->signal(SIGKILL);
+  ASSERT_TRUE(wait_for_text(*c.coordinator, "rolled back to step 0 (the job's start", 30s)) << all_logs(c, ps);
+  EXPECT_TRUE(wait_for_text(*ps[1], "placed anew: hosting shard(s) 0", 10s)) << all_logs(c, ps);
+
+  // The last ps task drained: 200, it leaves at a step boundary, and
+  // training pauses without a ps task.
+  const std::string index = ps_node_index(*ps[1]);
+  ASSERT_FALSE(index.empty()) << ps[1]->output();
+  Process drain({TROUPE_BINARY, "ctl", "--at", "127.0.0.1:" + std::to_string(control_port), "drain", index},
+                c.dir + "/drain-ps.log");
+  EXPECT_EQ(drain.wait_for(30s), 0) << drain.output();
+  EXPECT_NE(drain.output().find("leaves at the next step boundary: its shards move"), std::string::npos)
+      << drain.output();
+  EXPECT_EQ(ps[1]->wait_for(30s), 0) << all_logs(c, ps);
+  ASSERT_TRUE(wait_for_text(*c.coordinator, "training pauses: no ps task is left", 30s)) << all_logs(c, ps);
+  const auto paused = troupe::testing::http_get(control_port, "/status");
+  EXPECT_NE(paused.body.find("paused: no ps task is left"), std::string::npos) << paused.body;
+
+  ps.push_back(start_ps_task(c, 2));
+  ASSERT_TRUE(wait_for_text(*c.coordinator, "training goes on: the shards are placed on a ps task again", 60s))
+      << all_logs(c, ps);
+  EXPECT_TRUE(wait_for_text(*c.coordinator, "the parameter-server shards moved at step", 10s)) << all_logs(c, ps);
+  EXPECT_TRUE(wait_for_text(*ps[2], "hosting shard(s) 0", 10s)) << all_logs(c, ps);
+  // Training goes on there: the step advances.
+  std::smatch m;
+  std::string moved_log = c.coordinator->output();
+  ASSERT_TRUE(std::regex_search(moved_log, m, std::regex(R"(the parameter-server shards moved at step (\d+))")));
+  const long long moved = std::stoll(m[1]);
+  bool advanced = false;
+  for (int i = 0; i < 300 && !advanced; ++i) {
+    const auto r = troupe::testing::http_get(control_port, "/status");
+    std::smatch s;
+    if (std::regex_search(r.body, s, std::regex(R"("step":(\d+))")) && std::stoll(s[1]) > moved + 20) advanced = true;
+    std::this_thread::sleep_for(100ms);
   }
-  expect_resume_does_the_rest("ps-term-resume", job, 1800, stopped_at);
+  EXPECT_TRUE(advanced) << all_logs(c, ps);
+
+  c.coordinator->signal(SIGINT);
+  EXPECT_NE(c.coordinator->wait_for(30s), -1) << all_logs(c, ps);
+  EXPECT_NE(c.workers[0]->wait_for(15s), -1) << all_logs(c, ps);
+  EXPECT_NE(ps[2]->wait_for(15s), -1) << all_logs(c, ps);
 }
 
 // A coordinator told to wait for ps tasks that never come stops at
-// --wait-timeout with the reason, and a ps task that comes after the start
-// is told it is not used (the shards are placed once).
-TEST(PsTasks, MissingPsTasksStopTheCoordinatorAtTheWaitTimeoutAndALateOneIsTurnedAway) {
+// --wait-timeout with the reason; so does a job whose last ps task is lost
+// and none joins within --wait-timeout (with no checkpoint written then:
+// the shards' state is lost, and the newest checkpoint is the one before),
+// which then resumes on 2 new ps tasks (2 shards from a checkpoint that 1
+// wrote) and does exactly the rest.
+TEST(PsTasks, WithoutAPsTaskTheJobStopsAtTheWaitTimeoutAndTheNewestCheckpointResumesOnOtherPsTasks) {
   {
     Cluster c("ps-missing", std::string(kMlpJob) + "steps = 20\nbatch = 32\nmode = \"async\"\n", 0,
               {"--ps-tasks", "1", "--wait-timeout", "3"}, {}, 1);
@@ -296,19 +389,29 @@ TEST(PsTasks, MissingPsTasksStopTheCoordinatorAtTheWaitTimeoutAndALateOneIsTurne
               std::string::npos)
         << c.logs();
   }
+  const std::string checkpoints = temp_dir("ps-gone-ckpt");
+  const std::string job = std::string(kMlpJob) + "epochs = 1\nsteps = 500\nbatch = 32\nmode = \"async\"\n" +
+                          "checkpoint_every = 50\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+  std::uint64_t resumed_at = 0;
   {
-    Cluster c("ps-late", std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\n", 0,
-              {"--ps-tasks", "1"}, {}, 1);
+    Cluster c("ps-gone", job, 1, {"--ps-tasks", "1", "--wait-timeout", "3"});
     std::vector<std::unique_ptr<Process>> ps;
     ps.push_back(start_ps_task(c, 0));
-    ASSERT_TRUE(wait_for_step(*c.coordinator, 20, 120s)) << all_logs(c, ps);
-    ps.push_back(start_ps_task(c, 1));
-    EXPECT_EQ(ps[1]->wait_for(30s), 1) << all_logs(c, ps);
-    EXPECT_NE(ps[1]->output().find("the job is over: not used"), std::string::npos) << all_logs(c, ps);
-    c.coordinator->signal(SIGINT);
-    EXPECT_NE(c.coordinator->wait_for(30s), -1) << all_logs(c, ps);
-    EXPECT_NE(ps[0]->wait_for(15s), -1) << all_logs(c, ps);
+    ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
+    ps[0]->signal(SIGKILL);
+    EXPECT_EQ(c.coordinator->wait_for(40s), 1) << all_logs(c, ps);
+    EXPECT_EQ(c.workers[0]->wait_for(15s), 1) << all_logs(c, ps);
+    const std::string out = c.coordinator->output();
+    EXPECT_NE(out.find("no ps task is left to host the parameter-server shards"), std::string::npos) << out;
+    EXPECT_NE(out.find("for 3 s (--wait-timeout): the job stops"), std::string::npos) << out;
+    EXPECT_NE(out.find("no checkpoint before stopping"), std::string::npos) << out;
+    auto latest = checkpoint::Directory(checkpoints, 0).latest();
+    ASSERT_TRUE(latest.has_value()) << out;
+    resumed_at = checkpoint::read(*latest).position.global_step;
+    EXPECT_GE(resumed_at, 100u) << out;
+    EXPECT_LT(resumed_at, 500u) << out;
   }
+  expect_resume_does_the_rest("ps-gone-resume", job, 500, resumed_at);
 }
 
 }  // namespace
