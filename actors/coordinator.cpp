@@ -101,6 +101,7 @@ struct CoordinatorState {
   bool rollback_point_saved = false;     // it is a checkpoint file
   std::int64_t server_base_step = 0;     // the global step the server's counters count from
   int rollbacks_in_a_row = 0;            // without a step reported in between
+  int placements_in_a_row = 0;           // of the shards, the same
   static inline const char* name = "coordinator";
 };
 
@@ -234,12 +235,28 @@ void log_line(const std::string& line);
 
 // ---- state gathering and transitions ----
 
-// A step-boundary action could not reach the parameter server because a ps
-// task was lost meanwhile: the rollback that is due replaces what it would
-// have read, so it is skipped (said in the log) instead of failing the job.
+void need_rollback(Self* self, const std::string& why);
+
+// A step-boundary action could not reach the parameter server's shards on
+// ps tasks: a ps task was lost (the front hears of it from its link before
+// the job's thread hears it from the membership) or leaves. The shards are
+// placed anew first (and, in async, the state rolled back), which replaces
+// what the action would have read or written, so it is skipped (said in
+// the log) instead of failing the job.
 bool skipped_for_rollback(Self* self, const std::string& action, const caf::error& e) {
-  if (!self->state.rollback_due) return false;
-  log_line(action + " skipped: " + self->system().render(e) + " (a ps task was lost; the job rolls back first)");
+  auto& s = self->state;
+  if (!s.config.ps_tasks) return false;
+  const std::string why = self->system().render(e);
+  if (!s.replace_due) {
+    if (s.mode.uses_server()) {
+      need_rollback(self, action + " failed (" + why + ")");
+    } else {
+      s.replace_due = true;
+      log_line(action + " failed (" + why + "): a ps task is lost; its shards are placed anew at the next step " +
+               "boundary (in sync mode the replicas hold the state: nothing is lost)");
+    }
+  }
+  log_line(action + " skipped: " + why + " (the parameter-server shards are placed anew first)");
   return true;
 }
 
@@ -701,6 +718,11 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   }
   s.form_attempts = 0;
   const bool was_waiting_for_ps = s.waiting_for_ps;
+  if (f.parameter_server && ++s.placements_in_a_row > 4) {
+    fail_job(self, "the parameter-server shards were placed anew " + std::to_string(s.placements_in_a_row - 1) +
+                       " times in a row without a step between: the job stops");
+    return;
+  }
   if (f.parameter_server) {
     // The shards were placed anew: their new front from now on.
     s.config.parameter_server = f.parameter_server;
@@ -780,7 +802,15 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
             if (st.replace_due) st.view_change_due = true;
             then();
           },
-            [=](caf::error& e) { fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " + self->system().render(e)); });
+            [=](caf::error& e) {
+              if (skipped_for_rollback(self, "telling the server about view " + std::to_string(self->state.view), e)) {
+                self->state.view_change_due = true;  // the next view places the shards
+                then();
+                return;
+              }
+              fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " +
+                                 self->system().render(e));
+            });
 }
 
 // The view placed the shards anew: every replica and shard takes the
@@ -982,7 +1012,18 @@ void run_actions(Self* self) {
               self->state.t_resume = Clock::now();
               extend(self);
             },
-            [=](caf::error& e) { fail_job(self, "resuming: " + self->system().render(e)); });
+            [=](caf::error& e) {
+              // A ps task lost as training resumed: the boundary that places
+              // its shards anew is already running, or starts now.
+              if (skipped_for_rollback(self, "resuming", e)) {
+                auto& st = self->state;
+                st.view_change_due = true;
+                st.pausing = true;
+                if (!st.busy && !st.forming && quiescent(st)) on_quiescent(self);
+                return;
+              }
+              fail_job(self, "resuming: " + self->system().render(e));
+            });
     return;
   }
   Action a = std::move(s.actions.front());
@@ -1423,6 +1464,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         }
         st.idle_boundaries = 0;
         st.rollbacks_in_a_row = 0;
+        st.placements_in_a_row = 0;
         if (st.config.metrics) st.config.metrics->record_step(r);
         st.last_reports[static_cast<std::size_t>(r.rank)] = r;
         const std::int64_t before = min_clock(st);

@@ -52,26 +52,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 2' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# The highest "epoch 1 step N/" the coordinator logged (0 before any).
-coordinator_step() {
-  grep -o 'epoch 1 step [0-9]*' "$1" 2>/dev/null | awk '{ if ($4 > m) m = $4 } END { print m + 0 }'
-}
-
-# Waits until a child of this shell ended: RC = its exit status (124 after
-# `limit` s). Not in a $(...) subshell: only this shell can reap its children.
-wait_exit() {
-  local pid=$1 end=$((SECONDS + $2))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS >= end)); then RC=124; return; fi
-    sleep 0.1
-  done
-  wait "$pid" 2>/dev/null
-  RC=$?
-}
+# free_port, coordinator_step, wait_exit
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
 
 start_worker() {  # log file; LASTPID = the pid
   "$BIN" node --join "$ADDR" --devices cpu:0 --timeout 30 --rejoin-timeout 0 >"$1" 2>&1 &
