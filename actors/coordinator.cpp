@@ -909,6 +909,7 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
     log_line(line);
     if (st.config.timeline) st.config.timeline->instant(loss ? "rollback" : "shards moved", st.global_step, line);
     st.result.rollbacks.push_back(line);
+    if (st.config.metrics) st.config.metrics->record_shards_placed(loss);
     // A ps task lost while this view formed: the next view places them again.
     if (st.replace_due) st.view_change_due = true;
     then();

@@ -117,6 +117,11 @@ void JobMetrics::staleness_from_reports() {
   staleness_from_reports_ = true;
 }
 
+void JobMetrics::record_shards_placed(bool rolled_back) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  (rolled_back ? rollbacks_ : moves_) += 1;
+}
+
 void JobMetrics::record_push_staleness(std::uint32_t view, int rank, std::int64_t updates) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int node = node_of(view, rank);
@@ -174,6 +179,16 @@ std::string JobMetrics::prometheus_text() const {
     f.push_back(std::move(info));
     f.push_back(std::move(replicas));
     f.push_back(std::move(step));
+  }
+  if (staleness_from_reports_) {
+    Family placed{"troupe_ps_placements_total",
+                  "Placements of the parameter-server shards on the ps tasks while the job ran (a ps task lost or "
+                  "leaving): restored=\"rollback\" went back to the newest checkpoint or the start (its steps are "
+                  "trained again), restored=\"gathered\" restored the state gathered at that step boundary.",
+                  Type::counter, {}, {}};
+    placed.values.push_back({{{"restored", "rollback"}}, rollbacks_});
+    placed.values.push_back({{{"restored", "gathered"}}, moves_});
+    f.push_back(std::move(placed));
   }
   Family examples{"troupe_examples_total", "Training examples the replicas have trained on, as their step reports "
                                            "said; rate() gives samples per second.",

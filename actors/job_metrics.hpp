@@ -61,6 +61,10 @@ class JobMetrics {
   // now on record_step records each push's staleness from its report
   // (StepReport::staleness, when measured).
   void staleness_from_reports();
+  // Shards on ps tasks placed anew while the job ran (a ps task lost or
+  // leaving), the state restored being the rollback point (`rolled_back`:
+  // steps are trained again) or the one gathered at that boundary.
+  void record_shards_placed(bool rolled_back);
 
   std::string prometheus_text() const;
 
@@ -90,6 +94,9 @@ class JobMetrics {
   std::vector<int> rank_node_;
   std::vector<std::int64_t> rank_clock_;  // -1: no report in this view yet
   std::map<int, std::int64_t> node_step_;  // a node's slowest replica's clock
+  // Placements of the shards while the job ran, by what they restored;
+  // shown once the job has ps tasks (staleness_from_reports).
+  double rollbacks_ = 0, moves_ = 0;
   // By node (-1 on one host). A node that left keeps its histograms and
   // counters: they are cumulative, and Prometheus keeps what it scraped.
   std::map<int, NodeSeries> by_node_;

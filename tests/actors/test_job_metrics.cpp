@@ -168,6 +168,24 @@ TEST(JobMetrics, StalenessFromReportsOnlyWhenTheShardsRunElsewhere) {
   EXPECT_EQ(sample(text, "troupe_push_seconds_count{node=\"1\"}"), "3");
 }
 
+// Shards on ps tasks placed anew while the job runs: counted by what the
+// placement restored, and only in a job whose shards run on ps tasks.
+TEST(JobMetrics, ShardPlacementsAreCountedByWhatTheyRestored) {
+  JobMetrics m(Mode::parse("async"), 2, /*cluster=*/true);
+  EXPECT_LACKS(m.prometheus_text(), "troupe_ps_placements_total");
+  m.staleness_from_reports();
+  std::string text = m.prometheus_text();
+  EXPECT_CONTAINS(text, "# TYPE troupe_ps_placements_total counter");
+  EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"rollback\"}"), "0");
+  EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"gathered\"}"), "0");
+  m.record_shards_placed(true);
+  m.record_shards_placed(true);
+  m.record_shards_placed(false);
+  text = m.prometheus_text();
+  EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"rollback\"}"), "2");
+  EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"gathered\"}"), "1");
+}
+
 // A real job: sync for 40 steps, then async, on two replicas.
 TEST(JobMetrics, ARealJobsCountsMatchItsAccounting) {
   JobConfig c;
