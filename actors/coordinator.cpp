@@ -159,6 +159,31 @@ std::int64_t next_boundary(const CoordinatorState& s) { return s.seg_start + s.s
 
 float current_lr(const CoordinatorState& s) { return s.config.schedule->at(s.global_step, s.epoch); }
 
+// The data segment training starts in at s.epoch, and what that epoch
+// trained before it: the segment a checkpoint recorded (a resume, or a
+// rollback to it), or the epoch's beginning.
+void enter_segment(CoordinatorState& s, const DataStart& d) {
+  if (d.segment_clock >= 0) {
+    s.seg_start = d.segment_clock;
+    s.seg_offset = d.offset;
+    s.seg_steps = segment_steps(s, d.offset, s.config.replicas, s.batch);
+    s.epoch_steps_before = d.steps_before;
+    s.epoch_examples = d.epoch_examples;
+    s.epoch_unscored = d.epoch_unscored;
+    s.epoch_correct = d.epoch_correct;
+    s.epoch_loss_sum = d.epoch_loss_sum;
+    s.resumed_mid_epoch = d.mid_epoch();
+  } else {
+    s.seg_start = s.epoch * s.config.batches_per_epoch;
+    s.seg_offset = 0;
+    s.seg_steps = s.config.batches_per_epoch;
+    s.epoch_steps_before = 0;
+    s.epoch_examples = s.epoch_unscored = s.epoch_correct = 0;
+    s.epoch_loss_sum = 0;
+    s.resumed_mid_epoch = false;
+  }
+}
+
 void send_grant(Self* self, int r) {
   auto& s = self->state;
   if (!alive(s, static_cast<std::size_t>(r))) return;
@@ -797,6 +822,9 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
               restore_rollback_point(self, then);
               return;
             }
+            // Placed in sync mode: the replicas hold the state.
+            if (plan.replace_shards && f.parameter_server && st.config.metrics)
+              st.config.metrics->record_shards_placed(JobMetrics::Restored::none);
             // The shards must still be placed anew (a ps task was lost while
             // this view formed): the next view does it.
             if (st.replace_due) st.view_change_due = true;
@@ -863,22 +891,7 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
     st.clocks = plan.clocks;
     st.grants = plan.clocks;
     st.last_reports.assign(st.clocks.size(), StepReport{});
-    const DataStart& d = plan.start;
-    if (d.segment_clock >= 0) {
-      st.seg_start = d.segment_clock;
-      st.seg_offset = d.offset;
-      st.epoch_steps_before = d.steps_before;
-    } else {
-      st.seg_start = st.clocks.empty() ? 0 : st.clocks[0];
-      st.seg_offset = 0;
-      st.epoch_steps_before = 0;
-    }
-    st.seg_steps = segment_steps(st, st.seg_offset, st.config.replicas, st.batch);
-    st.epoch_examples = d.epoch_examples;
-    st.epoch_unscored = d.epoch_unscored;
-    st.epoch_correct = d.epoch_correct;
-    st.epoch_loss_sum = d.epoch_loss_sum;
-    st.resumed_mid_epoch = d.mid_epoch();
+    enter_segment(st, plan.start);
     st.views_in_epoch = 0;
     st.announced_epoch = -1;
     // Scheduled switches after the point happen again; evaluations and
@@ -909,7 +922,8 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
     log_line(line);
     if (st.config.timeline) st.config.timeline->instant(loss ? "rollback" : "shards moved", st.global_step, line);
     st.result.rollbacks.push_back(line);
-    if (st.config.metrics) st.config.metrics->record_shards_placed(loss);
+    if (st.config.metrics)
+      st.config.metrics->record_shards_placed(loss ? JobMetrics::Restored::rollback : JobMetrics::Restored::gathered);
     // A ps task lost while this view formed: the next view places them again.
     if (st.replace_due) st.view_change_due = true;
     then();
@@ -1401,22 +1415,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.epoch = s.config.start.epoch;
   // The first segment: the whole epoch in the first view, or on resume the
   // segment the checkpoint recorded (or a new one from where it stood).
-  const DataStart& d = s.config.start_data;
-  if (d.segment_clock >= 0) {
-    s.seg_start = d.segment_clock;
-    s.seg_offset = d.offset;
-    s.seg_steps = segment_steps(s, d.offset, s.config.replicas, s.batch);
-    s.epoch_steps_before = d.steps_before;
-    s.epoch_examples = d.epoch_examples;
-    s.epoch_unscored = d.epoch_unscored;
-    s.epoch_correct = d.epoch_correct;
-    s.epoch_loss_sum = d.epoch_loss_sum;
-    s.resumed_mid_epoch = d.mid_epoch();
-  } else {
-    s.seg_start = s.epoch * s.config.batches_per_epoch;
-    s.seg_offset = 0;
-    s.seg_steps = s.config.batches_per_epoch;
-  }
+  enter_segment(s, s.config.start_data);
   s.result.mode_history.push_back(s.mode.str() + "@" + std::to_string(s.global_step));
   // Scheduled switches already in the past (a resumed job) are skipped.
   while (s.next_switch < s.config.switches.size() && s.config.switches[s.next_switch].step < s.global_step)

@@ -117,9 +117,13 @@ void JobMetrics::staleness_from_reports() {
   staleness_from_reports_ = true;
 }
 
-void JobMetrics::record_shards_placed(bool rolled_back) {
+void JobMetrics::record_shards_placed(Restored restored) {
   std::lock_guard<std::mutex> lock(mutex_);
-  (rolled_back ? rollbacks_ : moves_) += 1;
+  switch (restored) {
+    case Restored::none: placed_none_ += 1; break;
+    case Restored::gathered: placed_gathered_ += 1; break;
+    case Restored::rollback: placed_rollback_ += 1; break;
+  }
 }
 
 void JobMetrics::record_push_staleness(std::uint32_t view, int rank, std::int64_t updates) {
@@ -184,10 +188,12 @@ std::string JobMetrics::prometheus_text() const {
     Family placed{"troupe_ps_placements_total",
                   "Placements of the parameter-server shards on the ps tasks while the job ran (a ps task lost or "
                   "leaving): restored=\"rollback\" went back to the newest checkpoint or the start (its steps are "
-                  "trained again), restored=\"gathered\" restored the state gathered at that step boundary.",
+                  "trained again), restored=\"gathered\" restored the state gathered at that step boundary, "
+                  "restored=\"none\" was in sync mode (the replicas held the state).",
                   Type::counter, {}, {}};
-    placed.values.push_back({{{"restored", "rollback"}}, rollbacks_});
-    placed.values.push_back({{{"restored", "gathered"}}, moves_});
+    placed.values.push_back({{{"restored", "rollback"}}, placed_rollback_});
+    placed.values.push_back({{{"restored", "gathered"}}, placed_gathered_});
+    placed.values.push_back({{{"restored", "none"}}, placed_none_});
     f.push_back(std::move(placed));
   }
   Family examples{"troupe_examples_total", "Training examples the replicas have trained on, as their step reports "

@@ -62,9 +62,12 @@ class JobMetrics {
   // (StepReport::staleness, when measured).
   void staleness_from_reports();
   // Shards on ps tasks placed anew while the job ran (a ps task lost or
-  // leaving), the state restored being the rollback point (`rolled_back`:
-  // steps are trained again) or the one gathered at that boundary.
-  void record_shards_placed(bool rolled_back);
+  // leaving), and what state the job then restored.
+  enum class Restored { none, gathered, rollback };
+  //   none       sync mode: the replicas held the state, nothing restored
+  //   gathered   the state gathered at that step boundary (nothing lost)
+  //   rollback   the newest checkpoint or the start (steps trained again)
+  void record_shards_placed(Restored restored);
 
   std::string prometheus_text() const;
 
@@ -96,7 +99,7 @@ class JobMetrics {
   std::map<int, std::int64_t> node_step_;  // a node's slowest replica's clock
   // Placements of the shards while the job ran, by what they restored;
   // shown once the job has ps tasks (staleness_from_reports).
-  double rollbacks_ = 0, moves_ = 0;
+  double placed_none_ = 0, placed_gathered_ = 0, placed_rollback_ = 0;
   // By node (-1 on one host). A node that left keeps its histograms and
   // counters: they are cumulative, and Prometheus keeps what it scraped.
   std::map<int, NodeSeries> by_node_;

@@ -178,12 +178,14 @@ TEST(JobMetrics, ShardPlacementsAreCountedByWhatTheyRestored) {
   EXPECT_CONTAINS(text, "# TYPE troupe_ps_placements_total counter");
   EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"rollback\"}"), "0");
   EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"gathered\"}"), "0");
-  m.record_shards_placed(true);
-  m.record_shards_placed(true);
-  m.record_shards_placed(false);
+  m.record_shards_placed(JobMetrics::Restored::rollback);
+  m.record_shards_placed(JobMetrics::Restored::rollback);
+  m.record_shards_placed(JobMetrics::Restored::gathered);
+  m.record_shards_placed(JobMetrics::Restored::none);
   text = m.prometheus_text();
   EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"rollback\"}"), "2");
   EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"gathered\"}"), "1");
+  EXPECT_EQ(sample(text, "troupe_ps_placements_total{restored=\"none\"}"), "1");
 }
 
 // A real job: sync for 40 steps, then async, on two replicas.

@@ -29,12 +29,9 @@
 # Exit status: 0 when every trial passed, 1 otherwise, 2 on bad usage.
 set -u
 
-BIN=${1:-}
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then
-  echo "usage: $0 PATH/TO/troupe" >&2
-  exit 2
-fi
-BIN=$(readlink -f "$BIN")
+# free_port, coordinator_step, wait_exit, chaos_*
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+chaos_binary "${1:-}"
 TRIALS=${TROUPE_CHAOS_TRIALS:-20}
 MODES=${TROUPE_CHAOS_MODES:-"sync async ssp:2"}
 FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave})
@@ -42,18 +39,7 @@ SEED=${TROUPE_CHAOS_SEED:-$(date +%s)}
 DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
 RANDOM=$SEED
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/troupe-chaos.XXXXXX")
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  if [[ "${TROUPE_CHAOS_KEEP:-0}" == 1 ]]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 2' INT TERM
-
-# free_port, coordinator_step, wait_exit
-source "$(dirname "$(readlink -f "$0")")/lib.sh"
+chaos_folder troupe-chaos
 
 start_worker() {  # log file; LASTPID = the pid
   "$BIN" node --join "$ADDR" --devices cpu:0 --timeout 30 --rejoin-timeout 0 >"$1" 2>&1 &
@@ -143,11 +129,7 @@ for mode in $MODES; do
     elif [[ $result == pass && $mode == sync ]] && ! grep -q "replicas agree bitwise" "$dir/coordinator.log"; then
       result=fail; why="the sync replicas were not found bitwise equal"
     fi
-    case $result in
-      pass) PASS[$mode]=$((PASS[$mode] + 1)) ;;
-      fail) FAIL[$mode]=$((FAIL[$mode] + 1)); overall=1 ;;
-      hang) HANG[$mode]=$((HANG[$mode] + 1)); overall=1 ;;
-    esac
+    chaos_count "$mode" "$result"
     acc=$(grep -o 'test accuracy [0-9.]*' "$dir/coordinator.log" | tail -1 | awk '{print $3}')
     printf '%-6s trial %2d: %-10s at step %3d: %s (%d view change(s), %d s, test accuracy %s)%s\n' \
       "$mode" "$t" "$fault" "$at" "$result" "$views" $((SECONDS - started)) "${acc:-?}" "${why:+: $why}"
@@ -159,9 +141,5 @@ for mode in $MODES; do
     PIDS=()
   done
 done
-echo
-echo "summary (seed $SEED):"
-for mode in $MODES; do
-  printf '  %-6s %d trial(s): %d passed, %d failed, %d hung\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" "${HANG[$mode]}"
-done
+chaos_summary
 exit $overall

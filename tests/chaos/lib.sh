@@ -21,3 +21,49 @@ wait_exit() {
   wait "$pid" 2>/dev/null
   RC=$?
 }
+
+# The troupe binary from the command line ($1): BIN, or usage and exit 2.
+chaos_binary() {
+  BIN=${1:-}
+  if [[ -z "$BIN" || ! -x "$BIN" ]]; then
+    echo "usage: $0 PATH/TO/troupe" >&2
+    exit 2
+  fi
+  BIN=$(readlink -f "$BIN")
+}
+
+# TMP, a folder for the trials' logs, and the traps that leave nothing
+# behind: every process in PIDS is killed on exit, and TMP removed unless
+# TROUPE_CHAOS_KEEP=1.
+chaos_folder() {
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  PIDS=()
+  trap chaos_cleanup EXIT
+  trap 'exit 2' INT TERM
+}
+chaos_cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  if [[ "${TROUPE_CHAOS_KEEP:-0}" == 1 ]]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
+}
+
+# Counts a trial's result ($1 mode, $2 pass|fail|hang) in PASS, FAIL, HANG
+# (associative arrays by mode) and `overall` (1 after any failure or hang).
+chaos_count() {
+  case $2 in
+    pass) PASS[$1]=$((PASS[$1] + 1)) ;;
+    fail) FAIL[$1]=$((FAIL[$1] + 1)); overall=1 ;;
+    hang) HANG[$1]=$((HANG[$1] + 1)); overall=1 ;;
+  esac
+}
+
+# The summary of every mode in MODES, TRIALS each, with SEED.
+chaos_summary() {
+  local mode
+  echo
+  echo "summary (seed $SEED):"
+  for mode in $MODES; do
+    printf '  %-6s %d trial(s): %d passed, %d failed, %d hung\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" \
+      "${HANG[$mode]}"
+  done
+}

@@ -33,12 +33,9 @@
 # Exit status: 0 when every trial passed, 1 otherwise, 2 on bad usage.
 set -u
 
-BIN=${1:-}
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then
-  echo "usage: $0 PATH/TO/troupe" >&2
-  exit 2
-fi
-BIN=$(readlink -f "$BIN")
+# free_port, coordinator_step, wait_exit, chaos_*
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+chaos_binary "${1:-}"
 TRIALS=${TROUPE_CHAOS_TRIALS:-20}
 MODES=${TROUPE_CHAOS_MODES:-"async ssp:2 sync"}
 FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain spare})
@@ -47,18 +44,7 @@ DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
 STEPS=1500  # of 2 epochs of 1875 steps: the job ends by its step limit
 RANDOM=$SEED
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/troupe-pschaos.XXXXXX")
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  if [[ "${TROUPE_CHAOS_KEEP:-0}" == 1 ]]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 2' INT TERM
-
-# free_port, coordinator_step, wait_exit
-source "$(dirname "$(readlink -f "$0")")/lib.sh"
+chaos_folder troupe-pschaos
 
 start_ps() {  # log file; LASTPID = the pid
   "$BIN" node --ps --join "$ADDR" --timeout 30 >"$1" 2>&1 &
@@ -169,11 +155,7 @@ for mode in $MODES; do
     elif [[ $result == pass && $mode == sync ]] && ! grep -q "replicas agree bitwise" "$out"; then
       result=fail; why="the sync replicas were not found bitwise equal"
     fi
-    case $result in
-      pass) PASS[$mode]=$((PASS[$mode] + 1)) ;;
-      fail) FAIL[$mode]=$((FAIL[$mode] + 1)); overall=1 ;;
-      hang) HANG[$mode]=$((HANG[$mode] + 1)); overall=1 ;;
-    esac
+    chaos_count "$mode" "$result"
     back=$(grep -oE 'rolled back to step [0-9]+' "$out" | head -1 | awk '{print $5}')
     acc=$(grep -o 'test accuracy [0-9.]*' "$out" | tail -1 | awk '{print $3}')
     printf '%-6s trial %2d: %-6s ps %d at step %3d: %s (%s%d s, test accuracy %s)%s\n' \
@@ -186,9 +168,5 @@ for mode in $MODES; do
     PIDS=()
   done
 done
-echo
-echo "summary (seed $SEED):"
-for mode in $MODES; do
-  printf '  %-6s %d trial(s): %d passed, %d failed, %d hung\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" "${HANG[$mode]}"
-done
+chaos_summary
 exit $overall
