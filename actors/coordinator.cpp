@@ -930,6 +930,19 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
   };
   auto left = std::make_shared<int>(world);
   auto failed = std::make_shared<bool>(false);
+  // A replica or shard lost while the state is restored (a second fault):
+  // nothing of the coordinator's position is changed, and the next view
+  // restores the same point again on who is left (bounded above).
+  auto again = [=](const std::string& what, const caf::error& e) {
+    auto& st = self->state;
+    log_line("restoring the state failed (" + what + ": " + self->system().render(e) +
+             "); the next view places the shards and restores it again");
+    if (!st.restore_due) st.rollback_due = true;
+    st.replace_due = true;
+    st.view_change_due = true;
+    st.pausing = true;
+    then();
+  };
   for (int r = 0; r < world; ++r) {
     const data::Cursor at = plan.cursors[static_cast<std::size_t>(r)];
     self->request(s.config.devices[static_cast<std::size_t>(r)], s.config.timeout, set_state_atom::value, state,
@@ -944,14 +957,12 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
               self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value,
                             state)
                   .then([=](caf::ok_atom) { finish_restore(); },
-                        [=](caf::error& e) {
-                          fail_job(self, "restoring the parameter server's state: " + self->system().render(e));
-                        });
+                        [=](caf::error& e) { again("the parameter server", e); });
             },
             [=](caf::error& e) {
               if (*failed) return;
               *failed = true;
-              fail_job(self, "restoring replica " + std::to_string(r) + "'s state: " + self->system().render(e));
+              again("replica " + std::to_string(r), e);
             });
   }
 }

@@ -67,26 +67,20 @@ std::string list_of(const std::vector<std::int32_t>& xs) {
 
 }  // namespace
 
-int run_ps_task(const NodeOptions& options) {
-  auto log = logger(options);
-  const net::Secret secret = net::Secret::load(options.secret_file);
-  net::check_clear_links(secret, options.insecure);
-  if (options.insecure) log(links_line(secret, options));
-  const std::string name = node_name("ps");
-  net::JoinRelayConfig rc;
-  rc.gate_address = options.join;
-  rc.handshake = handshake_config(secret, options, name);
-  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
-  rc.log = log;
-  std::unique_ptr<net::JoinRelay> relay;
-  try {
-    relay = std::make_unique<net::JoinRelay>(rc);
-  } catch (const std::exception& e) {
-    log("cannot join " + options.join + ": " + e.what());
-    return 1;
-  }
+namespace {
 
+// One membership of this ps task in a job, joined through `relay`: its exit
+// status, and whether it ended because the coordinator was lost (it may
+// then join a restarted one, as a worker does).
+struct PsSessionEnd {
   int status = 1;
+  bool coordinator_lost = false;
+};
+
+PsSessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, const net::Secret& secret,
+                            const std::string& name, const std::function<void(const std::string&)>& log) {
+  int status = 1;
+  bool coordinator_lost = false;
   int data_fd = -1;
   // The system's shutdown has a deadline, as a job's (run_with_bounded_
   // shutdown, replica.hpp): CAF 0.17 may keep an ended actor referenced
@@ -255,8 +249,10 @@ int run_ps_task(const NodeOptions& options) {
               return caf::ok_atom::value;
             },
             [&](caf::down_msg& down) {
-              if (down.source == membership.address())
+              if (down.source == membership.address()) {
                 failure = "lost the coordinator at " + options.join + ": " + system.render(down.reason);
+                coordinator_lost = true;
+              }
             },
             caf::after(std::chrono::milliseconds(100)) >> [&] {
               if (const int sig = ps_signal.load()) {
@@ -300,7 +296,46 @@ int run_ps_task(const NodeOptions& options) {
     shutdown();
     relay->stop();
   }, std::chrono::seconds(2));
-  return status;
+  return PsSessionEnd{status, coordinator_lost};
+}
+
+}  // namespace
+
+int run_ps_task(const NodeOptions& options) {
+  auto log = logger(options);
+  const net::Secret secret = net::Secret::load(options.secret_file);
+  net::check_clear_links(secret, options.insecure);
+  if (options.insecure) log(links_line(secret, options));
+  const std::string name = node_name("ps");
+  net::JoinRelayConfig rc;
+  rc.gate_address = options.join;
+  rc.handshake = handshake_config(secret, options, name);
+  rc.timeout = std::min(options.join_timeout, options.wait_timeout);
+  rc.log = log;
+  bool rejoining = false;
+  for (;;) {
+    std::unique_ptr<net::JoinRelay> relay;
+    try {
+      relay = std::make_unique<net::JoinRelay>(rc);
+    } catch (const std::exception& e) {
+      log(std::string(rejoining ? "gave up rejoining " : "cannot join ") + options.join + ": " + e.what());
+      return 1;
+    }
+    const PsSessionEnd end = run_ps_session(options, relay.get(), secret, name, log);
+    // Coordinator loss: a coordinator started again there with --resume
+    // goes on from its newest checkpoint and places the shards on the ps
+    // tasks that join it: this one stays up and joins it again, for
+    // --rejoin-timeout, as a worker does.
+    if (!end.coordinator_lost || options.rejoin_timeout.count() <= 0 || ps_signal.load() != 0) return end.status;
+    // While it waits for the coordinator, a signal ends the task at once.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    rejoining = true;
+    rc.timeout = options.rejoin_timeout;
+    log("rejoining " + options.join + " for up to " +
+        net::describe_seconds(std::chrono::duration<double>(options.rejoin_timeout).count()) +
+        " (--rejoin-timeout): restart the coordinator with --resume to go on from its newest checkpoint");
+  }
 }
 
 }  // namespace troupe::actors

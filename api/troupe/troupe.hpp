@@ -471,9 +471,10 @@ struct ClusterOptions {
   double join_timeout_s = 30;    // worker: reaching the coordinator
   double wait_timeout_s = 600;   // waiting for the nodes / for the job to start
   double timeout_s = 60;         // any one collective or remote request
-  // worker: after losing the coordinator, keep trying to join it again for
-  // this long, so that a chief restarted with resume = true goes on with
-  // this process (`troupe node` defaults to 120 s); 0: return at once.
+  // worker and ps task (serve_parameter_server): after losing the
+  // coordinator, keep trying to join it again for this long, so that a
+  // chief restarted with resume = true goes on with this process (`troupe
+  // node` defaults to 120 s); 0: return at once.
   double rejoin_timeout_s = 0;
 };
 

@@ -380,6 +380,51 @@ TEST(PsTasks, ASpareTakesOverALostPsTaskAndWithNoneLeftTrainingWaitsForANewOne) 
   EXPECT_NE(ps[2]->wait_for(15s), -1) << all_logs(c, ps);
 }
 
+// Coordinator loss: a ps task, like a worker, does not exit; it keeps
+// trying to join the same address (--rejoin-timeout), and a coordinator
+// restarted there with --resume places the shards on it again, scatters the
+// newest checkpoint's state to them and finishes the job, without the ps
+// task or the worker being restarted.
+TEST(PsTasks, APsTaskRejoinsACoordinatorRestartedWithResume) {
+  const std::string dir = temp_dir("ps-rejoin");
+  const std::string job = write_file(dir, "job.toml",
+                                     std::string(kMlpJob) + "epochs = 1\nsteps = 600\nbatch = 32\nmode = \"async\"\n" +
+                                         "checkpoint_every = 40\ncheckpoint_dir = \"" + dir + "/ckpt\"\n");
+  const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
+  auto coordinator_args = [&](bool resume) {
+    std::vector<std::string> a{TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes", "2",
+                               "--ps-tasks", "1", "--devices", "cpu:0", "--timeout", "30", "--wait-timeout", "60",
+                               "--log-every", "20"};
+    if (resume) a.push_back("--resume");
+    return a;
+  };
+  auto first = std::make_unique<Process>(coordinator_args(false), dir + "/coordinator1.log");
+  Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--timeout", "30"},
+                 dir + "/worker.log");
+  Process ps({TROUPE_BINARY, "node", "--ps", "--join", address, "--timeout", "30"}, dir + "/ps.log");
+  ASSERT_TRUE(first->wait_for_output("(step 80)", 120s)) << first->output() << ps.output();
+  first->signal(SIGKILL);
+  ASSERT_EQ(first->wait_for(10s), 128 + SIGKILL);
+  ASSERT_TRUE(ps.wait_for_output("rejoining " + address, 10s)) << ps.output();
+  EXPECT_TRUE(ps.running()) << "the ps task exited after losing its coordinator:\n" << ps.output();
+  std::this_thread::sleep_for(1s);
+  Process second(coordinator_args(true), dir + "/coordinator2.log");
+  const int coordinator_status = second.wait_for(180s);
+  const int worker_status = worker.wait_for(30s);
+  const int ps_status = ps.wait_for(30s);
+  const std::string logs = "--- first coordinator:\n" + first->output() + "--- restarted coordinator:\n" +
+                           second.output() + "--- worker:\n" + worker.output() + "--- ps task:\n" + ps.output();
+  EXPECT_EQ(coordinator_status, 0) << logs;
+  EXPECT_EQ(worker_status, 0) << logs;
+  EXPECT_EQ(ps_status, 0) << logs;
+  EXPECT_NE(second.output().find("resumed from"), std::string::npos) << logs;
+  EXPECT_NE(second.output().find("starting with 2 node(s), 2 replica(s) and 1 ps task(s)"), std::string::npos) << logs;
+  const Accounting a = accounting(second.output());
+  EXPECT_EQ(a.steps, 600) << logs;
+  EXPECT_EQ(a.pushed, a.applied) << logs;
+  EXPECT_NE(ps.output().find("the job is done"), std::string::npos) << logs;
+}
+
 // A coordinator told to wait for ps tasks that never come stops at
 // --wait-timeout with the reason; so does a job whose last ps task is lost
 // and none joins within --wait-timeout (with no checkpoint written then:
