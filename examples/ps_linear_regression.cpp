@@ -25,12 +25,19 @@
 //     task notice the lost coordinator and stop; then it starts the cluster
 //     again (the chief with resume = true, a worker and the ps task, on
 //     fresh ports) and the job continues from the chief's newest checkpoint
-//     to the end (the checkpoint's state goes to the new ps task's shard).
+//     to the end (the checkpoint's state goes to the new ps task's shard);
+//   - with --kill-ps: the launcher kills the ps task with SIGKILL mid-run
+//     (after the chief's first periodic checkpoint) and starts a new one;
+//     nothing else is restarted. The chief notices the lost ps task at once,
+//     rolls the job back to its newest checkpoint (the shard's state died
+//     with the task), pauses until the new ps task joins, places the shard
+//     on it and goes on to the end. TF1's job would have stopped.
 //
 // How to run (from the build directory's parent):
 //   build/examples/ps_linear_regression                     # launches chief and worker itself (free ports)
 //   build/examples/ps_linear_regression --kill-and-resume   # ... kills the chief mid-run and resumes
 //   build/examples/ps_linear_regression --short --kill-and-resume   # the test's form: seconds
+//   build/examples/ps_linear_regression --short --kill-ps           # a ps task killed and replaced
 // or one process per task (the launcher prints these lines), e.g.
 //   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"],"ps":["127.0.0.1:7002"]},
 //     "task":{"type":"worker","index":0}}' build/examples/ps_linear_regression --task 0 --dir runs/ps
@@ -117,6 +124,8 @@ int main(int argc, char** argv) {
   args.option("--deadline", "300", "seconds the launcher waits for the processes before killing them");
   args.flag("--resume", "task mode, chief: continue from the newest checkpoint in --dir");
   args.flag("--kill-and-resume", "launcher: kill the chief (SIGKILL) after its first checkpoint, then resume");
+  args.flag("--kill-ps", "launcher: kill the ps task (SIGKILL) after the chief's first checkpoint and start a new one: "
+                         "the job rolls back to that checkpoint and goes on");
   args.flag("--short", "400 steps, a checkpoint every 50, 10 ms per step: seconds");
   args.parse();
   const bool short_run = args.has("--short");
@@ -260,7 +269,7 @@ int main(int argc, char** argv) {
       ++i;
       continue;
     }
-    if (a == "--kill-and-resume") continue;
+    if (a == "--kill-and-resume" || a == "--kill-ps") continue;
     forwarded.push_back(a);
   }
   const std::string logs = (std::filesystem::temp_directory_path() / ("troupe-ps-" + std::to_string(getpid()))).string();
@@ -268,25 +277,26 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);  // a fresh run: no old checkpoints to resume from by accident
   std::filesystem::create_directories(dir);
 
+  // One task of the cluster; `resume` adds --resume to the chief.
+  auto start = [&](const std::vector<std::string>& workers, const std::vector<std::string>& ps,
+                   const std::string& type, std::size_t i, bool resume, const std::string& phase) {
+    std::vector<std::string> a{argv[0], "--task", std::to_string(i)};
+    a.insert(a.end(), forwarded.begin(), forwarded.end());
+    if (type == "ps") a.insert(a.end(), {"--job", "ps"});
+    if (resume && type == "worker" && i == 0) a.push_back("--resume");
+    const std::string spec = cluster_json(workers, ps, type, static_cast<int>(i));
+    std::string line = "TROUPE_CLUSTER='" + spec + "'";
+    for (const auto& s : a) line += " " + s;
+    std::printf("launching: %s\n", line.c_str());
+    return std::make_unique<examples::Child>(a, spec, logs + "/" + phase + type + std::to_string(i) + ".log");
+  };
   // Starts chief, worker and ps tasks (children in that order: workers,
-  // then ps tasks); `resume` adds --resume to the chief.
+  // then ps tasks).
   auto launch = [&](const std::vector<std::string>& workers, const std::vector<std::string>& ps, bool resume,
                     const std::string& phase) {
     std::vector<std::unique_ptr<examples::Child>> children;
-    auto start = [&](const std::string& type, std::size_t i) {
-      std::vector<std::string> a{argv[0], "--task", std::to_string(i)};
-      a.insert(a.end(), forwarded.begin(), forwarded.end());
-      if (type == "ps") a.insert(a.end(), {"--job", "ps"});
-      if (resume && type == "worker" && i == 0) a.push_back("--resume");
-      const std::string spec = cluster_json(workers, ps, type, static_cast<int>(i));
-      std::string line = "TROUPE_CLUSTER='" + spec + "'";
-      for (const auto& s : a) line += " " + s;
-      std::printf("launching: %s\n", line.c_str());
-      children.push_back(
-          std::make_unique<examples::Child>(a, spec, logs + "/" + phase + type + std::to_string(i) + ".log"));
-    };
-    for (std::size_t i = 0; i < workers.size(); ++i) start("worker", i);
-    for (std::size_t i = 0; i < ps.size(); ++i) start("ps", i);
+    for (std::size_t i = 0; i < workers.size(); ++i) children.push_back(start(workers, ps, "worker", i, resume, phase));
+    for (std::size_t i = 0; i < ps.size(); ++i) children.push_back(start(workers, ps, "ps", i, resume, phase));
     return children;
   };
   auto report = [&](std::vector<std::unique_ptr<examples::Child>>& children, const std::string& phase,
@@ -319,26 +329,46 @@ int main(int argc, char** argv) {
   std::printf("cluster: chief (worker 0) %s, worker 1 %s, ps %s; async SGD, %lld steps, a checkpoint every %lld\n",
               workers[0].c_str(), workers.size() > 1 ? workers[1].c_str() : "-",
               ps.empty() ? "none (the parameter server runs on the chief)" : ps_text.c_str(), steps, every);
+  if (args.has("--kill-and-resume") && args.has("--kill-ps")) args.fail("--kill-and-resume and --kill-ps: one at a time");
+  if (args.has("--kill-ps") && ps.empty()) args.fail("--kill-ps needs a ps task (not --ps none)");
   auto children = launch(workers, ps, false, "");
   bool ok = true;
-  if (args.has("--kill-and-resume")) {
-    // Wait for the chief's first checkpoint, then kill it mid-run.
+  // Waits for the chief's first periodic checkpoint (past the one written
+  // at the start); false, having said why, when there is none in time.
+  auto first_checkpoint = [&]() {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(deadline);
     std::optional<std::string> latest;
     while (std::chrono::steady_clock::now() < end && !children[0]->done()) {
       latest = troupe::latest_checkpoint(dir);
-      if (latest && step_of(*latest) >= every) break;  // past the one written at the start
+      if (latest && step_of(*latest) >= every) break;
       latest.reset();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (!latest || children[0]->done()) {
-      examples::wait_all(pointers(children), std::chrono::seconds(1));
-      report(children, "", workers.size());
-      std::fprintf(stderr, "error: the chief %s before its first checkpoint\n",
-                   children[0]->done() ? "ended" : "wrote no checkpoint in time");
-      return 1;
-    }
+    if (latest && !children[0]->done()) return true;
+    examples::wait_all(pointers(children), std::chrono::seconds(1));
+    report(children, "", workers.size());
+    std::fprintf(stderr, "error: the chief %s before its first checkpoint\n",
+                 children[0]->done() ? "ended" : "wrote no checkpoint in time");
+    return false;
+  };
+  std::unique_ptr<examples::Child> killed_ps;  // --kill-ps: reported, not counted as a failure
+  if (args.has("--kill-ps")) {
+    if (!first_checkpoint()) return 1;
+    // The ps task dies with its shard; nothing else is restarted. A new ps
+    // task with the same place in the spec joins the running job.
+    killed_ps = std::move(children[workers.size()]);
+    killed_ps->kill_now();
+    const auto latest = troupe::latest_checkpoint(dir);
+    std::printf("killed ps task 0 (SIGKILL) after the chief's checkpoint at step %lld; starting a new ps task: the "
+                "chief rolls back to its newest checkpoint and places the shard on it\n",
+                latest ? step_of(*latest) : -1LL);
+    children[workers.size()] = start(workers, ps, "ps", 0, false, "new ");
+  }
+  if (args.has("--kill-and-resume")) {
+    // Wait for the chief's first checkpoint, then kill it mid-run.
+    if (!first_checkpoint()) return 1;
     children[0]->kill_now();
+    std::optional<std::string> latest;
     latest = troupe::latest_checkpoint(dir);
     std::printf("killed the chief (SIGKILL) at checkpoint step %lld (%s)\n", latest ? step_of(*latest) : -1LL,
                 latest ? latest->c_str() : "none");
@@ -356,6 +386,11 @@ int main(int argc, char** argv) {
   // would otherwise wait for it until its cluster timeout.
   const bool in_time =
       examples::wait_all(pointers(children), std::chrono::seconds(deadline), examples::OnFailure::stop_the_rest);
+  if (killed_ps) {
+    killed_ps->done();
+    std::printf("---- killed ps 0 (exit status %d)\n", killed_ps->status);
+    examples::print_prefixed("[killed ps 0] ", killed_ps->output());
+  }
   report(children, args.has("--kill-and-resume") ? "resumed " : "", workers.size());
   for (auto& c : children) ok = ok && c->status == 0;
   std::filesystem::remove_all(logs);

@@ -234,6 +234,27 @@ TEST(Examples, PsLinearRegressionKilledAndResumed) {
   EXPECT_NEAR(number_after(tail, "b = "), 0.0, 0.1) << r.output;
 }
 
+// The ps task killed mid-run and a new one started in its place, nothing
+// else restarted: the chief rolls back to its newest checkpoint, places the
+// shard on the new task and finishes the job, where TF1's would stop.
+TEST(Examples, PsLinearRegressionSurvivesItsPsTaskKilled) {
+  const std::string dir = temp("ps-kill");
+  Result r = run(EXAMPLE_PS_LINEAR_REGRESSION, "--short --kill-ps --deadline 120 --dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "killed ps task 0 (SIGKILL) after the chief's checkpoint at step ");
+  EXPECT_CONTAINS(r.output, "---- killed ps 0 (exit status 137)");
+  EXPECT_CONTAINS(r.output, "[worker 0] coordinator: rolled back to step ");
+  EXPECT_GE(number_after(r.output, "[worker 0] coordinator: rolled back to step "), 50);
+  EXPECT_CONTAINS(r.output, "[ps 0] troupe node: placed anew: hosting shard(s) 0 (16 floats)");
+  EXPECT_CONTAINS(r.output, "[ps 0] ps task 0: the job is done");
+  EXPECT_CONTAINS(r.output, "[worker 0] chief: 400 steps");
+  const std::size_t at = r.output.find("ps_linear_regression: final checkpoint");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string tail = r.output.substr(at);
+  EXPECT_NEAR(number_after(tail, ": w = "), 2.0, 0.1) << r.output;
+  EXPECT_NEAR(number_after(tail, "b = "), 0.0, 0.1) << r.output;
+}
+
 TEST(Examples, ClusterExamplesRefuseBadArguments) {
   for (const char* example : {EXAMPLE_MULTIWORKER, EXAMPLE_PS_LINEAR_REGRESSION}) {
     Result r = run(example, "--workers 127.0.0.1,127.0.0.1:9");
