@@ -6,7 +6,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <memory>
 
 #include "actors/messages.hpp"
 #include "net/cluster/auth.hpp"
@@ -113,6 +115,32 @@ std::string links_line(const net::Secret& secret, const NodeOptions& options) {
            "connection. Use it only on a network you trust as much as the hosts themselves";
   return "cluster secret from " + secret.origin() +
          ": every link to another node is sealed after the handshake (AES-256-GCM)";
+}
+
+int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc, const std::function<void(const std::string&)>& log,
+                 const std::function<SessionEnd(net::JoinRelay&)>& session, const std::function<bool()>& stopped,
+                 const std::function<void()>& before_rejoin) {
+  bool rejoining = false;
+  for (;;) {
+    std::unique_ptr<net::JoinRelay> relay;
+    try {
+      relay = std::make_unique<net::JoinRelay>(rc);
+    } catch (const std::exception& e) {
+      log(std::string(rejoining ? "gave up rejoining " : "cannot join ") + options.join + ": " + e.what());
+      return 1;
+    }
+    const SessionEnd end = session(*relay);
+    if (!end.coordinator_lost || options.rejoin_timeout.count() <= 0 || stopped()) return end.status;
+    if (before_rejoin) before_rejoin();
+    // While it waits for the coordinator, a signal ends the node at once.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    rejoining = true;
+    rc.timeout = options.rejoin_timeout;
+    log("rejoining " + options.join + " for up to " +
+        net::describe_seconds(std::chrono::duration<double>(options.rejoin_timeout).count()) +
+        " (--rejoin-timeout): restart the coordinator with --resume to go on from its newest checkpoint");
+  }
 }
 
 }  // namespace troupe::actors::node_support

@@ -51,4 +51,23 @@ std::string links_line(const net::Secret& secret, const NodeOptions& options);
 // sealed (--insecure)", "not sealed (no secret: loopback peers only)".
 std::string links_status(const net::Secret& secret, const NodeOptions& options);
 
+// One membership of a worker or ps task in a job: its exit status, and
+// whether it ended because the coordinator was lost.
+struct SessionEnd {
+  int status = 1;
+  bool coordinator_lost = false;
+};
+
+// A worker's or ps task's sessions (worker_node.cpp, ps_node.cpp): joins
+// through a relay made from `rc` and runs `session` on it. When a session
+// ends because the coordinator was lost, the node stays up and joins the
+// same address again for --rejoin-timeout (a coordinator restarted there
+// with --resume takes it back, from its newest checkpoint), with default
+// signal handling while it waits; not when `stopped` (a signal asked this
+// node to stop). `before_rejoin` runs before each new attempt. Returns the
+// exit status of the last session (1 when a join fails).
+int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc, const std::function<void(const std::string&)>& log,
+                 const std::function<SessionEnd(net::JoinRelay&)>& session, const std::function<bool()>& stopped,
+                 const std::function<void()>& before_rejoin = nullptr);
+
 }  // namespace troupe::actors::node_support

@@ -72,12 +72,7 @@ namespace {
 // One membership of this ps task in a job, joined through `relay`: its exit
 // status, and whether it ended because the coordinator was lost (it may
 // then join a restarted one, as a worker does).
-struct PsSessionEnd {
-  int status = 1;
-  bool coordinator_lost = false;
-};
-
-PsSessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, const net::Secret& secret,
+SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, const net::Secret& secret,
                             const std::string& name, const std::function<void(const std::string&)>& log) {
   int status = 1;
   bool coordinator_lost = false;
@@ -296,7 +291,7 @@ PsSessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, c
     shutdown();
     relay->stop();
   }, std::chrono::seconds(2));
-  return PsSessionEnd{status, coordinator_lost};
+  return SessionEnd{status, coordinator_lost};
 }
 
 }  // namespace
@@ -312,30 +307,13 @@ int run_ps_task(const NodeOptions& options) {
   rc.handshake = handshake_config(secret, options, name);
   rc.timeout = std::min(options.join_timeout, options.wait_timeout);
   rc.log = log;
-  bool rejoining = false;
-  for (;;) {
-    std::unique_ptr<net::JoinRelay> relay;
-    try {
-      relay = std::make_unique<net::JoinRelay>(rc);
-    } catch (const std::exception& e) {
-      log(std::string(rejoining ? "gave up rejoining " : "cannot join ") + options.join + ": " + e.what());
-      return 1;
-    }
-    const PsSessionEnd end = run_ps_session(options, relay.get(), secret, name, log);
-    // Coordinator loss: a coordinator started again there with --resume
-    // goes on from its newest checkpoint and places the shards on the ps
-    // tasks that join it: this one stays up and joins it again, for
-    // --rejoin-timeout, as a worker does.
-    if (!end.coordinator_lost || options.rejoin_timeout.count() <= 0 || ps_signal.load() != 0) return end.status;
-    // While it waits for the coordinator, a signal ends the task at once.
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    rejoining = true;
-    rc.timeout = options.rejoin_timeout;
-    log("rejoining " + options.join + " for up to " +
-        net::describe_seconds(std::chrono::duration<double>(options.rejoin_timeout).count()) +
-        " (--rejoin-timeout): restart the coordinator with --resume to go on from its newest checkpoint");
-  }
+  // Coordinator loss: a coordinator started again there with --resume goes
+  // on from its newest checkpoint and places the shards on the ps tasks
+  // that join it: this one stays up and joins it again, for
+  // --rejoin-timeout, as a worker does.
+  return run_sessions(
+      options, rc, log, [&](net::JoinRelay& relay) { return run_ps_session(options, &relay, secret, name, log); },
+      [] { return ps_signal.load() != 0; });
 }
 
 }  // namespace troupe::actors

@@ -173,10 +173,6 @@ namespace {
 // One membership of this worker in a job: join through `relay`, train until
 // the job ends, end every actor. Says whether it ended because the
 // coordinator was lost (the worker may then rejoin a restarted one).
-struct SessionEnd {
-  int status = 1;
-  bool coordinator_lost = false;
-};
 
 SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBackstop& backstop,
                        const std::string& name, const net::Secret& secret, const std::string& local_fingerprint,
@@ -489,31 +485,16 @@ int run_worker(const NodeOptions& options) {
   rc.timeout = std::min(options.join_timeout, options.wait_timeout);
   rc.log = log;
   ExitBackstop backstop(log);
-  bool rejoining = false;
-  for (;;) {
-    std::unique_ptr<net::JoinRelay> relay;
-    try {
-      relay = std::make_unique<net::JoinRelay>(rc);
-    } catch (const std::exception& e) {
-      log(std::string(rejoining ? "gave up rejoining " : "cannot join ") + options.join + ": " + e.what());
-      return 1;
-    }
-    const SessionEnd end = run_session(options, *relay, backstop, name, secret, local_fingerprint, devices, log);
-    // Coordinator loss: the coordinator is the job's chief, and one started
-    // again with --resume goes on from its newest checkpoint. This node
-    // stays up and joins it again (the coordinator installs the
-    // checkpoint's state on every replica), for --rejoin-timeout.
-    if (!end.coordinator_lost || options.rejoin_timeout.count() <= 0 || worker_signal.load() != 0) return end.status;
-    backstop.disarm();
-    // While it waits for the coordinator, a signal ends this node at once.
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    rejoining = true;
-    rc.timeout = options.rejoin_timeout;
-    log("rejoining " + options.join + " for up to " +
-        net::describe_seconds(std::chrono::duration<double>(options.rejoin_timeout).count()) +
-        " (--rejoin-timeout): restart the coordinator with --resume to go on from its newest checkpoint");
-  }
+  // Coordinator loss: the coordinator is the job's chief, and one started
+  // again with --resume goes on from its newest checkpoint. This node stays
+  // up and joins it again (the coordinator installs the checkpoint's state
+  // on every replica), for --rejoin-timeout.
+  return run_sessions(
+      options, rc, log,
+      [&](net::JoinRelay& relay) {
+        return run_session(options, relay, backstop, name, secret, local_fingerprint, devices, log);
+      },
+      [] { return worker_signal.load() != 0; }, [&] { backstop.disarm(); });
 }
 
 }  // namespace troupe::actors
