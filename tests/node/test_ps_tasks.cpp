@@ -32,10 +32,10 @@ std::unique_ptr<Process> start_ps_task(const Cluster& c, int k, std::vector<std:
 }
 
 // Two ps tasks joining the cluster's coordinator.
-std::vector<std::unique_ptr<Process>> start_two_ps_tasks(const Cluster& c) {
+std::vector<std::unique_ptr<Process>> start_two_ps_tasks(const Cluster& c, const std::vector<std::string>& env = {}) {
   std::vector<std::unique_ptr<Process>> ps;
-  ps.push_back(start_ps_task(c, 0));
-  ps.push_back(start_ps_task(c, 1));
+  ps.push_back(start_ps_task(c, 0, env));
+  ps.push_back(start_ps_task(c, 1, env));
   return ps;
 }
 
@@ -221,13 +221,15 @@ std::string ps_node_index(const Process& p) {
 // every replica and shard back to the newest checkpoint (never a mix of old
 // and new parameters); the job then does the rest of its steps and every
 // process but the killed one ends 0. The counts in the summary start at the
-// checkpoint: each push after it applied once.
+// checkpoint: each push after it applied once. With a cluster secret: the
+// new push links are sealed as the first were.
 TEST(PsTasks, AKilledPsTaskRollsTheJobBackToTheNewestCheckpointAndItGoesOnOnTheOtherPsTask) {
   const std::string checkpoints = temp_dir("ps-kill-ckpt");
   const std::string job = std::string(kMlpJob) + "epochs = 1\nsteps = 400\nbatch = 32\nmode = \"async\"\n" +
                           "checkpoint_every = 50\ncheckpoint_dir = \"" + checkpoints + "\"\n";
-  Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"});
-  auto ps = start_two_ps_tasks(c);
+  const std::vector<std::string> env{"TROUPE_SECRET=ps-kill-test-secret-0123456789abcdef"};
+  Cluster c("ps-kill", job, 1, {"--ps-tasks", "2"}, env);
+  auto ps = start_two_ps_tasks(c, env);
   ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
   ps[1]->signal(SIGKILL);
   EXPECT_TRUE(wait_for_text(*c.coordinator, "rolled back to step", 20s)) << all_logs(c, ps);
@@ -240,7 +242,10 @@ TEST(PsTasks, AKilledPsTaskRollsTheJobBackToTheNewestCheckpointAndItGoesOnOnTheO
   EXPECT_EQ(back % 50, 0) << "not a checkpoint's step: " << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(lost node \d+ \(ps/)"))) << out;
   EXPECT_NE(out.find("parameter server placed anew on 1 ps task(s): shard(s) 0,1 on node"), std::string::npos) << out;
-  EXPECT_NE(ps[0]->output().find("placed anew: hosting shard(s) 0,1"), std::string::npos) << ps[0]->output();
+  EXPECT_NE(ps[0]->output().find("placed anew: hosting shard(s) 0,1 (235152 floats) for 2 replica(s); pushes on the "
+                                 "data plane, sealed (AES-256-GCM)"),
+            std::string::npos)
+      << ps[0]->output();
   const Accounting a = accounting(out);
   EXPECT_EQ(a.steps, 400) << out;
   EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice: " << out;
