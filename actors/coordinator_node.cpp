@@ -363,6 +363,9 @@ class CoordinatorCluster final : public ClusterHooks {
                    nccl_id);
     } catch (const std::exception& e) {
       out.error = e.what();
+      // Members lost meanwhile: the coordinator forms the next view without them.
+      for (const auto& n : ready_)
+        if (gone_->contains(n.index)) out.lost.push_back(n.index);
       return out;
     }
     // Every node's replicas, in rank order.
@@ -709,6 +712,16 @@ class CoordinatorCluster final : public ClusterHooks {
       tc.listen_fd = ::dup(data_fd_);
       if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
       tc.authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
+      // A node of the view lost while the ring connects (the membership
+      // marks it gone at once): give up now, and the view is formed again
+      // without it, instead of waiting for the connect timeout.
+      std::vector<int> members;
+      for (const auto& n : ready_) members.push_back(n.index);
+      tc.abandon = [gone = gone_, members]() -> std::string {
+        for (int k : members)
+          if (gone->contains(k)) return "node " + std::to_string(k) + " of the view was lost";
+        return "";
+      };
       across = net::make_tcp_group(tc);
     }
     // This host's replicas: local or nccl by their devices (collective_choice.hpp).

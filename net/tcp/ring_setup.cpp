@@ -55,17 +55,34 @@ wire::Hello my_hello(const TcpGroupConfig& c) {
   return h;
 }
 
+// Throws CollectiveError(aborted) when the group's `abandon` says why.
+void give_up_if_abandoned(const TcpGroupConfig& c) {
+  if (!c.abandon) return;
+  const std::string why = c.abandon();
+  if (!why.empty())
+    throw CollectiveError(CollectiveErrorKind::aborted, "tcp group rank " + std::to_string(c.rank) + " of " +
+                                                            std::to_string(c.addresses.size()) + ": gave up connecting: " +
+                                                            why);
+}
+
 // Connects to rank r+1 until `deadline`; returns the link or throws
-// CollectiveError(timeout) with the last reason.
+// CollectiveError(timeout) with the last reason, or CollectiveError(aborted)
+// as soon as `abandon` answers.
 Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
   const int world = static_cast<int>(c.addresses.size());
   const int next = (c.rank + 1) % world;
   const std::string& address = c.addresses[static_cast<std::size_t>(next)];
   std::string last = "nothing tried";
   while (Clock::now() < deadline) {
+    give_up_if_abandoned(c);
     int fd = -1;
     try {
-      fd = wire::connect_tcp(address, deadline);
+      // With `abandon`, one connect attempt lasts at most a second (a
+      // refused one returns at once and is retried), so that `abandon` is
+      // asked between them even when SYNs to a dead host go unanswered; a
+      // second is far above any round trip a cluster has.
+      fd = wire::connect_tcp(address, c.abandon ? std::min(deadline, Clock::now() + std::chrono::seconds(1))
+                                                : deadline);
       Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
       wire::write_hello(link.fd, link.sealer.get(), my_hello(c), deadline);
       const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), deadline), c, next);
@@ -128,7 +145,13 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
                                      std::to_string(pending[i].expected) + " bytes) in " + format_timeout(c.options.timeout)
                                : "sent nothing within " + format_timeout(c.options.timeout));
     if (now >= deadline) break;
-    Deadline wake = deadline;
+    try {
+      give_up_if_abandoned(c);
+    } catch (...) {
+      for (auto& p : pending) ::close(p.fd);
+      throw;
+    }
+    Deadline wake = c.abandon ? std::min(deadline, now + std::chrono::milliseconds(100)) : deadline;
     for (const auto& p : pending) wake = std::min(wake, p.until);
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
     for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});

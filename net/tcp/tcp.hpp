@@ -108,6 +108,12 @@ struct TcpGroupConfig {
   // record as soon as it is sealed. -1: from the cores this machine has
   // (ring_seal_helpers); 0: none, the I/O threads do all the AES-GCM.
   int seal_helpers = -1;
+  // Asked while the ring connects (every 100 ms when waiting for the
+  // previous rank, between connect attempts of at most 1 s): a non-empty answer
+  // (a peer known to be gone, say) gives up at once with that reason, as a
+  // CollectiveError of kind aborted, instead of waiting for connect_timeout.
+  // Null: wait.
+  std::function<std::string()> abandon;
 };
 
 // The helpers a sealed ring uses per direction when seal_helpers is -1: a

@@ -14,6 +14,8 @@
 #   drain       `troupe ctl drain N` of a random ps task (the same)
 #   spare       a third ps task joins (it stands by) and then one of the
 #               first two is killed: the spare takes shards
+#   both        kill -9 of the worker and of a random ps task together: the
+#               coordinator's replica goes on alone, on the ps task left
 #
 # A trial passes when the coordinator exits 0 within the deadline with the
 # job's every step done, its log shows what the fault must cause (a
@@ -26,7 +28,7 @@
 #   tests/chaos/ps_chaos.sh build/cli/troupe
 #   TROUPE_CHAOS_TRIALS=20        trials per mode (default 20)
 #   TROUPE_CHAOS_MODES="async ssp:2 sync"
-#   TROUPE_CHAOS_FAULTS="kill stop term drain spare"
+#   TROUPE_CHAOS_FAULTS="kill stop term drain spare both"
 #   TROUPE_CHAOS_SEED=N           the random schedule (default: the time)
 #   TROUPE_CHAOS_DEADLINE=240     seconds a trial may take
 #   TROUPE_CHAOS_KEEP=1           keep the logs
@@ -38,7 +40,7 @@ source "$(dirname "$(readlink -f "$0")")/lib.sh"
 chaos_binary "${1:-}"
 TRIALS=${TROUPE_CHAOS_TRIALS:-20}
 MODES=${TROUPE_CHAOS_MODES:-"async ssp:2 sync"}
-FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain spare})
+FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain spare both})
 SEED=${TROUPE_CHAOS_SEED:-$(date +%s)}
 DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
 STEPS=1500  # of 2 epochs of 1875 steps: the job ends by its step limit
@@ -71,7 +73,7 @@ for mode in $MODES; do
     ADDR="127.0.0.1:$(free_port)"
     CONTROL="127.0.0.1:$(free_port)"
     started=$SECONDS
-    "$BIN" node --listen "$ADDR" --job "$dir/job.toml" --min-nodes 2 --ps-tasks 2 --devices cpu:0 \
+    "$BIN" node --listen "$ADDR" --job "$dir/job.toml" --start-nodes 2 --min-nodes 1 --ps-tasks 2 --devices cpu:0 \
       --log-every 10 --timeout 30 --wait-timeout 60 --control "$CONTROL" >"$dir/coordinator.log" 2>&1 &
     coord=$!
     "$BIN" node --join "$ADDR" --devices cpu:0 --timeout 30 --rejoin-timeout 0 >"$dir/worker.log" 2>&1 &
@@ -89,6 +91,7 @@ for mode in $MODES; do
     # the shards are only placed anew; a leaving task's shards move.
     lost_line="rolled back to step"
     [[ $mode == sync ]] && lost_line="parameter server placed anew on 1 ps task"
+    worker_exit=0
     case $fault in
       kill) kill -9 "$target"; expect_exit[$victim]=-1; want="$lost_line" ;;
       stop) kill -STOP "$target"; expect_exit[$victim]=-1; want="$lost_line" ;;
@@ -106,6 +109,7 @@ for mode in $MODES; do
         kill -9 "$target"; expect_exit[$victim]=-1
         want="parameter server placed anew on 2 ps task"
         ;;
+      both) kill -9 "$worker" "$target"; worker_exit=-1; expect_exit[$victim]=-1; want="$lost_line" ;;
     esac
     [[ $mode == sync && $fault == drain ]] && want="parameter server placed anew on 1 ps task"
     [[ $mode == sync && $fault == term ]] && want="parameter server placed anew on 1 ps task"
@@ -119,10 +123,14 @@ for mode in $MODES; do
     elif [[ $rc != 0 ]]; then
       result=fail; why="the coordinator exited $rc: $(grep -E 'failed|error' "$dir/coordinator.log" | tail -1)"
     fi
-    wait_exit "$worker" 15
-    if [[ $result == pass && $RC != 0 ]]; then
-      [[ $RC == 124 ]] && result=hang || result=fail
-      why="the worker exited $RC"
+    if [[ $worker_exit == -1 ]]; then
+      wait "$worker" 2>/dev/null
+    else
+      wait_exit "$worker" 15
+      if [[ $result == pass && $RC != 0 ]]; then
+        [[ $RC == 124 ]] && result=hang || result=fail
+        why="the worker exited $RC"
+      fi
     fi
     for i in 0 1; do
       if [[ ${expect_exit[$i]} == -1 ]]; then kill -9 "${ps[$i]}" 2>/dev/null; wait "${ps[$i]}" 2>/dev/null; continue; fi
@@ -152,7 +160,7 @@ for mode in $MODES; do
       result=fail; why="the job ended at step ${steps:-?}, not $STEPS"
     elif [[ $result == pass && "$pushed" != "$applied" ]]; then
       result=fail; why="$pushed pushed but $applied applied"
-    elif [[ $result == pass && $mode == sync ]] && ! grep -q "replicas agree bitwise" "$out"; then
+    elif [[ $result == pass && $mode == sync && $fault != both ]] && ! grep -q "replicas agree bitwise" "$out"; then
       result=fail; why="the sync replicas were not found bitwise equal"
     fi
     chaos_count "$mode" "$result"
