@@ -563,7 +563,13 @@ void member_event(Self* self, const MemberEvent& e) {
       forget_join();
       if (first < 0) return;  // not in this view (it had left already)
       for (int r = first; r < first + count; ++r) s.alive[static_cast<std::size_t>(r)] = false;
-      if (!leaving) s.leaves.push_back(e.node);
+      if (leaving) {
+        // Already left out of the view that is due or forming (it drained,
+        // or a view that could not form lost it): that view is enough.
+        log_line(e.what + " (already left out of the next view)");
+        return;
+      }
+      s.leaves.push_back(e.node);
       log_line(e.what + "; the survivors go on in a new view");
       queue_view_change(self);
       return;

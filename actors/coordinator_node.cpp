@@ -325,7 +325,14 @@ class CoordinatorCluster final : public ClusterHooks {
       if (gone_->contains(n.index)) continue;
       (removed ? leaving : members).push_back(n);
     }
-    newcomers_.clear();
+    // The newcomers of a view that did not form have not taken the job's
+    // state yet: they are newcomers of this one too.
+    std::vector<int> carried;
+    if (!last_formed_)
+      for (int k : newcomers_)
+        if (!gone_->contains(k)) carried.push_back(k);
+    newcomers_ = carried;
+    last_formed_ = false;
     for (const auto& n : pending_) {
       if (gone_->contains(n.index)) continue;
       if (options_.max_nodes > 0 && static_cast<int>(members.size()) + 1 >= options_.max_nodes) break;
@@ -366,6 +373,7 @@ class CoordinatorCluster final : public ClusterHooks {
       // Members lost meanwhile: the coordinator forms the next view without them.
       for (const auto& n : ready_)
         if (gone_->contains(n.index)) out.lost.push_back(n.index);
+      give_up_view(self, plan.view, out.error);
       return out;
     }
     // Every node's replicas, in rank order.
@@ -427,8 +435,13 @@ class CoordinatorCluster final : public ClusterHooks {
     }
     if (!out.error.empty()) {
       for (auto& c : collectives) c->abort(out.error);
+      if (out.lost.empty())
+        for (const auto& n : ready_)
+          if (gone_->contains(n.index)) out.lost.push_back(n.index);
+      give_up_view(self, plan.view, out.error);
       return out;
     }
+    last_formed_ = true;
     for (auto& [k, devices] : by_node) {
       (void)k;
       for (auto& d : devices) out.devices.push_back(d);
@@ -438,6 +451,15 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
   std::vector<int> newcomers() const override { return newcomers_; }
+
+  // A view that will not form: its members still connecting the ring (to a
+  // member that is gone, say) give up now and wait for the next view
+  // (worker_node.cpp), instead of waiting out the connect deadline and
+  // leaving the job.
+  void give_up_view(caf::scoped_actor& self, std::uint32_t view, const std::string& why) {
+    for (const auto& n : ready_)
+      if (!gone_->contains(n.index)) self->send(n.handle, abort_view_atom::value, view, why);
+  }
 
   std::vector<PsTask> ps_tasks() const override { return ps_tasks_; }
 
@@ -783,7 +805,8 @@ class CoordinatorCluster final : public ClusterHooks {
   std::shared_ptr<GoneNodes> gone_ = std::make_shared<GoneNodes>();
   std::vector<ReadyNode> ready_;     // the current view's nodes, in rank order
   std::vector<ReadyNode> pending_;   // joined after the start, waiting for a view
-  std::vector<int> newcomers_;       // entered the last view formed
+  std::vector<int> newcomers_;       // entered the last view formed (or tried to)
+  bool last_formed_ = true;          // the last view tried formed
   std::vector<MemberEvent> events_;  // heard while forming a view
   std::uint32_t view_ = 0;
   std::int64_t batch_ = 1;           // per replica

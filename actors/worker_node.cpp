@@ -42,6 +42,25 @@ using namespace node_support;
 std::atomic<int> worker_signal{0};
 extern "C" void on_worker_signal(int signal) { worker_signal.store(signal); }
 
+// Why the coordinator gave up the view this node is connecting into, or ""
+// (TcpGroupConfig::abandon): stored by the node's thread, read by the ring
+// set-up's connecting thread too.
+class ViewAbandon {
+ public:
+  void give_up(std::string why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (why_.empty()) why_ = std::move(why);
+  }
+  std::string reason() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string why_;
+};
+
 // ---------------------------------------------------------------------------
 // The parameter server as a worker's devices see it.
 //
@@ -265,6 +284,10 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
           // one connects the data plane anew and moves the replicas into it.
           [&](form_atom, const FormView& f, const caf::actor& parameter_server) {
             auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+            // Set when the coordinator gives this view up while the ring
+            // connects (another member was lost): this node then waits for
+            // the next view instead of ending (ViewAbandon below).
+            auto abandoned = std::make_shared<ViewAbandon>();
             try {
               // The collectives of the view before are done with.
               for (auto& c : collectives) c->abort("view " + std::to_string(f.view) + " replaces it");
@@ -286,6 +309,20 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
                 if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
                 tc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
+                // The coordinator's abort of this view (a member lost while
+                // the ring connects, whose peers would otherwise wait out
+                // the connect deadline and end): read from the mailbox on
+                // this thread, which the ring set-up asks every 100 ms; its
+                // connecting thread sees the reason once it is stored.
+                tc.abandon = [&self, abandoned, owner = std::this_thread::get_id(), view = f.view]() -> std::string {
+                  if (std::this_thread::get_id() == owner && abandoned->reason().empty())
+                    self->receive(
+                        [&](abort_view_atom, std::uint32_t v, const std::string& why) {
+                          if (v == view) abandoned->give_up("the coordinator gave view " + std::to_string(v) + " up: " + why);
+                        },
+                        caf::after(std::chrono::milliseconds(0)) >> [] {});
+                  return abandoned->reason();
+                };
                 std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
                 // This node's replicas: local or nccl by their devices (collective_choice.hpp).
                 for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
@@ -371,6 +408,13 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(f.world) +
                   (f.nccl_id.empty() ? "" : ", one NCCL group across the nodes"));
             } catch (const std::exception& e) {
+              if (!abandoned->reason().empty()) {
+                // The coordinator forms the next view without the lost
+                // member; this node is in it.
+                log("view " + std::to_string(f.view) + " did not form (" + abandoned->reason() +
+                    "); waiting for the next");
+                return;
+              }
               self->send(coordinator, formed_atom::value, f.view, f.node_rank, std::vector<caf::actor>{},
                          std::string(e.what()));
               // Not entering a view is this node's end in the job (the

@@ -77,15 +77,19 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
     give_up_if_abandoned(c);
     int fd = -1;
     try {
-      // With `abandon`, one connect attempt lasts at most a second (a
-      // refused one returns at once and is retried), so that `abandon` is
-      // asked between them even when SYNs to a dead host go unanswered; a
-      // second is far above any round trip a cluster has.
-      fd = wire::connect_tcp(address, c.abandon ? std::min(deadline, Clock::now() + std::chrono::seconds(1))
-                                                : deadline);
-      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
-      wire::write_hello(link.fd, link.sealer.get(), my_hello(c), deadline);
-      const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), deadline), c, next);
+      // With `abandon`, the TCP connect lasts at most a second (a refused
+      // one returns at once and is retried) and the handshake after it at
+      // most 3 s, so that `abandon` is asked between attempts even when
+      // SYNs to a dead host go unanswered or a stopped peer's kernel
+      // accepts the connection and nothing answers; both are far above the
+      // round trips a cluster has.
+      const auto now = Clock::now();
+      const Deadline connected = c.abandon ? std::min(deadline, now + std::chrono::seconds(1)) : deadline;
+      const Deadline greeted = c.abandon ? std::min(deadline, now + std::chrono::seconds(3)) : deadline;
+      fd = wire::connect_tcp(address, connected);
+      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, greeted) : LinkKeys{});
+      wire::write_hello(link.fd, link.sealer.get(), my_hello(c), greeted);
+      const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), greeted), c, next);
       if (wrong.empty()) return link;
       last = "its answer has " + wrong;
       std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address

@@ -11,6 +11,10 @@
 #   drain       `troupe ctl drain N` of a random worker
 #   join        a third worker joins the running job
 #   join-leave  a third worker joins, then leaves (SIGTERM) once it trains
+#   join-kill   a third worker joins and, as the coordinator admits it (the
+#               view that takes it in is forming), a random worker of the
+#               first two is killed: the view forms again without it, and
+#               the other two train on
 #
 # A trial passes when the coordinator exits 0 within the deadline, its log
 # shows the expected view change ("view 1 at step ..."), the surviving
@@ -22,7 +26,7 @@
 #   tests/chaos/elastic_chaos.sh build/cli/troupe
 #   TROUPE_CHAOS_TRIALS=20        trials per mode (default 20)
 #   TROUPE_CHAOS_MODES="sync async ssp:2"
-#   TROUPE_CHAOS_FAULTS="kill stop term drain join join-leave"
+#   TROUPE_CHAOS_FAULTS="kill stop term drain join join-leave join-kill"
 #   TROUPE_CHAOS_SEED=N           the random schedule (default: the time)
 #   TROUPE_CHAOS_DEADLINE=240     seconds a trial may take
 #   TROUPE_CHAOS_KEEP=1           keep the logs
@@ -34,7 +38,7 @@ source "$(dirname "$(readlink -f "$0")")/lib.sh"
 chaos_binary "${1:-}"
 TRIALS=${TROUPE_CHAOS_TRIALS:-20}
 MODES=${TROUPE_CHAOS_MODES:-"sync async ssp:2"}
-FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave})
+FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave join-kill})
 SEED=${TROUPE_CHAOS_SEED:-$(date +%s)}
 DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
 RANDOM=$SEED
@@ -90,6 +94,17 @@ for mode in $MODES; do
           ! kill -0 "$coord" 2>/dev/null; do sleep 0.05; done
         sleep 0.$((RANDOM % 10))
         kill -TERM "$extra" 2>/dev/null
+        ;;
+      join-kill)
+        # The coordinator says the newcomer joins at the next step
+        # boundary, a few ms before it sends the view: the kill lands
+        # before, while or after the view forms.
+        start_worker "$dir/worker2.log"; extra=$LASTPID; PIDS+=("$extra")
+        end=$((SECONDS + 60))
+        until grep -q "joins at the next step boundary" "$dir/coordinator.log" || ((SECONDS >= end)) ||
+          ! kill -0 "$coord" 2>/dev/null; do sleep 0.005; done
+        sleep 0.00$((RANDOM % 10))
+        kill -9 "$target"; expect_exit[$victim]=-1
         ;;
     esac
     left=$((DEADLINE - (SECONDS - started)))

@@ -232,6 +232,51 @@ TEST(Tcp, ConnectTimesOutNamingTheMissingPeer) {
   }
 }
 
+// A ring whose rank 2 is gone while it connects (its listener is there, as a
+// stopped process's is: connections are taken by the kernel and nothing
+// answers): with `abandon` answering, ranks 0 and 1 give up within seconds
+// with its reason -- rank 0 waiting for rank 2 to connect, rank 1 in its
+// handshake with rank 2 -- instead of waiting out the 30 s connect timeout.
+// Before the answer, nothing gives up.
+TEST(Tcp, AbandonGivesUpTheRingSetUpWithTheReason) {
+  Listeners l(3);
+  std::atomic<bool> gone{false};
+  std::vector<TcpGroupConfig> configs;
+  for (int r = 0; r < 2; ++r) {
+    configs.push_back(config_for(l, r));
+    configs.back().connect_timeout = 30s;
+    configs.back().abandon = [&gone]() -> std::string { return gone ? "rank 2's node was lost" : ""; };
+  }
+  std::vector<std::string> errors(2);
+  std::vector<CollectiveErrorKind> kinds(2, CollectiveErrorKind::timeout);
+  std::vector<Clock::time_point> ended(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        make_tcp_group(configs[static_cast<std::size_t>(r)]);
+        errors[static_cast<std::size_t>(r)] = "connected without rank 2";
+      } catch (const CollectiveError& e) {
+        kinds[static_cast<std::size_t>(r)] = e.kind();
+        errors[static_cast<std::size_t>(r)] = e.what();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = std::string("not a CollectiveError: ") + e.what();
+      }
+      ended[static_cast<std::size_t>(r)] = Clock::now();
+    });
+  std::this_thread::sleep_for(1500ms);
+  const auto abandoned = Clock::now();
+  gone = true;
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    EXPECT_EQ(kinds[i], CollectiveErrorKind::aborted) << "rank " << r << ": " << errors[i];
+    EXPECT_NE(errors[i].find("rank 2's node was lost"), std::string::npos) << "rank " << r << ": " << errors[i];
+    EXPECT_GE(ended[i], abandoned) << "rank " << r << " gave up before `abandon` answered: " << errors[i];
+    EXPECT_LT(ended[i] - abandoned, 5s) << "rank " << r << ": " << errors[i];
+  }
+}
+
 // ------------------------------------------------------------ processes
 
 TEST(TcpProcesses, ThreeProcessAllreduceMatchesTheParentsReference) {

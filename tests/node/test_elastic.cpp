@@ -118,6 +118,42 @@ TEST(Elastic, AResumeAfterAViewChangeContinuesTheSegmentExactly) {
   EXPECT_GE(final_accuracy(out), 0.8) << out;
 }
 
+// A member that stops answering while a view forms: the job is paused below
+// --min-nodes (2 of 3 after a kill), a third worker joins, and the survivor
+// is stopped (SIGSTOP) as the joiner loads the data, so the view that takes
+// the joiner in is sent to a member whose kernel takes the ring's
+// connections and that answers nothing. When the heartbeats find it lost,
+// the coordinator gives the view up and tells the joiner, which was waiting
+// for the stopped member in its ring set-up: the joiner waits for the next
+// view instead of ending. The view without the stopped member forms, the
+// job goes on when a fourth worker joins, and the joiner -- a newcomer of
+// the view that did not form, so of the next -- takes the job's state: the
+// replicas end bitwise equal.
+TEST(Elastic, AMemberStoppedWhileAViewFormsIsLeftOutAndTheOthersEnterTheNextView) {
+  Cluster c("elastic-stop-forming", job("sync", 1), 2, {"--start-nodes", "3", "--wait-timeout", "90"}, {}, 3);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 40, 120s)) << c.logs();
+  c.workers[0]->signal(SIGKILL);
+  ASSERT_TRUE(c.coordinator->wait_for_output("training pauses: 2 of --min-nodes 3 nodes", 30s)) << c.logs();
+  Process& joiner = c.add_worker();
+  // The joiner's join is logged before it loads the data and says it is
+  // ready: the survivor stops in that window, before the view is sent.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (node_index(c.coordinator->output(), joiner.pid()).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_FALSE(node_index(c.coordinator->output(), joiner.pid()).empty()) << c.logs();
+  c.workers[1]->signal(SIGSTOP);
+  ASSERT_TRUE(c.coordinator->wait_for_output("could not form", 30s)) << c.logs();
+  ASSERT_TRUE(joiner.wait_for_output("did not form", 30s)) << c.logs();
+  Process& fourth = c.add_worker();
+  EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+  EXPECT_EQ(joiner.wait_for(10s), 0) << c.logs();
+  EXPECT_EQ(fourth.wait_for(10s), 0) << c.logs();
+  c.workers[1]->signal(SIGKILL);
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("the 3 replicas agree bitwise"), std::string::npos) << c.logs();
+  EXPECT_GE(final_accuracy(out), 0.8) << c.logs();
+}
+
 // A node that joins a running job is admitted at the next step boundary,
 // takes the job's state, trains in the new view, and `troupe ctl status`
 // lists it.
