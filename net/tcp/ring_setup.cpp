@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -65,6 +66,23 @@ void give_up_if_abandoned(const TcpGroupConfig& c) {
                                                             why);
 }
 
+// With `abandon`: waits until the peer on `fd` has sent something (or
+// closed), asking `abandon` every 100 ms, and returns at `deadline` at the
+// latest (the read that follows then times out and says so). Without it:
+// returns at once.
+void await_peer(const TcpGroupConfig& c, int fd, Deadline deadline) {
+  if (!c.abandon) return;
+  for (;;) {
+    give_up_if_abandoned(c);
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
+    if (n > 0 || (n < 0 && errno != EINTR)) return;  // readable, closed or failed: the read says which
+  }
+}
+
 // Connects to rank r+1 until `deadline`; returns the link or throws
 // CollectiveError(timeout) with the last reason, or CollectiveError(aborted)
 // as soon as `abandon` answers.
@@ -77,19 +95,21 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
     give_up_if_abandoned(c);
     int fd = -1;
     try {
-      // With `abandon`, the TCP connect lasts at most a second (a refused
-      // one returns at once and is retried) and the handshake after it at
-      // most 3 s, so that `abandon` is asked between attempts even when
-      // SYNs to a dead host go unanswered or a stopped peer's kernel
-      // accepts the connection and nothing answers; both are far above the
-      // round trips a cluster has.
-      const auto now = Clock::now();
-      const Deadline connected = c.abandon ? std::min(deadline, now + std::chrono::seconds(1)) : deadline;
-      const Deadline greeted = c.abandon ? std::min(deadline, now + std::chrono::seconds(3)) : deadline;
-      fd = wire::connect_tcp(address, connected);
-      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, greeted) : LinkKeys{});
-      wire::write_hello(link.fd, link.sealer.get(), my_hello(c), greeted);
-      const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), greeted), c, next);
+      // With `abandon`, one TCP connect lasts at most a second (a refused
+      // one returns at once and is retried; a second is far above any
+      // round trip a cluster has), so that `abandon` is asked between
+      // attempts even when SYNs to a dead host go unanswered; and while
+      // the peer has said nothing yet (a stopped process's kernel takes the
+      // connection, and nothing answers), it is asked every 100 ms. A slow
+      // peer is never given up on: a connection this rank dropped could be
+      // the one the peer takes.
+      fd = wire::connect_tcp(address, c.abandon ? std::min(deadline, Clock::now() + std::chrono::seconds(1))
+                                                : deadline);
+      if (c.authenticate) await_peer(c, fd, deadline);  // the acceptor speaks first
+      Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
+      wire::write_hello(link.fd, link.sealer.get(), my_hello(c), deadline);
+      await_peer(c, link.fd, deadline);
+      const std::string wrong = check_hello(wire::read_hello(link.fd, link.opener.get(), deadline), c, next);
       if (wrong.empty()) return link;
       last = "its answer has " + wrong;
       std::cerr << "troupe tcp: rank " << c.rank << " dropped its connection to rank " << next << " (" << address
@@ -255,12 +275,15 @@ RingLinks connect_ring(const TcpGroupConfig& config, int listen_fd) {
   // authentication hook's round trips) need the peer to be accepting.
   Link send_link;
   std::exception_ptr connect_error;
+  std::promise<void> connected;
+  std::future<void> connector_done = connected.get_future();
   std::thread connector([&] {
     try {
       send_link = connect_next(config, deadline);
     } catch (...) {
       connect_error = std::current_exception();
     }
+    connected.set_value();
   });
   Link recv_link;
   std::exception_ptr accept_error;
@@ -269,6 +292,11 @@ RingLinks connect_ring(const TcpGroupConfig& config, int listen_fd) {
   } catch (...) {
     accept_error = std::current_exception();
   }
+  // `abandon` goes on being asked on this thread while the connector
+  // works: it may learn the answer only here (a worker reads its mailbox
+  // on its own thread), and the connector sees it once it is known.
+  while (connector_done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (config.abandon) (void)config.abandon();
   connector.join();
   ::close(listen_fd);
   if (accept_error || connect_error) {

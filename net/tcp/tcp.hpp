@@ -109,8 +109,8 @@ struct TcpGroupConfig {
   // (ring_seal_helpers); 0: none, the I/O threads do all the AES-GCM.
   int seal_helpers = -1;
   // Asked while the ring connects (every 100 ms when waiting for the
-  // previous rank, between connect attempts of at most 1 s, handshake
-  // included at most 3 s): a non-empty answer
+  // previous rank or for the next one's first answer, and between connect
+  // attempts of at most 1 s): a non-empty answer
   // (a peer known to be gone, say) gives up at once with that reason, as a
   // CollectiveError of kind aborted, instead of waiting for connect_timeout.
   // Null: wait.
