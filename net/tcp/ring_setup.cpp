@@ -295,8 +295,13 @@ RingLinks connect_ring(const TcpGroupConfig& config, int listen_fd) {
   // `abandon` goes on being asked on this thread while the connector
   // works: it may learn the answer only here (a worker reads its mailbox
   // on its own thread), and the connector sees it once it is known.
-  while (connector_done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
-    if (config.abandon) (void)config.abandon();
+  while (connector_done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (!config.abandon) continue;
+    try {
+      (void)config.abandon();
+    } catch (...) {  // only asked here for the connector's sake; it asks again itself
+    }
+  }
   connector.join();
   ::close(listen_fd);
   if (accept_error || connect_error) {
