@@ -4,7 +4,7 @@
 #   1. AddressSanitizer + UndefinedBehaviorSanitizer (Clang): build the unit
 #      test suites below and the fuzz targets in one directory, and run the
 #      tests;
-#   2. every fuzz target for TROUPE_CI_FUZZ_SECONDS (default 20) each
+#   2. every fuzz target for TROUPE_CI_FUZZ_SECONDS (default 10) each
 #      (scripts/fuzz.sh, same build directory);
 #   3. ThreadSanitizer (GCC): build CAF with TSan (scripts/build-caf-tsan.sh),
 #      then build and run the suites of troupe's threads and of the actors
@@ -21,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 asan_build=${TROUPE_ASAN_BUILD_DIR:-$root/build-asan}
 tsan_build=${TROUPE_TSAN_BUILD_DIR:-$root/build-tsan}
 caf_tsan=${TROUPE_CAF_TSAN_DIR:-$root/build-caf-tsan/install}
-fuzz_seconds=${TROUPE_CI_FUZZ_SECONDS:-20}
+fuzz_seconds=${TROUPE_CI_FUZZ_SECONDS:-10}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # The unit test executables run under ASan + UBSan: every suite labelled
