@@ -218,7 +218,15 @@ class CoordinatorCluster final : public ClusterHooks {
     std::vector<std::shared_ptr<net::Collective>> out;
     const std::optional<net::NcclId> nccl_id = choose_view_collective(plan.view);
     send_view(self, plan, local, world, batch_, parameter_server, nccl_id);
-    connect_view(plan.view, local, world, out, options_.timeout, nccl_id);
+    try {
+      connect_view(plan.view, local, world, out, options_.timeout, nccl_id);
+    } catch (const std::exception& e) {
+      // The job cannot start (a member lost while the first view formed):
+      // the members still connecting give up now, so that they hear at once
+      // that the job failed instead of after their connect deadline.
+      give_up_view(self, plan.view, e.what());
+      throw;
+    }
     return out;
   }
 

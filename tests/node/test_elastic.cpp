@@ -157,6 +157,29 @@ TEST(Elastic, AMemberStoppedWhileAViewFormsIsLeftOutAndTheOthersEnterTheNextView
   EXPECT_GE(final_accuracy(out), 0.8) << c.logs();
 }
 
+// The same while the first view forms: the job cannot start (it fails,
+// naming the lost node), and the member still connecting the ring hears it
+// at once -- it gives the view up and ends with the job's reason -- instead
+// of after its 30 s connect deadline.
+TEST(Elastic, AMemberStoppedWhileTheFirstViewFormsFailsTheStartAtOnceEverywhere) {
+  const std::vector<std::string> secret{"TROUPE_SECRET=a first view that does not form"};
+  Cluster c("elastic-stop-first-view", job("sync", 1), 1, {"--start-nodes", "3"}, secret, 1);
+  ASSERT_TRUE(c.coordinator->wait_for_output("node 1 is ready", 60s)) << c.logs();
+  Process& second = c.add_worker(secret);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (node_index(c.coordinator->output(), second.pid()).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_FALSE(node_index(c.coordinator->output(), second.pid()).empty()) << c.logs();
+  c.workers[0]->signal(SIGSTOP);
+  EXPECT_EQ(c.coordinator->wait_for(60s), 1) << c.logs();
+  const auto ended = std::chrono::steady_clock::now();
+  EXPECT_EQ(second.wait_for(60s), 1) << c.logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - ended, 10s) << c.logs();
+  c.workers[0]->signal(SIGKILL);
+  EXPECT_NE(c.coordinator->output().find("node 1 of the view was lost"), std::string::npos) << c.logs();
+  EXPECT_NE(second.output().find("view 0 did not form"), std::string::npos) << c.logs();
+}
+
 // A node that joins a running job is admitted at the next step boundary,
 // takes the job's state, trains in the new view, and `troupe ctl status`
 // lists it.
