@@ -61,6 +61,18 @@ std::string node_index(const std::string& log, int pid) {
   return joined[1].str();
 }
 
+// Waits (polling every 5 ms, for a window of a few hundred: a joiner's
+// join is logged before it loads the data and says it is ready) until the
+// coordinator logs that `joiner` joined; false after 60 s.
+bool wait_for_join(const Process& coordinator, const Process& joiner) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (node_index(coordinator.output(), joiner.pid()).empty()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
 std::string mode_tag(const std::string& mode) { return mode == "ssp:2" ? "ssp" : mode; }
 
 // kill -9 of a worker in the first epoch: removed at the next step boundary,
@@ -140,10 +152,7 @@ TEST(Elastic, AMemberStoppedWhileAViewFormsIsLeftOutAndTheOthersEnterTheNextView
   Process& joiner = c.add_worker(secret);
   // The joiner's join is logged before it loads the data and says it is
   // ready: the survivor stops in that window, before the view is sent.
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (node_index(c.coordinator->output(), joiner.pid()).empty() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_FALSE(node_index(c.coordinator->output(), joiner.pid()).empty()) << c.logs();
+  ASSERT_TRUE(wait_for_join(*c.coordinator, joiner)) << c.logs();
   c.workers[1]->signal(SIGSTOP);
   ASSERT_TRUE(c.coordinator->wait_for_output("could not form", 30s)) << c.logs();
   ASSERT_TRUE(joiner.wait_for_output("did not form", 30s)) << c.logs();
@@ -166,10 +175,7 @@ TEST(Elastic, AMemberStoppedWhileTheFirstViewFormsFailsTheStartAtOnceEverywhere)
   Cluster c("elastic-stop-first-view", job("sync", 1), 1, {"--start-nodes", "3"}, secret, 1);
   ASSERT_TRUE(c.coordinator->wait_for_output("node 1 is ready", 60s)) << c.logs();
   Process& second = c.add_worker(secret);
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (node_index(c.coordinator->output(), second.pid()).empty() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_FALSE(node_index(c.coordinator->output(), second.pid()).empty()) << c.logs();
+  ASSERT_TRUE(wait_for_join(*c.coordinator, second)) << c.logs();
   c.workers[0]->signal(SIGSTOP);
   EXPECT_EQ(c.coordinator->wait_for(60s), 1) << c.logs();
   const auto ended = std::chrono::steady_clock::now();
