@@ -499,9 +499,20 @@ class CoordinatorCluster final : public ClusterHooks {
     };
     // A ps task whose loss is known but not yet heard (a replica's failed
     // push can bring the job here first): heard now, so it is not asked.
+    // This placement is the answer to its loss (the state it restores is
+    // whole without the task: the rollback point, the state gathered at the
+    // boundary, or the replicas' in sync), so the loss is no event of its
+    // own: as one, it would place the shards a second time right after.
     for (bool more = true; more;)
-      self->receive([&](node_lost_atom, std::int32_t index, const std::string& what) { on_lost(index, what); },
-                    caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+      self->receive(
+          [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            if (!is_ps_task(index)) {
+              others.lost.emplace_back(index, what);
+              return;
+            }
+            if (ps_gone(index)) abort_pushes(self, what);
+          },
+          caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
     std::vector<PsTask> tasks;
     for (const auto& t : ps_tasks_)
       if (!gone_->contains(t.index)) tasks.push_back(t);

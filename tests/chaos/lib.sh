@@ -1,8 +1,32 @@
 # Helpers shared by the chaos scripts (elastic_chaos.sh, ps_chaos.sh):
 # sourced, not run.
 
+# Below the kernel's ephemeral range, as tests/support/ports.hpp (why
+# there): a random port that binds now, else the kernel's choice.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 - <<'PY'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+def bind(port):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        return s.getsockname()[1]
+    except OSError:
+        return 0
+    finally:
+        s.close()
+for _ in range(100 if low > 11000 else 0):
+    p = random.randrange(10000, low)
+    if bind(p) == p:
+        print(p)
+        break
+else:
+    print(bind(0))
+PY
 }
 
 # The highest "epoch 1 step N/" the coordinator logged (0 before any).
