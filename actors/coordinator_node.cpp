@@ -224,7 +224,7 @@ class CoordinatorCluster final : public ClusterHooks {
       // The job cannot start (a member lost while the first view formed):
       // the members still connecting give up now, so that they hear at once
       // that the job failed instead of after their connect deadline.
-      give_up_view(self, plan.view, e.what());
+      abort_view(self, e.what());
       throw;
     }
     return out;
@@ -378,11 +378,7 @@ class CoordinatorCluster final : public ClusterHooks {
                    nccl_id);
     } catch (const std::exception& e) {
       out.error = e.what();
-      // Members lost meanwhile: the coordinator forms the next view without them.
-      for (const auto& n : ready_)
-        if (gone_->contains(n.index)) out.lost.push_back(n.index);
-      give_up_view(self, plan.view, out.error);
-      return out;
+      return give_up(self, out);
     }
     // Every node's replicas, in rank order.
     std::map<int, std::vector<caf::actor>> by_node;
@@ -443,11 +439,7 @@ class CoordinatorCluster final : public ClusterHooks {
     }
     if (!out.error.empty()) {
       for (auto& c : collectives) c->abort(out.error);
-      if (out.lost.empty())
-        for (const auto& n : ready_)
-          if (gone_->contains(n.index)) out.lost.push_back(n.index);
-      give_up_view(self, plan.view, out.error);
-      return out;
+      return give_up(self, out);
     }
     last_formed_ = true;
     for (auto& [k, devices] : by_node) {
@@ -460,13 +452,17 @@ class CoordinatorCluster final : public ClusterHooks {
 
   std::vector<int> newcomers() const override { return newcomers_; }
 
-  // A view that will not form: its members still connecting the ring (to a
-  // member that is gone, say) give up now and wait for the next view
-  // (worker_node.cpp), instead of waiting out the connect deadline and
-  // leaving the job.
-  void give_up_view(caf::scoped_actor& self, std::uint32_t view, const std::string& why) {
-    for (const auto& n : ready_)
-      if (!gone_->contains(n.index)) self->send(n.handle, abort_view_atom::value, view, why);
+  // A view that will not form (out.error): the members lost meanwhile are
+  // named, so that the coordinator forms the next view without them, and
+  // the members still connecting the ring (to one that is gone, say) are
+  // told (abort_view: this view's number) and give up now, waiting for the
+  // next view (worker_node.cpp) instead of the connect deadline.
+  FormedView give_up(caf::scoped_actor& self, FormedView& out) {
+    if (out.lost.empty())
+      for (const auto& n : ready_)
+        if (gone_->contains(n.index)) out.lost.push_back(n.index);
+    abort_view(self, out.error);
+    return out;
   }
 
   std::vector<PsTask> ps_tasks() const override { return ps_tasks_; }

@@ -56,19 +56,9 @@ trap cleanup EXIT
 trap 'exit 2' INT TERM
 
 # A loopback port nobody listens on (the gate binds it a moment later),
-# below the kernel's ephemeral range: every connection the trials make
-# (ring, relays, pushes) takes a local port from that range, and one of them
-# may hold the chosen port when the gate binds it.
-EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-free_port() {
-  local p span=$((EPHEMERAL_LOW - 10000))
-  ((span > 0)) || span=10000
-  for _ in $(seq 50); do
-    p=$((10000 + RANDOM % span))
-    if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
-  done
-  echo 0
-}
+# below the kernel's ephemeral range: free_port of the chaos scripts
+# (tests/chaos/lib.sh, which says why).
+source "$(dirname "$(readlink -f "$0")")/../chaos/lib.sh"
 
 # The secret file doubles as a marker: every process of this script has
 # $TMP in its command line, so `pgrep -f $TMP` finds exactly ours.
