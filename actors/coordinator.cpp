@@ -1424,6 +1424,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   s.last_reports.assign(static_cast<std::size_t>(s.config.replicas), StepReport{});
   s.alive.assign(static_cast<std::size_t>(s.config.replicas), true);
   s.start_world = s.config.replicas;
+  s.view = s.config.first_view;
   s.batch = s.config.batch;
   s.grants = s.clocks;
   s.global_step = s.config.start.global_step;

@@ -164,6 +164,7 @@ struct CoordinatorConfig {
   bool drop_remainder = false;
   bool fixed_global_batch = false;     // elastic_batch = "global"
   int min_nodes = 1;                   // pause below this many nodes
+  std::uint32_t first_view = 0;        // 0, or more when members were lost while the first tries formed
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
   std::shared_ptr<JobMetrics> metrics;  // /metrics: each accepted report's timings (null: none)
   std::shared_ptr<Timeline> timeline;   // --timeline: instants for switches, evaluations, checkpoints, views

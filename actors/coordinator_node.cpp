@@ -139,17 +139,55 @@ class CoordinatorCluster final : public ClusterHooks {
          identity_.fingerprint.substr(0, 12) + ", data plane " + data_address_ + ")");
     log_(links_line(secret_, options_));
     if (options_.start_nodes > 1) log_("waiting for " + std::to_string(options_.start_nodes - 1) + " more node(s)");
+    if (options_.ps_tasks > 0) log_("waiting for " + std::to_string(options_.ps_tasks) + " ps task(s) (--ps-tasks)");
+    await_nodes(self, options_.start_nodes, "--start-nodes / --min-nodes");
+    started_->store(true);
+    return counts("starting with ");
+  }
 
+  // After a first view that did not form (FirstViewLost): its lost members
+  // are gone, nodes that joined meanwhile are in; the job starts as soon as
+  // --min-nodes are there (a loss right after the start would pause it
+  // there too), on the next view number.
+  std::vector<int> regather(caf::scoped_actor& self) override {
+    ++first_view_;
+    auto is_gone = [&](int index) { return gone_->contains(index); };
+    ready_.erase(std::remove_if(ready_.begin(), ready_.end(), [&](const ReadyNode& n) { return is_gone(n.index); }),
+                 ready_.end());
+    ps_tasks_.erase(
+        std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return is_gone(t.index); }),
+        ps_tasks_.end());
+    // What the membership said meanwhile (joins, losses) first.
+    for (bool more = true; more;)
+      self->receive(
+          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
+              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+            admit(self, index, name, address, devices, nccl, handle);
+          },
+          [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
+          caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+    if (static_cast<int>(ready_.size()) + 1 < options_.min_nodes)
+      log_("waiting for " + std::to_string(options_.min_nodes - static_cast<int>(ready_.size()) - 1) +
+           " more node(s) (--min-nodes " + std::to_string(options_.min_nodes) + ") to start without the lost one(s)");
+    await_nodes(self, options_.min_nodes, "--min-nodes");
+    return counts("starting again, as view " + std::to_string(first_view_) + ", with ");
+  }
+
+  std::uint32_t first_view() const override { return first_view_; }
+
+  // Admits nodes and ps tasks until `nodes` nodes (this one included) and
+  // --ps-tasks ps tasks are ready, within --wait-timeout; `flag` names the
+  // option that asked for them in the error.
+  void await_nodes(caf::scoped_actor& self, int nodes, const std::string& flag) {
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
     SignalWatch signals;
-    if (options_.ps_tasks > 0) log_("waiting for " + std::to_string(options_.ps_tasks) + " ps task(s) (--ps-tasks)");
-    while (static_cast<int>(ready_.size()) + 1 < options_.start_nodes ||
+    while (static_cast<int>(ready_.size()) + 1 < nodes ||
            static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
       const auto left = deadline - std::chrono::steady_clock::now();
       bool timed_out = false;
       if (const int sig = signals.signal()) {
         const std::string why = "stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes (" +
-                                std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.start_nodes) +
+                                std::to_string(ready_.size() + 1) + " of " + std::to_string(nodes) +
                                 " nodes ready)";
         finish(self, why);
         throw std::runtime_error(why);
@@ -157,37 +195,17 @@ class CoordinatorCluster final : public ClusterHooks {
       self->receive(
           [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
               const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
-            if (is_ps_name(name)) {
-              if (static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
-                ps_tasks_.push_back(PsTask{index, name, address, handle});
-              } else {
-                turn_away(self, index, handle,
-                          "the job has its --ps-tasks " + std::to_string(options_.ps_tasks) + " ps task(s) already");
-              }
-              return;
-            }
-            ready_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
+            admit(self, index, name, address, devices, nccl, handle);
           },
-          [&](node_lost_atom, std::int32_t index, const std::string&) {
-            for (auto it = ready_.begin(); it != ready_.end(); ++it)
-              if (it->index == index) {
-                ready_.erase(it);
-                break;
-              }
-            for (auto it = ps_tasks_.begin(); it != ps_tasks_.end(); ++it)
-              if (it->index == index) {
-                ps_tasks_.erase(it);
-                break;
-              }
-          },
+          [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
           caf::after(std::min<std::chrono::steady_clock::duration>(std::max<std::chrono::steady_clock::duration>(left, 0s),
                                                                    100ms)) >>
               [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) {
         const std::string why =
-            static_cast<int>(ready_.size()) + 1 < options_.start_nodes
-                ? "only " + std::to_string(ready_.size() + 1) + " of " + std::to_string(options_.start_nodes) +
-                      " nodes (--start-nodes / --min-nodes) were ready after " +
+            static_cast<int>(ready_.size()) + 1 < nodes
+                ? "only " + std::to_string(ready_.size() + 1) + " of " + std::to_string(nodes) + " nodes (" + flag +
+                      ") were ready after " +
                       net::describe_seconds(std::chrono::duration<double>(options_.wait_timeout).count())
                 : "only " + std::to_string(ps_tasks_.size()) + " of " + std::to_string(options_.ps_tasks) +
                       " ps tasks (--ps-tasks) had joined after " +
@@ -196,14 +214,43 @@ class CoordinatorCluster final : public ClusterHooks {
         throw std::runtime_error(why);
       }
     }
-    started_->store(true);
+  }
+
+  // A node ready to take part: a worker, or a ps task while the job wants
+  // more.
+  void admit(caf::scoped_actor& self, std::int32_t index, const std::string& name, const std::string& address,
+             const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
+    if (gone_->contains(index)) return;
+    if (is_ps_name(name)) {
+      if (static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
+        ps_tasks_.push_back(PsTask{index, name, address, handle});
+      } else {
+        turn_away(self, index, handle,
+                  "the job has its --ps-tasks " + std::to_string(options_.ps_tasks) + " ps task(s) already");
+      }
+      return;
+    }
+    ready_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
+  }
+
+  // A node lost before the job started.
+  void drop(std::int32_t index) {
+    ready_.erase(std::remove_if(ready_.begin(), ready_.end(), [&](const ReadyNode& n) { return n.index == index; }),
+                 ready_.end());
+    ps_tasks_.erase(
+        std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return t.index == index; }),
+        ps_tasks_.end());
+  }
+
+  // Each other node's number of replicas, in node order, logged after `what`.
+  std::vector<int> counts(const std::string& what) {
     std::vector<int> counts;
     int total = static_cast<int>(local_devices_.size());
     for (const auto& n : ready_) {
       counts.push_back(static_cast<int>(n.devices.size()));
       total += counts.back();
     }
-    log_("starting with " + std::to_string(ready_.size() + 1) + " node(s), " + std::to_string(total) + " replica(s)" +
+    log_(what + std::to_string(ready_.size() + 1) + " node(s), " + std::to_string(total) + " replica(s)" +
          (ps_tasks_.empty() ? std::string() : " and " + std::to_string(ps_tasks_.size()) + " ps task(s)"));
     return counts;
   }
@@ -211,7 +258,8 @@ class CoordinatorCluster final : public ClusterHooks {
   std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server, int local,
                                                       int world, const data::Cursor& start) override {
     ViewPlan plan;
-    plan.view = 0;
+    plan.view = first_view_;
+    view_ = plan.view;
     plan.cursor = start;
     plan.clock = 0;  // the job installs each replica's clock and position after this
     plan.batch = batch_;
@@ -221,10 +269,19 @@ class CoordinatorCluster final : public ClusterHooks {
     try {
       connect_view(plan.view, local, world, out, options_.timeout, nccl_id);
     } catch (const std::exception& e) {
-      // The job cannot start (a member lost while the first view formed):
-      // the members still connecting give up now, so that they hear at once
-      // that the job failed instead of after their connect deadline.
+      // A member lost while the first view formed: the members still
+      // connecting give up now (they wait for the next view, or hear at
+      // once that the job failed, instead of after their connect deadline),
+      // and the job starts without the lost one (Job::run_here), up to
+      // kFirstViewTries views in all.
       abort_view(self, e.what());
+      bool lost = false;
+      for (const auto& n : ready_) lost = lost || gone_->contains(n.index);
+      if (lost && first_view_ + 1 < kFirstViewTries) {
+        const std::string why = "view " + std::to_string(plan.view) + ", the first, did not form: " + e.what();
+        log_(why);
+        throw FirstViewLost(why);
+      }
       throw;
     }
     return out;
@@ -244,7 +301,7 @@ class CoordinatorCluster final : public ClusterHooks {
       self->receive(
           [&](formed_atom, std::uint32_t view, std::int32_t k, const std::vector<caf::actor>& devices,
               const std::string& why) {
-            if (view != 0) return;
+            if (view != first_view_) return;
             if (!why.empty()) error = "node " + std::to_string(k) + " could not start its replicas: " + why;
             by_node[k] = devices;
           },
@@ -641,6 +698,7 @@ class CoordinatorCluster final : public ClusterHooks {
     pc.apply = ps::shard_apply(shards);
     pc.io_timeout = options_.timeout;
     pc.log = log_;
+    if (push_server_) push_server_->stop();  // a first view that did not form had one
     push_server_ = std::make_unique<ps::PushServer>(std::move(pc));
     shard_addresses_.assign(shards.size(), address);
     partition_shards_ = partition_shards;
@@ -824,6 +882,10 @@ class CoordinatorCluster final : public ClusterHooks {
   bool last_formed_ = true;          // the last view tried formed
   std::vector<MemberEvent> events_;  // heard while forming a view
   std::uint32_t view_ = 0;
+  // The first view's number: 0, or 1 or 2 after members were lost while
+  // the first tries formed (regather).
+  static constexpr std::uint32_t kFirstViewTries = 3;
+  std::uint32_t first_view_ = 0;
   std::int64_t batch_ = 1;           // per replica
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;

@@ -336,69 +336,103 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     // A cluster first gathers its nodes: the world is every node's devices.
     std::vector<int> remote_counts;
     if (cluster) remote_counts = cluster->gather(self);
-    for (int n : remote_counts) world += n;
-    if (world != local) {
-      data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
-      batches_per_epoch_ = data::batches_per_epoch(plan, {0, world});
-      if (batches_per_epoch_ < 1) {
-        const std::string why = "dataset " + t.data + " has " + std::to_string(data_.train.size()) +
-                                " training examples, fewer than one global batch of " +
-                                std::to_string(t.batch * static_cast<std::int64_t>(world));
-        throw std::invalid_argument(why);
+    // A member lost while the first view forms: everything that depends on
+    // the world (the data plan, the shards, a resume's positions) is made
+    // again for the nodes left, and the next view is tried
+    // (FirstViewLost).
+    const std::shared_ptr<const ps::Partition> own_partition = partition_;  // shards in this process
+    for (;;) {
+      partition_ = own_partition;
+      world = local;
+      for (int n : remote_counts) world += n;
+      if (world != local) {
+        data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+        batches_per_epoch_ = data::batches_per_epoch(plan, {0, world});
+        if (batches_per_epoch_ < 1) {
+          const std::string why = "dataset " + t.data + " has " + std::to_string(data_.train.size()) +
+                                  " training examples, fewer than one global batch of " +
+                                  std::to_string(t.batch * static_cast<std::int64_t>(world));
+          throw std::invalid_argument(why);
+        }
       }
-    }
 
-    pc.partition = partition_;
-    pc.optimizer = t.optimizer;
-    pc.schedule = schedule;
-    pc.replicas = world;
-    pc.metrics = config_.metrics;
-    pc.timeout = config_.timeout;
-    const std::vector<ClusterHooks::PsTask> ps_tasks = cluster ? cluster->ps_tasks() : std::vector<ClusterHooks::PsTask>{};
-    if (ps_tasks.empty()) {
-      server = ps::spawn_parameter_server(system, pc);
-      if (cluster) {
-        std::map<int, std::shared_ptr<ps::ShardCore>> mine;
-        for (std::size_t i = 0; i < server.cores.size(); ++i) mine[static_cast<int>(i)] = server.cores[i];
-        cluster->serve_shards(mine, *server.partition, config_.ps_shards);
-      }
-    } else {
-      // Shards on ps tasks: at least one per task (TF places variables
-      // round-robin on its ps tasks), shard i on task i mod P; every replica
-      // pushes each its part on the data plane.
-      const int tasks = static_cast<int>(ps_tasks.size());
-      const int wanted = std::max(config_.ps_shards, tasks);
-      ps_wanted = wanted;
-      partition_ = std::make_shared<const ps::Partition>(ps::partition_for(spec_, wanted, config_.ps_split_above));
       pc.partition = partition_;
-      // Staleness is measured where the shards run; shard 0 answers each
-      // push's to the pusher, whose step report brings it to /metrics.
-      pc.metrics = nullptr;
-      if (config_.metrics) config_.metrics->staleness_from_reports();
-      ClusterHooks::Placement placed = cluster->replace_shards(self, *partition_, world, {});
-      if (!placed.error.empty()) throw std::runtime_error(placed.error);
-      const std::vector<caf::actor>& handles = placed.handles;
-      const std::vector<std::string>& addresses = placed.addresses;
-      server = ps::front_over(system, pc, handles);
-      push_routes = cluster->place_shards(addresses, wanted);
-      std::fprintf(stderr, "parameter server: %s on %d ps task(s)\n", partition_->describe().c_str(), tasks);
-    }
+      pc.optimizer = t.optimizer;
+      pc.schedule = schedule;
+      pc.replicas = world;
+      pc.metrics = config_.metrics;
+      pc.timeout = config_.timeout;
+      const std::vector<ClusterHooks::PsTask> ps_tasks =
+          cluster ? cluster->ps_tasks() : std::vector<ClusterHooks::PsTask>{};
+      if (ps_tasks.empty()) {
+        server = ps::spawn_parameter_server(system, pc);
+        if (cluster) {
+          std::map<int, std::shared_ptr<ps::ShardCore>> mine;
+          for (std::size_t i = 0; i < server.cores.size(); ++i) mine[static_cast<int>(i)] = server.cores[i];
+          cluster->serve_shards(mine, *server.partition, config_.ps_shards);
+        }
+      } else {
+        // Shards on ps tasks: at least one per task (TF places variables
+        // round-robin on its ps tasks), shard i on task i mod P; every replica
+        // pushes each its part on the data plane.
+        const int tasks = static_cast<int>(ps_tasks.size());
+        const int wanted = std::max(config_.ps_shards, tasks);
+        ps_wanted = wanted;
+        partition_ = std::make_shared<const ps::Partition>(ps::partition_for(spec_, wanted, config_.ps_split_above));
+        pc.partition = partition_;
+        // Staleness is measured where the shards run; shard 0 answers each
+        // push's to the pusher, whose step report brings it to /metrics.
+        pc.metrics = nullptr;
+        if (config_.metrics) config_.metrics->staleness_from_reports();
+        ClusterHooks::Placement placed = cluster->replace_shards(self, *partition_, world, {});
+        if (!placed.error.empty()) throw std::runtime_error(placed.error);
+        const std::vector<caf::actor>& handles = placed.handles;
+        const std::vector<std::string>& addresses = placed.addresses;
+        server = ps::front_over(system, pc, handles);
+        push_routes = cluster->place_shards(addresses, wanted);
+        std::fprintf(stderr, "parameter server: %s on %d ps task(s)\n", partition_->describe().c_str(), tasks);
+      }
 
-    // Where each replica resumes (its clock and data cursor), now that the
-    // world size is known.
-    if (resumed) {
-      const data::PlanOptions data_plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
-      ResumePlan rp = plan_resume(*resumed, resumed_path, world, t.batch, data_plan);
-      if (!rp.note.empty()) std::fprintf(stderr, "resume: %s\n", rp.note.c_str());
-      start_clocks = std::move(rp.clocks);
-      start_cursors = std::move(rp.cursors);
-      data_start = rp.start;
-    }
-    if (cluster) {
-      collectives = cluster->form(self, server.front, local, world, start_cursor(0));
-    } else {
-      for (auto& c : make_replica_group(config_.devices, net::CollectiveOptions{config_.timeout}))
-        collectives.emplace_back(std::move(c));
+      // Where each replica resumes (its clock and data cursor), now that the
+      // world size is known.
+      if (resumed) {
+        const data::PlanOptions data_plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+        ResumePlan rp = plan_resume(*resumed, resumed_path, world, t.batch, data_plan);
+        if (!rp.note.empty()) std::fprintf(stderr, "resume: %s\n", rp.note.c_str());
+        start_clocks = std::move(rp.clocks);
+        start_cursors = std::move(rp.cursors);
+        data_start = rp.start;
+      }
+      if (cluster) {
+        try {
+          collectives = cluster->form(self, server.front, local, world, start_cursor(0));
+        } catch (const FirstViewLost& e) {
+          // This try's shards go (the next places them for its world).
+          if (push_routes) push_routes->registry->abort(e.what());
+          push_routes = nullptr;
+          if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
+          for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
+          server = ps::ParameterServer{};
+          start_clocks.clear();
+          start_cursors.clear();
+          data_start = DataStart{};
+          remote_counts = cluster->regather(self);
+          continue;
+        }
+        // A first view after one that did not form: the shards count its
+        // pushes (a push carries its view).
+        if (cluster->first_view() != 0) {
+          std::string error;
+          self->request(server.front, config_.timeout, reconfig_atom::value, cluster->first_view(),
+                        std::vector<std::int64_t>(static_cast<std::size_t>(world), 0))
+              .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+          if (!error.empty()) throw std::runtime_error("telling the shards the first view: " + error);
+        }
+      } else {
+        for (auto& c : make_replica_group(config_.devices, net::CollectiveOptions{config_.timeout}))
+          collectives.emplace_back(std::move(c));
+      }
+      break;
     }
 
     for (int r = 0; r < local; ++r) {
@@ -421,6 +455,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       plan.threads = config_.threads_per_device;
       plan.timeout = config_.timeout;
       plan.elastic = cluster != nullptr;
+      plan.view = cluster ? cluster->first_view() : 0;
       plan.timeline = config_.timeline;
       plan.track = r;
       ReplicaActors a = spawn_replica(system, plan);
@@ -585,6 +620,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.drop_remainder = t.drop_remainder;
     cc.fixed_global_batch = config_.elastic_batch == "global";
     cc.min_nodes = config_.min_nodes;
+    if (cluster) cc.first_view = cluster->first_view();
     cc.wait_timeout = config_.wait_timeout;
     cc.ps_tasks = push_routes != nullptr && ps_wanted > 0;
     cc.shuffle = t.shuffle;

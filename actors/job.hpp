@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@
 
 namespace troupe::actors {
 
+// A member of the first view was lost while the view formed: the job
+// starts without it (ClusterHooks::form, regather).
+struct FirstViewLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // What a cluster adds to a job on its coordinator node (actors/coordinator_node.cpp
 // implements it; a single-host job has none). Job::run calls these in this
 // order, all on run()'s thread.
@@ -51,8 +58,22 @@ class ClusterHooks {
   virtual std::vector<int> gather(caf::scoped_actor& self) = 0;
   // Asks every node to connect the data plane and spawn its replicas, and
   // returns the collectives of this host's `local` replicas (ranks 0..local-1).
+  // Throws FirstViewLost when a member was lost while the view formed and
+  // the job may start without it (regather, then everything that depends
+  // on the world again, then form again).
   virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server,
                                                               int local, int world, const data::Cursor& start) = 0;
+  // After FirstViewLost: the nodes left (and any that joined meanwhile),
+  // waiting for --min-nodes of them (and the ps tasks) if need be; returns
+  // each other node's number of replicas as gather() does. The next form()
+  // tries the next view number (first_view()).
+  virtual std::vector<int> regather(caf::scoped_actor& /*self*/) {
+    throw std::logic_error("regather: this job cannot start again without a lost node");
+  }
+  // The number of the job's first view: 0, or more when members were lost
+  // while earlier ones formed. Every replica, shard and the coordinator
+  // start in it.
+  virtual std::uint32_t first_view() const { return 0; }
   // The other nodes' device actors, in rank order.
   virtual std::vector<caf::actor> remote_devices(caf::scoped_actor& self) = 0;
   virtual std::vector<NodeInfo> nodes() const = 0;

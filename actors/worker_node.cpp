@@ -292,7 +292,13 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               // The collectives of the view before are done with.
               for (auto& c : collectives) c->abort("view " + std::to_string(f.view) + " replaces it");
               collectives.clear();
-              if (relays.empty()) relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
+              // The first view this node enters spawns its replicas (a first
+              // view that did not form named a server that is gone since).
+              if (replicas.empty()) {
+                for (auto& a : relays) self->send(a, stop_atom::value, "view " + std::to_string(f.view) + " replaces it");
+                relays.clear();
+                relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
+              }
               net::CollectiveOptions co{options.timeout};
               if (!f.nccl_id.empty()) {
                 // One NCCL group across the view (the coordinator chose it and
