@@ -149,7 +149,9 @@ class CoordinatorCluster final : public ClusterHooks {
   // are gone, nodes that joined meanwhile are in; the job starts as soon as
   // --min-nodes are there (a loss right after the start would pause it
   // there too), on the next view number.
-  std::vector<int> regather(caf::scoped_actor& self) override {
+  std::vector<int> regather(caf::scoped_actor& self, const std::string& why) override {
+    log_(why);
+    abort_view(self, why);
     ++first_view_;
     auto is_gone = [&](int index) { return gone_->contains(index); };
     ready_.erase(std::remove_if(ready_.begin(), ready_.end(), [&](const ReadyNode& n) { return is_gone(n.index); }),
@@ -174,6 +176,13 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
   std::uint32_t first_view() const override { return first_view_; }
+  bool may_start_again() const override { return first_view_ + 1 < kFirstViewTries; }
+  int node_of_rank(int rank) const override {
+    for (const auto& n : nodes_)
+      if (rank >= n.first_rank && rank < n.first_rank + n.replicas) return n.index;
+    return 0;
+  }
+  bool node_gone(int index) const override { return gone_->contains(index); }
 
   // Admits nodes and ps tasks until `nodes` nodes (this one included) and
   // --ps-tasks ps tasks are ready, within --wait-timeout; `flag` names the
@@ -277,11 +286,8 @@ class CoordinatorCluster final : public ClusterHooks {
       abort_view(self, e.what());
       bool lost = false;
       for (const auto& n : ready_) lost = lost || gone_->contains(n.index);
-      if (lost && first_view_ + 1 < kFirstViewTries) {
-        const std::string why = "view " + std::to_string(plan.view) + ", the first, did not form: " + e.what();
-        log_(why);
-        throw FirstViewLost(why);
-      }
+      if (lost && may_start_again())
+        throw FirstViewLost("view " + std::to_string(plan.view) + ", the first, did not form: " + e.what());
       throw;
     }
     return out;
@@ -290,6 +296,7 @@ class CoordinatorCluster final : public ClusterHooks {
   std::vector<caf::actor> remote_devices(caf::scoped_actor& self) override {
     std::map<int, std::vector<caf::actor>> by_node;
     std::string error;
+    bool lost_member = false;
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     SignalWatch signals;
     while (by_node.size() < ready_.size() && error.empty()) {
@@ -305,14 +312,26 @@ class CoordinatorCluster final : public ClusterHooks {
             if (!why.empty()) error = "node " + std::to_string(k) + " could not start its replicas: " + why;
             by_node[k] = devices;
           },
-          [&](node_lost_atom, std::int32_t, const std::string& what) { error = what; },
+          [&](node_lost_atom, std::int32_t index, const std::string& what) {
+            for (const auto& n : ready_)
+              if (n.index == index) lost_member = true;
+            error = what;
+          },
           caf::after(std::min<std::chrono::steady_clock::duration>(
               std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(), 0s), 100ms)) >>
               [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) error = "the nodes did not start their replicas within " +
                              net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
     }
-    if (!error.empty()) throw std::runtime_error(error);
+    if (!error.empty()) {
+      // A member lost between the ring's forming and its replicas' start:
+      // the job starts again without it, as after a first view that did
+      // not form.
+      if (lost_member && may_start_again())
+        throw FirstViewLost("view " + std::to_string(first_view_) + ", the first, lost a member before training: " +
+                            error);
+      throw std::runtime_error(error);
+    }
     std::vector<caf::actor> out;
     for (auto& [k, devices] : by_node) {
       (void)k;

@@ -19,6 +19,7 @@
 #include "kernels/registry.hpp"
 #include "models/warm_up.hpp"
 #include "net/collective/nccl.hpp"
+#include "net/control/address.hpp"
 
 namespace troupe::actors {
 
@@ -182,6 +183,79 @@ int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
   for (const auto& task : cluster->ps_tasks())
     if (which == std::to_string(task.index) || which == task.name) return task.index;
   return -1;
+}
+
+// One state onto the replicas `devices` from `first` on (a resume, or the
+// nodes' initial parameters), each with its own clock and data cursor (0
+// and the beginning when none are planned). The answers are awaited
+// together, each request from an actor of its own, so that a node lost
+// meanwhile is seen within 100 ms (CAF 0.17 fails a request to a lost node
+// only at its timeout): before training starts that is a member of the
+// first view lost, and the job starts again without it while it may
+// (FirstViewLost).
+void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::vector<caf::actor>& devices,
+                   const ReplicaState& state, std::size_t first, const std::vector<std::int64_t>& clocks,
+                   const std::vector<data::Cursor>& cursors, std::chrono::milliseconds timeout,
+                   const std::string& what) {
+  static std::atomic<std::uint64_t> installs{0};
+  const std::uint64_t id = ++installs;
+  const caf::actor me = caf::actor_cast<caf::actor>(self);
+  std::vector<bool> waiting(devices.size(), false);
+  std::size_t pending = 0;
+  // A request to a lost node's replica stays until its timeout: its actor
+  // is ended when this gives up (it would hold the actor system's end).
+  struct Helpers {
+    caf::scoped_actor& self;
+    std::vector<bool>& waiting;
+    std::vector<caf::actor> of_rank;
+    ~Helpers() {
+      for (std::size_t r = 0; r < of_rank.size(); ++r)
+        if (waiting[r] && of_rank[r]) self->send_exit(of_rank[r], caf::exit_reason::user_shutdown);
+    }
+  } helpers{self, waiting, std::vector<caf::actor>(devices.size())};
+  for (std::size_t r = first; r < devices.size(); ++r) {
+    const data::Cursor at = r < cursors.size() ? cursors[r] : data::Cursor{};
+    const ReplicaPosition position{clocks.empty() ? 0 : clocks[r], at.epoch, at.batch, at.offset};
+    const auto rank = static_cast<std::int32_t>(r);
+    helpers.of_rank[r] = self->system().spawn([=, device = devices[r]](caf::event_based_actor* a) -> caf::behavior {
+      auto answer = [=](const std::string& why) {
+        a->send(me, set_state_atom::value, id, rank, why);
+        a->quit();
+      };
+      a->request(device, timeout, set_state_atom::value, state, position)
+          .then([=](caf::ok_atom) { answer(""); }, [=](caf::error& e) { answer(a->system().render(e)); });
+      return {[](caf::ok_atom) {}};  // nothing else to do: it ends with the answer
+    });
+    waiting[r] = true;
+    ++pending;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string error;
+  while (pending > 0 && error.empty()) {
+    self->receive(
+        [&](set_state_atom, std::uint64_t of, std::int32_t rank, const std::string& why) {
+          if (of != id || rank < 0 || static_cast<std::size_t>(rank) >= waiting.size() || !waiting[rank]) return;
+          waiting[rank] = false;
+          --pending;
+          if (!why.empty()) error = what + ": replica " + std::to_string(rank) + ": " + why;
+        },
+        caf::after(std::chrono::milliseconds(100)) >> [] {});
+    if (!error.empty() || pending == 0) break;
+    for (std::size_t r = 0; r < waiting.size() && error.empty(); ++r) {
+      if (!waiting[r] || !cluster) continue;
+      const int node = cluster->node_of_rank(static_cast<int>(r));
+      if (node > 0 && cluster->node_gone(node)) {
+        const std::string why = what + ": node " + std::to_string(node) + " (replica " + std::to_string(r) +
+                                ") was lost before training started";
+        if (cluster->may_start_again()) throw FirstViewLost(why);
+        error = why;
+      }
+    }
+    if (error.empty() && std::chrono::steady_clock::now() >= deadline)
+      error = what + ": no answer from " + std::to_string(pending) + " replica(s) within " +
+              net::describe_seconds(std::chrono::duration<double>(timeout).count());
+  }
+  if (!error.empty()) throw std::runtime_error(error);
 }
 }  // namespace
 
@@ -403,67 +477,98 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         start_cursors = std::move(rp.cursors);
         data_start = rp.start;
       }
-      if (cluster) {
-        try {
+      try {
+        if (cluster) {
           collectives = cluster->form(self, server.front, local, world, start_cursor(0));
-        } catch (const FirstViewLost& e) {
-          // This try's shards go (the next places them for its world).
-          if (push_routes) push_routes->registry->abort(e.what());
-          push_routes = nullptr;
-          if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
-          for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
-          server = ps::ParameterServer{};
-          start_clocks.clear();
-          start_cursors.clear();
-          data_start = DataStart{};
-          remote_counts = cluster->regather(self);
-          continue;
+          // A first view after one that did not form: the shards count its
+          // pushes (a push carries its view).
+          if (cluster->first_view() != 0) {
+            std::string error;
+            self->request(server.front, config_.timeout, reconfig_atom::value, cluster->first_view(),
+                          std::vector<std::int64_t>(static_cast<std::size_t>(world), 0))
+                .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
+            if (!error.empty()) throw std::runtime_error("telling the shards the first view: " + error);
+          }
+        } else {
+          for (auto& c : make_replica_group(config_.devices, net::CollectiveOptions{config_.timeout}))
+            collectives.emplace_back(std::move(c));
         }
-        // A first view after one that did not form: the shards count its
-        // pushes (a push carries its view).
-        if (cluster->first_view() != 0) {
-          std::string error;
-          self->request(server.front, config_.timeout, reconfig_atom::value, cluster->first_view(),
-                        std::vector<std::int64_t>(static_cast<std::size_t>(world), 0))
-              .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
-          if (!error.empty()) throw std::runtime_error("telling the shards the first view: " + error);
+        for (int r = 0; r < local; ++r) {
+          ReplicaPlan plan;
+          plan.rank = r;
+          plan.world = world;
+          plan.device = config_.devices[static_cast<std::size_t>(r)];
+          plan.train = t;
+          plan.spec = spec_;
+          plan.train_data = train;
+          plan.test_data = r == 0 ? test : nullptr;
+          plan.schedule = schedule;
+          plan.collective = collectives[static_cast<std::size_t>(r)];
+          plan.shards = server.shards;  // this process's replicas push to the shards directly
+          plan.shard_cores = server.cores;  // (to their cores: in process, on the device's thread)
+          plan.partition = server.partition;
+          plan.push_routes = push_routes;
+          plan.start = start_cursor(static_cast<std::size_t>(r));
+          plan.prefetch = config_.prefetch;
+          plan.threads = config_.threads_per_device;
+          plan.timeout = config_.timeout;
+          plan.elastic = cluster != nullptr;
+          plan.view = cluster ? cluster->first_view() : 0;
+          plan.timeline = config_.timeline;
+          plan.track = r;
+          ReplicaActors a = spawn_replica(system, plan);
+          loaders.push_back(a.loader);
+          devices.push_back(a.device);
         }
-      } else {
-        for (auto& c : make_replica_group(config_.devices, net::CollectiveOptions{config_.timeout}))
-          collectives.emplace_back(std::move(c));
+        // Every replica of the job in rank order: this host's, then the nodes'.
+        all_devices = devices;
+        if (cluster) {
+          for (auto& d : cluster->remote_devices(self)) all_devices.push_back(d);
+          // The nodes' replicas start from this host's parameters (identical
+          // by seed anyway: this makes sure). A resumed state goes to all below.
+          if (!resumed) {
+            ReplicaState initial;
+            std::string error;
+            self->request(devices[0], config_.timeout, get_state_atom::value)
+                .receive([&](ReplicaState& s) { initial = std::move(s); },
+                         [&](caf::error& e) { error = system.render(e); });
+            if (!error.empty()) throw std::runtime_error("reading the initial parameters: " + error);
+            install_state(self, cluster, all_devices, initial, devices.size(), start_clocks, start_cursors,
+                          config_.timeout, "sending the initial parameters to the nodes");
+          }
+        }
+        if (resumed) {
+          ReplicaState state;
+          state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
+          for (const auto& b : resumed->optimizer.buffers)
+            state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
+          for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
+          install_state(self, cluster, all_devices, state, 0, start_clocks, start_cursors, config_.timeout,
+                        "resuming from " + resumed_path);
+        }
+      } catch (const FirstViewLost& e) {
+        // Everything this try started for its world goes: the collectives,
+        // this host's replicas, the shards (the next try places them anew).
+        for (auto& c : collectives) c->abort(e.what());
+        collectives.clear();
+        if (push_routes) push_routes->registry->abort(e.what());
+        push_routes = nullptr;
+        for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
+        for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
+        devices.clear();
+        loaders.clear();
+        all_devices.clear();
+        if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
+        for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
+        server = ps::ParameterServer{};
+        start_clocks.clear();
+        start_cursors.clear();
+        data_start = DataStart{};
+        remote_counts = cluster->regather(self, e.what());
+        continue;
       }
       break;
     }
-
-    for (int r = 0; r < local; ++r) {
-      ReplicaPlan plan;
-      plan.rank = r;
-      plan.world = world;
-      plan.device = config_.devices[static_cast<std::size_t>(r)];
-      plan.train = t;
-      plan.spec = spec_;
-      plan.train_data = train;
-      plan.test_data = r == 0 ? test : nullptr;
-      plan.schedule = schedule;
-      plan.collective = collectives[static_cast<std::size_t>(r)];
-      plan.shards = server.shards;  // this process's replicas push to the shards directly
-      plan.shard_cores = server.cores;  // (to their cores: in process, on the device's thread)
-      plan.partition = server.partition;
-      plan.push_routes = push_routes;
-      plan.start = start_cursor(static_cast<std::size_t>(r));
-      plan.prefetch = config_.prefetch;
-      plan.threads = config_.threads_per_device;
-      plan.timeout = config_.timeout;
-      plan.elastic = cluster != nullptr;
-      plan.view = cluster ? cluster->first_view() : 0;
-      plan.timeline = config_.timeline;
-      plan.track = r;
-      ReplicaActors a = spawn_replica(system, plan);
-      loaders.push_back(a.loader);
-      devices.push_back(a.device);
-    }
-    // Every replica of the job in rank order: this host's, then the nodes'.
-    all_devices = devices;
   } catch (const std::exception& e) {
     for (auto& c : collectives) c->abort("the job could not start");
     if (cluster) cluster->finish(self, e.what());
@@ -545,43 +650,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
 
   JobResult result;
   try {
-    // One state onto the replicas from `first` on (resume, or the nodes'
-    // initial parameters).
-    // Each replica gets the state together with its own clock and data
-    // cursor (start_clocks; 0 when training starts afresh).
-    auto install = [&](const ReplicaState& state, std::size_t first, const std::string& what) {
-      for (std::size_t r = first; r < all_devices.size(); ++r) {
-        const std::int64_t clock = start_clocks.empty() ? 0 : start_clocks[r];
-        const data::Cursor at = start_cursor(r);
-        std::string error;
-        self->request(all_devices[r], config_.timeout, set_state_atom::value, state,
-                      ReplicaPosition{clock, at.epoch, at.batch, at.offset})
-            .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
-        if (!error.empty()) throw std::runtime_error(what + ": " + error);
-      }
-    };
-    if (cluster) {
-      for (auto& d : cluster->remote_devices(self)) all_devices.push_back(d);
-      // The nodes' replicas start from this host's parameters (identical
-      // by seed anyway: this makes sure). A resumed state goes to all below.
-      if (!resumed) {
-        ReplicaState initial;
-        std::string error;
-        self->request(devices[0], config_.timeout, get_state_atom::value)
-            .receive([&](ReplicaState& s) { initial = std::move(s); }, [&](caf::error& e) { error = system.render(e); });
-        if (!error.empty()) throw std::runtime_error("reading the initial parameters: " + error);
-        install(initial, devices.size(), "sending the initial parameters to the nodes");
-      }
-    }
-    if (resumed) {
-      ReplicaState state;
-      state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
-      for (const auto& b : resumed->optimizer.buffers)
-        state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
-      for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
-      install(state, 0, "resuming from " + resumed_path);
-    }
-
     CoordinatorConfig cc;
     cc.replicas = world;
     cc.batches_per_epoch = batches_per_epoch_;

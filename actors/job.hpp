@@ -63,13 +63,22 @@ class ClusterHooks {
   // on the world again, then form again).
   virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server,
                                                               int local, int world, const data::Cursor& start) = 0;
-  // After FirstViewLost: the nodes left (and any that joined meanwhile),
+  // After FirstViewLost (from form(), remote_devices(), or the job's first
+  // state sent to the replicas): the nodes left (and any that joined meanwhile),
   // waiting for --min-nodes of them (and the ps tasks) if need be; returns
   // each other node's number of replicas as gather() does. The next form()
   // tries the next view number (first_view()).
-  virtual std::vector<int> regather(caf::scoped_actor& /*self*/) {
+  // `why`: what was lost, for the log; the nodes still in the view that
+  // did not form are told (abort_view).
+  virtual std::vector<int> regather(caf::scoped_actor& /*self*/, const std::string& /*why*/) {
     throw std::logic_error("regather: this job cannot start again without a lost node");
   }
+  // Whether a first view lost now could be tried again (FirstViewLost).
+  virtual bool may_start_again() const { return false; }
+  // The node (membership index; 0: this host) whose replica has global
+  // rank `rank` in the current view, and whether a node is gone.
+  virtual int node_of_rank(int /*rank*/) const { return 0; }
+  virtual bool node_gone(int /*index*/) const { return false; }
   // The number of the job's first view: 0, or more when members were lost
   // while earlier ones formed. Every replica, shard and the coordinator
   // start in it.

@@ -15,6 +15,10 @@
 #               view that takes it in is forming), a random worker of the
 #               first two is killed: the view forms again without it, and
 #               the other two train on
+#   start-kill  as the job starts (the first view is forming), a random
+#               worker is killed: the job starts without it (as view 1) or,
+#               when the kill lands after the first view formed, goes on
+#               without it (a view change)
 #
 # A trial passes when the coordinator exits 0 within the deadline, its log
 # shows the expected view change ("view 1 at step ..."), the surviving
@@ -26,7 +30,7 @@
 #   tests/chaos/elastic_chaos.sh build/cli/troupe
 #   TROUPE_CHAOS_TRIALS=20        trials per mode (default 20)
 #   TROUPE_CHAOS_MODES="sync async ssp:2"
-#   TROUPE_CHAOS_FAULTS="kill stop term drain join join-leave join-kill"
+#   TROUPE_CHAOS_FAULTS="kill stop term drain join join-leave join-kill start-kill"
 #   TROUPE_CHAOS_SEED=N           the random schedule (default: the time)
 #   TROUPE_CHAOS_DEADLINE=240     seconds a trial may take
 #   TROUPE_CHAOS_KEEP=1           keep the logs
@@ -38,7 +42,7 @@ source "$(dirname "$(readlink -f "$0")")/lib.sh"
 chaos_binary "${1:-}"
 TRIALS=${TROUPE_CHAOS_TRIALS:-20}
 MODES=${TROUPE_CHAOS_MODES:-"sync async ssp:2"}
-FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave join-kill})
+FAULTS=(${TROUPE_CHAOS_FAULTS:-kill stop term drain join join-leave join-kill start-kill})
 SEED=${TROUPE_CHAOS_SEED:-$(date +%s)}
 DEADLINE=${TROUPE_CHAOS_DEADLINE:-240}
 RANDOM=$SEED
@@ -73,7 +77,14 @@ for mode in $MODES; do
     PIDS+=("$coord" "${w[@]}")
     extra=""
     why=""
-    # Wait for the moment (or the end of the job, or the deadline).
+    # Wait for the moment (or the end of the job, or the deadline); for
+    # start-kill, the coordinator's "starting with 3 node(s)".
+    if [[ $fault == start-kill ]]; then
+      at=0
+      until grep -q "starting with 3 node" "$dir/coordinator.log" || ((SECONDS - started >= DEADLINE)) ||
+        ! kill -0 "$coord" 2>/dev/null; do sleep 0.005; done
+      sleep 0.0$((RANDOM % 10))
+    fi
     while kill -0 "$coord" 2>/dev/null && (($(coordinator_step "$dir/coordinator.log") < at)) &&
       ((SECONDS - started < DEADLINE)); do sleep 0.05; done
     target=${w[$victim]}
@@ -95,6 +106,7 @@ for mode in $MODES; do
         sleep 0.$((RANDOM % 10))
         kill -TERM "$extra" 2>/dev/null
         ;;
+      start-kill) kill -9 "$target"; expect_exit[$victim]=-1 ;;
       join-kill)
         # The coordinator says the newcomer joins at the next step
         # boundary, a few ms before it sends the view: the kill lands
@@ -135,8 +147,11 @@ for mode in $MODES; do
       fi
     fi
     views=$(grep -c "coordinator: view " "$dir/coordinator.log")
-    # Every fault changes the membership: one view change (join-leave: two).
+    # Every fault changes the membership: one view change (join-leave: two;
+    # start-kill: none when the first view did not form and the job started
+    # without the killed worker).
     want_views=1; [[ $fault == join-leave ]] && want_views=2
+    [[ $fault == start-kill ]] && grep -q "starting again, as view" "$dir/coordinator.log" && want_views=0
     if [[ $result == pass && -n $why ]]; then
       result=fail
     elif [[ $result == pass ]] && ((views < want_views)); then
