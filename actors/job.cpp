@@ -419,7 +419,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       partition_ = own_partition;
       world = local;
       for (int n : remote_counts) world += n;
-      if (world != local) {
+      {  // (a try after a loss may be back to this host alone)
         data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
         batches_per_epoch_ = data::batches_per_epoch(plan, {0, world});
         if (batches_per_epoch_ < 1) {
