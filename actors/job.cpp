@@ -389,9 +389,9 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   std::shared_ptr<const ps::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   std::vector<std::shared_ptr<net::Collective>> collectives;
   std::vector<caf::actor> loaders, devices, all_devices;
-  auto shutdown = [&]() {
+  auto shutdown = [&](const std::string& why = "the job is over") {
     // A device blocked in a push handles no exit: fail its push first.
-    if (push_routes) push_routes->registry->abort("the job is over");
+    if (push_routes) push_routes->registry->abort(why);
     for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
     if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);  // and its shards (linked)
@@ -550,16 +550,12 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         // Everything this try started for its world goes: the collectives,
         // this host's replicas, the shards (the next try places them anew).
         for (auto& c : collectives) c->abort(e.what());
+        shutdown(e.what());
         collectives.clear();
-        if (push_routes) push_routes->registry->abort(e.what());
         push_routes = nullptr;
-        for (auto& a : devices) self->send_exit(a, caf::exit_reason::user_shutdown);
-        for (auto& a : loaders) self->send_exit(a, caf::exit_reason::user_shutdown);
         devices.clear();
         loaders.clear();
         all_devices.clear();
-        if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
-        for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
         server = ps::ParameterServer{};
         start_clocks.clear();
         start_cursors.clear();

@@ -81,7 +81,7 @@ for mode in $MODES; do
     # start-kill, the coordinator's "starting with 3 node(s)".
     if [[ $fault == start-kill ]]; then
       at=0
-      until grep -q "starting with 3 node" "$dir/coordinator.log" || ((SECONDS - started >= DEADLINE)) ||
+      until grep -q "starting with 3 node" "$dir/coordinator.log" 2>/dev/null || ((SECONDS - started >= DEADLINE)) ||
         ! kill -0 "$coord" 2>/dev/null; do sleep 0.005; done
       sleep 0.0$((RANDOM % 10))
     fi
