@@ -153,12 +153,11 @@ class CoordinatorCluster final : public ClusterHooks {
     log_(why);
     abort_view(self, why);
     ++first_view_;
-    auto is_gone = [&](int index) { return gone_->contains(index); };
-    ready_.erase(std::remove_if(ready_.begin(), ready_.end(), [&](const ReadyNode& n) { return is_gone(n.index); }),
-                 ready_.end());
-    ps_tasks_.erase(
-        std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return is_gone(t.index); }),
-        ps_tasks_.end());
+    std::vector<int> known;  // the members lost are dropped as a loss before the start is
+    for (const auto& n : ready_) known.push_back(n.index);
+    for (const auto& t : ps_tasks_) known.push_back(t.index);
+    for (int index : known)
+      if (gone_->contains(index)) drop(index);
     // What the membership said meanwhile (joins, losses) first.
     for (bool more = true; more;)
       self->receive(
