@@ -263,8 +263,8 @@ class CoordinatorCluster final : public ClusterHooks {
     return counts;
   }
 
-  std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server, int local,
-                                                      int world, const data::Cursor& start) override {
+  std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, int local, int world,
+                                                      const data::Cursor& start) override {
     ViewPlan plan;
     plan.view = first_view_;
     view_ = plan.view;
@@ -273,7 +273,7 @@ class CoordinatorCluster final : public ClusterHooks {
     plan.batch = batch_;
     std::vector<std::shared_ptr<net::Collective>> out;
     const std::optional<net::NcclId> nccl_id = choose_view_collective(plan.view);
-    send_view(self, plan, local, world, batch_, parameter_server, nccl_id);
+    send_view(self, plan, local, world, batch_, nccl_id);
     try {
       connect_view(plan.view, local, world, out, options_.timeout, nccl_id);
     } catch (const std::exception& e) {
@@ -397,7 +397,7 @@ class CoordinatorCluster final : public ClusterHooks {
       if (!gone_->contains(n.index)) self->send(n.handle, abort_view_atom::value, view_, why);
   }
 
-  FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& parameter_server,
+  FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local,
                     std::vector<std::shared_ptr<net::Collective>>& collectives) override {
     FormedView out;
     out.view = plan.view;
@@ -445,7 +445,7 @@ class CoordinatorCluster final : public ClusterHooks {
     }
     try {
       const std::optional<net::NcclId> nccl_id = choose_view_collective(plan.view);
-      send_view(self, plan, local, world, out.batch, parameter_server, nccl_id);
+      send_view(self, plan, local, world, out.batch, nccl_id);
       collectives.clear();
       // Peers of a view that fails to form are found by the membership's
       // heartbeats within seconds: a shorter connect deadline than --timeout.
@@ -771,7 +771,7 @@ class CoordinatorCluster final : public ClusterHooks {
   // Sends every member its part of the view (FormView) and records the
   // nodes (with their ranks) for status.
   void send_view(caf::scoped_actor& self, const ViewPlan& plan, int local, int world, std::int64_t batch,
-                 const caf::actor& parameter_server, const std::optional<net::NcclId>& nccl_id) {
+                 const std::optional<net::NcclId>& nccl_id) {
     std::vector<std::string> addresses{data_address_};
     for (const auto& n : ready_) addresses.push_back(n.data_address);
     nodes_.clear();
@@ -794,7 +794,7 @@ class CoordinatorCluster final : public ClusterHooks {
       if (nccl_id) f.nccl_id = nccl_id->hex();
       f.ps_addresses = shard_addresses_;
       f.ps_partition_shards = partition_shards_;
-      self->send(n.handle, form_atom::value, f, parameter_server);
+      self->send(n.handle, form_atom::value, f);
       first += static_cast<int>(n.devices.size());
     }
   }

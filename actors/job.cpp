@@ -479,7 +479,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       }
       try {
         if (cluster) {
-          collectives = cluster->form(self, server.front, local, world, start_cursor(0));
+          collectives = cluster->form(self, local, world, start_cursor(0));
           // A first view after one that did not form: the shards count its
           // pushes (a push carries its view).
           if (cluster->first_view() != 0) {
@@ -729,7 +729,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         push_routes->registry->abort("view " + std::to_string(plan.view) + " placed the shards anew");
         push_routes = cluster->place_shards(placed.addresses, ps_wanted);
       }
-      FormedView f = cluster->reform(self, plan, local, server.front, fresh);
+      FormedView f = cluster->reform(self, plan, local, fresh);
       f.parameter_server = new_front;
       const int w = local + static_cast<int>(f.devices.size());
       if (f.error.empty()) {

@@ -61,8 +61,8 @@ class ClusterHooks {
   // Throws FirstViewLost when a member was lost while the view formed and
   // the job may start without it (regather, then everything that depends
   // on the world again, then form again).
-  virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, const caf::actor& parameter_server,
-                                                              int local, int world, const data::Cursor& start) = 0;
+  virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, int local, int world,
+                                                              const data::Cursor& start) = 0;
   // After FirstViewLost (from form(), remote_devices(), or the job's first
   // state sent to the replicas): the nodes left (and any that joined meanwhile),
   // waiting for --min-nodes of them (and the ps tasks) if need be; returns
@@ -113,7 +113,7 @@ class ClusterHooks {
   // entering it. Returns the other nodes' devices (ranks local.. in order),
   // every node and the per-replica batch, or why it failed (and which nodes
   // were found gone meanwhile).
-  virtual FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local, const caf::actor& parameter_server,
+  virtual FormedView reform(caf::scoped_actor& self, const ViewPlan& plan, int local,
                             std::vector<std::shared_ptr<net::Collective>>& collectives) = 0;
   // The nodes that entered the last view formed (they take the state).
   virtual std::vector<int> newcomers() const = 0;

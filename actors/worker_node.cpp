@@ -61,78 +61,6 @@ class ViewAbandon {
   std::string why_;
 };
 
-// ---------------------------------------------------------------------------
-// The parameter server as a worker's devices see it.
-//
-// A device awaits the answer to its push (`.await`: until it comes, the
-// device handles no other message, not even an exit), and CAF 0.17 fails a
-// request to a lost node only when its timeout expires (../shared/CAF-0.17.md
-// section 3). Pushing straight to the coordinator's server, a worker whose
-// job had failed kept its devices, hence its process, for the full
-// --timeout. The relay forwards each push and answers every pending one with
-// an error as soon as the server is lost or the worker stops, so that every
-// device is free to end at once.
-
-struct ServerRelayState {
-  caf::actor server;
-  std::chrono::milliseconds timeout{60000};
-  std::string failure;  // once set, every push fails at once with it
-  std::uint64_t next = 0;
-  std::map<std::uint64_t, caf::typed_response_promise<Tensor>> pending;
-  static inline const char* name = "server relay";
-};
-using ServerRelay = caf::stateful_actor<ServerRelayState>;
-
-void fail_pushes(ServerRelay* self, const std::string& why) {
-  auto& st = self->state;
-  if (st.failure.empty()) st.failure = why;
-  auto pending = std::move(st.pending);
-  st.pending.clear();
-  for (auto& entry : pending) entry.second.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
-}
-
-caf::behavior server_relay(ServerRelay* self, caf::actor server, std::chrono::milliseconds timeout) {
-  self->state.server = server;
-  self->state.timeout = timeout;
-  self->monitor(server);
-  self->set_down_handler([=](caf::down_msg& down) {
-    if (down.source == self->state.server.address())
-      fail_pushes(self, "lost the parameter server: " + self->system().render(down.reason));
-  });
-  self->set_exit_handler([=](caf::exit_msg& exit) {
-    fail_pushes(self, "the worker is stopping");
-    self->quit(exit.reason);
-  });
-  return {
-      [=](push_atom, GradientPush& push) {
-        auto& st = self->state;
-        auto rp = self->make_response_promise<Tensor>();
-        if (!st.failure.empty()) {
-          rp.deliver(caf::make_error(caf::sec::runtime_error, st.failure));
-          return rp;
-        }
-        const std::uint64_t id = st.next++;
-        st.pending.emplace(id, rp);
-        auto settle = [=](auto&& outcome) {
-          auto& pending = self->state.pending;
-          auto it = pending.find(id);
-          if (it == pending.end()) return;  // already failed
-          auto promise = it->second;
-          pending.erase(it);
-          promise.deliver(std::forward<decltype(outcome)>(outcome));
-        };
-        self->request(st.server, st.timeout, push_atom::value, std::move(push))
-            .then([=](Tensor& fresh) { settle(std::move(fresh)); }, [=](caf::error& e) { settle(std::move(e)); });
-        return rp;
-      },
-      // The worker stops: fail what is pending, then end.
-      [=](stop_atom, const std::string& why) {
-        fail_pushes(self, why);
-        self->quit(caf::exit_reason::user_shutdown);
-      },
-  };
-}
-
 // The last resort of a worker: ~actor_system waits for every actor without a
 // deadline, so a wait that the shutdown above failed to end would keep the
 // process forever. Armed once the worker has told its actors to end; says
@@ -211,17 +139,17 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   membership_actor_t membership = *membership_or;
   self->monitor(membership);
 
-  std::vector<caf::actor> loaders, replicas, relays;
+  std::vector<caf::actor> loaders, replicas;
   std::vector<std::shared_ptr<net::Collective>> collectives;
   int data_fd = -1;
   int status = 1;
   std::int32_t index = -1;
   // Every way out of the job ends every actor the worker started: the
-  // relay first (so no device waits for a push), the collectives (so none
-  // waits in an all-reduce), then the replicas.
-  std::shared_ptr<ps::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
+  // pushes first (so no device waits for an answer), the collectives (so
+  // none waits in an all-reduce), then the replicas.
+  std::shared_ptr<ps::PushRoutes> push_routes;  // the shards' addresses: pushes on the data plane
+  std::shared_ptr<const ps::Partition> push_routes_partition;  // which part of a push goes to which of them
   auto shutdown = [&](const std::string& why) {
-    for (auto& a : relays) self->send(a, stop_atom::value, why);
     if (push_routes) push_routes->registry->abort(why);
     for (auto& c : collectives) c->abort(why);
     for (auto& a : replicas) self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -282,7 +210,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
       self->receive(
           // A membership view: the first spawns this node's replicas, every
           // one connects the data plane anew and moves the replicas into it.
-          [&](form_atom, const FormView& f, const caf::actor& parameter_server) {
+          [&](form_atom, const FormView& f) {
             auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
             // Set when the coordinator gives this view up while the ring
             // connects (another member was lost): this node then waits for
@@ -292,13 +220,6 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               // The collectives of the view before are done with.
               for (auto& c : collectives) c->abort("view " + std::to_string(f.view) + " replaces it");
               collectives.clear();
-              // The first view this node enters spawns its replicas (a first
-              // view that did not form named a server that is gone since).
-              if (replicas.empty()) {
-                for (auto& a : relays) self->send(a, stop_atom::value, "view " + std::to_string(f.view) + " replaces it");
-                relays.clear();
-                relays.push_back(system.spawn<caf::detached>(server_relay, parameter_server, options.timeout));
-              }
               net::CollectiveOptions co{options.timeout};
               if (!f.nccl_id.empty()) {
                 // One NCCL group across the view (the coordinator chose it and
@@ -341,12 +262,11 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               // A view that placed the shards anew (a ps task lost or leaving)
               // brings other addresses, and routes a lost ps task aborted are
               // done with: the replicas take new routes with the view.
-              std::shared_ptr<const ps::Partition> partition;
               const bool new_routes = !f.ps_addresses.empty() &&
                                       (!push_routes || push_routes->addresses != f.ps_addresses ||
                                        !push_routes->registry->aborted().empty());
               if (new_routes) {
-                partition = std::make_shared<const ps::Partition>(
+                auto partition = std::make_shared<const ps::Partition>(
                     ps::partition_for(spec, f.ps_partition_shards, job.ps_split_above));
                 if (static_cast<std::size_t>(partition->shards()) != f.ps_addresses.size())
                   throw std::runtime_error("the coordinator placed " + std::to_string(f.ps_addresses.size()) +
@@ -359,7 +279,11 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 push_routes->authenticate = net::handshake_hook(handshake_config(secret, options, name));
                 push_routes->connect_timeout = std::min<std::chrono::milliseconds>(options.timeout, 20s);
                 push_routes->timeout = options.timeout;
+                push_routes_partition = partition;
               }
+              // Every view names the shards (on ps tasks, or the coordinator's
+              // server on its data plane): a replica has no other way to push.
+              if (!push_routes) throw std::runtime_error("view " + std::to_string(f.view) + " names no parameter-server shards to push to");
               if (replicas.empty()) {
                 for (std::size_t r = 0; r < devices.size(); ++r) {
                   ReplicaPlan plan;
@@ -372,11 +296,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   plan.train_data = train;
                   plan.schedule = schedule;
                   plan.collective = collectives[r];
-                  plan.shards = {relays.back()};  // the whole server, through the relay
-                  if (push_routes) {
-                    plan.partition = partition;
-                    plan.push_routes = push_routes;
-                  }
+                  plan.partition = push_routes_partition;
+                  plan.push_routes = push_routes;
                   plan.start = cursor;
                   plan.prefetch = options.prefetch;
                   plan.threads = options.threads_per_device;
