@@ -114,7 +114,12 @@ class CoordinatorCluster final : public ClusterHooks {
     init.started = started_;
     init.gone = gone_;
     init.max_nodes = options_.max_nodes;
-    membership_ = system.spawn<caf::detached>(membership_actor, init);
+    // On CAF's scheduler, not detached: it only keeps lists and answers at
+    // once, and a detached actor that CAF 0.17 leaves referenced after it
+    // ended holds ~actor_system (await_detached_threads) until
+    // run_with_bounded_shutdown gives up, which cores of lingering
+    // coordinators showed for this actor (docs/ARCHITECTURE.md, "Ending").
+    membership_ = system.spawn(membership_actor, init);
     auto port = system.middleman().publish(membership_, 0, "127.0.0.1", true);
     if (!port) {
       release(self);
