@@ -257,8 +257,9 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   collectives.emplace_back(std::move(c));
               }
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
-              // Shards on ps tasks: this node's replicas push each its part on
-              // the data plane, in the partition every node computes alike.
+              // The shards (on ps tasks, or the coordinator's): this node's
+              // replicas push each its part on the data plane, in the
+              // partition every node computes alike.
               // A view that placed the shards anew (a ps task lost or leaving)
               // brings other addresses, and routes a lost ps task aborted are
               // done with: the replicas take new routes with the view.
