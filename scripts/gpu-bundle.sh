@@ -41,20 +41,11 @@ cp "$build/tests/kernels_gpu_tests" "$build/tests/gpu_tests" "$out/bin/"
 strip --strip-unneeded "$out"/bin/*
 cp "$root/scripts/gpu-check.sh" "$root/scripts/torch_gpu_anchor.py" "$out/"
 
-# Libraries: everything ldd resolves that is neither glibc's own (the GPU
-# machine has a C library, and a bundled one would not match its loader),
-# nor CUDA's, cuDNN's or NCCL's (too large to travel; the GPU machine has
-# them: gpu-check.sh finds them).
-is_system() { [[ $1 =~ ^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libresolv)[.-] ]]; }
-is_cuda() { [[ $1 =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl|nvrtc|nvJitLink|cufft|curand|cusparse|cusolver)[._] ]]; }
-for binary in "$out"/bin/*; do
-  while read -r name _ path _; do
-    [[ $path == /* ]] || continue
-    is_system "$name" && continue
-    is_cuda "$name" && continue
-    [[ -e $out/lib/$name ]] || cp -L "$path" "$out/lib/$name"
-  done < <(ldd "$binary")
-done
+# Libraries: everything ldd resolves but glibc's, CUDA's, cuDNN's and
+# NCCL's (scripts/bundle-libs.sh; the GPU machine has those: gpu-check.sh
+# finds them).
+source "$root/scripts/bundle-libs.sh"
+bundle_libraries "$out/lib" "$out"/bin/*
 # Debian 12's libstdc++ and libgcc_s need glibc 2.36 and 2.35, newer than
 # some GPU machines have (Ubuntu 22.04: 2.35), where the system's own
 # libstdc++ (GCC 12's, GLIBCXX_3.4.30) serves: they go to lib/fallback/,
@@ -84,18 +75,7 @@ done
 # The check: with only the bundle on the library path, every library a
 # bundled binary needs resolves into lib/, to glibc, or is a CUDA one.
 problems=0
-for binary in "$out"/bin/*; do
-  while read -r line; do
-    name=${line%% *}
-    path=$(awk '{print $3}' <<<"$line")
-    if [[ $line == *"not found"* ]]; then
-      is_cuda "$name" || { echo "  $(basename "$binary"): $name not found" >&2; problems=1; }
-    elif [[ $path == /* && $path != "$out"/lib/* ]] && ! is_system "$name" && ! is_cuda "$name"; then
-      echo "  $(basename "$binary"): $name resolves outside the bundle ($path)" >&2
-      problems=1
-    fi
-  done < <(LD_LIBRARY_PATH="$out/lib:$out/lib/fallback" ldd "$binary" | sed 's/^[[:space:]]*//')
-done
+bundle_unresolved "$out/lib:$out/lib/fallback" "$out"/bin/* || problems=1
 [[ $problems == 0 ]] || fail "some libraries would be missing on a bare GPU machine (above)"
 
 # What the binaries ask of the GPU machine's own libraries.
@@ -103,7 +83,7 @@ newest() { local prefix=$1; shift; for f in "$@"; do objdump -T "$f" 2>/dev/null
 glibc=$(newest GLIBC "$out"/bin/* "$out"/lib/*.so*)
 glibc_fallback=$(newest GLIBC "$out"/lib/fallback/*)
 glibcxx=$(newest GLIBCXX "$out"/bin/* "$out"/lib/*.so*)
-cuda_libs=$(for f in "$out"/bin/*; do ldd "$f"; done | awk '{print $1}' | while read -r n; do is_cuda "$n" && echo "$n"; done | sort -u | tr '\n' ' ')
+cuda_libs=$(for f in "$out"/bin/*; do ldd "$f"; done | awk '{print $1}' | while read -r n; do bundle_is_cuda "$n" && echo "$n"; done | sort -u | tr '\n' ' ')
 bytes=$(du -sb "$out" | cut -f1)
 {
   echo "troupe GPU bundle"
