@@ -257,15 +257,17 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   collectives.emplace_back(std::move(c));
               }
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
-              // The shards (on ps tasks, or the coordinator's): this node's
-              // replicas push each its part on the data plane, in the
-              // partition every node computes alike.
-              // A view that placed the shards anew (a ps task lost or leaving)
-              // brings other addresses, and routes a lost ps task aborted are
-              // done with: the replicas take new routes with the view.
-              const bool new_routes = !f.ps_addresses.empty() &&
-                                      (!push_routes || push_routes->addresses != f.ps_addresses ||
-                                       !push_routes->registry->aborted().empty());
+              // Every view names the shards (on ps tasks, or the coordinator's
+              // server on its data plane): this node's replicas push each its
+              // part there, in the partition every node computes alike; a
+              // replica has no other way to push. A view that placed the
+              // shards anew (a ps task lost or leaving) brings other
+              // addresses, and routes a lost ps task aborted are done with:
+              // the replicas take new routes with the view.
+              if (f.ps_addresses.empty())
+                throw std::runtime_error("view " + std::to_string(f.view) + " names no parameter-server shards to push to");
+              const bool new_routes = !push_routes || push_routes->addresses != f.ps_addresses ||
+                                      !push_routes->registry->aborted().empty();
               if (new_routes) {
                 auto partition = std::make_shared<const ps::Partition>(
                     ps::partition_for(spec, f.ps_partition_shards, job.ps_split_above));
@@ -282,9 +284,6 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 push_routes->timeout = options.timeout;
                 push_routes_partition = partition;
               }
-              // Every view names the shards (on ps tasks, or the coordinator's
-              // server on its data plane): a replica has no other way to push.
-              if (!push_routes) throw std::runtime_error("view " + std::to_string(f.view) + " names no parameter-server shards to push to");
               if (replicas.empty()) {
                 for (std::size_t r = 0; r < devices.size(); ++r) {
                   ReplicaPlan plan;

@@ -17,8 +17,8 @@
 #
 # Environment: SEALED_ROUNDS (default 5), PS_ROUNDS (default 3),
 # IDLE_BUDGET (seconds for all, default 540: the frame gets at most 90, the
-# ring 150, the ps tasks what is left; a step cut short says so). Output to the terminal and, where the device
-# tool gives one, $OUT/idle_cores.log.
+# ring 150, the ps tasks what is left; a step cut short says so). Output to
+# the terminal and, where the device tool gives one, $OUT/idle_cores.log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TROUPE_BUILD_DIR:-$root/build}

@@ -29,14 +29,13 @@ bundle_libraries() {
 }
 
 bundle_unresolved() {
-  local libpath=$1 binary line name path problems=0 inside
+  local libpath=$1 binary line name path problems=0 inside d
   shift
   for binary in "$@"; do
     while read -r line; do
       name=${line%% *}
       path=$(awk '{print $3}' <<<"$line")
       inside=0
-      local d
       for d in ${libpath//:/ }; do [[ $path == "$d"/* ]] && inside=1; done
       if [[ $line == *"not found"* ]]; then
         bundle_is_cuda "$name" || { echo "  $(basename "$binary"): $name not found" >&2; problems=1; }
