@@ -187,7 +187,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                   sc.optimizer = job.train.optimizer;
                   sc.schedule = schedule;
                   sc.replicas = replicas;
-                  ps::LocalShard shard = ps::spawn_shard(system, std::move(sc));
+                  ps::LocalShard shard = ps::spawn_shard(system, std::move(sc), ps::ShardThread::scheduled);
                   hosted.shards[indices[j]] = shard.actor;
                   hosted.cores[indices[j]] = shard.core;
                   handles.push_back(shard.actor);

@@ -125,8 +125,7 @@ struct ShardState {
 
 // ---- shard_actor.cpp: the CAF face (the rest needs no actor system) ----
 
-// The actor over `core` (spawned detached: an in-process push runs Adam on
-// the actor's thread). When it ends, it closes the core.
+// The actor over `core`. When it ends, it closes the core.
 caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core);
 
 // A shard of this process: its actor (for CAF) and its core (for the
@@ -135,7 +134,22 @@ struct LocalShard {
   caf::actor actor;
   std::shared_ptr<ShardCore> core;
 };
-LocalShard spawn_shard(caf::actor_system& system, ShardConfig config);
+
+// Where the shard's actor runs.
+enum class ShardThread {
+  // A thread of its own: the coordinator's shards, whose in-process pushes
+  // run Adam on the actor's thread (CAF's polling workers would take the
+  // replicas' cores, docs/ARCHITECTURE.md).
+  detached,
+  // CAF's scheduler: a ps task's shards, whose pushes arrive on the data
+  // plane and are applied on the PushServer's threads, so that the actor
+  // only answers the coordinator's control requests. CAF 0.17 may keep a
+  // count on an ended actor that answered remote requests, and
+  // ~actor_system waits for every detached actor's object to go but not
+  // for a scheduled one's (docs/ARCHITECTURE.md, "Ending").
+  scheduled,
+};
+LocalShard spawn_shard(caf::actor_system& system, ShardConfig config, ShardThread thread = ShardThread::detached);
 
 // The `apply` of a PushServer (push_link.hpp) hosting `shards` (by index):
 // applies each push on the calling connection's thread. A shard's refusal

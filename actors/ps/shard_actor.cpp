@@ -42,10 +42,11 @@ caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr
   };
 }
 
-LocalShard spawn_shard(caf::actor_system& system, ShardConfig config) {
+LocalShard spawn_shard(caf::actor_system& system, ShardConfig config, ShardThread thread) {
   LocalShard out;
   out.core = std::make_shared<ShardCore>(std::move(config));
-  out.actor = system.spawn<caf::detached>(shard_actor, out.core);
+  out.actor = thread == ShardThread::detached ? system.spawn<caf::detached>(shard_actor, out.core)
+                                              : system.spawn(shard_actor, out.core);
   return out;
 }
 

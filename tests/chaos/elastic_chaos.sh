@@ -54,7 +54,7 @@ start_worker() {  # log file; LASTPID = the pid
   LASTPID=$!
 }
 
-declare -A PASS FAIL HANG
+declare -A PASS FAIL HANG LATE
 echo "elastic chaos: $TRIALS trial(s) per mode, modes: $MODES, faults: ${FAULTS[*]}, seed $SEED"
 overall=0
 for mode in $MODES; do

@@ -71,23 +71,35 @@ chaos_cleanup() {
   if [[ "${TROUPE_CHAOS_KEEP:-0}" == 1 ]]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
 }
 
-# Counts a trial's result ($1 mode, $2 pass|fail|hang) in PASS, FAIL, HANG
-# (associative arrays by mode) and `overall` (1 after any failure or hang).
+# Counts a trial's result ($1 mode, $2 pass|fail|hang|late) in PASS, FAIL,
+# HANG, LATE (associative arrays by mode) and `overall` (1 after any failure
+# or hang). A late trial is one whose fault came after the work it was to
+# disturb was done (a loaded machine can delay a script's polling past a
+# short job's end): it tested nothing, so it is neither a pass nor a
+# failure, and the summary shows it.
 chaos_count() {
   case $2 in
     pass) PASS[$1]=$((PASS[$1] + 1)) ;;
     fail) FAIL[$1]=$((FAIL[$1] + 1)); overall=1 ;;
     hang) HANG[$1]=$((HANG[$1] + 1)); overall=1 ;;
+    late) LATE[$1]=$((${LATE[$1]:-0} + 1)) ;;
   esac
 }
 
-# The summary of every mode in MODES, TRIALS each, with SEED.
+# The summary of every mode in MODES, TRIALS each, with SEED (late trials,
+# which a script repeats, on top). A mode of which no trial but late ones
+# ran tested nothing: that fails the run.
 chaos_summary() {
-  local mode
+  local mode late
   echo
   echo "summary (seed $SEED):"
   for mode in $MODES; do
-    printf '  %-6s %d trial(s): %d passed, %d failed, %d hung\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" \
-      "${HANG[$mode]}"
+    late=${LATE[$mode]:-0}
+    printf '  %-6s %d trial(s): %d passed, %d failed, %d hung%s\n' "$mode" "$TRIALS" "${PASS[$mode]}" "${FAIL[$mode]}" \
+      "${HANG[$mode]}" "$( ((late > 0)) && echo "; $late more late (the fault came after the job's work)")"
+    if ((TRIALS > 0 && PASS[$mode] + FAIL[$mode] + HANG[$mode] == 0)); then
+      echo "  $mode: no trial's fault came in time; nothing was tested"
+      overall=1
+    fi
   done
 }
