@@ -8,7 +8,11 @@
 // each end; plaintext (a CRC-32C of the payload at each end, as the ring
 // without a secret) for reference.
 //
-//   bench_sealed_frame [--size-kb 1024] [--record-kb 256] [--helpers 0,1,3] [--reps 200] [--warmup 20]
+//   bench_sealed_frame [--size-kb 1024] [--record-kb 256] [--helpers 0,1,3] [--spin-us 0] [--reps 200] [--warmup 20]
+//
+// --spin-us: a list of how long the helpers (and an I/O thread waiting for
+// one) poll for work before they sleep (wire::RecordWorkers); every helper
+// count runs with each.
 //
 // Two figures per configuration, medians over `reps`:
 //   latency_us     one frame in flight: from the sender's first byte of
@@ -48,13 +52,14 @@ struct Options {
   std::size_t size_bytes = std::size_t{1} << 20;
   std::size_t record_bytes = wire::kRingRecordBytes;
   std::vector<int> helpers{0, 1, 3};
+  std::vector<int> spin_us{0};
   int reps = 200;
   int warmup = 20;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
-  const char* usage = "[--size-kb N] [--record-kb N] [--helpers 0,1,3] [--reps N] [--warmup N]";
+  const char* usage = "[--size-kb N] [--record-kb N] [--helpers 0,1,3] [--spin-us 0,50] [--reps N] [--warmup N]";
   bench::parse_flags(argc, argv, "bench_sealed_frame", usage, [&](const std::string& a, const std::string& v) {
     if (a == "--size-kb") {
       o.size_bytes = static_cast<std::size_t>(bench::integer_arg(a, v, 0)) << 10;
@@ -63,6 +68,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--helpers") {
       o.helpers.clear();
       for (long long h : bench::integer_list_arg(a, v, 0)) o.helpers.push_back(static_cast<int>(h));
+    } else if (a == "--spin-us") {
+      o.spin_us.clear();
+      for (long long us : bench::integer_list_arg(a, v, 0)) o.spin_us.push_back(static_cast<int>(us));
     } else if (a == "--reps") {
       o.reps = static_cast<int>(bench::integer_arg(a, v, 1));
     } else if (a == "--warmup") {
@@ -98,7 +106,7 @@ struct Figures {
 };
 
 // helpers < 0: plaintext.
-Figures run(const Options& o, int helpers) {
+Figures run(const Options& o, int helpers, int spin_us) {
   Link link;
   const bool sealed = helpers >= 0;
   const std::string session(32, 's');
@@ -106,8 +114,8 @@ Figures run(const Options& o, int helpers) {
   wire::RecordSealer sealer(sender_keys.send);
   wire::RecordOpener opener(receiver_keys.receive);
   if (sealed) {
-    sealer.set_helpers(helpers);
-    opener.set_helpers(helpers);
+    sealer.set_helpers(helpers, std::chrono::microseconds(spin_us));
+    opener.set_helpers(helpers, std::chrono::microseconds(spin_us));
   }
   std::vector<char> payload(o.size_bytes), received(o.size_bytes);
   for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 131 + 7);
@@ -178,18 +186,20 @@ Figures run(const Options& o, int helpers) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
-    const Figures plain = run(o, -1);
+    const Figures plain = run(o, -1, 0);
     std::printf("RESULT troupe sealed-frame mode=plaintext size_KB=%zu latency_us=%.1f throughput_GBps=%.3f\n",
                 o.size_bytes >> 10, plain.latency_us, plain.gbps);
-    for (int h : o.helpers) {
-      const Figures f = run(o, h);
-      std::printf(
-          "RESULT troupe sealed-frame mode=sealed helpers=%d size_KB=%zu record_KB=%zu records=%zu latency_us=%.1f "
-          "throughput_GBps=%.3f latency_ratio=%.2f throughput_ratio=%.2f\n",
-          h, o.size_bytes >> 10, o.record_bytes >> 10,
-          h > 0 ? wire::split_records(o.size_bytes, o.record_bytes).size() : std::size_t{1}, f.latency_us, f.gbps,
-          f.latency_us / plain.latency_us, f.gbps / plain.gbps);
-    }
+    for (int h : o.helpers)
+      for (int spin : o.spin_us) {
+        if (h == 0 && spin != o.spin_us.front()) continue;  // no helper, nothing spins
+        const Figures f = run(o, h, spin);
+        std::printf(
+            "RESULT troupe sealed-frame mode=sealed helpers=%d spin_us=%d size_KB=%zu record_KB=%zu records=%zu "
+            "latency_us=%.1f throughput_GBps=%.3f latency_ratio=%.2f throughput_ratio=%.2f\n",
+            h, h > 0 ? spin : 0, o.size_bytes >> 10, o.record_bytes >> 10,
+            h > 0 ? wire::split_records(o.size_bytes, o.record_bytes).size() : std::size_t{1}, f.latency_us, f.gbps,
+            f.latency_us / plain.latency_us, f.gbps / plain.gbps);
+      }
   } catch (const std::exception& e) {
     std::cerr << "bench_sealed_frame: " << e.what() << "\n";
     return 1;

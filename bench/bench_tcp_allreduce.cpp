@@ -5,7 +5,8 @@
 // from ../shared/anchors/torch_anchor.py, which uses the same MB = 2^20
 // bytes).
 //
-//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024] [--sealed [--seal-helpers N]]
+//   bench_tcp_allreduce [--world 2] [--sizes 4,64] [--reps 15] [--warmup 3] [--chunk-kb 1024]
+//                       [--sealed [--seal-helpers N] [--seal-spin-us US]]
 //   bench_tcp_allreduce --rank R --addresses HOST:PORT,HOST:PORT[,...] [same options]
 //
 // The second form runs one rank only, in this process, listening on its own
@@ -22,6 +23,9 @@
 // helper threads per direction that seal and open a frame's records beside
 // the ring's I/O threads (default: net::ring_seal_helpers of the machine's
 // cores; 0 on this 2-core machine); the RESULT line says how many ran.
+// --seal-spin-us US: how long those helpers, and an I/O thread waiting for
+// one, poll for work before they sleep (TcpGroupConfig::seal_spin; 0, the
+// default, sleeps at once).
 //
 // Each repetition: barrier, then one allreduce (sum) timed on rank 0, which
 // finishes with the last all-gather step like every other rank. The figure
@@ -60,6 +64,7 @@ struct Options {
   std::size_t chunk_kb = 1024;
   bool sealed = false;
   int seal_helpers = -1;               // --seal-helpers; -1: the machine's default (ring_seal_helpers)
+  int seal_spin_us = 0;                // --seal-spin-us: the helpers' poll before they sleep (TcpGroupConfig::seal_spin)
   int rank = -1;                       // >= 0: run this rank only (--rank)
   std::vector<std::string> addresses;  // with --rank
 };
@@ -88,6 +93,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
     else if (a == "--sealed") o.sealed = true;
     else if (a == "--seal-helpers") o.seal_helpers = std::stoi(value());
+    else if (a == "--seal-spin-us") o.seal_spin_us = std::stoi(value());
     else if (a == "--sizes") {
       o.sizes_mb.clear();
       std::stringstream s(value());
@@ -95,7 +101,8 @@ Options parse(int argc, char** argv) {
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
       throw std::invalid_argument("unknown argument " + a +
-                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --seal-helpers, --rank, "
+                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --seal-helpers, --seal-spin-us, "
+                                  "--rank, "
                                   "--addresses)");
     }
   }
@@ -131,6 +138,7 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
   config.chunk_bytes = o.chunk_kb * 1024;
   config.listen_fd = listen_fd;
   config.seal_helpers = o.seal_helpers;
+  config.seal_spin = std::chrono::microseconds(o.seal_spin_us);
   if (o.sealed)
     config.authenticate = handshake_hook(
         HandshakeConfig{Secret::from_text("bench_tcp_allreduce"), "bench", "rank/" + std::to_string(rank)});
@@ -167,7 +175,8 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
                   "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f%s\n",
                   o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
                   seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms,
-                  o.sealed ? (" seal_helpers=" + std::to_string(helpers)).c_str() : "");
+                  o.sealed ? (" seal_helpers=" + std::to_string(helpers) + " seal_spin_us=" + std::to_string(o.seal_spin_us)).c_str()
+                           : "");
       std::fflush(stdout);
     }
   }

@@ -5,9 +5,11 @@
 #
 #   1. the machine: cores, CPU model, load
 #   2. issue 15: one sealed 1 MiB frame against plaintext, with 0, 1 and 3
-#      seal helpers (bench_sealed_frame)
+#      seal helpers, each polling 0, 50 and 200 us for work before it
+#      sleeps (bench_sealed_frame --spin-us)
 #   3. issue 15: the sealed ring against the plaintext ring, 64 MB on 2 and
-#      3 ranks (bench/sealed_ring.sh; goal: sealed busbw >= 0.90 of plaintext)
+#      3 ranks, the sealed ring with each of SEALED_SPINS (bench/sealed_ring.sh;
+#      goal: sealed busbw >= 0.90 of plaintext)
 #   4. issue 17: sync against async on 1 and 2 ps tasks, mlp and cnn
 #      (bench/ps_tasks.sh, shortened; goals: async-2ps >= sync samples/s,
 #      push round trip <= 2x one move)
@@ -15,14 +17,16 @@
 #   build-dev/run.sh bench/idle_cores.sh            # on the device machine
 #   TROUPE_BUILD_DIR=build bench/idle_cores.sh      # here, the same steps
 #
-# Environment: SEALED_ROUNDS (default 5), PS_ROUNDS (default 3),
-# IDLE_BUDGET (seconds for all, default 540: the frame gets at most 90, the
-# ring 150, the ps tasks what is left; a step cut short says so). Output to
+# Environment: SEALED_ROUNDS (default 5), SEALED_SPINS (default "0 50 200"),
+# PS_ROUNDS (default 3), IDLE_BUDGET (seconds for all, default 540: the
+# frame gets at most 90, the ring 180, the ps tasks what is left; a step cut
+# short says so). Output to
 # the terminal and, where the device tool gives one, $OUT/idle_cores.log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TROUPE_BUILD_DIR:-$root/build}
 sealed_rounds=${SEALED_ROUNDS:-5}
+sealed_spins=${SEALED_SPINS:-0 50 200}
 ps_rounds=${PS_ROUNDS:-3}
 end=$((SECONDS + ${IDLE_BUDGET:-540}))
 if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT" && exec > >(tee "$OUT/idle_cores.log") 2>&1; fi
@@ -46,10 +50,10 @@ grep -m1 "model name" /proc/cpuinfo
 [[ -f $build/MANIFEST ]] && sed -n 2,3p "$build/MANIFEST"
 
 section "issue 15: one 1 MiB frame, sealed and plaintext (bench_sealed_frame)"
-step 90 "$build/bench/bench_sealed_frame" --reps 200 --helpers 0,1,3
+step 90 "$build/bench/bench_sealed_frame" --reps 200 --helpers 0,1,3 --spin-us "${sealed_spins// /,}"
 
 section "issue 15: the sealed ring against the plaintext ring (bench/sealed_ring.sh $sealed_rounds)"
-step 150 env TROUPE_BUILD_DIR="$build" "$root/bench/sealed_ring.sh" "$sealed_rounds"
+step 180 env TROUPE_BUILD_DIR="$build" SPINS="$sealed_spins" "$root/bench/sealed_ring.sh" "$sealed_rounds"
 
 section "issue 17: sync and async on ps tasks (bench/ps_tasks.sh, $ps_rounds round(s), mlp 2 epochs, cnn 1)"
 step 600 env ROUNDS="$ps_rounds" EPOCHS_MLP=2 EPOCHS_CNN=1 "$root/bench/ps_tasks.sh" "$build"

@@ -241,8 +241,8 @@ TcpGroup::TcpGroup(const TcpGroupConfig& config, Link send, Link recv)
     if (send_link_.sealed()) {
       const int helpers = config.seal_helpers >= 0 ? config.seal_helpers
                                                    : ring_seal_helpers(std::thread::hardware_concurrency());
-      send_link_.sealer->set_helpers(helpers);
-      recv_link_.opener->set_helpers(helpers);
+      send_link_.sealer->set_helpers(helpers, config.seal_spin);
+      recv_link_.opener->set_helpers(helpers, config.seal_spin);
     }
     staging_.assign(kStagingSlots, std::vector<char>(chunk_bytes_));
     sender_ = std::thread([this] { sender_loop(); });

@@ -108,6 +108,11 @@ struct TcpGroupConfig {
   // record as soon as it is sealed. -1: from the cores this machine has
   // (ring_seal_helpers); 0: none, the I/O threads do all the AES-GCM.
   int seal_helpers = -1;
+  // Sealed links with helpers only: how long a helper, or the I/O thread
+  // waiting for one, polls for work before it sleeps (wire::RecordWorkers).
+  // 0, the default, sleeps at once; a poll saves a wake-up per hand-off
+  // where idle cores are slow to wake (docs/BENCHMARKS.md, "Sealed links").
+  std::chrono::microseconds seal_spin{0};
   // Asked while the ring connects (every 100 ms when waiting for the
   // previous rank or for the next one's first answer, and between connect
   // attempts of at most 1 s): a non-empty answer

@@ -46,7 +46,8 @@ std::vector<std::size_t> split_records(std::size_t bytes, std::size_t record_byt
   return front;
 }
 
-RecordWorkers::RecordWorkers(const AeadDirection& aead, int helpers) {
+RecordWorkers::RecordWorkers(const AeadDirection& aead, int helpers, std::chrono::microseconds spin)
+    : spin_(std::max(spin, std::chrono::microseconds(0))) {
   for (int i = 0; i < helpers; ++i) ciphers_.push_back(aead.twin());
   for (auto& cipher : ciphers_) threads_.emplace_back([this, c = cipher.get()] { helper_loop(*c); });
 }
@@ -55,9 +56,26 @@ RecordWorkers::~RecordWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    posts_.fetch_add(1, std::memory_order_release);  // a spinning helper looks again
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+void RecordWorkers::spin_while(std::unique_lock<std::mutex>& lock, const std::atomic<std::uint64_t>& counter,
+                               std::uint64_t seen) {
+  if (spin_.count() == 0) return;
+  lock.unlock();
+  const auto until = std::chrono::steady_clock::now() + spin_;
+  for (unsigned i = 1; counter.load(std::memory_order_acquire) == seen; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;  // the clock costs more than a look
+  }
+  lock.lock();
 }
 
 void RecordWorkers::begin(std::function<void(std::size_t, AeadCipher&)> work, std::size_t count) {
@@ -72,6 +90,7 @@ void RecordWorkers::post(std::size_t index) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(index);
+    posts_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.notify_one();
 }
@@ -92,6 +111,7 @@ bool RecordWorkers::run_one(std::unique_lock<std::mutex>& lock, AeadCipher& ciph
   if (error && !error_) error_ = error;
   --in_flight_;
   done_[index] = 1;
+  ends_.fetch_add(1, std::memory_order_release);
   done_cv_.notify_all();  // finish() waits for all, wait_for() for one
   return true;
 }
@@ -99,6 +119,7 @@ bool RecordWorkers::run_one(std::unique_lock<std::mutex>& lock, AeadCipher& ciph
 void RecordWorkers::helper_loop(AeadCipher& cipher) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (!stopping_ && queue_.empty()) spin_while(lock, posts_, posts_.load(std::memory_order_relaxed));
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
     run_one(lock, cipher);
@@ -111,7 +132,15 @@ void RecordWorkers::finish(AeadCipher& own) {
   }
   // What the helpers still run is CPU work on records already in memory:
   // it ends without waiting on any peer.
-  done_cv_.wait(lock, [&] { return queue_.empty() && in_flight_ == 0; });
+  auto all_done = [&] { return queue_.empty() && in_flight_ == 0; };
+  while (!all_done()) {
+    const std::uint64_t seen = ends_.load(std::memory_order_relaxed);
+    spin_while(lock, ends_, seen);
+    if (ends_.load(std::memory_order_relaxed) == seen) {  // spun out (or no spin): sleep
+      done_cv_.wait(lock, all_done);
+      break;
+    }
+  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
@@ -121,10 +150,13 @@ std::size_t RecordWorkers::wait_for(std::size_t index, AeadCipher& own,
   while (!done_.at(index) && !error_) {
     // Posted in order and taken from the front: a piece no helper has
     // started is at the front once every piece before it has started.
-    if (!queue_.empty() && (queue_.front() == index || (owner_may_run && owner_may_run(queue_.front()))))
+    if (!queue_.empty() && (queue_.front() == index || (owner_may_run && owner_may_run(queue_.front())))) {
       run_one(lock, own);
-    else
-      done_cv_.wait(lock);
+      continue;
+    }
+    const std::uint64_t seen = ends_.load(std::memory_order_relaxed);
+    spin_while(lock, ends_, seen);
+    if (ends_.load(std::memory_order_relaxed) == seen) done_cv_.wait(lock);
   }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   std::size_t end = index;
@@ -168,8 +200,8 @@ void RecordSealer::append(const void* in, std::size_t bytes) {
 
 RecordSealer::~RecordSealer() = default;
 
-void RecordSealer::set_helpers(int helpers) {
-  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers) : nullptr;
+void RecordSealer::set_helpers(int helpers, std::chrono::microseconds spin) {
+  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers, spin) : nullptr;
 }
 
 void RecordSealer::write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes,
@@ -283,8 +315,8 @@ void RecordOpener::read_exact(int fd, void* dest, std::size_t bytes, Deadline de
 
 RecordOpener::~RecordOpener() = default;
 
-void RecordOpener::set_helpers(int helpers) {
-  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers) : nullptr;
+void RecordOpener::set_helpers(int helpers, std::chrono::microseconds spin) {
+  workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers, spin) : nullptr;
 }
 
 void RecordOpener::refuse_record(std::uint64_t number) const {

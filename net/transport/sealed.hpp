@@ -18,6 +18,8 @@
 // time.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -56,8 +58,16 @@ struct AuthenticationError : std::runtime_error {
 class RecordWorkers {
  public:
   // `helpers` threads (0: none; the owner does everything), each with a
-  // twin of `aead`'s cipher.
-  RecordWorkers(const AeadDirection& aead, int helpers);
+  // twin of `aead`'s cipher. A thread that runs out of work, a helper
+  // waiting for a piece or the owner waiting for one to be done, first
+  // polls for up to `spin` before it sleeps (0: it sleeps at once). On a
+  // host with idle cores that saves the wake-up of a sleeping thread per
+  // hand-off, which under a hypervisor can cost tens of microseconds (an
+  // idle virtual CPU halts and has to be scheduled again): a frame of
+  // 1 MiB takes about 300 us to move, and every frame wakes the helpers
+  // (docs/BENCHMARKS.md, "Sealed links"). A poll pauses the CPU
+  // between looks and never holds the lock.
+  RecordWorkers(const AeadDirection& aead, int helpers, std::chrono::microseconds spin = {});
   ~RecordWorkers();
   RecordWorkers(const RecordWorkers&) = delete;
   RecordWorkers& operator=(const RecordWorkers&) = delete;
@@ -85,8 +95,16 @@ class RecordWorkers {
  private:
   void helper_loop(AeadCipher& cipher);
   bool run_one(std::unique_lock<std::mutex>& lock, AeadCipher& cipher);  // false: queue empty
+  // Polls, with `lock` released, until `counter` differs from `seen` or
+  // spin_ has passed; then takes the lock again.
+  void spin_while(std::unique_lock<std::mutex>& lock, const std::atomic<std::uint64_t>& counter,
+                  std::uint64_t seen);
   std::vector<std::unique_ptr<AeadCipher>> ciphers_;
   std::vector<std::thread> threads_;
+  const std::chrono::microseconds spin_;
+  // Bumped under mu_ by post() / a piece's end (and stop): what a spinning
+  // thread watches without the lock.
+  std::atomic<std::uint64_t> posts_{0}, ends_{0};
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::function<void(std::size_t, AeadCipher&)> work_;
@@ -128,8 +146,9 @@ class RecordSealer {
   // record, as write(). IoError as wire::write_all; the connection is
   // given up after one.
   void write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes, Deadline deadline);
-  // Helper threads for write_split (0: none, the default).
-  void set_helpers(int helpers);
+  // Helper threads for write_split (0: none, the default), polling for
+  // up to `spin` before they sleep (RecordWorkers).
+  void set_helpers(int helpers, std::chrono::microseconds spin = {});
   std::uint64_t records() const { return aead_.messages(); }
 
  private:
@@ -160,8 +179,9 @@ class RecordOpener {
   // ones are still being read. Throws as read_exact; after any error `dest`
   // holds garbage and every later read fails.
   void read_exact_split(int fd, void* dest, std::size_t bytes, std::size_t record_bytes, Deadline deadline);
-  // Helper threads for read_exact_split (0: none, the default).
-  void set_helpers(int helpers);
+  // Helper threads for read_exact_split (0: none, the default), polling
+  // for up to `spin` before they sleep (RecordWorkers).
+  void set_helpers(int helpers, std::chrono::microseconds spin = {});
 
   // From a buffer: when `in` (`available` bytes) starts with a whole record
   // of at most `max` bytes, opens it into `out` and returns the bytes it

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <thread>
@@ -266,10 +267,11 @@ TEST(TcpSealed, SplitRecordsCoverThePayloadInOrder) {
 // The bytes a sealer with `helpers` helper threads puts on the wire for
 // `payload` split into records of `record` bytes, after a first record
 // "hi" (so the numbers do not start at 0).
-std::string split_on_the_wire(const std::string& payload, std::size_t record, int helpers) {
+std::string split_on_the_wire(const std::string& payload, std::size_t record, int helpers,
+                              std::chrono::microseconds spin = 0us) {
   Pair p;
   RecordSealer sealer(kJoiner.send);
-  sealer.set_helpers(helpers);
+  sealer.set_helpers(helpers, spin);
   std::thread writer([&] {
     sealer.append("hi", 2);
     sealer.write_split(p.fds[0], payload.data(), payload.size(), record, Pair::soon());
@@ -320,6 +322,8 @@ TEST(TcpSealed, ASplitPayloadIsTheSameBytesWhateverThreadsSealIt) {
   for (std::size_t at = 0, i = 0; i < sizes.size(); at += sizes[i++]) parts.push_back(payload.substr(at, sizes[i]));
   EXPECT_TRUE(split == join(sealed(kJoiner.send, parts)));
   for (int helpers : {3, 7}) EXPECT_TRUE(split_on_the_wire(payload, 250000, helpers) == split) << helpers;
+  // Helpers that poll before they sleep (RecordWorkers' spin): the same.
+  for (int helpers : {1, 3}) EXPECT_TRUE(split_on_the_wire(payload, 250000, helpers, 200us) == split) << helpers;
   // A plain opener reads them as those records.
   const auto [got, error] = open_all(kAcceptor.receive, split);
   EXPECT_EQ(error, "");
@@ -328,17 +332,46 @@ TEST(TcpSealed, ASplitPayloadIsTheSameBytesWhateverThreadsSealIt) {
   EXPECT_TRUE(split_on_the_wire(payload, 250000, 0) == join(sealed(kJoiner.send, {"hi", payload})));
 }
 
+// Every piece of every batch runs exactly once, whether the threads sleep
+// at once or poll first, and wait_for() and finish() return only when the
+// pieces they wait for are done. Many small batches: the hand-offs are
+// what is tested (a wake-up lost between a poll and a sleep would hang
+// here, and TSan sees the counters).
+TEST(TcpSealed, RecordWorkersRunEveryPieceOnceWhetherTheyPollOrSleep) {
+  AeadDirection aead(kJoiner.send);
+  for (const auto& [helpers, spin] : {std::pair{1, 0us}, std::pair{3, 0us}, std::pair{1, 30us}, std::pair{3, 30us}}) {
+    SCOPED_TRACE("helpers " + std::to_string(helpers) + ", spin " + std::to_string(spin.count()) + " us");
+    wire::RecordWorkers workers(aead, helpers, spin);
+    for (int batch = 0; batch < 400; ++batch) {
+      const std::size_t n = 1 + static_cast<std::size_t>(batch) % 9;
+      std::vector<std::atomic<int>> runs(n);
+      workers.begin([&](std::size_t i, AeadCipher&) { runs[i].fetch_add(1); }, n);
+      for (std::size_t i = 0; i < n; ++i) workers.post(i);
+      if (batch % 2 == 1) {
+        for (std::size_t i = 0; i < n;) {
+          const std::size_t end = workers.wait_for(i, aead.cipher());
+          ASSERT_GT(end, i);
+          for (std::size_t j = i; j < end; ++j) ASSERT_EQ(runs[j].load(), 1) << "piece " << j;
+          i = end;
+        }
+      }
+      workers.finish(aead.cipher());
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(runs[i].load(), 1) << "batch " << batch << ", piece " << i;
+    }
+  }
+}
+
 // A reader that goes away mid-frame: the streaming sender fails with the
 // I/O error (not a hang, not a crash), its helpers stop touching the
 // payload before write_split returns (the buffer is freed at once), and so
 // does a sender whose deadline passes while the reader takes nothing.
 TEST(TcpSealed, ASplitWriteToAReaderThatGoesAwayFailsCleanly) {
-  for (int helpers : {1, 3}) {
-    SCOPED_TRACE("helpers " + std::to_string(helpers));
+  for (const auto& [helpers, spin] : {std::pair{1, 0us}, std::pair{3, 0us}, std::pair{1, 100us}, std::pair{3, 100us}}) {
+    SCOPED_TRACE("helpers " + std::to_string(helpers) + ", spin " + std::to_string(spin.count()) + " us");
     {
       Pair p;
       RecordSealer sealer(kJoiner.send);
-      sealer.set_helpers(helpers);
+      sealer.set_helpers(helpers, spin);
       auto payload = std::make_unique<std::string>(random_text(std::size_t{16} << 20, 9));
       std::thread reader([&] {
         std::string piece(100000, '\0');
@@ -352,7 +385,7 @@ TEST(TcpSealed, ASplitWriteToAReaderThatGoesAwayFailsCleanly) {
     {
       Pair p;
       RecordSealer sealer(kJoiner.send);
-      sealer.set_helpers(helpers);
+      sealer.set_helpers(helpers, spin);
       const std::string payload = random_text(std::size_t{16} << 20, 10);
       try {
         sealer.write_split(p.fds[0], payload.data(), payload.size(), 250000, Clock::now() + 300ms);
@@ -371,11 +404,12 @@ struct SplitRead {
   std::string payload, error;
   bool later_read_fails = false;
 };
-SplitRead read_split(const std::string& wire, std::size_t bytes, std::size_t record, int helpers) {
+SplitRead read_split(const std::string& wire, std::size_t bytes, std::size_t record, int helpers,
+                     std::chrono::microseconds spin = 0us) {
   Pair p;
   std::thread writer = p.put(wire);
   RecordOpener opener(kAcceptor.receive);
-  opener.set_helpers(helpers);
+  opener.set_helpers(helpers, spin);
   SplitRead out;
   char hi[2];
   opener.read_exact(p.fds[1], hi, 2, Pair::soon());
@@ -403,11 +437,12 @@ TEST(TcpSealed, ASplitPayloadOpensWhateverThreadsOpenItAndAnyFlippedBitFailsIt) 
   for (int helpers : {0, 1, 3}) {
     SCOPED_TRACE("helpers " + std::to_string(helpers));
     // Either layout opens, whoever opens it.
-    for (const std::string* wire : {&split, &whole}) {
-      const SplitRead good = read_split(*wire, payload.size(), 250000, helpers);
-      EXPECT_EQ(good.error, "");
-      EXPECT_TRUE(good.payload == payload);
-    }
+    for (const std::string* wire : {&split, &whole})
+      for (auto spin : {0us, 200us}) {
+        const SplitRead good = read_split(*wire, payload.size(), 250000, helpers, spin);
+        EXPECT_EQ(good.error, "");
+        EXPECT_TRUE(good.payload == payload);
+      }
     // Split: a bit flipped in the third record's ciphertext (record number 3:
     // "hi" is 0), in the last record's tag, in the second record's length;
     // whole: in the ciphertext and in the length. The first length must be
@@ -449,8 +484,9 @@ std::function<LinkKeys(int, bool, Deadline)> fixed_keys() {
 
 // Every operation once on a ring of 3, small chunks so that each is many
 // frames; everything the ranks end with, in order.
-std::vector<std::vector<float>> run_everything(bool seal, std::size_t chunk_bytes = 4096, int seal_helpers = -1) {
-  auto groups = thread_ring(3, 10s, chunk_bytes, seal ? fixed_keys() : nullptr, seal_helpers);
+std::vector<std::vector<float>> run_everything(bool seal, std::size_t chunk_bytes = 4096, int seal_helpers = -1,
+                                               std::chrono::microseconds seal_spin = 0us) {
+  auto groups = thread_ring(3, 10s, chunk_bytes, seal ? fixed_keys() : nullptr, seal_helpers, seal_spin);
   std::vector<std::vector<float>> results(3);
   std::mutex mutex;
   run_ranks(groups, [&](int r, Collective& c) {
@@ -498,12 +534,13 @@ TEST(TcpSealed, EveryOperationOnASealedRingGivesThePlaintextRingsBits) {
 // machine of 12 cores), or by the I/O threads alone.
 TEST(TcpSealed, ASealedRingWithHelperThreadsGivesThePlaintextRingsBits) {
   const auto plain = run_everything(false, std::size_t{1} << 20);
-  for (int helpers : {0, 2}) {
-    const auto sealed_ring = run_everything(true, std::size_t{1} << 20, helpers);
+  // 2 helpers that poll for 100 us before they sleep: the same bits.
+  for (const auto& [helpers, spin] : {std::pair{0, 0us}, std::pair{2, 0us}, std::pair{2, 100us}}) {
+    const auto sealed_ring = run_everything(true, std::size_t{1} << 20, helpers, spin);
     for (int r = 0; r < 3; ++r) {
       ASSERT_FALSE(plain[static_cast<std::size_t>(r)].empty());
       EXPECT_TRUE(plain[static_cast<std::size_t>(r)] == sealed_ring[static_cast<std::size_t>(r)])
-          << "rank " << r << ", " << helpers << " helpers";
+          << "rank " << r << ", " << helpers << " helpers, spin " << spin.count() << " us";
     }
   }
 }

@@ -68,13 +68,15 @@ inline TcpGroupConfig config_for(Listeners& l, int rank, std::chrono::millisecon
 // protect make a sealed ring).
 inline std::vector<std::unique_ptr<Collective>> thread_ring(
     int world, std::chrono::milliseconds timeout = 10s, std::size_t chunk_bytes = std::size_t{1} << 20,
-    const std::function<LinkKeys(int, bool, Deadline)>& authenticate = {}, int seal_helpers = -1) {
+    const std::function<LinkKeys(int, bool, Deadline)>& authenticate = {}, int seal_helpers = -1,
+    std::chrono::microseconds seal_spin = {}) {
   Listeners l(world);
   std::vector<TcpGroupConfig> configs;
   for (int r = 0; r < world; ++r) {
     configs.push_back(config_for(l, r, timeout, chunk_bytes));
     configs.back().authenticate = authenticate;
     configs.back().seal_helpers = seal_helpers;
+    configs.back().seal_spin = seal_spin;
   }
   std::vector<std::unique_ptr<Collective>> groups(static_cast<std::size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
