@@ -15,7 +15,13 @@
 #      push round trip <= 2x one move)
 #
 #   build-dev/run.sh bench/idle_cores.sh            # on the device machine
+#   build-dev/run.sh bench/idle_cores.sh 15         # issue 15 only, with the whole budget
+#   build-dev/run.sh bench/idle_cores.sh 17         # issue 17 only
 #   TROUPE_BUILD_DIR=build bench/idle_cores.sh      # here, the same steps
+#
+# With `15` alone the ring runs a second time with 4 MiB chunks (fewer
+# frames, so fewer of each frame's first and last records that no helper
+# overlaps), and the frame bench with 4 MiB frames too.
 #
 # Environment: SEALED_ROUNDS (default 5), SEALED_SPINS (default "0 50 200"),
 # PS_ROUNDS (default 3), IDLE_BUDGET (seconds for all, default 540: the
@@ -28,6 +34,9 @@ build=${TROUPE_BUILD_DIR:-$root/build}
 sealed_rounds=${SEALED_ROUNDS:-5}
 sealed_spins=${SEALED_SPINS:-0 50 200}
 ps_rounds=${PS_ROUNDS:-3}
+parts=${1:-15 17}
+case " $parts " in *" 15 "* | *" 17 "*) ;; *) echo "idle_cores.sh: which issue, 15 or 17 (default both)?" >&2; exit 2 ;; esac
+has() { [[ " $parts " == *" $1 "* ]]; }
 end=$((SECONDS + ${IDLE_BUDGET:-540}))
 if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT" && exec > >(tee "$OUT/idle_cores.log") 2>&1; fi
 section() { printf '\n==== %s (%d s left) ====\n' "$1" $((end - SECONDS)); }
@@ -49,12 +58,23 @@ echo "cores: $(nproc)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 grep -m1 "model name" /proc/cpuinfo
 [[ -f $build/MANIFEST ]] && sed -n 2,3p "$build/MANIFEST"
 
-section "issue 15: one 1 MiB frame, sealed and plaintext (bench_sealed_frame)"
-step 90 "$build/bench/bench_sealed_frame" --reps 200 --helpers 0,1,3 --spin-us "${sealed_spins// /,}"
+if has 15; then
+  section "issue 15: one 1 MiB frame, sealed and plaintext (bench_sealed_frame)"
+  step 90 "$build/bench/bench_sealed_frame" --reps 200 --helpers 0,1,3 --spin-us "${sealed_spins// /,}"
 
-section "issue 15: the sealed ring against the plaintext ring (bench/sealed_ring.sh $sealed_rounds)"
-step 180 env TROUPE_BUILD_DIR="$build" SPINS="$sealed_spins" "$root/bench/sealed_ring.sh" "$sealed_rounds"
+  section "issue 15: the sealed ring against the plaintext ring (bench/sealed_ring.sh $sealed_rounds)"
+  step 180 env TROUPE_BUILD_DIR="$build" SPINS="$sealed_spins" "$root/bench/sealed_ring.sh" "$sealed_rounds"
 
-section "issue 17: sync and async on ps tasks (bench/ps_tasks.sh, $ps_rounds round(s), mlp 2 epochs, cnn 1)"
-step 600 env ROUNDS="$ps_rounds" EPOCHS_MLP=2 EPOCHS_CNN=1 "$root/bench/ps_tasks.sh" "$build"
+  if ! has 17; then
+    section "issue 15: one 4 MiB frame (bench_sealed_frame --size-kb 4096)"
+    step 90 "$build/bench/bench_sealed_frame" --size-kb 4096 --reps 100 --helpers 0,3 --spin-us "${sealed_spins// /,}"
+    section "issue 15: the rings with 4 MiB chunks (CHUNK_KB=4096 bench/sealed_ring.sh $sealed_rounds)"
+    step 180 env TROUPE_BUILD_DIR="$build" SPINS="$sealed_spins" CHUNK_KB=4096 "$root/bench/sealed_ring.sh" "$sealed_rounds"
+  fi
+fi
+
+if has 17; then
+  section "issue 17: sync and async on ps tasks (bench/ps_tasks.sh, $ps_rounds round(s), mlp 2 epochs, cnn 1)"
+  step 600 env ROUNDS="$ps_rounds" EPOCHS_MLP=2 EPOCHS_CNN=1 "$root/bench/ps_tasks.sh" "$build"
+fi
 section "done"
