@@ -235,9 +235,14 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
               done = true;
               if (why.empty()) {
                 status = 0;
-                log("the job is done" + (hosted.server ? " (" + std::to_string(hosted.server->pushes()) +
-                                                             " pushes applied here)"
-                                                       : std::string()));
+                std::string applied;
+                if (hosted.server) {
+                  applied = " (" + std::to_string(hosted.server->pushes()) + " pushes applied here";
+                  const std::string service = ps::PushServer::describe(hosted.server->service_times());
+                  if (!service.empty()) applied += "; per push on this server: " + service;
+                  applied += ")";
+                }
+                log("the job is done" + applied);
               } else {
                 log("the job is over: " + why);
               }

@@ -17,8 +17,9 @@
 # "push" spans (async) or "all-reduce" spans (sync) from the --timeline
 # traces of the coordinator and the worker node (both replicas pooled;
 # median and p99, in ms; a replica's first SKIP steps left out: they
-# connect), the staleness mean/max of the summary line and the test
-# accuracy. Per round, bench_ps_push times pushes and plain loopback moves
+# connect), the staleness mean/max of the summary line, the test accuracy,
+# and with ps tasks each task's own median of a push's time on it (reading,
+# Adam, answer: "per push on this server" in its log). Per round, bench_ps_push times pushes and plain loopback moves
 # of each model's whole gradient (the issue's yardstick: a push round trip
 # <= 2x one move). Then the medians over rounds.
 #
@@ -153,8 +154,18 @@ JOB
     "$model" "$config" "${sps:-0}" "$span" "$med" "$p99" "$n" "$cmed" "$wmed" "${stale_mean:--}" "${stale_max:--}" "${acc:-?}" \
     "${bad:+  FAILED: $bad (logs in $dir)}${note:+  NOTE${note#;} (logs in $dir)}"
   [[ -n $modes ]] && echo "       $modes"
+  # Each ps task's own account of a push (PushServer::service_times): what
+  # of the replicas' round trip is the server's reading, Adam and answer.
+  local svc server=-
+  for ((k = 0; k < nps; k++)); do
+    svc=$(grep -o 'per push on this server: .*pushes)' "$dir/ps$k.log" 2>/dev/null | tail -1)
+    [[ -n $svc ]] && echo "       ps$k: ${svc#per push on this server: }"
+  done
+  if ((nps > 0)); then
+    server=$(grep -ho 'all [0-9.]* ms, p99' "$dir"/ps*.log 2>/dev/null | awk '{ s += $2; n++ } END { if (n) printf "%.3f", s / n; else print "-" }')
+  fi
   if [[ -z $bad && -n $sps ]]; then
-    echo "$sps $med $p99 ${stale_mean:--} ${stale_max:--} ${acc:-?} $cmed $wmed" >>"$TMP/$model.$config"
+    echo "$sps $med $p99 ${stale_mean:--} ${stale_max:--} ${acc:-?} $cmed $wmed $server" >>"$TMP/$model.$config"
   else
     echo "--- coordinator log tail ($dir):"; tail -5 "$dir/coordinator.log"
   fi
@@ -190,12 +201,14 @@ for m in "${models[@]}"; do
   move=$(grep -o 'move_median_ms=[0-9.]*' "$TMP/push.results" | awk -v i="$i" -v s="${#models[@]}" '(NR - 1) % s == i - 1' | cut -d= -f2 | median)
   bpush=$(grep -o 'push_median_ms=[0-9.]*' "$TMP/push.results" | awk -v i="$i" -v s="${#models[@]}" '(NR - 1) % s == i - 1' | cut -d= -f2 | median)
   echo "  $m (${floats[$m]} floats): one move over loopback $move ms, a bare push round trip (bench_ps_push) $bpush ms; goal: push round trip <= $(awk -v m="$move" 'BEGIN { printf "%.3f", 2 * m }') ms"
-  printf '    %-12s %10s %10s %10s %8s %8s %9s %5s  %s\n' config samples/s span_med span_p99 st_mean st_max accuracy runs "span_med coordinator/worker replica"
+  printf '    %-12s %10s %10s %10s %8s %8s %9s %5s  %-36s %s\n' config samples/s span_med span_p99 st_mean st_max accuracy runs \
+    "span_med coordinator/worker replica" "server's part (ps tasks' own median)"
   for c in "${configs[@]}"; do
     f=$TMP/$m.$c
     [[ -s $f ]] || { printf '    %-12s no successful run\n' "$c"; continue; }
     col() { awk -v k="$1" '$k != "-" { print $k }' "$f" | median; }
-    printf '    %-12s %10.0f %10s %10s %8s %8s %9s %5s  %s / %s\n' "$c" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" "$(wc -l <"$f")" "$(col 7)" "$(col 8)"
+    printf '    %-12s %10.0f %10s %10s %8s %8s %9s %5s  %-36s %s\n' "$c" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" \
+      "$(wc -l <"$f")" "$(col 7) / $(col 8)" "$(col 9)"
   done
   if [[ -s $TMP/$m.sync && -s $TMP/$m.async-2ps ]]; then
     s=$(awk '{ print $1 }' "$TMP/$m.sync" | median)

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <utility>
@@ -556,6 +557,9 @@ void PushServer::serve_until_closed(Connection& c) {
     Tensor fresh;        // applied
     std::string reason;  // refused
     bool close_after = false;
+    // Applied: when its push was first seen, read whole, and applied
+    // (service_times).
+    Clock::time_point seen, read, ready;
   };
   // Writes one answer; false when the connection is lost (dropped, logged,
   // and shut down, which wakes the other thread).
@@ -575,6 +579,17 @@ void PushServer::serve_until_closed(Connection& c) {
       drop(io_text(x, "writing an answer", config_.io_timeout));
       ::shutdown(c.fd, SHUT_RDWR);
       return false;
+    }
+    if (a.header.status == static_cast<std::uint32_t>(AnswerStatus::applied)) {
+      const auto ms = [](Clock::duration d) { return std::chrono::duration<float, std::milli>(d).count(); };
+      const std::array<float, 3> sample{ms(a.read - a.seen), ms(a.ready - a.read), ms(Clock::now() - a.ready)};
+      std::lock_guard<std::mutex> lock(service_mutex_);
+      if (service_.size() < kServiceSamples) {
+        service_.push_back(sample);
+      } else {
+        service_[service_next_] = sample;
+        service_next_ = (service_next_ + 1) % kServiceSamples;
+      }
     }
     return true;
   };
@@ -651,7 +666,8 @@ void PushServer::serve_until_closed(Connection& c) {
       drop(wire::errno_text(errno));
       break;
     }
-    const Deadline deadline = Clock::now() + config_.io_timeout;
+    const Clock::time_point seen = Clock::now();
+    const Deadline deadline = seen + config_.io_timeout;
     PushHeader h;
     unsigned char header[kPushHeaderBytes];
     try {
@@ -724,6 +740,7 @@ void PushServer::serve_until_closed(Connection& c) {
       refuse(h, why, true);
       break;
     }
+    const Clock::time_point read = Clock::now();
     AppliedPush applied;
     try {
       applied = config_.apply(shard, std::move(push));
@@ -731,6 +748,7 @@ void PushServer::serve_until_closed(Connection& c) {
       refuse(h, x.what(), false);
       continue;
     }
+    const Clock::time_point ready = Clock::now();
     ++pushes_;
     Tensor& fresh = applied.fresh;
     if (!fresh.defined() || fresh.dtype() != kernels::DType::f32 || fresh.device().is_cuda() ||
@@ -747,6 +765,9 @@ void PushServer::serve_until_closed(Connection& c) {
     a.header.floats = h.floats;
     a.header.staleness = applied.staleness < 0 ? -1 : applied.staleness;
     a.fresh = std::move(fresh);
+    a.seen = seen;
+    a.read = read;
+    a.ready = ready;
     if ((h.flags & kReadsNext) && writer_idle()) {
       ++answered_by_reader_;  // before the write: the client may look as soon as it has the answer
       if (!write_answer(a)) break;
@@ -761,6 +782,41 @@ void PushServer::serve_until_closed(Connection& c) {
   }
   writer.join();  // bounded: each answer's write has io_timeout, and stop() shuts the socket down
   ::shutdown(c.fd, SHUT_RDWR);
+}
+
+PushServer::ServiceTimes PushServer::service_times() const {
+  std::vector<std::array<float, 3>> samples;
+  {
+    std::lock_guard<std::mutex> lock(service_mutex_);
+    samples = service_;
+  }
+  ServiceTimes out;
+  out.pushes = static_cast<std::int64_t>(samples.size());
+  if (samples.empty()) return out;
+  // The value at fraction q of the sorted values.
+  auto at = [](std::vector<float> v, double q) {
+    const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return static_cast<double>(v[k]);
+  };
+  std::vector<float> part(samples.size()), total(samples.size());
+  double* medians[3] = {&out.read_ms, &out.apply_ms, &out.answer_ms};
+  for (std::size_t j = 0; j < 3; ++j) {
+    for (std::size_t i = 0; i < samples.size(); ++i) part[i] = samples[i][j];
+    *medians[j] = at(part, 0.5);
+  }
+  for (std::size_t i = 0; i < samples.size(); ++i) total[i] = samples[i][0] + samples[i][1] + samples[i][2];
+  out.total_ms = at(total, 0.5);
+  out.total_p99_ms = at(total, 0.99);
+  return out;
+}
+
+std::string PushServer::describe(const ServiceTimes& t) {
+  if (t.pushes == 0) return {};
+  char text[512];
+  std::snprintf(text, sizeof text, "read %.3f ms, apply %.3f ms, answer %.3f ms; all %.3f ms, p99 %.3f ms (medians of %lld pushes)",
+                t.read_ms, t.apply_ms, t.answer_ms, t.total_ms, t.total_p99_ms, static_cast<long long>(t.pushes));
+  return text;
 }
 
 }  // namespace troupe::actors::ps

@@ -262,8 +262,8 @@ TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
     EXPECT_CONTAINS(both, "hosting shard(s) 1 ");
     EXPECT_CONTAINS(ps0.output(), "hosting shard(s) ");
     EXPECT_CONTAINS(ps1.output(), "hosting shard(s) ");
-    EXPECT_CONTAINS(ps0.output(), "the job is done (30 pushes applied here)");  // a push is a global step
-    EXPECT_CONTAINS(ps1.output(), "the job is done (30 pushes applied here)");
+    EXPECT_CONTAINS(ps0.output(), "the job is done (30 pushes applied here; ");  // a push is a global step
+    EXPECT_CONTAINS(ps1.output(), "the job is done (30 pushes applied here; ");
   }
   {
     SCOPED_TRACE("TF_CONFIG with chief, worker and ps entries");
@@ -284,7 +284,7 @@ TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
     EXPECT_CONTAINS(launch.nodes[2]->output(), "role from TF_CONFIG: task ps 0: a ps task");
     EXPECT_CONTAINS(launch.nodes[0]->output(), "starting with 2 node(s), 2 replica(s) and 1 ps task(s)");
     EXPECT_CONTAINS(launch.nodes[0]->output(), "30 applied by the server");
-    EXPECT_CONTAINS(launch.nodes[2]->output(), "the job is done (30 pushes applied here)");
+    EXPECT_CONTAINS(launch.nodes[2]->output(), "the job is done (30 pushes applied here; ");
   }
   {
     SCOPED_TRACE("a ps task needs a coordinator to join");

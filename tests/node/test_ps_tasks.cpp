@@ -148,9 +148,13 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
     const std::string n = std::to_string(a.pushed);
     // Each shard (one per ps task) applied every push, as its task counted.
     EXPECT_NE(out.find(n + " applied by the server (by shard: " + n + ", " + n + ")"), std::string::npos) << out;
-    for (auto& p : ps)
-      EXPECT_NE(p->output().find("the job is done (" + n + " pushes applied here)"), std::string::npos)
+    // And said where a push's time went on it (PushServer::service_times).
+    for (auto& p : ps) {
+      EXPECT_NE(p->output().find("the job is done (" + n + " pushes applied here; per push on this server: read "),
+                std::string::npos)
           << p->output();
+      EXPECT_NE(p->output().find(" pushes))"), std::string::npos) << p->output();
+    }
     // Every parameter is in exactly one shard: the parts add up to the mlp's
     // 235,146 parameters (784x256, 256x128 and 128x10 Dense layers with
     // biases), and no more than the padding of split layers to 16-float
@@ -195,7 +199,8 @@ TEST(PsTasks, ASwitchStormAcrossShardsOnPsTasksKeepsTheAccounting) {
   const std::string n = std::to_string(a.applied);
   EXPECT_NE(out.find(n + " applied by the server (by shard: " + n + ", " + n + ")"), std::string::npos) << out;
   for (auto& p : ps)
-    EXPECT_NE(p->output().find("the job is done (" + n + " pushes applied here)"), std::string::npos)
+    EXPECT_NE(p->output().find("the job is done (" + n + " pushes applied here; per push on this server: "),
+              std::string::npos)
         << p->output();
   EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
 }

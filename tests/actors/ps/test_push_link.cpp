@@ -478,6 +478,43 @@ TEST(PsPushLink, OnlyAPushMarkedLastIsAnsweredByTheReadingThread) {
   EXPECT_EQ(server.answered_by_reader(), 1);
 }
 
+// Where a push's time went on the server: every applied push answered is
+// one sample, whichever thread wrote its answer; a refused one is none.
+// An apply that sleeps 3 ms shows in `apply` and in the total, not in
+// `read` or `answer`.
+TEST(PsPushLink, TheServerSaysWhereAPushsTimeWent) {
+  Shards shards(kSizes);
+  auto slow = [&shards, apply = shards.apply()](int shard, GradientPush p) {
+    std::this_thread::sleep_for(3ms);
+    return apply(shard, std::move(p));
+  };
+  PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, slow));
+  EXPECT_EQ(server.service_times().pushes, 0);
+  EXPECT_EQ(PushServer::describe(server.service_times()), "");
+  const auto g = wave(kSizes[1], 0.2);
+  std::vector<float> out(g.size());
+  {
+    PushClient client(client_config(server.port()));
+    for (int k = 0; k < 6; ++k) {
+      client.send(1, 0, 0, k + 1, g.data(), kSizes[1], k % 2 == 0);  // answered by either thread
+      client.receive(1, out.data(), kSizes[1]);
+    }
+    client.send(7, 0, 0, 7, g.data(), kSizes[1], true);  // not hosted: refused
+    EXPECT_THROW(client.receive(7, out.data(), kSizes[1]), PushError);
+  }
+  server.stop();  // every answer's thread has recorded its sample
+  const PushServer::ServiceTimes t = server.service_times();
+  EXPECT_EQ(t.pushes, 6);
+  EXPECT_GE(t.apply_ms, 3.0);
+  EXPECT_LT(t.read_ms, 3.0);
+  EXPECT_LT(t.answer_ms, 3.0);
+  EXPECT_GE(t.total_ms, t.apply_ms);
+  EXPECT_GE(t.total_p99_ms, t.total_ms);
+  const std::string text = PushServer::describe(t);
+  EXPECT_NE(text.find("apply "), std::string::npos) << text;
+  EXPECT_NE(text.find("(medians of 6 pushes)"), std::string::npos) << text;
+}
+
 // Parts far bigger than the sockets' buffers, all sent before any answer
 // is read: the writer thread answers the first while the reader still
 // reads the later ones, and the reading thread answers the last one (marked)
