@@ -328,8 +328,8 @@ class PushServer {
   // Connections open now (past or in their handshake).
   std::size_t connections() const;
 
-  // Where an applied push's time went on this server, in ms (the last
-  // kServiceSamples pushes of every connection pooled): `read` from the
+  // Where an applied push's time went on this server, in ms (its last
+  // kServiceSamples pushes, all connections pooled): `read` from the
   // moment its first bytes were seen to the whole payload read and checked
   // (the transfer, as the client writes it), `apply` the shard's step,
   // `answer` from the fresh part being ready to its answer written (the
@@ -346,7 +346,7 @@ class PushServer {
   // "read 0.120 ms, apply 0.080 ms, answer 0.100 ms; all 0.310 ms, p99
   // 0.900 ms (medians of N pushes)", or "" before any push.
   static std::string describe(const ServiceTimes& t);
-  static constexpr std::size_t kServiceSamples = std::size_t{1} << 20;
+  static constexpr std::size_t kServiceSamples = std::size_t{1} << 16;  // 768 KiB of samples at most
 
  private:
   struct Connection;
