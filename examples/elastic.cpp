@@ -178,58 +178,74 @@ int main(int argc, char** argv) {
     write_text(job, "model = \"" + model + "\"\ndata = \"fashion-mnist\"\nmode = \"" + mode + "\"\nepochs = " +
                         std::to_string(epochs) + "\nbatch = " + std::to_string(batch) + "\nseed = " +
                         std::to_string(seed) + "\neval_every = " + std::to_string(eval_every) + "\n");
-    fs::remove(metrics);
-    const int port = examples::free_port();
-    if (port <= 0) throw std::runtime_error("no free port on 127.0.0.1");
-    const std::string at = "127.0.0.1:" + std::to_string(port);
-    std::printf("elastic: %s in %s; the nodes (each one CPU device):\n", model.c_str(), mode.c_str());
-    const std::vector<std::string> coordinator_args{troupe, "node", "--listen", at, "--job", job, "--start-nodes", "2",
-                                                    "--min-nodes", "1", "--devices", "cpu:0", "--metrics", metrics,
-                                                    "--log-every", "10"};
-    const std::vector<std::string> worker_args{troupe, "node", "--join", at, "--devices", "cpu:0", "--rejoin-timeout", "0"};
-    auto show = [](const std::vector<std::string>& a) {
-      std::string line = " ";
-      for (const auto& w : a) line += " " + w;
-      std::printf("%s\n", line.c_str());
-    };
-    show(coordinator_args);
-    show(worker_args);
-    std::fflush(stdout);
-    examples::Child coordinator(coordinator_args, "", dir + "/coordinator.log", troupe);
-    examples::Child first(worker_args, "", dir + "/worker-1.log", troupe);
-    std::unique_ptr<examples::Child> second;
-    const auto start = std::chrono::steady_clock::now();
-    const auto give_up = start + std::chrono::seconds(deadline);
-    bool killed = false;
+    std::unique_ptr<examples::Child> coordinator, first, second;
+    bool killed = false, ended = false;
     double join_time = -1, kill_time = -1;
-    auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-    // The schedule: a join once the job passed --join-at, a kill -9 once it
-    // passed --kill-at in the view the joiner is in.
-    while (!coordinator.done()) {
-      if (std::chrono::steady_clock::now() > give_up) break;
-      const std::vector<Row> rows = read_metrics(metrics);
-      const long long step = last_step(rows);
-      if (!second && step >= join_at) {
-        std::printf("step %lld: a third node joins\n", step);
-        std::fflush(stdout);
-        join_time = now_s();
-        second = std::make_unique<examples::Child>(worker_args, "", dir + "/worker-2.log", troupe);
-      } else if (second && !killed && step >= kill_at && current_world(rows) == 3) {
-        std::printf("step %lld: kill -9 of worker 1 (pid %d)\n", step, static_cast<int>(first.pid));
-        std::fflush(stdout);
-        ::kill(first.pid, SIGKILL);
-        kill_time = now_s();
-        killed = true;
+    // On a fresh port again (at most 3 times) when another process took the
+    // one picked before the coordinator could bind it (examples::lost_a_port).
+    for (int attempt = 1;; ++attempt) {
+      const int port = examples::free_port();
+      if (port <= 0) throw std::runtime_error("no free port on 127.0.0.1");
+      const std::string at = "127.0.0.1:" + std::to_string(port);
+      std::printf("elastic: %s in %s; the nodes (each one CPU device):\n", model.c_str(), mode.c_str());
+      const std::vector<std::string> coordinator_args{troupe, "node", "--listen", at, "--job", job, "--start-nodes", "2",
+                                                      "--min-nodes", "1", "--devices", "cpu:0", "--metrics", metrics,
+                                                      "--log-every", "10"};
+      const std::vector<std::string> worker_args{troupe, "node", "--join", at, "--devices", "cpu:0", "--rejoin-timeout", "0"};
+      auto show = [](const std::vector<std::string>& a) {
+        std::string line = " ";
+        for (const auto& w : a) line += " " + w;
+        std::printf("%s\n", line.c_str());
+      };
+      show(coordinator_args);
+      show(worker_args);
+      std::fflush(stdout);
+      fs::remove(metrics);
+      second.reset();
+      killed = false;
+      coordinator = std::make_unique<examples::Child>(coordinator_args, "", dir + "/coordinator.log", troupe);
+      first = std::make_unique<examples::Child>(worker_args, "", dir + "/worker-1.log", troupe);
+      const auto start = std::chrono::steady_clock::now();
+      const auto give_up = start + std::chrono::seconds(deadline);
+      auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+      // The schedule: a join once the job passed --join-at, a kill -9 once it
+      // passed --kill-at in the view the joiner is in.
+      while (!coordinator->done()) {
+        if (std::chrono::steady_clock::now() > give_up) break;
+        const std::vector<Row> rows = read_metrics(metrics);
+        const long long step = last_step(rows);
+        if (!second && step >= join_at) {
+          std::printf("step %lld: a third node joins\n", step);
+          std::fflush(stdout);
+          join_time = now_s();
+          second = std::make_unique<examples::Child>(worker_args, "", dir + "/worker-2.log", troupe);
+        } else if (second && !killed && step >= kill_at && current_world(rows) == 3) {
+          std::printf("step %lld: kill -9 of worker 1 (pid %d)\n", step, static_cast<int>(first->pid));
+          std::fflush(stdout);
+          ::kill(first->pid, SIGKILL);
+          kill_time = now_s();
+          killed = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (attempt < 3 && coordinator->done() && coordinator->status != 0 &&
+          examples::lost_a_port({coordinator.get()})) {
+        first->kill_now();  // it would wait for a coordinator that is not there
+        if (second) second->kill_now();
+        std::printf("another process took port %d before the coordinator bound it; again on a fresh port "
+                    "(attempt %d of 3)\n",
+                    port, attempt + 1);
+        continue;
+      }
+      std::vector<examples::Child*> everyone{coordinator.get(), first.get()};
+      if (second) everyone.push_back(second.get());
+      ended = examples::wait_all(everyone, std::chrono::seconds(30));
+      break;
     }
-    std::vector<examples::Child*> everyone{&coordinator, &first};
-    if (second) everyone.push_back(second.get());
-    const bool ended = examples::wait_all(everyone, std::chrono::seconds(30));
-    examples::print_prefixed("coordinator| ", coordinator.output());
-    if (!ended || coordinator.status != 0) {
+    examples::print_prefixed("coordinator| ", coordinator->output());
+    if (!ended || coordinator->status != 0) {
       std::fprintf(stderr, "elastic: the coordinator %s (logs in %s)\n",
-                   ended ? ("exited with status " + std::to_string(coordinator.status)).c_str()
+                   ended ? ("exited with status " + std::to_string(coordinator->status)).c_str()
                          : "did not end within --deadline",
                    dir.c_str());
       return 1;
@@ -288,7 +304,7 @@ int main(int argc, char** argv) {
       case examples::Plot::failed:
         throw std::runtime_error("gnuplot failed on " + script);
     }
-    std::printf("second worker exited %d, the killed one %d\n", second->status, first.status);
+    std::printf("second worker exited %d, the killed one %d\n", second->status, first->status);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic: %s\n", e.what());

@@ -23,24 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include "util/loopback_port.hpp"
+
 namespace examples {
 
-// A port the kernel calls free on 127.0.0.1 right now.
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A port free on 127.0.0.1 right now, below the kernel's ephemeral range,
+// where no connection's own port can take it before the child binds it
+// (util/loopback_port.hpp); 0 when none could be found.
+inline int free_port() { return troupe::util::free_loopback_port(); }
 
 // True when something listens on (or holds) 127.0.0.1:port.
 inline bool port_in_use(int port) {
@@ -177,11 +167,15 @@ inline bool wait_all(std::vector<Child*> children, std::chrono::seconds limit,
 // took it: the ports a launcher picks with free_port() are free when picked,
 // and another process (a parallel test, say) can bind one before the child
 // does. A launcher that picked the ports itself then tries fresh ones.
+// troupe says "cannot listen on HOST:PORT: port PORT is already in use by
+// another process ..." (net/transport/socket.cpp); strerror's "Address
+// already in use" is taken too.
 inline bool lost_a_port(const std::vector<Child*>& children) {
   for (const Child* c : children) {
     const std::string out = c->output();
     if (c->status != 0 && out.find("cannot listen on") != std::string::npos &&
-        out.find("Address already in use") != std::string::npos)
+        (out.find("is already in use") != std::string::npos ||
+         out.find("Address already in use") != std::string::npos))
       return true;
   }
   return false;

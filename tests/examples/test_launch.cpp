@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -77,12 +78,45 @@ TEST(Launch, TheLimitKillsEveryoneAndSaysSo) {
 TEST(Launch, ALostPortIsRecognisedFromTheChildsLog) {
   // What `troupe node` prints when another process bound its port first.
   auto lost = shell("echo 'troupe node: cannot listen on 127.0.0.1:47311: Address already in use'; exit 1", "lost");
+  // What troupe prints today (net::listen_tcp), less its `ss` hint.
+  auto taken = shell("echo 'troupe: cannot listen on 127.0.0.1:44039: port 44039 is already in use by another "
+                     "process, or choose another port'; exit 1",
+                     "taken");
   auto other = shell("echo 'error: fit: worker node ended with status 1'; exit 1", "other");
   auto fine = shell("echo 'cannot listen on 127.0.0.1:1: Address already in use (retried)'; exit 0", "fine");
-  examples::wait_all({lost.get(), other.get(), fine.get()}, std::chrono::seconds(10));
+  examples::wait_all({lost.get(), taken.get(), other.get(), fine.get()}, std::chrono::seconds(10));
   EXPECT_TRUE(examples::lost_a_port({lost.get(), other.get()}));
+  EXPECT_TRUE(examples::lost_a_port({other.get(), taken.get()}));
   EXPECT_FALSE(examples::lost_a_port({other.get()}));
   EXPECT_FALSE(examples::lost_a_port({fine.get()}));  // it exited 0: whatever it printed, it did not fail
+}
+
+// The real thing: `troupe node` told to listen on a port another process
+// holds fails, and a launcher recognises it as a lost port (a launcher that
+// looked for strerror's words alone had stopped recognising troupe's).
+TEST(Launch, TroupeNodeOnATakenPortIsALostPort) {
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string log = (tmp / "troupe-launch-taken.log").string(), job = (tmp / "troupe-launch-taken.toml").string();
+  std::ofstream(job) << "model = \"mlp\"\ndata = \"fashion-mnist\"\nepochs = 1\n";
+  examples::Child node({TROUPE_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port), "--job", job,
+                        "--devices", "cpu:0"},
+                       "", log, TROUPE_BINARY);
+  EXPECT_TRUE(examples::wait_all({&node}, std::chrono::seconds(60)));
+  ::close(holder);
+  EXPECT_NE(node.status, 0) << node.output();
+  EXPECT_TRUE(examples::lost_a_port({&node})) << node.output();
+  std::filesystem::remove(log);
+  std::filesystem::remove(job);
 }
 
 }  // namespace
