@@ -15,6 +15,8 @@
 #include <regex>
 #include <string>
 
+#include "tests/support/ports.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -271,22 +273,15 @@ TEST(Examples, ClusterExamplesRefuseBadArguments) {
     EXPECT_CONTAINS(r.output, "--short");
   }
   // A port somebody holds: named, with the command that shows who.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const troupe::testing::HeldPort held;
+  ASSERT_GT(held.port, 0);
+  const std::string port = std::to_string(held.port);
   for (const char* example : {EXAMPLE_MULTIWORKER, EXAMPLE_PS_LINEAR_REGRESSION}) {
     Result r = run(example, "--short --workers 127.0.0.1:" + port + ",127.0.0.1:1");
     EXPECT_EQ(r.status, 2) << example << "\n" << r.output;
     EXPECT_CONTAINS(r.output, "port " + port + " (127.0.0.1:" + port + ") is in use");
     EXPECT_CONTAINS(r.output, "ss -ltnp 'sport = :" + port + "'");
   }
-  ::close(fd);
 }
 
 TEST(Examples, BadArgumentsFailWithStatus2AndAMessage) {

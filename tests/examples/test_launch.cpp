@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../../examples/launch.hpp"
+#include "tests/support/ports.hpp"
 
 namespace {
 
@@ -95,16 +96,9 @@ TEST(Launch, ALostPortIsRecognisedFromTheChildsLog) {
 // holds fails, and a launcher recognises it as a lost port (a launcher that
 // looked for strerror's words alone had stopped recognising troupe's).
 TEST(Launch, TroupeNodeOnATakenPortIsALostPort) {
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(holder, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(holder, 1), 0);
-  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  troupe::testing::HeldPort held;
+  ASSERT_GT(held.port, 0);
+  const int port = held.port;
   const auto tmp = std::filesystem::temp_directory_path();
   const std::string log = (tmp / "troupe-launch-taken.log").string(), job = (tmp / "troupe-launch-taken.toml").string();
   std::ofstream(job) << "model = \"mlp\"\ndata = \"fashion-mnist\"\nepochs = 1\n";
@@ -112,7 +106,6 @@ TEST(Launch, TroupeNodeOnATakenPortIsALostPort) {
                         "--devices", "cpu:0"},
                        "", log, TROUPE_BINARY);
   EXPECT_TRUE(examples::wait_all({&node}, std::chrono::seconds(60)));
-  ::close(holder);
   EXPECT_NE(node.status, 0) << node.output();
   EXPECT_TRUE(examples::lost_a_port({&node})) << node.output();
   std::filesystem::remove(log);
