@@ -480,12 +480,13 @@ TEST(PsPushLink, OnlyAPushMarkedLastIsAnsweredByTheReadingThread) {
 
 // Where a push's time went on the server: every applied push answered is
 // one sample, whichever thread wrote its answer; a refused one is none.
-// An apply that sleeps 3 ms shows in `apply` and in the total, not in
-// `read` or `answer`.
+// An apply that sleeps 40 ms shows in `apply` and in the total, not in
+// `read` or `answer` (each far shorter, even under a sanitizer: TSan took
+// 9 ms to read one).
 TEST(PsPushLink, TheServerSaysWhereAPushsTimeWent) {
   Shards shards(kSizes);
   auto slow = [&shards, apply = shards.apply()](int shard, GradientPush p) {
-    std::this_thread::sleep_for(3ms);
+    std::this_thread::sleep_for(40ms);
     return apply(shard, std::move(p));
   };
   PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, slow));
@@ -505,9 +506,8 @@ TEST(PsPushLink, TheServerSaysWhereAPushsTimeWent) {
   server.stop();  // every answer's thread has recorded its sample
   const PushServer::ServiceTimes t = server.service_times();
   EXPECT_EQ(t.pushes, 6);
-  EXPECT_GE(t.apply_ms, 3.0);
-  EXPECT_LT(t.read_ms, 3.0);
-  EXPECT_LT(t.answer_ms, 3.0);
+  EXPECT_GE(t.apply_ms, 40.0);
+  EXPECT_LT(t.read_ms + t.answer_ms, t.apply_ms);
   EXPECT_GE(t.total_ms, t.apply_ms);
   EXPECT_GE(t.total_p99_ms, t.total_ms);
   const std::string text = PushServer::describe(t);
