@@ -237,6 +237,7 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
           pc.timeout = routes.timeout;
           pc.authenticate = routes.authenticate;
           pc.retry_refused = false;  // a ps task that refuses is gone (push_link.hpp)
+          pc.answer_poll = ps::push_poll_from_env();
           c = std::make_shared<ps::PushClient>(pc);
           routes.registry->add(c);
         }

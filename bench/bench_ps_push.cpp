@@ -3,7 +3,7 @@
 // goal is a push round trip (gradient part up, fresh parameters down) of at
 // most 2x one move of the gradient.
 //
-//   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed] [--apply echo|shard]
+//   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed] [--apply echo|shard] [--poll-us 0]
 //
 // A forked child process hosts one shard per size behind a PushServer,
 // whose apply answers with a tensor it keeps (`--apply echo`, the default:
@@ -17,7 +17,9 @@
 // of at most 1 MiB (the ratio compares like with like); without it pushes
 // are plaintext with a CRC-32C per frame, as on loopback without a secret,
 // and moves plain bytes. Prints one RESULT line per size: median and p99 of
-// each, in ms, and the ratio of the medians.
+// each, in ms, and the ratio of the medians. --poll-us N: the client polls
+// for each answer for up to N us before it sleeps (PushClientConfig::
+// answer_poll).
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -56,6 +58,7 @@ struct Options {
   int warmup = 5;
   bool sealed = false;
   bool shard = false;  // --apply shard
+  int poll_us = 0;     // --poll-us: PushClientConfig::answer_poll
 };
 
 Options parse(int argc, char** argv) {
@@ -69,6 +72,7 @@ Options parse(int argc, char** argv) {
     if (a == "--reps") o.reps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--sealed") o.sealed = true;
+    else if (a == "--poll-us") o.poll_us = std::stoi(value());
     else if (a == "--apply") {
       const std::string v = value();
       if (v != "echo" && v != "shard") throw std::invalid_argument("--apply: echo or shard, not '" + v + "'");
@@ -80,10 +84,12 @@ Options parse(int argc, char** argv) {
       std::string item;
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
-      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed, --apply)");
+      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed, --apply, "
+                                  "--poll-us)");
     }
   }
   if (o.reps < 1 || o.warmup < 0) throw std::invalid_argument("--reps must be >= 1 and --warmup >= 0");
+  if (o.poll_us < 0) throw std::invalid_argument("--poll-us must be >= 0");
   return o;
 }
 
@@ -230,6 +236,7 @@ int main(int argc, char** argv) {
     c.job_id = 1;
     c.timeout = std::chrono::seconds(30);
     c.authenticate = hook(o.sealed, "worker/0");
+    c.answer_poll = std::chrono::microseconds(o.poll_us);
     PushClient client(c);
     // The baseline's connection, authenticated (and sealed) as the push link.
     const int raw = net::wire::connect_tcp("127.0.0.1:" + std::to_string(raw_port),

@@ -10,9 +10,10 @@
 #   3. issue 15: the sealed ring against the plaintext ring, 64 MB on 2 and
 #      3 ranks, the sealed ring with each of SEALED_SPINS (bench/sealed_ring.sh;
 #      goal: sealed busbw >= 0.90 of plaintext)
-#   4. issue 17: sync against async on 1 and 2 ps tasks, mlp and cnn
-#      (bench/ps_tasks.sh, shortened; goals: async-2ps >= sync samples/s,
-#      push round trip <= 2x one move)
+#   4. issue 17: sync against async on 1 and 2 ps tasks, mlp and cnn, and
+#      async on 2 with replicas polling 500 us for each answer (bench/
+#      ps_tasks.sh, shortened; goals: async-2ps >= sync samples/s, push
+#      round trip <= 2x one move)
 #
 #   build-dev/run.sh bench/idle_cores.sh            # on the device machine
 #   build-dev/run.sh bench/idle_cores.sh 15         # issue 15 only, with the whole budget
@@ -24,7 +25,7 @@
 # overlaps), and the frame bench with 4 MiB frames too.
 #
 # Environment: SEALED_ROUNDS (default 5), SEALED_SPINS (default "0 50 200"),
-# PS_ROUNDS (default 3), IDLE_BUDGET (seconds for all, default 540: the
+# PS_ROUNDS (default 3), PS_POLL_US (default 500; empty: no polling run), IDLE_BUDGET (seconds for all, default 540: the
 # frame gets at most 90, the ring 180, the ps tasks what is left; a step cut
 # short says so). Output to
 # the terminal and, where the device tool gives one, $OUT/idle_cores.log.
@@ -34,6 +35,7 @@ build=${TROUPE_BUILD_DIR:-$root/build}
 sealed_rounds=${SEALED_ROUNDS:-5}
 sealed_spins=${SEALED_SPINS:-0 50 200}
 ps_rounds=${PS_ROUNDS:-3}
+ps_poll=${PS_POLL_US-500}  # async-2ps again with replicas polling for answers (empty: not)
 parts=${1:-15 17}
 case " $parts " in *" 15 "* | *" 17 "*) ;; *) echo "idle_cores.sh: which issue, 15 or 17 (default both)?" >&2; exit 2 ;; esac
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -75,6 +77,6 @@ fi
 
 if has 17; then
   section "issue 17: sync and async on ps tasks (bench/ps_tasks.sh, $ps_rounds round(s), mlp 2 epochs, cnn 1)"
-  step 600 env ROUNDS="$ps_rounds" EPOCHS_MLP=2 EPOCHS_CNN=1 "$root/bench/ps_tasks.sh" "$build"
+  step 600 env ROUNDS="$ps_rounds" EPOCHS_MLP=2 EPOCHS_CNN=1 POLL_US="$ps_poll" "$root/bench/ps_tasks.sh" "$build"
 fi
 section "done"

@@ -12,6 +12,9 @@
 #   async-1ps    async, --ps-tasks 1 and one `troupe node --ps --join ...`
 #   async-2ps    async, --ps-tasks 2 and two ps tasks (the big layers split
 #                across both: ps_split_above, default 10000 floats)
+#   async-2ps-poll  with POLL_US=N only: async-2ps whose replicas poll for
+#                each answer for up to N us before they sleep
+#                (TROUPE_PUSH_POLL_US; PushClientConfig::answer_poll)
 #
 # Per run: the coordinator's samples/s (--summary-json), the replicas'
 # "push" spans (async) or "all-reduce" spans (sync) from the --timeline
@@ -26,6 +29,7 @@
 #   bench/ps_tasks.sh build                     # mlp (8 epochs) and cnn (3), 4 rounds: about 14 min
 #   ROUNDS=5 EPOCHS_MLP=2 EPOCHS_CNN=1 BATCH=32 SEED=5 bench/ps_tasks.sh build mlp
 #   KEEP=/tmp/dir bench/ps_tasks.sh build       # keep every log and trace there
+#   POLL_US=500 bench/ps_tasks.sh build mlp     # and async-2ps with replicas polling for answers
 set -u
 build=$(readlink -f "${1:?usage: $0 BUILD_DIR [MODEL...]}")
 shift
@@ -48,6 +52,8 @@ mkdir -p "$TMP"
 [[ -z ${KEEP:-} ]] && trap 'rm -rf "$TMP"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 configs=(sync async-coord async-1ps async-2ps)
+POLL_US=${POLL_US:-}
+[[ -n $POLL_US ]] && configs+=(async-2ps-poll)
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # Any python3 will do (the standard library only): PYTHON, else the one on PATH.
@@ -79,11 +85,12 @@ PY
 
 # run MODEL CONFIG ROUND: one cluster; appends "sps push_med push_p99 stale_mean stale_max acc" to $TMP/MODEL.CONFIG
 run() {
-  local model=$1 config=$2 round=$3 mode=async nps=0 epochs
+  local model=$1 config=$2 round=$3 mode=async nps=0 epochs poll=0
   case $config in
     sync) mode=sync ;;
     async-1ps) nps=1 ;;
     async-2ps) nps=2 ;;
+    async-2ps-poll) nps=2 poll=$POLL_US ;;
   esac
   [[ $model == mlp ]] && epochs=$EPOCHS_MLP || epochs=$EPOCHS_CNN
   local dir=$TMP/$model-$config-$round
@@ -104,11 +111,11 @@ JOB
   port=$(free_port)
   local extra=()
   ((nps > 0)) && extra=(--ps-tasks "$nps")
-  timeout -k 5 "$LIMIT" "$troupe" node --listen "127.0.0.1:$port" --job "$dir/job.toml" --min-nodes 2 --devices cpu:0 \
+  timeout -k 5 "$LIMIT" env TROUPE_PUSH_POLL_US="$poll" "$troupe" node --listen "127.0.0.1:$port" --job "$dir/job.toml" --min-nodes 2 --devices cpu:0 \
     --threads 1 --log-every 0 --wait-timeout 120 --summary-json "$dir/summary.json" \
     --timeline "$dir/coordinator.json" --timeline-steps 1:100000000 "${extra[@]}" >"$dir/coordinator.log" 2>&1 &
   local coordinator=$!
-  timeout -k 5 "$LIMIT" "$troupe" node --join "127.0.0.1:$port" --devices cpu:0 --threads 1 \
+  timeout -k 5 "$LIMIT" env TROUPE_PUSH_POLL_US="$poll" "$troupe" node --join "127.0.0.1:$port" --devices cpu:0 --threads 1 \
     --timeline "$dir/worker.json" --timeline-steps 1:100000000 >"$dir/worker.log" 2>&1 &
   pids+=($!)
   for ((k = 0; k < nps; k++)); do
@@ -188,6 +195,8 @@ for m in "${models[@]}"; do echo "  $m gradient: ${floats[$m]} floats"; done
 for ((r = 1; r <= ROUNDS; r++)); do
   echo "round $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
   "$bench_push" --sizes-mb "$sizes" --reps 50 --warmup 5 | grep '^RESULT' | tee -a "$TMP/push.results" | sed 's/^/  /'
+  [[ -n $POLL_US ]] && "$bench_push" --sizes-mb "$sizes" --reps 50 --warmup 5 --poll-us "$POLL_US" | grep '^RESULT' |
+    sed "s/^/  polling $POLL_US us: /"
   for m in "${models[@]}"; do
     for c in "${configs[@]}"; do run "$m" "$c" "$r"; done
   done
@@ -201,13 +210,13 @@ for m in "${models[@]}"; do
   move=$(grep -o 'move_median_ms=[0-9.]*' "$TMP/push.results" | awk -v i="$i" -v s="${#models[@]}" '(NR - 1) % s == i - 1' | cut -d= -f2 | median)
   bpush=$(grep -o 'push_median_ms=[0-9.]*' "$TMP/push.results" | awk -v i="$i" -v s="${#models[@]}" '(NR - 1) % s == i - 1' | cut -d= -f2 | median)
   echo "  $m (${floats[$m]} floats): one move over loopback $move ms, a bare push round trip (bench_ps_push) $bpush ms; goal: push round trip <= $(awk -v m="$move" 'BEGIN { printf "%.3f", 2 * m }') ms"
-  printf '    %-12s %10s %10s %10s %8s %8s %9s %5s  %-36s %s\n' config samples/s span_med span_p99 st_mean st_max accuracy runs \
+  printf '    %-14s %10s %10s %10s %8s %8s %9s %5s  %-36s %s\n' config samples/s span_med span_p99 st_mean st_max accuracy runs \
     "span_med coordinator/worker replica" "server's part (ps tasks' own median)"
   for c in "${configs[@]}"; do
     f=$TMP/$m.$c
-    [[ -s $f ]] || { printf '    %-12s no successful run\n' "$c"; continue; }
+    [[ -s $f ]] || { printf '    %-14s no successful run\n' "$c"; continue; }
     col() { awk -v k="$1" '$k != "-" { print $k }' "$f" | median; }
-    printf '    %-12s %10.0f %10s %10s %8s %8s %9s %5s  %-36s %s\n' "$c" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" \
+    printf '    %-14s %10.0f %10s %10s %8s %8s %9s %5s  %-36s %s\n' "$c" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" \
       "$(wc -l <"$f")" "$(col 7) / $(col 8)" "$(col 9)"
   done
   if [[ -s $TMP/$m.sync && -s $TMP/$m.async-2ps ]]; then
@@ -216,5 +225,11 @@ for m in "${models[@]}"; do
     p=$(awk '{ print $2 }' "$TMP/$m.async-2ps" | median)
     echo "    async-2ps / sync samples/s (ratio of medians): $(awk -v a="$a" -v s="$s" 'BEGIN { printf "%.2f", a / s }');" \
       "async-2ps push median / one move: $(awk -v p="$p" -v m="$move" 'BEGIN { printf "%.2f", p / m }')"
+  fi
+  if [[ -s $TMP/$m.sync && -s $TMP/$m.async-2ps-poll ]]; then
+    a=$(awk '{ print $1 }' "$TMP/$m.async-2ps-poll" | median)
+    p=$(awk '{ print $2 }' "$TMP/$m.async-2ps-poll" | median)
+    echo "    async-2ps-poll / sync samples/s: $(awk -v a="$a" -v s="$s" 'BEGIN { printf "%.2f", a / s }');" \
+      "async-2ps-poll push median / one move: $(awk -v p="$p" -v m="$move" 'BEGIN { printf "%.2f", p / m }')"
   fi
 done

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -217,7 +219,39 @@ std::string host_of(const std::string& address) {
   return host;
 }
 
+// Polls `fd` without sleeping until something is there to read (data, the
+// end, an error) or `spin` has passed, so that the read after it finds the
+// data without waking from poll(). A zero-timeout poll() looks at the
+// socket without locking it (a peeking recv() would hold up the kernel's
+// delivery of the very data it waits for).
+void poll_for_data(int fd, std::chrono::microseconds spin) {
+  const auto until = Clock::now() + spin;
+  for (unsigned i = 1;; ++i) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) return;  // ready, or an error the read will name
+    if (i % 16 == 0 && Clock::now() >= until) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 }  // namespace
+
+std::chrono::microseconds push_poll_from_env() {
+  const char* text = std::getenv("TROUPE_PUSH_POLL_US");
+  if (text == nullptr || *text == '\0') return {};
+  char* end = nullptr;
+  errno = 0;
+  const long long us = std::strtoll(text, &end, 10);
+  if (errno == 0 && end != text && *end == '\0' && us >= 0 && us <= 1000000) return std::chrono::microseconds(us);
+  static std::once_flag warned;
+  std::call_once(warned, [text] {
+    std::fprintf(stderr, "troupe: TROUPE_PUSH_POLL_US='%s' is not a number of microseconds from 0 to 1000000; ignored\n",
+                 text);
+  });
+  return {};
+}
 
 // ---------------------------------------------------------------------------
 // PushClient
@@ -347,6 +381,7 @@ std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
   const std::string waiting = "waiting for the answer";
   unsigned char header[kAnswerHeaderBytes];
   AnswerHeader h;
+  if (config_.answer_poll.count() > 0) poll_for_data(fd_, config_.answer_poll);
   try {
     read_header(e, header, sizeof header, expected.deadline);
     h = decode_answer(header);

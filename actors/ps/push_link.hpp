@@ -217,7 +217,19 @@ struct PushClientConfig {
   // Same contract as net::TcpGroupConfig::authenticate (net::handshake_hook
   // in a cluster); called once with `accepting` false. Throws to refuse.
   std::function<net::LinkKeys(int fd, bool accepting, net::Deadline deadline)> authenticate;
+  // How long receive() polls the socket for its answer, without sleeping,
+  // before it waits in poll() (0, the default: it waits at once). Where
+  // cores are idle but slow to wake (a virtual CPU halts when idle), it
+  // saves the replica's wake-up on each answer; where they are all busy it
+  // takes a core from the ps task it waits for (docs/BENCHMARKS.md, issue
+  // 17). push_poll_from_env() gives it for a process's replicas.
+  std::chrono::microseconds answer_poll{0};
 };
+
+// TROUPE_PUSH_POLL_US, microseconds from 0 to 1,000,000, for
+// PushClientConfig::answer_poll; unset or empty: 0. Anything else is
+// ignored (0) with one warning on stderr naming it.
+std::chrono::microseconds push_poll_from_env();
 
 class PushClient {
  public:

@@ -515,6 +515,59 @@ TEST(PsPushLink, TheServerSaysWhereAPushsTimeWent) {
   EXPECT_NE(text.find("(medians of 6 pushes)"), std::string::npos) << text;
 }
 
+// A client that polls for its answers before it sleeps gets the same
+// answers, whether the answer comes within the poll or after it (an apply
+// of 5 ms against a poll of 1 ms), plaintext and sealed.
+TEST(PsPushLink, AClientThatPollsForItsAnswersGetsTheSameAnswers) {
+  const auto g = wave(kSizes[1], 0.9);
+  auto answers = [&](std::chrono::microseconds poll, std::chrono::milliseconds apply_takes, const std::string& secret) {
+    Shards shards(kSizes);
+    auto apply = [apply_takes, inner = shards.apply()](int shard, GradientPush p) {
+      std::this_thread::sleep_for(apply_takes);
+      return inner(shard, std::move(p));
+    };
+    PushServer server(server_config({{0, kSizes[0]}, {1, kSizes[1]}}, apply, secret));
+    PushClientConfig c = client_config(server.port(), secret);
+    c.answer_poll = poll;
+    PushClient client(c);
+    std::vector<std::vector<float>> out;
+    for (int k = 0; k < 4; ++k) {
+      out.emplace_back(g.size());
+      client.send(1, 0, 0, k + 1, g.data(), kSizes[1], true);
+      client.receive(1, out.back().data(), kSizes[1]);
+    }
+    return out;
+  };
+  for (const std::string& secret : std::vector<std::string>{"", kSecret}) {
+    SCOPED_TRACE(secret.empty() ? "plaintext" : "sealed");
+    const auto reference = answers(0us, 0ms, secret);
+    EXPECT_TRUE(answers(1000us, 0ms, secret) == reference);
+    EXPECT_TRUE(answers(1000us, 5ms, secret) == reference);
+  }
+}
+
+TEST(PsPushLink, ThePollComesFromTroupePushPollUs) {
+  auto with = [](const char* value) {
+    if (value)
+      ::setenv("TROUPE_PUSH_POLL_US", value, 1);
+    else
+      ::unsetenv("TROUPE_PUSH_POLL_US");
+    return push_poll_from_env().count();
+  };
+  EXPECT_EQ(with(nullptr), 0);
+  EXPECT_EQ(with(""), 0);
+  EXPECT_EQ(with("250"), 250);
+  EXPECT_EQ(with("1000000"), 1000000);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(with("abc"), 0);
+  EXPECT_EQ(with("-5"), 0);
+  EXPECT_EQ(with("1000001"), 0);
+  EXPECT_EQ(with("12us"), 0);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("TROUPE_PUSH_POLL_US='abc' is not a number of microseconds"), std::string::npos) << warned;
+  ::unsetenv("TROUPE_PUSH_POLL_US");
+}
+
 // Parts far bigger than the sockets' buffers, all sent before any answer
 // is read: the writer thread answers the first while the reader still
 // reads the later ones, and the reading thread answers the last one (marked)
