@@ -25,6 +25,7 @@
 #include "net/transport/sealed.hpp"
 #include "net/transport/socket.hpp"
 #include "util/crc32c.hpp"
+#include "util/spin.hpp"
 
 namespace troupe::actors::ps {
 
@@ -225,15 +226,12 @@ std::string host_of(const std::string& address) {
 // socket without locking it (a peeking recv() would hold up the kernel's
 // delivery of the very data it waits for).
 void poll_for_data(int fd, std::chrono::microseconds spin) {
-  const auto until = Clock::now() + spin;
-  for (unsigned i = 1;; ++i) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) != 0) return;  // ready, or an error the read will name
-    if (i % 16 == 0 && Clock::now() >= until) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
+  util::spin_until(
+      [fd] {
+        pollfd p{fd, POLLIN, 0};
+        return ::poll(&p, 1, 0) != 0;  // ready, or an error the read will name
+      },
+      spin);
 }
 
 }  // namespace

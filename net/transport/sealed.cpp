@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "net/transport/socket.hpp"
+#include "util/spin.hpp"
 
 namespace troupe::net::wire {
 
@@ -62,20 +63,14 @@ RecordWorkers::~RecordWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-void RecordWorkers::spin_while(std::unique_lock<std::mutex>& lock, const std::atomic<std::uint64_t>& counter,
-                               std::uint64_t seen) {
-  if (spin_.count() == 0) return;
-  lock.unlock();
-  const auto until = std::chrono::steady_clock::now() + spin_;
-  for (unsigned i = 1; counter.load(std::memory_order_acquire) == seen; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
-    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;  // the clock costs more than a look
+void RecordWorkers::await_an_end(std::unique_lock<std::mutex>& lock) {
+  const std::uint64_t seen = ends_.load(std::memory_order_relaxed);  // under the lock: no end is missed
+  if (spin_.count() > 0) {
+    lock.unlock();
+    util::spin_until([&] { return ends_.load(std::memory_order_acquire) != seen; }, spin_);
+    lock.lock();
   }
-  lock.lock();
+  if (ends_.load(std::memory_order_relaxed) == seen) done_cv_.wait(lock);
 }
 
 void RecordWorkers::begin(std::function<void(std::size_t, AeadCipher&)> work, std::size_t count) {
@@ -119,7 +114,12 @@ bool RecordWorkers::run_one(std::unique_lock<std::mutex>& lock, AeadCipher& ciph
 void RecordWorkers::helper_loop(AeadCipher& cipher) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (!stopping_ && queue_.empty()) spin_while(lock, posts_, posts_.load(std::memory_order_relaxed));
+    if (!stopping_ && queue_.empty() && spin_.count() > 0) {
+      const std::uint64_t seen = posts_.load(std::memory_order_relaxed);
+      lock.unlock();
+      util::spin_until([&] { return posts_.load(std::memory_order_acquire) != seen; }, spin_);
+      lock.lock();
+    }
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
     run_one(lock, cipher);
@@ -132,15 +132,7 @@ void RecordWorkers::finish(AeadCipher& own) {
   }
   // What the helpers still run is CPU work on records already in memory:
   // it ends without waiting on any peer.
-  auto all_done = [&] { return queue_.empty() && in_flight_ == 0; };
-  while (!all_done()) {
-    const std::uint64_t seen = ends_.load(std::memory_order_relaxed);
-    spin_while(lock, ends_, seen);
-    if (ends_.load(std::memory_order_relaxed) == seen) {  // spun out (or no spin): sleep
-      done_cv_.wait(lock, all_done);
-      break;
-    }
-  }
+  while (!queue_.empty() || in_flight_ > 0) await_an_end(lock);
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
@@ -154,9 +146,7 @@ std::size_t RecordWorkers::wait_for(std::size_t index, AeadCipher& own,
       run_one(lock, own);
       continue;
     }
-    const std::uint64_t seen = ends_.load(std::memory_order_relaxed);
-    spin_while(lock, ends_, seen);
-    if (ends_.load(std::memory_order_relaxed) == seen) done_cv_.wait(lock);
+    await_an_end(lock);
   }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   std::size_t end = index;

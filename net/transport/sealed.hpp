@@ -95,10 +95,10 @@ class RecordWorkers {
  private:
   void helper_loop(AeadCipher& cipher);
   bool run_one(std::unique_lock<std::mutex>& lock, AeadCipher& cipher);  // false: queue empty
-  // Polls, with `lock` released, until `counter` differs from `seen` or
-  // spin_ has passed; then takes the lock again.
-  void spin_while(std::unique_lock<std::mutex>& lock, const std::atomic<std::uint64_t>& counter,
-                  std::uint64_t seen);
+  // Returns once a piece has ended since the call (or on a spurious
+  // wake-up: callers loop): polls for up to spin_ with `lock` released,
+  // then sleeps on done_cv_.
+  void await_an_end(std::unique_lock<std::mutex>& lock);
   std::vector<std::unique_ptr<AeadCipher>> ciphers_;
   std::vector<std::thread> threads_;
   const std::chrono::microseconds spin_;
