@@ -25,6 +25,7 @@
 #include "net/transport/sealed.hpp"
 #include "net/transport/socket.hpp"
 #include "util/crc32c.hpp"
+#include "util/printable.hpp"
 #include "util/spin.hpp"
 
 namespace troupe::actors::ps {
@@ -391,9 +392,10 @@ std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
     fail(shard, "an answer to push " + std::to_string(h.sequence) + " (shard " + std::to_string(h.shard) +
                     ") where push " + std::to_string(expected.sequence) + " was expected");
   if (h.status == static_cast<std::uint32_t>(AnswerStatus::refused)) {
-    if (h.reason_bytes > kMaxReasonBytes || h.floats != 0)
+    if (h.reason_bytes > kMaxReasonBytes)
       fail(shard, "a refusal of " + std::to_string(h.reason_bytes) + " bytes (at most " +
                       std::to_string(kMaxReasonBytes) + ")");
+    if (h.floats != 0) fail(shard, "a refusal that claims " + std::to_string(h.floats) + " floats (it carries none)");
     std::string reason(h.reason_bytes, '\0');
     try {
       if (!reason.empty()) read_payload(e, reason.data(), reason.size(), expected.deadline);
@@ -404,7 +406,9 @@ std::int64_t PushClient::receive(int shard, float* out, std::int64_t floats) {
       fail(shard, "the refusal's CRC-32C does not match (altered on the way)");
     pending_.pop_front();  // the stream is in step: the client stays usable
     if (pending_.empty()) reading_ = false;
-    throw PushError(where(shard) + "refused by the server: " + reason);
+    // The server's own words, but bytes from the network: no control
+    // character of them reaches the replica's error or a log.
+    throw PushError(where(shard) + "refused by the server: " + util::printable(reason, kMaxReasonBytes));
   }
   if (h.status != static_cast<std::uint32_t>(AnswerStatus::applied))
     fail(shard, "an answer of unknown status " + std::to_string(h.status));

@@ -25,6 +25,7 @@
 #include "net/control/address.hpp"
 #include "net/transport/sealed.hpp"
 #include "net/transport/socket.hpp"
+#include "util/printable.hpp"
 
 namespace troupe::net {
 
@@ -34,17 +35,8 @@ constexpr std::size_t kSpliceBufferBytes = std::size_t{256} << 10;
 
 using wire::errno_text;
 
-// Text from the peer, fit for a log line: control bytes become '?', and it
-// is cut at 512 bytes.
-std::string printable(std::string_view text) {
-  std::string out;
-  for (char c : text.substr(0, 512)) {
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  if (text.size() > 512) out += "...";
-  return out;
-}
+// Text from the peer, fit for a log line.
+using util::printable;
 
 std::string quoted_identity(const std::string& identity) {
   return identity.empty() ? std::string("(no identity)") : "'" + printable(identity) + "'";

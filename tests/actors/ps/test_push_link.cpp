@@ -356,6 +356,110 @@ struct RawPeer {
   }
 };
 
+// A raw plaintext ps task: what a broken or hostile server could answer. It
+// passes the Hellos, writes `answers`, then reads what the client sends
+// until the client closes (nothing unread may reset the connection before
+// the client has read the answers).
+struct RawPsTask {
+  int listen_fd = -1;
+  std::uint16_t port = 0;
+  std::thread thread;
+  explicit RawPsTask(std::string answers) {
+    listen_fd = net::listen_tcp("127.0.0.1:0", &port);
+    thread = std::thread([this, answers = std::move(answers)] {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      const timeval ten_seconds{10, 0};  // the drain below has a deadline too
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &ten_seconds, sizeof ten_seconds);
+      try {
+        (void)net::wire::read_hello(fd, nullptr, net::Clock::now() + 5s);
+        net::wire::Hello h;
+        h.purpose = net::wire::Purpose::push_link;
+        h.version = push_wire::kVersion;
+        h.job_id = kJob;
+        net::wire::write_hello(fd, nullptr, h, net::Clock::now() + 5s);
+        net::wire::write_all(fd, answers.data(), answers.size(), nullptr, 0, net::Clock::now() + 5s);
+        ::shutdown(fd, SHUT_WR);
+        char sink[4096];
+        while (::recv(fd, sink, sizeof sink, 0) > 0) {
+        }
+      } catch (const std::exception&) {
+      }
+      ::close(fd);
+    });
+  }
+  ~RawPsTask() {
+    ::shutdown(listen_fd, SHUT_RDWR);  // wakes an accept that never came
+    thread.join();
+    ::close(listen_fd);
+  }
+  static std::string answer(push_wire::AnswerHeader h, const std::string& payload) {
+    unsigned char header[push_wire::kAnswerHeaderBytes];
+    push_wire::encode(h, header);
+    h.crc32c = push_wire::answer_crc(header, payload.data(), payload.size());
+    push_wire::encode(h, header);
+    return std::string(reinterpret_cast<const char*>(header), sizeof header) + payload;
+  }
+};
+
+// A refusal's reason is the server's text but bytes from the network: a
+// NUL would cut the replica's error short, CR/LF forge log lines, ESC drive
+// a terminal. They reach the error as '?', the rest of the reason whole,
+// and the client takes the next answer (fuzz/push_answers.cpp found the
+// NUL).
+TEST(PsPushLink, ARefusalsControlBytesNeverReachTheError) {
+  const std::string reason("no\0such\x1b[2Jshard\r\nFAKE LOG LINE", 31);
+  push_wire::AnswerHeader refusal;
+  refusal.shard = 0;
+  refusal.sequence = 0;
+  refusal.status = static_cast<std::uint32_t>(push_wire::AnswerStatus::refused);
+  refusal.reason_bytes = static_cast<std::uint32_t>(reason.size());
+  const std::vector<float> fresh = wave(4, 3);
+  push_wire::AnswerHeader applied;
+  applied.shard = 0;
+  applied.sequence = 1;
+  applied.floats = 4;
+  applied.staleness = 2;
+  RawPsTask task(RawPsTask::answer(refusal, reason) +
+                 RawPsTask::answer(applied, std::string(reinterpret_cast<const char*>(fresh.data()), 16)));
+  PushClient client(client_config(task.port));
+  const auto g = wave(4, 1);
+  std::vector<float> out(4);
+  client.send(0, 0, 0, 1, g.data(), 4, true);
+  std::string what;
+  try {
+    client.receive(0, out.data(), 4);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("refused by the server: no?such?[2Jshard??FAKE LOG LINE"), std::string::npos) << what;
+  client.send(0, 0, 0, 2, g.data(), 4, true);
+  EXPECT_EQ(client.receive(0, out.data(), 4), 2);
+  EXPECT_TRUE(bitwise_equal(out.data(), fresh.data(), 4));
+}
+
+// A refusal carries no floats; one that claims some is a protocol error
+// named as such, and the client is then unusable.
+TEST(PsPushLink, ARefusalThatClaimsFloatsIsAProtocolError) {
+  push_wire::AnswerHeader refusal;
+  refusal.status = static_cast<std::uint32_t>(push_wire::AnswerStatus::refused);
+  refusal.floats = 5;
+  refusal.reason_bytes = 2;
+  RawPsTask task(RawPsTask::answer(refusal, "no"));
+  PushClient client(client_config(task.port));
+  const auto g = wave(4, 1);
+  std::vector<float> out(4);
+  client.send(0, 0, 0, 1, g.data(), 4, true);
+  std::string what;
+  try {
+    client.receive(0, out.data(), 4);
+  } catch (const PushError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("a refusal that claims 5 floats (it carries none)"), std::string::npos) << what;
+  EXPECT_THROW(client.send(0, 0, 0, 2, g.data(), 4, true), PushError);
+}
+
 // A Hello for the ring, or one of an older push-link version, is answered
 // (so the peer learns what this end is) and then dropped, naming what differs.
 TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
