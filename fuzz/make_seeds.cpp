@@ -392,9 +392,28 @@ void push_frame_seeds() {
   put("push_frames", "raw", std::string(1, '\0') + "TPSP" + std::string(40, '\0'));
 }
 
+// ---------------------------------------------------------------- push_answers
+// push_answers.cpp: byte 0 the form (1: built, 2: the client polls, 4: two
+// pushes); a built answer is a flags byte (1: CRC off, 2: shard, 4:
+// sequence, 8: floats, 64: magic from the input; bits 4-5 the status), a
+// staleness byte, a refusal's reason (length byte, then the text) or the
+// payload's bytes (16 floats for shard 0, 40 for shard 3).
+void push_answer_seeds() {
+  const std::string part0(16 * 4, '\x3f'), part3(40 * 4, '\x40');
+  put("push_answers", "one_taken", std::string("\1\0\3", 3) + part0);
+  put("push_answers", "two_taken_polling", std::string("\7\0\0", 3) + part0 + std::string("\0\5", 2) + part3);
+  put("push_answers", "refused_then_taken",
+      std::string("\5\x10\0\x05", 4) + "full!" + std::string("\0\1", 2) + part3);
+  put("push_answers", "bad_crc", std::string("\1\1\0", 3) + part0);
+  put("push_answers", "wrong_sequence", std::string("\5\4\7\0", 4) + part0);
+  put("push_answers", "huge_claim", std::string("\1\x08\0", 3) + std::string("\0\0\1\0\0\0\0\0", 8));
+  put("push_answers", "raw", std::string(1, '\0') + "TPSA" + std::string(36, '\0'));
+}
+
 }  // namespace
 
-// sealed_records: byte 0 helpers (sender bits 0-1, receiver 2-3), bytes
+// sealed_records: byte 0 helpers (sender bits 0-1, receiver 2-3; bit 4
+// the sender's poll, bit 5 the receiver's), bytes
 // 1-2 the payload's length, byte 3 record_bytes / 8, byte 4 the number of
 // alterations (4 bytes each: kind, u16 position, value), then payload bytes.
 void sealed_record_seeds() {
@@ -419,6 +438,8 @@ void sealed_record_seeds() {
   put("sealed_records", "truncated", seed(1 | (1 << 2), 3000, 31, change(1, 1500, 0)));
   put("sealed_records", "swapped", seed(2 | (1 << 2), 2000, 7, change(4, 300, 200)));
   put("sealed_records", "inserted", seed(1, 500, 7, change(2, 65535, 7)));
+  put("sealed_records", "polling_helpers", seed(2 | (2 << 2) | 16 | 32, 3000, 15, ""));
+  put("sealed_records", "polling_flipped", seed(3 | (1 << 2) | 16 | 32, 3000, 31, change(0, 700, 0x10)));
 }
 
 int main(int argc, char** argv) {
@@ -435,6 +456,7 @@ int main(int argc, char** argv) {
   csv_seeds();
   text_seeds();
   push_frame_seeds();
+  push_answer_seeds();
   sealed_record_seeds();
   std::cout << "seeds written under " << root << "\n";
   return 0;

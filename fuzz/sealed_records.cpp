@@ -4,7 +4,9 @@
 // wire::split_records), altered on the way, read by
 // RecordOpener::read_exact (the "hi") and read_exact_split (the payload).
 //
-// Input: byte 0: bits 0-1 the sender's helpers, bits 2-3 the receiver's;
+// Input: byte 0: bits 0-1 the sender's helpers, bits 2-3 the receiver's,
+// bit 4 the sender's helpers (and its I/O thread waiting for them) poll for
+// 50 us before they sleep, bit 5 the receiver's (set_helpers' spin);
 // bytes 1-2: the payload's length (little-endian, at most 6000); byte 3:
 // record_bytes (1 + byte * 8); byte 4: how many alterations follow, each
 // of 4 bytes: kind (flip, truncate, insert, delete, swap two bytes),
@@ -56,10 +58,11 @@ struct Pair {
 Deadline soon() { return Clock::now() + 5s; }
 
 // What the sealer writes for "hi" and the payload.
-std::string on_the_wire(const std::string& payload, std::size_t record_bytes, int helpers) {
+std::string on_the_wire(const std::string& payload, std::size_t record_bytes, int helpers,
+                        std::chrono::microseconds spin) {
   Pair p;
   wire::RecordSealer sealer(link_keys(kSession, false).send);
-  sealer.set_helpers(helpers);
+  sealer.set_helpers(helpers, spin);
   std::string bytes;
   std::thread reader([&] {
     char piece[1 << 14];
@@ -86,7 +89,8 @@ struct Read {
   std::string payload;
   bool later_read_fails = false;
 };
-Read read_back(const std::string& bytes, std::size_t payload_bytes, std::size_t record_bytes, int helpers) {
+Read read_back(const std::string& bytes, std::size_t payload_bytes, std::size_t record_bytes, int helpers,
+               std::chrono::microseconds spin) {
   Pair p;
   std::thread writer([&] {
     try {
@@ -97,7 +101,7 @@ Read read_back(const std::string& bytes, std::size_t payload_bytes, std::size_t 
     ::shutdown(p.fds[0], SHUT_WR);
   });
   wire::RecordOpener opener(link_keys(kSession, true).receive);
-  opener.set_helpers(helpers);
+  opener.set_helpers(helpers, spin);
   Read out;
   out.payload.assign(payload_bytes, '\0');
   try {
@@ -128,6 +132,7 @@ Read read_back(const std::string& bytes, std::size_t payload_bytes, std::size_t 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 5) return 0;
   const int send_helpers = data[0] & 3, receive_helpers = (data[0] >> 2) & 3;
+  const std::chrono::microseconds send_spin = (data[0] & 16) ? 50us : 0us, receive_spin = (data[0] & 32) ? 50us : 0us;
   const std::size_t payload_bytes = std::min<std::size_t>(static_cast<std::size_t>(data[1] | (data[2] << 8)), 6000);
   const std::size_t record_bytes = 1 + static_cast<std::size_t>(data[3]) * 8;
   const std::size_t alterations = std::min<std::size_t>(data[4], 8);
@@ -144,8 +149,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (std::size_t i = 0; i < payload_bytes; ++i)
     payload[i] = at < size ? static_cast<char>(data[at + i % (size - at)]) : static_cast<char>(i * 7);
 
-  const std::string sent = on_the_wire(payload, record_bytes, send_helpers);
-  const Read clean = read_back(sent, payload_bytes, record_bytes, receive_helpers);
+  const std::string sent = on_the_wire(payload, record_bytes, send_helpers, send_spin);
+  const Read clean = read_back(sent, payload_bytes, record_bytes, receive_helpers, receive_spin);
   TROUPE_FUZZ_CHECK(clean.ok && clean.payload == payload,
                     "an unaltered frame did not read back (" + std::to_string(payload_bytes) + " bytes, records of " +
                         std::to_string(record_bytes) + ")");
@@ -163,7 +168,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 4: std::swap(altered[pos], altered[(pos + c.value + 1) % altered.size()]); break;
     }
   }
-  const Read r = read_back(altered, payload_bytes, record_bytes, receive_helpers);
+  const Read r = read_back(altered, payload_bytes, record_bytes, receive_helpers, receive_spin);
   if (r.ok) {
     // Only an alteration past the frame leaves it whole: what was read is
     // the frame, byte for byte.
