@@ -15,6 +15,10 @@
 #   async-2ps-poll  with POLL_US=N only: async-2ps whose replicas poll for
 #                each answer for up to N us before they sleep
 #                (TROUPE_PUSH_POLL_US; PushClientConfig::answer_poll)
+#   async-2ps-nice  with PS_NICE=N only: async-2ps whose ps tasks run under
+#                `nice -n N` (a negative N, which needs root or
+#                CAP_SYS_NICE, lets a ps task's thread take a core from a
+#                replica as soon as a push arrives)
 #
 # Per run: the coordinator's samples/s (--summary-json), the replicas'
 # "push" spans (async) or "all-reduce" spans (sync) from the --timeline
@@ -30,6 +34,8 @@
 #   ROUNDS=5 EPOCHS_MLP=2 EPOCHS_CNN=1 BATCH=32 SEED=5 bench/ps_tasks.sh build mlp
 #   KEEP=/tmp/dir bench/ps_tasks.sh build       # keep every log and trace there
 #   POLL_US=500 bench/ps_tasks.sh build mlp     # and async-2ps with replicas polling for answers
+#   PS_NICE=-10 bench/ps_tasks.sh build mlp     # and async-2ps with ps tasks at a higher priority (root)
+#   CONFIGS="sync async-2ps" bench/ps_tasks.sh build mlp   # only these configurations
 set -u
 build=$(readlink -f "${1:?usage: $0 BUILD_DIR [MODEL...]}")
 shift
@@ -51,9 +57,17 @@ TMP=${KEEP:-$(mktemp -d "${TMPDIR:-/tmp}/troupe-pstasks.XXXXXX")}
 mkdir -p "$TMP"
 [[ -z ${KEEP:-} ]] && trap 'rm -rf "$TMP"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-configs=(sync async-coord async-1ps async-2ps)
+read -ra configs <<<"${CONFIGS:-sync async-coord async-1ps async-2ps}"
 POLL_US=${POLL_US:-}
 [[ -n $POLL_US ]] && configs+=(async-2ps-poll)
+PS_NICE=${PS_NICE:-}
+[[ -n $PS_NICE ]] && configs+=(async-2ps-nice)
+for c in "${configs[@]}"; do
+  case $c in
+    sync | async-coord | async-1ps | async-2ps | async-2ps-poll | async-2ps-nice) ;;
+    *) echo "unknown configuration '$c' in CONFIGS (sync, async-coord, async-1ps, async-2ps; POLL_US and PS_NICE add the others)" >&2; exit 2 ;;
+  esac
+done
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # Any python3 will do (the standard library only): PYTHON, else the one on PATH.
@@ -85,12 +99,13 @@ PY
 
 # run MODEL CONFIG ROUND: one cluster; appends "sps push_med push_p99 stale_mean stale_max acc" to $TMP/MODEL.CONFIG
 run() {
-  local model=$1 config=$2 round=$3 mode=async nps=0 epochs poll=0
+  local model=$1 config=$2 round=$3 mode=async nps=0 epochs poll=0 ps_nice=0
   case $config in
     sync) mode=sync ;;
     async-1ps) nps=1 ;;
     async-2ps) nps=2 ;;
     async-2ps-poll) nps=2 poll=$POLL_US ;;
+    async-2ps-nice) nps=2 ps_nice=$PS_NICE ;;
   esac
   [[ $model == mlp ]] && epochs=$EPOCHS_MLP || epochs=$EPOCHS_CNN
   local dir=$TMP/$model-$config-$round
@@ -119,7 +134,7 @@ JOB
     --timeline "$dir/worker.json" --timeline-steps 1:100000000 >"$dir/worker.log" 2>&1 &
   pids+=($!)
   for ((k = 0; k < nps; k++)); do
-    timeout -k 5 "$LIMIT" "$troupe" node --ps --join "127.0.0.1:$port" >"$dir/ps$k.log" 2>&1 &
+    timeout -k 5 "$LIMIT" nice -n "$ps_nice" "$troupe" node --ps --join "127.0.0.1:$port" >"$dir/ps$k.log" 2>&1 &
     pids+=($!)
   done
   wait $coordinator
@@ -226,10 +241,12 @@ for m in "${models[@]}"; do
     echo "    async-2ps / sync samples/s (ratio of medians): $(awk -v a="$a" -v s="$s" 'BEGIN { printf "%.2f", a / s }');" \
       "async-2ps push median / one move: $(awk -v p="$p" -v m="$move" 'BEGIN { printf "%.2f", p / m }')"
   fi
-  if [[ -s $TMP/$m.sync && -s $TMP/$m.async-2ps-poll ]]; then
-    a=$(awk '{ print $1 }' "$TMP/$m.async-2ps-poll" | median)
-    p=$(awk '{ print $2 }' "$TMP/$m.async-2ps-poll" | median)
-    echo "    async-2ps-poll / sync samples/s: $(awk -v a="$a" -v s="$s" 'BEGIN { printf "%.2f", a / s }');" \
-      "async-2ps-poll push median / one move: $(awk -v p="$p" -v m="$move" 'BEGIN { printf "%.2f", p / m }')"
-  fi
+  for c in async-2ps-poll async-2ps-nice; do
+    [[ -s $TMP/$m.sync && -s $TMP/$m.$c ]] || continue
+    s=$(awk '{ print $1 }' "$TMP/$m.sync" | median)
+    a=$(awk '{ print $1 }' "$TMP/$m.$c" | median)
+    p=$(awk '{ print $2 }' "$TMP/$m.$c" | median)
+    echo "    $c / sync samples/s: $(awk -v a="$a" -v s="$s" 'BEGIN { printf "%.2f", a / s }');" \
+      "$c push median / one move: $(awk -v p="$p" -v m="$move" 'BEGIN { printf "%.2f", p / m }')"
+  done
 done
