@@ -1,5 +1,6 @@
 #include "kernels/host_backend.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -16,11 +17,16 @@ void* Backend::allocate_pinned(std::size_t bytes) {
 
 void Backend::deallocate_pinned(void* ptr) noexcept { std::free(ptr); }
 
+HostOutOfMemory::HostOutOfMemory(std::size_t bytes) noexcept {
+  std::snprintf(what_, sizeof what_, "out of host memory: could not allocate %.2f GiB (%zu bytes)",
+                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0), bytes);
+}
+
 void* HostBackend::allocate(std::size_t bytes, int) {
   constexpr std::size_t alignment = 64;
   std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) throw HostOutOfMemory(bytes);
   return p;
 }
 

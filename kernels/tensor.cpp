@@ -17,8 +17,18 @@ const char* to_string(DType dtype) { return dtype == DType::f32 ? "f32" : "i32";
 Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::vector<std::int64_t>(dims)) {}
 
 Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {
-  for (auto d : dims_)
+  bool empty = false;
+  for (auto d : dims_) {
     if (d < 0) throw std::invalid_argument("Shape: negative dimension in " + str());
+    empty = empty || d == 0;
+  }
+  if (empty) return;
+  std::int64_t n = 1;
+  for (auto d : dims_) {
+    if (n > kMaxElements / d)
+      throw std::invalid_argument("Shape " + str() + " has more than 2^56 elements (the most a tensor may have)");
+    n *= d;
+  }
 }
 
 std::int64_t Shape::numel() const {

@@ -31,6 +31,12 @@ inline std::size_t element_size(DType) { return 4; }
 
 class Shape {
  public:
+  // The most elements a shape may have: 2^56 (256 Pi floats, beyond any
+  // device), so that numel(), and numel() times an element size, never
+  // overflow. A shape of more throws std::invalid_argument (a model spec's
+  // `dense units=10000000000000000` must be an error, not an overflow).
+  static constexpr std::int64_t kMaxElements = std::int64_t{1} << 56;
+
   Shape() = default;
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::vector<std::int64_t> dims);

@@ -1,7 +1,10 @@
 #include "models/model.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
@@ -11,22 +14,56 @@ namespace troupe::models {
 namespace {
 constexpr std::int64_t slice_alignment = 16;  // floats: 64 bytes
 std::int64_t aligned(std::int64_t n) { return (n + slice_alignment - 1) / slice_alignment * slice_alignment; }
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// A model whose parameters and gradients alone are more than the host's
+// memory is refused before anything is allocated, naming its size: the
+// allocation would fail as a bare std::bad_alloc, or, where the kernel
+// overcommits, succeed and have the process killed as the zeros are
+// written. (A GPU's allocation fails with cudaMalloc's own message.)
+void check_fits(const std::string& name, std::int64_t floats, const Device& device) {
+  if (!device.is_cpu()) return;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double host = static_cast<double>(pages) * static_cast<double>(page);
+  const double need = 2.0 * static_cast<double>(floats) * sizeof(float);
+  if (need > host)
+    throw std::invalid_argument("model '" + name + "' has " + std::to_string(floats) +
+                                " parameters: they and their gradients alone need " + gib(need) + ", more than this host's " +
+                                gib(host) + " of memory");
+}
 }  // namespace
 
 Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device) {
   Shape shape = spec.input;
   std::int64_t total = 0;
-  for (auto& layer : spec.make_layers()) {
+  auto made = spec.make_layers();
+  for (std::size_t i = 0; i < made.size(); ++i) {
     Entry e;
-    e.output = layer->build(shape, device);
-    e.count = layer->parameter_count();
+    // A layer that does not fit what comes before it, or whose shapes are
+    // too large, names itself: a spec can have several of one kind.
+    try {
+      e.output = made[i]->build(shape, device);
+      e.count = made[i]->parameter_count();
+      if (e.count > Shape::kMaxElements - aligned(total))
+        throw std::invalid_argument("the model's parameters would number more than 2^56");
+    } catch (const std::invalid_argument& x) {
+      throw std::invalid_argument("model '" + spec.name + "', layer " + std::to_string(i + 1) + " '" +
+                                  made[i]->spec() + "': " + x.what());
+    }
     e.offset = total;
     total += aligned(e.count);
-    e.layer = std::move(layer);
+    e.layer = std::move(made[i]);
     shape = e.output;
     layers_.push_back(std::move(e));
   }
   output_ = shape;
+  check_fits(spec.name, total, device);
   params_ = Tensor::zeros({total}, DType::f32, device);
   grads_ = Tensor::zeros({total}, DType::f32, device);
   for (auto& e : layers_)

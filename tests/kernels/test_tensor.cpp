@@ -37,6 +37,46 @@ TEST(Shape, NumelAndText) {
   EXPECT_THROW((Shape{3, -1}), std::invalid_argument);
 }
 
+// Every element count must fit, and its bytes too: a shape of more than
+// 2^56 elements is refused where it is made, so numel() never overflows
+// (a model spec once multiplied 784 by 2^63 - 1 here).
+TEST(Shape, MoreThanTwoToThe56ElementsIsRefusedNotOverflowed) {
+  EXPECT_EQ((Shape{Shape::kMaxElements}).numel(), Shape::kMaxElements);
+  EXPECT_EQ((Shape{std::int64_t{1} << 28, std::int64_t{1} << 28}).numel(), std::int64_t{1} << 56);
+  EXPECT_THROW((Shape{Shape::kMaxElements + 1}), std::invalid_argument);
+  EXPECT_THROW((Shape{std::int64_t{1} << 30, std::int64_t{1} << 30}), std::invalid_argument);
+  try {
+    Shape s{784, INT64_MAX};
+    ADD_FAILURE() << "accepted " << s.str();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Shape [784, 9223372036854775807] has more than 2^56 elements"),
+              std::string::npos)
+        << e.what();
+  }
+  // An empty dimension makes the whole empty, however large the others.
+  EXPECT_EQ((Shape{INT64_MAX, INT64_MAX, 0}).numel(), 0);
+}
+
+// Host memory that cannot be had is a std::bad_alloc that says how much
+// was asked for (2^57 bytes: more than any address space). Skipped under
+// the sanitizers, whose allocators abort on such a request.
+TEST(Tensor, HostMemoryThatCannotBeHadSaysHowMuch) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer's allocator aborts on a request of 2^57 bytes";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "the sanitizer's allocator aborts on a request of 2^57 bytes";
+#endif
+#endif
+  try {
+    Tensor t = Tensor::empty({std::int64_t{1} << 55});
+    ADD_FAILURE() << "allocated " << t.bytes() << " bytes";
+  } catch (const std::bad_alloc& e) {
+    EXPECT_NE(std::string(e.what()).find("out of host memory: could not allocate 134217728.00 GiB (144115188075855872 bytes)"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Tensor, ZerosFullAndFromVector) {
   Tensor z = Tensor::zeros({3, 4});
   for (float v : z.to_vector()) EXPECT_EQ(v, 0.0f);

@@ -72,6 +72,34 @@ TEST(ModelSpec, ErrorsNameSourceLineAndProblem) {
 }
 
 // A model spec path of /dev/zero used to be read until memory ran out.
+// A spec that parses can still describe a model that cannot be: a layer
+// that does not fit what comes before it, a size whose element count would
+// overflow, a model larger than the host's memory. Each is an error naming
+// the model and, where it is one layer's, the layer, before anything is
+// allocated (a bare std::bad_alloc, or the process killed for memory, is
+// all a user saw of the last two).
+TEST(ModelSpec, AModelThatCannotBeBuiltNamesTheLayerOrItsSize) {
+  const auto build = [](const std::string& text) {
+    return error_of([&] { Model m(ModelSpec::parse(text, "test.spec"), Device::cpu()); });
+  };
+  const std::string kernel = build("name k\ninput 1 28 28\nconv2d filters=4 kernel=99\nflatten\ndense units=10\n");
+  EXPECT_NE(kernel.find("model 'k', layer 1 'conv2d filters=4 kernel=99"), std::string::npos) << kernel;
+  EXPECT_NE(kernel.find("does not fit input [1, 1, 28, 28]"), std::string::npos) << kernel;
+
+  // 784 x (2^63 - 1) weights: the count itself would overflow int64.
+  const std::string overflow = build("name o\ninput 1 28 28\nflatten\ndense units=9223372036854775807\n");
+  EXPECT_NE(overflow.find("model 'o', layer 2 'dense units=9223372036854775807'"), std::string::npos) << overflow;
+  EXPECT_NE(overflow.find("more than 2^56 elements"), std::string::npos) << overflow;
+
+  // 784 x 10^13 weights are a shape, but in no host's memory.
+  const std::string huge = build("name h\ninput 1 28 28\nflatten\ndense units=10000000000000\n");
+  EXPECT_NE(huge.find("model 'h' has 7850000000000000 parameters"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("GiB, more than this host's"), std::string::npos) << huge;
+
+  // What fits still builds.
+  EXPECT_EQ(build("name ok\ninput 1 28 28\nflatten\ndense units=10\n"), "(no error)");
+}
+
 TEST(ModelSpec, SpecFilesAreBoundedRegularFiles) {
   for (const char* path : {"/dev/zero", "/dev/urandom"})
     EXPECT_NE(error_of([&] { resolve_model(path, {}); })
