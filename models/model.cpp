@@ -8,6 +8,7 @@
 
 #include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
+#include "models/layers/layers.hpp"
 
 namespace troupe::models {
 
@@ -48,6 +49,14 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
     // A layer that does not fit what comes before it, or whose shapes are
     // too large, names itself: a spec can have several of one kind.
     try {
+      // Token ids are for an embedding, and an embedding takes only them:
+      // without this the mismatch surfaced at the first step, in an op
+      // ("ops::gemm: a i32[64, 300] must be f32").
+      const bool embedding = dynamic_cast<const Embedding*>(made[i].get()) != nullptr;
+      if (embedding && (i != 0 || spec.input_dtype != DType::i32))
+        throw std::invalid_argument("an embedding takes token ids ('input ids LENGTH') and must be the model's first layer");
+      if (i == 0 && !embedding && spec.input_dtype == DType::i32)
+        throw std::invalid_argument("the input is token ids ('input ids ...'), which only an embedding layer takes");
       e.output = made[i]->build(shape, device);
       e.count = made[i]->parameter_count();
       if (e.count > Shape::kMaxElements - aligned(total))

@@ -15,10 +15,11 @@ Padding Padding::parse(const std::string& text) {
   try {
     std::size_t used = 0;
     long long n = std::stoll(text, &used);
-    if (used == text.size() && n >= 0) return {Kind::explicit_, n};
+    if (used == text.size() && n >= 0 && n <= kMaxWindow) return {Kind::explicit_, n};
   } catch (const std::exception&) {
   }
-  throw std::invalid_argument("padding '" + text + "': expected valid, same or a number >= 0");
+  throw std::invalid_argument("padding '" + text + "': expected valid, same or a number from 0 to " +
+                              std::to_string(kMaxWindow));
 }
 
 std::int64_t Padding::for_kernel(std::int64_t kernel) const {
@@ -44,6 +45,18 @@ void require_positive(const char* layer, const char* what, std::int64_t v) {
     throw std::invalid_argument(std::string(layer) + ": " + what + " must be positive, got " +
                                 std::to_string(v));
 }
+// A kernel size or stride: positive and at most kMaxWindow.
+void require_window(const char* layer, const char* what, std::int64_t v) {
+  require_positive(layer, what, v);
+  if (v > kMaxWindow)
+    throw std::invalid_argument(std::string(layer) + ": " + what + " must be at most " + std::to_string(kMaxWindow) +
+                                ", got " + std::to_string(v));
+}
+void require_padding(const char* layer, const Padding& p) {
+  if (p.amount < 0 || p.amount > kMaxWindow)
+    throw std::invalid_argument(std::string(layer) + ": padding must be from 0 to " + std::to_string(kMaxWindow) +
+                                ", got " + std::to_string(p.amount));
+}
 }  // namespace
 
 // ---- Conv2D ----
@@ -52,9 +65,10 @@ Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_
                std::int64_t stride, Padding padding)
     : filters_(filters), kernel_h_(kernel_h), kernel_w_(kernel_w), stride_(stride), padding_(padding) {
   require_positive("conv2d", "filters", filters);
-  require_positive("conv2d", "kernel", kernel_h);
-  require_positive("conv2d", "kernel", kernel_w);
-  require_positive("conv2d", "stride", stride);
+  require_window("conv2d", "kernel", kernel_h);
+  require_window("conv2d", "kernel", kernel_w);
+  require_window("conv2d", "stride", stride);
+  require_padding("conv2d", padding);
 }
 
 std::string Conv2D::spec() const {
@@ -118,8 +132,9 @@ const Tensor& Conv2D::backward(const Tensor& dy, bool need_dx) {
 Conv1D::Conv1D(std::int64_t filters, std::int64_t kernel, std::int64_t stride, Padding padding)
     : filters_(filters), kernel_(kernel), stride_(stride), padding_(padding) {
   require_positive("conv1d", "filters", filters);
-  require_positive("conv1d", "kernel", kernel);
-  require_positive("conv1d", "stride", stride);
+  require_window("conv1d", "kernel", kernel);
+  require_window("conv1d", "stride", stride);
+  require_padding("conv1d", padding);
 }
 
 std::string Conv1D::spec() const {

@@ -33,8 +33,14 @@ class Dense final : public Layer {
   Tensor kernel_, bias_, dkernel_, dbias_, x_, y_, dx_;
 };
 
+// The largest kernel, stride, pool window or padding a layer takes: what
+// oneDNN's convolutions accept (it refuses a stride of 2^31 with "could not
+// create a descriptor"), and small enough that no output-size arithmetic on
+// a shape (at most 2^56 elements) can overflow.
+constexpr std::int64_t kMaxWindow = 2147483647;
+
 // Padding: "valid" (none), "same" (output as large as the input at stride 1)
-// or a number of zeros on each side.
+// or a number of zeros on each side (at most kMaxWindow).
 struct Padding {
   enum class Kind { valid, same, explicit_ } kind = Kind::valid;
   std::int64_t amount = 0;

@@ -11,11 +11,17 @@ namespace {
 std::int64_t checked_pool(const char* layer, std::int64_t pool) {
   if (pool <= 0)
     throw std::invalid_argument(std::string(layer) + ": pool must be positive, got " + std::to_string(pool));
+  if (pool > kMaxWindow)
+    throw std::invalid_argument(std::string(layer) + ": pool must be at most " + std::to_string(kMaxWindow) +
+                                ", got " + std::to_string(pool));
   return pool;
 }
 std::int64_t default_stride(const char* layer, std::int64_t stride, std::int64_t pool) {
   if (stride < 0)
     throw std::invalid_argument(std::string(layer) + ": stride must be positive, got " + std::to_string(stride));
+  if (stride > kMaxWindow)
+    throw std::invalid_argument(std::string(layer) + ": stride must be at most " + std::to_string(kMaxWindow) +
+                                ", got " + std::to_string(stride));
   return stride == 0 ? pool : stride;  // Keras: strides default to pool_size
 }
 }  // namespace

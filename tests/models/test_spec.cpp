@@ -96,6 +96,14 @@ TEST(ModelSpec, AModelThatCannotBeBuiltNamesTheLayerOrItsSize) {
   EXPECT_NE(huge.find("model 'h' has 7850000000000000 parameters"), std::string::npos) << huge;
   EXPECT_NE(huge.find("GiB, more than this host's"), std::string::npos) << huge;
 
+  // Token ids and embeddings go together, first, or not at all (found by
+  // fuzz/model_spec.cpp: both failed only at the first step, in an op).
+  const std::string late = build("name e\ninput 1 28 28\nflatten\nembedding vocab=10 dim=4\nflatten\ndense units=2\n");
+  EXPECT_NE(late.find("model 'e', layer 2 'embedding vocab=10 dim=4': an embedding takes token ids"), std::string::npos)
+      << late;
+  const std::string ids = build("name i\ninput ids 300\nflatten\ndense units=2\n");
+  EXPECT_NE(ids.find("model 'i', layer 1 'flatten': the input is token ids"), std::string::npos) << ids;
+
   // What fits still builds.
   EXPECT_EQ(build("name ok\ninput 1 28 28\nflatten\ndense units=10\n"), "(no error)");
 }
