@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/checkpoint/checkpoint.hpp"
+#include "models/spec.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
 #include "net/tcp/tcp.hpp"
@@ -392,6 +393,25 @@ void push_frame_seeds() {
   put("push_frames", "raw", std::string(1, '\0') + "TPSP" + std::string(40, '\0'));
 }
 
+// ---------------------------------------------------------------- model_spec
+// The zoo's specs as troupe writes them into checkpoints, and hand-written
+// ones with every layer and option.
+void model_spec_seeds() {
+  using troupe::models::DataShape;
+  using troupe::models::zoo_spec;
+  const DataShape images{troupe::kernels::Shape{1, 28, 28}, troupe::kernels::DType::f32, 10, 1, 0};
+  put("model_spec", "mlp", zoo_spec("mlp", images).text());
+  put("model_spec", "cnn", zoo_spec("cnn", images).text());
+  put("model_spec", "linreg", zoo_spec("linreg", DataShape{troupe::kernels::Shape{1}, troupe::kernels::DType::f32, 0, 1, 0}).text());
+  put("model_spec", "textcnn",
+      zoo_spec("textcnn", DataShape{troupe::kernels::Shape{300}, troupe::kernels::DType::i32, 5, 1, 1000}).text());
+  put("model_spec", "conv2d_options",
+      "name pads  # a comment\ninput 2 9 9\nconv2d filters=3 kernel=3 stride=2 padding=same\nrelu\n"
+      "maxpool2d pool=2 stride=1\nconv2d filters=2 kernel=2x3 padding=1\nflatten\ndropout rate=0.25\ndense units=4\n");
+  put("model_spec", "conv1d_options",
+      "name seq\ninput 3 20\nconv1d filters=4 kernel=5 padding=2\nrelu\nmaxpool1d pool=3\nflatten\ndense units=2\n");
+}
+
 // ---------------------------------------------------------------- push_answers
 // push_answers.cpp: byte 0 the form (1: built, 2: the client polls, 4: two
 // pushes); a built answer is a flags byte (1: CRC off, 2: shard, 4:
@@ -457,6 +477,7 @@ int main(int argc, char** argv) {
   text_seeds();
   push_frame_seeds();
   push_answer_seeds();
+  model_spec_seeds();
   sealed_record_seeds();
   std::cout << "seeds written under " << root << "\n";
   return 0;
