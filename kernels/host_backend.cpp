@@ -11,7 +11,7 @@ namespace troupe::kernels {
 // with cudaHostAlloc / cudaFreeHost): ordinary aligned host memory.
 void* Backend::allocate_pinned(std::size_t bytes) {
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
-  if (!p) throw std::bad_alloc();
+  if (!p) throw HostOutOfMemory(bytes);
   return p;
 }
 

@@ -17,7 +17,12 @@
 //
 // Layers: dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding (vocab=,
 // dim=), flatten, relu, dropout. Unknown layers or options, missing values
-// and bad numbers are errors naming the source and line.
+// and bad numbers (a kernel, stride, pool or padding above 2^31 - 1, say)
+// are errors naming the source and line. What only the built model can see
+// (a layer that does not fit the one before, a shape of more than 2^56
+// elements, token ids without an embedding first, a model larger than the
+// host's memory) is an error of Model's constructor naming the model and
+// the layer (models/model.hpp).
 #pragma once
 
 #include <memory>

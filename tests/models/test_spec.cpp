@@ -96,8 +96,8 @@ TEST(ModelSpec, AModelThatCannotBeBuiltNamesTheLayerOrItsSize) {
   EXPECT_NE(huge.find("model 'h' has 7850000000000000 parameters"), std::string::npos) << huge;
   EXPECT_NE(huge.find("GiB, more than this host's"), std::string::npos) << huge;
 
-  // Token ids and embeddings go together, first, or not at all (found by
-  // fuzz/model_spec.cpp: both failed only at the first step, in an op).
+  // Token ids and embeddings go together, first, or not at all (found while
+  // writing fuzz/model_spec.cpp: both failed only at the first step, in an op).
   const std::string late = build("name e\ninput 1 28 28\nflatten\nembedding vocab=10 dim=4\nflatten\ndense units=2\n");
   EXPECT_NE(late.find("model 'e', layer 2 'embedding vocab=10 dim=4': an embedding takes token ids"), std::string::npos)
       << late;

@@ -589,7 +589,7 @@ TEST(PsPushLink, OnlyAPushMarkedLastIsAnsweredByTheReadingThread) {
 // 9 ms to read one).
 TEST(PsPushLink, TheServerSaysWhereAPushsTimeWent) {
   Shards shards(kSizes);
-  auto slow = [&shards, apply = shards.apply()](int shard, GradientPush p) {
+  auto slow = [apply = shards.apply()](int shard, GradientPush p) {
     std::this_thread::sleep_for(40ms);
     return apply(shard, std::move(p));
   };
