@@ -1,5 +1,6 @@
 #include "models/spec.hpp"
 
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -136,6 +137,18 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   int line_no = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
+    // A spec is text: a NUL or other control byte (a corrupt file, or a
+    // checkpoint's spec altered) would end up in the model's name, in error
+    // messages cut short at the NUL, and in logs.
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      const auto u = static_cast<unsigned char>(line[i]);
+      if ((u < 0x20 && u != '\t' && u != '\r') || u == 0x7f) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", u);
+        throw ParseError(source, line_no,
+                         std::string("a control character (byte ") + hex + ") at column " + std::to_string(i + 1));
+      }
+    }
     if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
     auto w = words(line);
     if (w.empty()) continue;
