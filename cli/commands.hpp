@@ -40,6 +40,10 @@ struct TrainOptions {
 };
 void add_train_command(CLI::App& app, TrainOptions& options);
 int run_train(TrainOptions& options);
+// An output file's flag and path (--metrics, --summary-json, --timeline):
+// creates its folder and checks that a file can be created there, before
+// any data is loaded; throws std::runtime_error naming the flag otherwise.
+void prepare_output_path(const char* flag, const std::string& path);
 // Runs a job on the actor runtime (one host, or a cluster's coordinator)
 // with train's reporting options (metrics, log, summary, control endpoint).
 int run_actor_job(const actors::JobConfig& job, const TrainOptions& reporting);

@@ -272,6 +272,7 @@ int run_node(NodeOptions& o) {
     if (n.ps_tasks != 0) throw UsageError("--ps-tasks belongs to the coordinator (--listen)");
     if (!o.reporting.timeline.empty()) {
       const auto [first, last] = actors::Timeline::parse_steps(o.reporting.timeline_steps);
+      prepare_output_path("--timeline", o.reporting.timeline);
       n.timeline = std::make_shared<actors::Timeline>(o.reporting.timeline, "worker " + n.join, first, last);
     }
     const int status = actors::run_worker(n);

@@ -1,9 +1,13 @@
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -87,20 +91,10 @@ int exit_status(const models::TrainResult& result, const std::string& checkpoint
   return 128 + signal;
 }
 
-// --metrics runs/x/metrics.csv creates runs/x, as --checkpoint-dir creates
-// its folder; so does --summary-json.
-void create_parent_folders(const char* flag, const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (path.empty() || parent.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (ec) throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + parent.string() +
-                                   ": " + ec.message());
-}
-
 void create_output_folders(const TrainOptions& o) {
-  create_parent_folders("--metrics", o.metrics);
-  create_parent_folders("--summary-json", o.summary_json);
+  prepare_output_path("--metrics", o.metrics);
+  prepare_output_path("--summary-json", o.summary_json);
+  prepare_output_path("--timeline", o.timeline);
 }
 
 // --tensorboard DIR: an event file that records the job (its text, mode and
@@ -198,6 +192,30 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
 }
 
 }  // namespace
+
+// --metrics runs/x/metrics.csv creates runs/x, as --checkpoint-dir creates
+// its folder; so do --summary-json and --timeline. Each is then checked
+// for a file this process can create there, before any data is loaded:
+// the summary and the timeline are written when the job ends (each to a
+// temporary file renamed over the path), and a folder that refuses them
+// must not be found out after hours of training.
+void prepare_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + parent.string() +
+                                   ": " + ec.message());
+  const std::string probe = (parent.empty() ? std::filesystem::path(".") : parent).string() + "/.troupe-probe-" +
+                            std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw std::runtime_error(std::string(flag) + " " + path + ": cannot create a file in " +
+                             (parent.empty() ? std::string("the current folder") : parent.string()) + ": " +
+                             std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   create_output_folders(o);

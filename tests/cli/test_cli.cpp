@@ -418,6 +418,22 @@ TEST(CliIssue11, MetricsFileInAMissingFolderIsCreated) {
   EXPECT_CONTAINS(rows[0], "kind,epoch,step,loss");
 }
 
+// The summary and the timeline are written when the job ends: a folder that
+// refuses files is an error before training, naming the flag, not after it
+// (each used to train to the end and then fail on "cannot write
+// PATH.tmp.N"). /proc refuses new files to root too; --timeline also runs
+// the actor job, --summary-json the single-replica trainer.
+TEST(CliOutputs, AnOutputThatCannotBeWrittenStopsTheJobBeforeTraining) {
+  for (const std::string flag : {"--summary-json", "--timeline", "--metrics"}) {
+    Result r = troupe("train --model linreg --data linreg --devices cpu:0 --steps 3 --log-every 1 " + flag +
+                      " /proc/troupe-out.json");
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_CONTAINS(r.output, "troupe: " + flag + " /proc/troupe-out.json: cannot create a file in /proc");
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << flag << " trained first:\n" << r.output;
+    EXPECT_EQ(r.output.find("parameters:"), std::string::npos) << flag << " built the model first:\n" << r.output;
+  }
+}
+
 // Issue 11: an unknown --data name printed "known names:" and then nothing
 // on its line (the names followed on lines of their own).
 TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
