@@ -1,10 +1,18 @@
 #include "models/layer.hpp"
 
+#include <stdexcept>
+
 namespace troupe::models {
 
 std::int64_t Layer::parameter_count() const {
+  // Each shape is at most Shape::kMaxElements; so must their sum be, so
+  // that the flat buffer's size, a shape too, cannot overflow.
   std::int64_t n = 0;
-  for (const auto& p : parameters()) n += p.shape.numel();
+  for (const auto& p : parameters()) {
+    n += p.shape.numel();
+    if (n > Shape::kMaxElements)
+      throw std::invalid_argument("more than 2^56 parameters in one layer (the most a tensor may have)");
+  }
   return n;
 }
 

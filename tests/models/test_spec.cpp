@@ -100,6 +100,13 @@ TEST(ModelSpec, AModelThatCannotBeBuiltNamesTheLayerOrItsSize) {
   EXPECT_NE(overflow.find("model 'o', layer 2 'dense units=9223372036854775807'"), std::string::npos) << overflow;
   EXPECT_NE(overflow.find("more than 2^56 elements"), std::string::npos) << overflow;
 
+  // 7 x 10^16 weights and as many biases: each a shape, their sum not
+  // (fuzz/model_spec.cpp).
+  const std::string sum = build("name s\ninput 1\ndense units=70000000000000000\n");
+  EXPECT_NE(sum.find("model 's', layer 1 'dense units=70000000000000000': more than 2^56 parameters in one layer"),
+            std::string::npos)
+      << sum;
+
   // 784 x 10^13 weights are a shape, but in no host's memory.
   const std::string huge = build("name h\ninput 1 28 28\nflatten\ndense units=10000000000000\n");
   EXPECT_NE(huge.find("model 'h' has 7850000000000000 parameters"), std::string::npos) << huge;
