@@ -7,6 +7,7 @@
 
 #include "models/data/error.hpp"
 #include "models/data/file_bytes.hpp"
+#include "util/printable.hpp"
 
 namespace troupe::data {
 
@@ -56,6 +57,10 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
   const auto fail = [&](std::int64_t line, const std::string& what) -> DataError {
     return DataError(path + ":" + std::to_string(line) + ": " + what, path, -1, line);
   };
+  // The file's own text in a message: control bytes as '?' (a NUL would cut
+  // the message short), and a long field cut, so that one bad cell of a
+  // huge line is a readable error.
+  const auto shown = [](const std::string& text) { return util::printable(text, 80); };
 
   std::vector<std::string> header;
   std::int64_t label_col = -1;
@@ -87,9 +92,9 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
         const auto found = std::find(header.begin(), header.end(), options.label_column);
         if (found == header.end() || std::count(header.begin(), header.end(), options.label_column) > 1) {
           std::string names;
-          for (const auto& h : header) names += (names.empty() ? "" : ", ") + h;
+          for (const auto& h : header) names += (names.empty() ? "" : ", ") + shown(h);
           throw fail(line_number, std::string(found == header.end() ? "no" : "more than one") + " column named '" +
-                                      options.label_column + "' in the header (columns: " + names + ")");
+                                      shown(options.label_column) + "' in the header (columns: " + names + ")");
         }
         label_col = found - header.begin();
       }
@@ -100,25 +105,25 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
       throw fail(line_number, "expected " + std::to_string(header.size()) + " columns as in the header, found " +
                                   std::to_string(fields.size()));
     for (std::size_t c = 0; c < fields.size(); ++c) {
-      const std::string column = "column " + std::to_string(c + 1) + " (" + header[c] + ")";
+      const std::string column = "column " + std::to_string(c + 1) + " (" + shown(header[c]) + ")";
       if (static_cast<std::int64_t>(c) == label_col && options.task == Task::classification) {
         long label = 0;
         if (!parse_label(fields[c], label))
-          throw fail(line_number, column + ": label '" + fields[c] + "' is not an integer class id >= 0");
+          throw fail(line_number, column + ": label '" + shown(fields[c]) + "' is not an integer class id >= 0");
         if (options.num_classes > 0 && label >= options.num_classes)
-          throw fail(line_number, column + ": label " + fields[c] + " is outside [0, " +
+          throw fail(line_number, column + ": label " + shown(fields[c]) + " is outside [0, " +
                                       std::to_string(options.num_classes) + ")");
         labels.push_back(static_cast<std::int32_t>(label));
         continue;
       }
       double value = 0;
       if (!parse_number(fields[c], value))
-        throw fail(line_number, column + ": '" + fields[c] + "' is not a number");
+        throw fail(line_number, column + ": '" + shown(fields[c]) + "' is not a number");
       // Finite as a double is not enough: the tensors hold floats, and 1e39
       // became infinity there (fuzz/csv found it). Below FLT_MAX + half an
       // ulp a double rounds to a finite float.
       if (!(std::fabs(value) < 0x1.ffffffp+127))
-        throw fail(line_number, column + ": " + fields[c] + " is outside the range of a 32-bit float (about +-3.4e38)");
+        throw fail(line_number, column + ": " + shown(fields[c]) + " is outside the range of a 32-bit float (about +-3.4e38)");
       (static_cast<std::int64_t>(c) == label_col ? targets : features).push_back(static_cast<float>(value));
     }
     ++rows;

@@ -110,6 +110,20 @@ TEST(DataCsv, BadRowsNameLineAndColumn) {
   EXPECT_THROW(load_csv(dir.file("empty.csv")), DataError);
 }
 
+// A cell's own text in an error: a NUL cut the message short, an ESC or
+// CR reached the terminal, and a 10,000-byte cell made a 10,000-byte error.
+// Control bytes are shown as '?', and a cell is cut at 80 bytes.
+TEST(DataCsv, ACellsTextInAnErrorIsPrintableAndShort) {
+  TempDir dir;
+  write_file(dir.file("bad.csv"), std::string("x,y\x1b[2J,label\n1,a\0b\rc,0\n", 24));
+  std::string e = error_of<DataError>([&] { load_csv(dir.file("bad.csv")); });
+  EXPECT_NE(e.find("bad.csv:2: column 2 (y?[2J): 'a?b?c' is not a number"), std::string::npos) << e;
+  write_file(dir.file("bad.csv"), "x,y,label\n1," + std::string(10000, 'z') + ",0\n");
+  e = error_of<DataError>([&] { load_csv(dir.file("bad.csv")); });
+  EXPECT_NE(e.find("column 2 (y): '" + std::string(80, 'z') + "...' is not a number"), std::string::npos) << e;
+  EXPECT_LT(e.size(), 400u) << e;
+}
+
 // fuzz/csv found it: a number finite as a double but beyond a float's range
 // (1e39, -1e300) became an infinite feature or target in the tensors.
 TEST(DataCsv, ANumberBeyondTheFloatRangeIsAnError) {
