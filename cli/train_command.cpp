@@ -1,13 +1,9 @@
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -24,6 +20,7 @@
 #include "net/cluster/auth.hpp"
 #include "net/control/control_auth.hpp"
 #include "net/control/control_server.hpp"
+#include "util/writable_folder.hpp"
 
 namespace troupe::cli {
 
@@ -202,19 +199,16 @@ int run_job(TrainOptions& o, std::vector<kernels::Device> devices) {
 void prepare_output_path(const char* flag, const std::string& path) {
   if (path.empty()) return;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + parent.string() +
-                                   ": " + ec.message());
-  const std::string probe = (parent.empty() ? std::filesystem::path(".") : parent).string() + "/.troupe-probe-" +
-                            std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw std::runtime_error(std::string(flag) + " " + path + ": cannot create a file in " +
-                             (parent.empty() ? std::string("the current folder") : parent.string()) + ": " +
-                             std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  const std::string folder = parent.empty() ? "." : parent.string();
+  const util::FolderProblem problem = util::check_writable_folder(folder);
+  using Kind = util::FolderProblem::Kind;
+  if (problem.kind == Kind::not_a_folder || problem.kind == Kind::cannot_create_folder)
+    throw std::runtime_error(std::string(flag) + " " + path + ": cannot create the folder " + folder + ": " +
+                             problem.reason);
+  if (problem)
+    throw std::runtime_error(std::string(flag) + " " + path + ": cannot " +
+                             (problem.kind == Kind::cannot_create_file ? "create" : "write") + " a file in " +
+                             (parent.empty() ? std::string("the current folder") : folder) + ": " + problem.reason);
 }
 
 int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {

@@ -36,6 +36,7 @@
 
 #include "kernels/config.hpp"  // TROUPE_VERSION
 #include "models/checkpoint/checkpoint.capnp.h"
+#include "util/writable_folder.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "checkpoint chunks are little-endian float32 copied as raw bytes");
@@ -742,27 +743,20 @@ void check_model(const State& state, const std::string& path, const std::string&
 Directory::Directory(std::string dir, std::size_t keep_last_k)
     : dir_(std::move(dir)), keep_last_k_(keep_last_k) {
   if (dir_.empty()) throw CheckpointError(dir_, "checkpoint directory: empty path");
-  std::error_code ec;
-  if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec)) {
-    throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": exists but is not a directory");
-  }
-  fs::create_directories(dir_, ec);
-  if (ec) {
-    throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": cannot create: " + ec.message());
-  }
-  std::string probe = (fs::path(dir_) / ".troupe-write-probe.XXXXXX").string();
-  Fd fd(::mkstemp(probe.data()));
-  if (fd.get() < 0) {
-    throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot create " +
-                                    probe + ": " + errno_text(errno));
-  }
-  char byte = 0;
-  bool ok = ::write(fd.get(), &byte, 1) == 1;
-  int error = ok ? 0 : errno;
-  ::unlink(probe.c_str());
-  if (!ok) {
-    throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot write " +
-                                    probe + ": " + errno_text(error));
+  using Kind = util::FolderProblem::Kind;
+  const util::FolderProblem problem = util::check_writable_folder(dir_);
+  switch (problem.kind) {
+    case Kind::none: return;
+    case Kind::not_a_folder:
+      throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": exists but is not a directory");
+    case Kind::cannot_create_folder:
+      throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": cannot create: " + problem.reason);
+    case Kind::cannot_create_file:
+      throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot create a file in it: " +
+                                      problem.reason);
+    case Kind::cannot_write_file:
+      throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot write a file in it: " +
+                                      problem.reason);
   }
 }
 
