@@ -17,20 +17,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <fstream>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 namespace troupe::util {
 
 namespace ports_detail {
 
 // Binds 127.0.0.1:port (0: any) without SO_REUSEADDR and returns the port
-// bound, or 0 when it could not.
-inline int bind_loopback(int port) {
+// bound, or 0 when it could not (*error: the errno of the call that failed).
+inline int bind_loopback(int port, int* error = nullptr) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
+  if (fd < 0) {
+    if (error) *error = errno;
+    return 0;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -40,6 +47,8 @@ inline int bind_loopback(int port) {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
     bound = ntohs(addr.sin_port);
+  else if (error)
+    *error = errno;
   ::close(fd);
   return bound;
 }
@@ -53,6 +62,7 @@ inline int ephemeral_low() {
 
 }  // namespace ports_detail
 
+// Throws std::runtime_error when not even the kernel's choice binds.
 inline int free_loopback_port() {
   constexpr int kLowest = 10000;
   const int below = ports_detail::ephemeral_low();
@@ -66,7 +76,13 @@ inline int free_loopback_port() {
       if (ports_detail::bind_loopback(port) == port) return port;
     }
   }
-  return ports_detail::bind_loopback(0);  // the kernel's choice, from its ephemeral range
+  // The kernel's choice, from its ephemeral range.
+  int error = 0;
+  if (const int port = ports_detail::bind_loopback(0, &error)) return port;
+  // Loudly: a 0 handed on would fail later as a server on a port nobody
+  // expected, or a "missing port" far from the cause.
+  throw std::runtime_error(std::string("no free loopback port: a socket on 127.0.0.1 could not be bound (") +
+                           std::strerror(error) + ")");
 }
 
 }  // namespace troupe::util

@@ -66,8 +66,10 @@ for mode in $MODES; do
     dir="$TMP/${mode/:/}-$t"
     mkdir -p "$dir"
     printf 'model = "mlp"\ndata = "fashion-mnist"\nepochs = 2\nbatch = 32\nseed = %d\nmode = "%s"\n' "$t" "$mode" >"$dir/job.toml"
-    ADDR="127.0.0.1:$(free_port)"
-    CONTROL="127.0.0.1:$(free_port)"
+    free_port port
+    ADDR="127.0.0.1:$port"
+    free_port port
+    CONTROL="127.0.0.1:$port"
     started=$SECONDS
     "$BIN" node --listen "$ADDR" --job "$dir/job.toml" --start-nodes 3 --min-nodes 1 --devices cpu:0 \
       --log-every 10 --timeout 30 --wait-timeout 60 --control "$CONTROL" >"$dir/coordinator.log" 2>&1 &

@@ -2,9 +2,11 @@
 # sourced, not run.
 
 # Below the kernel's ephemeral range, as tests/support/ports.hpp (why
-# there): a random port that binds now, else the kernel's choice.
-free_port() {
-  python3 - <<'PY'
+# there): a random port that binds now, else the kernel's choice. Prints
+# the port; prints nothing and fails when none could be had. Debian's
+# python3 (scripts/setup.sh installs it); TROUPE_PYTHON for another.
+find_port() {
+  "${TROUPE_PYTHON:-/usr/bin/python3}" - <<'PY'
 import random, socket
 try:
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
@@ -25,8 +27,25 @@ for _ in range(100 if low > 11000 else 0):
         print(p)
         break
 else:
-    print(bind(0))
+    port = bind(0)
+    if port:
+        print(port)
+    else:
+        raise SystemExit("no loopback port could be bound")
 PY
+}
+
+# free_port VAR: sets VAR to a free loopback port, or ends the script
+# (status 1, which the EXIT traps clean up after) saying why: an empty
+# port handed on would fail later as "missing port", far from the cause.
+free_port() {
+  local port
+  port=$(find_port) || true
+  if [[ ! "$port" =~ ^[0-9]+$ ]] || ((port == 0)); then
+    echo "free_port: no free loopback port (${TROUPE_PYTHON:-/usr/bin/python3} picks it: is Debian's python3 installed?)" >&2
+    exit 1
+  fi
+  printf -v "$1" '%s' "$port"
 }
 
 # The highest "epoch 1 step N/" the coordinator logged (0 before any).

@@ -78,8 +78,10 @@ for mode in $MODES; do
     printf 'model = "mlp"\ndata = "fashion-mnist"\nepochs = 2\nsteps = %d\nbatch = 32\nseed = %d\nmode = "%s"\n' \
       "$STEPS" "$t" "$mode" >"$dir/job.toml"
     printf 'checkpoint_every = 50\ncheckpoint_dir = "%s"\n' "$dir/ckpt" >>"$dir/job.toml"
-    ADDR="127.0.0.1:$(free_port)"
-    CONTROL="127.0.0.1:$(free_port)"
+    free_port port
+    ADDR="127.0.0.1:$port"
+    free_port port
+    CONTROL="127.0.0.1:$port"
     started=$SECONDS
     "$BIN" node --listen "$ADDR" --job "$dir/job.toml" --start-nodes 2 --min-nodes 1 --ps-tasks 2 --devices cpu:0 \
       --log-every 10 --timeout 30 --wait-timeout 60 --control "$CONTROL" >"$dir/coordinator.log" 2>&1 &

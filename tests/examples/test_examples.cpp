@@ -153,7 +153,7 @@ TEST(Examples, ModeSwitchExperimentShort) {
   if (!gnuplot) return;
   std::string runs;
   for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) runs += " " + dir + "/tensorboard/" + file;
-  Result plot = run("python3 " TROUPE_SOURCE_DIR "/scripts/tensorboard_plot.py", dir + "/tb.png test/accuracy" + runs);
+  Result plot = run("/usr/bin/python3 " TROUPE_SOURCE_DIR "/scripts/tensorboard_plot.py", dir + "/tb.png test/accuracy" + runs);
   ASSERT_EQ(plot.status, 0) << plot.output;
   EXPECT_GT(fs::file_size(dir + "/tb.png"), 2000u);
   for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) {

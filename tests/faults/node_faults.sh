@@ -158,7 +158,7 @@ run_trial() {
   TRIAL="$TMP/$kind-$n"
   mkdir -p "$TRIAL"
   rm -rf "$TMP/ckpt"
-  port=$(free_port)
+  free_port port
   addr="127.0.0.1:$port"
   if [[ "$kind" == partition && "$MODE_PARTITION" == netns ]]; then
     ns0=${NS[0]}; ns1=${NS[1]}; ns2=${NS[2]}
