@@ -1,8 +1,8 @@
 #include "actors/collective_choice.hpp"
 
 #include <set>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 #include "net/collective/local.hpp"
 #include "net/collective/nccl.hpp"
@@ -39,9 +39,8 @@ CollectiveChoice choose_collective(const std::vector<kernels::Device>& devices, 
                                 "backend needs one memory space, NCCL GPU buffers); use one kind per job");
   if (cpus == n) return {CollectiveKind::local, replicas + " on the host: local"};
   if (gpus.size() == 1)
-    return {CollectiveKind::local,
-            replicas + " on cuda:" + std::to_string(*gpus.begin()) +
-                (n == 1 ? ": local" : ": local, summed on the GPU (logical replicas)")};
+    return {CollectiveKind::local, replicas + " on cuda:" + std::to_string(*gpus.begin()) +
+                                       (n == 1 ? ": local" : ": local, summed on the GPU (logical replicas)")};
   if (static_cast<int>(gpus.size()) < n)
     throw std::invalid_argument("--devices " + list(devices) +
                                 " puts several replicas on some of several GPUs; name each GPU once (NCCL) or one "
@@ -57,7 +56,8 @@ const char* to_string(AcrossKind kind) { return kind == AcrossKind::nccl ? "nccl
 
 AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes, bool links_sealed) {
   const auto hierarchical = [](const std::string& why) {
-    return AcrossChoice{AcrossKind::hierarchical, "hierarchical (local or nccl inside each node, tcp ring between nodes): " + why};
+    return AcrossChoice{AcrossKind::hierarchical,
+                        "hierarchical (local or nccl inside each node, tcp ring between nodes): " + why};
   };
   if (nodes.size() < 2) return hierarchical("one node");
   std::set<std::pair<std::string, int>> gpus_by_host;  // (host, GPU) pairs named so far
@@ -75,12 +75,14 @@ AcrossChoice choose_across_nodes(const std::vector<NodeFacts>& nodes, bool links
     for (int g : gpus)
       if (!gpus_by_host.insert({n.host, g}).second)
         return hierarchical(n.name + " shares cuda:" + std::to_string(g) + " with another node on " + n.host);
-    if (!n.nccl_unavailable.empty()) return hierarchical("NCCL is unavailable on " + n.name + ": " + n.nccl_unavailable);
+    if (!n.nccl_unavailable.empty())
+      return hierarchical("NCCL is unavailable on " + n.name + ": " + n.nccl_unavailable);
     world += static_cast<int>(n.devices.size());
   }
   if (links_sealed)
-    return hierarchical("the links between nodes are sealed (a cluster secret) and NCCL's transport is not, so the "
-                        "sealed tcp ring carries the gradients between nodes");
+    return hierarchical(
+        "the links between nodes are sealed (a cluster secret) and NCCL's transport is not, so the "
+        "sealed tcp ring carries the gradients between nodes");
   return {AcrossKind::nccl, "nccl: " + std::to_string(world) + " replicas on distinct GPUs of " +
                                 std::to_string(nodes.size()) + " nodes, one NCCL group across them"};
 }

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace troupe::actors {
 
@@ -65,22 +65,22 @@ struct CoordinatorState {
   // membership changes waiting for the next step boundary.
   std::uint32_t view = 0;
   std::vector<bool> alive;
-  std::int64_t seg_start = 0;    // the clock at which the segment began
-  std::int64_t seg_offset = 0;   // permutation positions of the epoch used before it
-  std::int64_t seg_steps = 0;    // its steps (the epoch ends at seg_start + seg_steps)
+  std::int64_t seg_start = 0;           // the clock at which the segment began
+  std::int64_t seg_offset = 0;          // permutation positions of the epoch used before it
+  std::int64_t seg_steps = 0;           // its steps (the epoch ends at seg_start + seg_steps)
   std::int64_t epoch_steps_before = 0;  // steps (clock) of the epoch's earlier segments
-  int rolled_forward = 0;        // survivors that took the state of one that completed the step in flight
-  std::int64_t batch = 1;        // per replica in this view
-  std::vector<int> joins, leaves;      // node indices
+  int rolled_forward = 0;               // survivors that took the state of one that completed the step in flight
+  std::int64_t batch = 1;               // per replica in this view
+  std::vector<int> joins, leaves;       // node indices
   std::vector<std::string> leave_reasons;
   bool view_change_due = false, forming = false;
   int form_attempts = 0;
-  std::int64_t stale_reports = 0;      // reports of an ended view, dropped
-  int start_world = 1;                 // replicas of the first view
-  int views_in_epoch = 0;              // view changes during the current epoch
-  bool resumed_mid_epoch = false;      // this epoch began before a resume
-  bool paused = false;                 // fewer than --min-nodes nodes, or no ps task for the shards
-  std::uint32_t pause_id = 0;          // which pause a halt (its --wait-timeout) is for
+  std::int64_t stale_reports = 0;  // reports of an ended view, dropped
+  int start_world = 1;             // replicas of the first view
+  int views_in_epoch = 0;          // view changes during the current epoch
+  bool resumed_mid_epoch = false;  // this epoch began before a resume
+  bool paused = false;             // fewer than --min-nodes nodes, or no ps task for the shards
+  std::uint32_t pause_id = 0;      // which pause a halt (its --wait-timeout) is for
   Clock::time_point paused_since;
   std::string pause_reason;
   // Shards on ps tasks (CoordinatorConfig::ps_tasks). A ps task lost or
@@ -93,15 +93,15 @@ struct CoordinatorState {
   // push that failed half-way in async), so it is neither gathered nor
   // checkpointed before the rollback.
   bool replace_due = false, rollback_due = false, restore_due = false;
-  bool waiting_for_ps = false;           // no ps task left to host the shards
-  std::vector<int> ps_leaving;           // ps tasks that asked to leave
+  bool waiting_for_ps = false;  // no ps task left to host the shards
+  std::vector<int> ps_leaving;  // ps tasks that asked to leave
   std::string rollback_reason;
   std::optional<checkpoint::State> rollback_point;
-  std::string rollback_label;            // where the point came from, for the log
-  bool rollback_point_saved = false;     // it is a checkpoint file
-  std::int64_t server_base_step = 0;     // the global step the server's counters count from
-  int rollbacks_in_a_row = 0;            // without a step reported in between
-  int placements_in_a_row = 0;           // of the shards, the same
+  std::string rollback_label;         // where the point came from, for the log
+  bool rollback_point_saved = false;  // it is a checkpoint file
+  std::int64_t server_base_step = 0;  // the global step the server's counters count from
+  int rollbacks_in_a_row = 0;         // without a step reported in between
+  int placements_in_a_row = 0;        // of the shards, the same
   static inline const char* name = "coordinator";
 };
 
@@ -385,25 +385,28 @@ void keep_rollback_point(CoordinatorState& st, checkpoint::State c, std::string 
 
 void checkpoint_now(Self* self, std::function<void(const std::string& path)> then, bool after_failure = false) {
   auto& s = self->state;
-  fetch_state(self, [=](const ReplicaState& state) {
-    auto& st = self->state;
-    checkpoint::State c = make_checkpoint(st, state, after_failure);
-    const std::int64_t global_step = static_cast<std::int64_t>(c.position.global_step);
-    std::string path;
-    try {
-      path = st.config.checkpoints->save(c);
-    } catch (const std::exception& e) {
-      fail_job(self, e.what());
-      return;
-    }
-    keep_rollback_point(st, std::move(c), path, true);
-    st.last_checkpoint_step = st.global_step;
-    st.last_checkpoint_time = Clock::now();
-    st.timed_checkpoint_queued = false;
-    if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, global_step);
-    if (st.config.timeline) st.config.timeline->instant("checkpoint", global_step, path);
-    then(path);
-  }, [=]() { then(""); });
+  fetch_state(
+      self,
+      [=](const ReplicaState& state) {
+        auto& st = self->state;
+        checkpoint::State c = make_checkpoint(st, state, after_failure);
+        const std::int64_t global_step = static_cast<std::int64_t>(c.position.global_step);
+        std::string path;
+        try {
+          path = st.config.checkpoints->save(c);
+        } catch (const std::exception& e) {
+          fail_job(self, e.what());
+          return;
+        }
+        keep_rollback_point(st, std::move(c), path, true);
+        st.last_checkpoint_step = st.global_step;
+        st.last_checkpoint_time = Clock::now();
+        st.timed_checkpoint_queued = false;
+        if (st.config.callbacks.on_checkpoint) st.config.callbacks.on_checkpoint(path, global_step);
+        if (st.config.timeline) st.config.timeline->instant("checkpoint", global_step, path);
+        then(path);
+      },
+      [=]() { then(""); });
   (void)s;
 }
 
@@ -425,8 +428,7 @@ void switch_mode(Self* self, Mode to, std::function<void()> then, std::function<
     auto& st = self->state;
     st.mode = to;
     st.result.mode_history.push_back(to.str() + "@" + std::to_string(st.global_step));
-    if (st.config.timeline)
-      st.config.timeline->instant("mode switch", st.global_step, from.str() + " -> " + to.str());
+    if (st.config.timeline) st.config.timeline->instant("mode switch", st.global_step, from.str() + " -> " + to.str());
     if (st.config.callbacks.on_mode_switch) st.config.callbacks.on_mode_switch(st.global_step, to.str());
     then();
   };
@@ -442,7 +444,8 @@ void switch_mode(Self* self, Mode to, std::function<void()> then, std::function<
     self->request(s.config.devices[0], s.config.timeout, get_state_atom::value)
         .then(
             [=](const ReplicaState& state) {
-              self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value, state)
+              self->request(self->state.config.parameter_server, self->state.config.timeout, set_state_atom::value,
+                            state)
                   .then([=](caf::ok_atom) { done(); }, [=](caf::error& e) { failed(e); });
             },
             [=](caf::error& e) { failed(e); });
@@ -455,8 +458,11 @@ void switch_mode(Self* self, Mode to, std::function<void()> then, std::function<
               auto remaining = std::make_shared<int>(self->state.config.replicas);
               for (auto& device : self->state.config.devices)
                 self->request(device, self->state.config.timeout, set_state_atom::value, state)
-                    .then([=](caf::ok_atom) { if (--*remaining == 0) done(); },
-                          [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
+                    .then(
+                        [=](caf::ok_atom) {
+                          if (--*remaining == 0) done();
+                        },
+                        [=](caf::error& e) { fail_job(self, "switching to sync: " + self->system().render(e)); });
             },
             [=](caf::error& e) { failed(e); });
   }
@@ -509,8 +515,9 @@ void ps_event(Self* self, const MemberEvent& e) {
         need_rollback(self, e.what);
       } else {
         s.replace_due = true;
-        log_line(e.what + "; in sync mode the replicas hold the state, so nothing is lost: its shards are placed anew "
-                          "on the ps tasks left at the next step boundary");
+        log_line(e.what +
+                 "; in sync mode the replicas hold the state, so nothing is lost: its shards are placed anew "
+                 "on the ps tasks left at the next step boundary");
       }
       queue_view_change(self);
       return;
@@ -524,7 +531,8 @@ void ps_event(Self* self, const MemberEvent& e) {
       return;
     case MemberEvent::Kind::ps_joined:
       if (s.waiting_for_ps) {
-        log_line("ps task " + std::to_string(e.node) + " joined: the shards are placed on it at the next step boundary");
+        log_line("ps task " + std::to_string(e.node) +
+                 " joined: the shards are placed on it at the next step boundary");
         queue_view_change(self);
       } else {
         log_line("ps task " + std::to_string(e.node) + " joined: a spare, used when a ps task is lost or leaves");
@@ -549,7 +557,8 @@ void member_event(Self* self, const MemberEvent& e) {
   switch (e.kind) {
     case MemberEvent::Kind::joined:
       s.joins.push_back(e.node);
-      log_line("node " + std::to_string(e.node) + " joins at the next step boundary" + (e.what.empty() ? "" : ": " + e.what));
+      log_line("node " + std::to_string(e.node) + " joins at the next step boundary" +
+               (e.what.empty() ? "" : ": " + e.what));
       queue_view_change(self);
       return;
     case MemberEvent::Kind::drain:
@@ -635,8 +644,9 @@ void change_view(Self* self, std::function<void()> then) {
     }
     plan.view = st.view + 1;
     plan.clock = clock;
-    const std::int64_t used = std::min(
-        st.config.dataset_examples, st.seg_offset + std::max<std::int64_t>(0, clock - st.seg_start) * st.batch * st.config.replicas);
+    const std::int64_t used =
+        std::min(st.config.dataset_examples,
+                 st.seg_offset + std::max<std::int64_t>(0, clock - st.seg_start) * st.batch * st.config.replicas);
     plan.cursor = data::Cursor{st.epoch, 0, used >= st.config.dataset_examples ? st.config.dataset_examples : used};
     plan.batch = st.config.batch;
     plan.global_batch = st.config.fixed_global_batch ? st.config.batch * st.start_world : 0;
@@ -646,7 +656,9 @@ void change_view(Self* self, std::function<void()> then) {
     st.forming = true;
     self->request(st.config.listener, st.config.timeout * 3, form_view_atom::value, plan)
         .then([=](const FormedView& f) { on_view_formed(self, plan, f, then); },
-              [=](caf::error& e) { fail_job(self, "forming view " + std::to_string(plan.view) + ": " + self->system().render(e)); });
+              [=](caf::error& e) {
+                fail_job(self, "forming view " + std::to_string(plan.view) + ": " + self->system().render(e));
+              });
   };
   if (sync || s.rollback_due || s.restore_due) {
     // A rollback restores its own position (the server's shards are lost);
@@ -685,11 +697,10 @@ void change_view(Self* self, std::function<void()> then) {
       s2.restore_due = true;
       proceed();
     };
-    self->request(st.config.parameter_server, st.config.timeout, get_state_atom::value)
-        .then(keep, [=](caf::error& e) {
-          need_rollback(self, "gathering the parameter server's state failed: " + self->system().render(e));
-          proceed();
-        });
+    self->request(st.config.parameter_server, st.config.timeout, get_state_atom::value).then(keep, [=](caf::error& e) {
+      need_rollback(self, "gathering the parameter server's state failed: " + self->system().render(e));
+      proceed();
+    });
   };
   // Async: the global step is what the server applied (a lost node's push
   // may have been applied without its report ever arriving).
@@ -808,7 +819,8 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   if (short_of_nodes && !s.paused) {
     s.paused = true;
     s.paused_since = Clock::now();
-    s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
+    s.pause_reason =
+        std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
     log_line("training pauses: " + s.pause_reason + "; waiting up to " +
              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.config.wait_timeout).count()) +
              " s (--wait-timeout) for nodes to join");
@@ -818,7 +830,8 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
     log_line(was_waiting_for_ps ? "training goes on: the shards are placed on a ps task again"
                                 : "training goes on: " + std::to_string(f.nodes.size()) + " node(s) present");
   } else if (short_of_nodes) {
-    s.pause_reason = std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
+    s.pause_reason =
+        std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
   }
   self->request(s.config.parameter_server, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
       .then(
@@ -836,15 +849,15 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
             if (st.replace_due) st.view_change_due = true;
             then();
           },
-            [=](caf::error& e) {
-              if (skipped_for_rollback(self, "telling the server about view " + std::to_string(self->state.view), e)) {
-                self->state.view_change_due = true;  // the next view places the shards
-                then();
-                return;
-              }
-              fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " +
-                                 self->system().render(e));
-            });
+          [=](caf::error& e) {
+            if (skipped_for_rollback(self, "telling the server about view " + std::to_string(self->state.view), e)) {
+              self->state.view_change_due = true;  // the next view places the shards
+              then();
+              return;
+            }
+            fail_job(self, "telling the server about view " + std::to_string(self->state.view) + ": " +
+                               self->system().render(e));
+          });
 }
 
 // The view placed the shards anew: every replica and shard takes the
@@ -878,8 +891,7 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
   Mode to = s.mode;
   try {
     to = Mode::parse(c.update_mode);
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   ReplicaState state;
   state.parameters = Tensor::from_vector({static_cast<std::int64_t>(c.parameters.size())}, c.parameters);
   for (const auto& b : c.optimizer.buffers)
@@ -918,11 +930,11 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
     st.result.pushes = 0;
     st.result.sync_steps = 0;
     st.rollback_due = st.restore_due = false;
-    std::string line =
-        loss ? "rolled back to step " + std::to_string(st.global_step) + " (" + st.rollback_label + ") from step " +
-                   std::to_string(was) + " after " + st.rollback_reason + ": the shards are placed anew and every replica and shard goes on from that state"
-             : "the parameter-server shards moved at step " + std::to_string(st.global_step) +
-                   ": every replica and shard goes on from the state gathered there (nothing lost)";
+    std::string line = loss ? "rolled back to step " + std::to_string(st.global_step) + " (" + st.rollback_label +
+                                  ") from step " + std::to_string(was) + " after " + st.rollback_reason +
+                                  ": the shards are placed anew and every replica and shard goes on from that state"
+                            : "the parameter-server shards moved at step " + std::to_string(st.global_step) +
+                                  ": every replica and shard goes on from the state gathered there (nothing lost)";
     line += "; mode " + st.mode.str() + ", " + std::to_string(world) + " replica(s)";
     if (!plan.note.empty()) line += " (" + plan.note + ")";
     log_line(line);
@@ -983,9 +995,9 @@ void evaluate(Self* self, std::function<void(const models::EpochResult&)> then,
             [=](const models::EpochResult& r) {
               auto& st = self->state;
               if (st.config.timeline)
-                st.config.timeline->instant("evaluation", st.global_step,
-                                            "test loss " + std::to_string(r.test_loss) + ", test accuracy " +
-                                                std::to_string(r.test_accuracy));
+                st.config.timeline->instant(
+                    "evaluation", st.global_step,
+                    "test loss " + std::to_string(r.test_loss) + ", test accuracy " + std::to_string(r.test_accuracy));
               then(r);
             },
             [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
@@ -1038,7 +1050,8 @@ void run_actions(Self* self) {
       s.announced_epoch = s.epoch;
       if (s.config.callbacks.on_epoch_begin) s.config.callbacks.on_epoch_begin(s.epoch, s.seg_steps, s.last_lr);
     }
-    self->request(s.config.parameter_server, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch}, s.clocks)
+    self->request(s.config.parameter_server, s.config.timeout, position_atom::value, Position{s.global_step, s.epoch},
+                  s.clocks)
         .then(
             [=](caf::ok_atom) {
               self->state.t_resume = Clock::now();
@@ -1063,67 +1076,73 @@ void run_actions(Self* self) {
   auto next = [=]() { run_actions(self); };
   switch (a.kind) {
     case ActionKind::epoch_end:
-      evaluate(self, [=](const models::EpochResult& eval) {
-        auto& st = self->state;
-        models::EpochResult r = eval;
-        r.epoch = st.epoch;
-        r.step = st.global_step;
-        const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
-        r.train_loss = scored > 0 ? st.epoch_loss_sum / double(scored) : 0;
-        r.train_accuracy = st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored)
-                                                                   : std::nan("");
-        r.lr = st.last_lr;
-        r.seconds = seconds(Clock::now() - st.t_epoch);
-        r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
-        st.result.epochs.push_back(r);
-        st.result.final = r;
-        st.last_eval_step = st.global_step;
-        if (st.config.callbacks.on_evaluate) {
-          models::EpochResult e = r;
-          e.seconds = st.train_seconds;
-          st.config.callbacks.on_evaluate(e);
-        }
-        if ((st.config.elastic && st.views_in_epoch > 0) || st.resumed_mid_epoch)
-          log_line("epoch " + std::to_string(st.epoch + 1) + " trained on " + std::to_string(st.epoch_examples) +
-                   " examples (the data set has " + std::to_string(st.config.dataset_examples) + ") in " +
-                   std::to_string(st.views_in_epoch + 1) + " views");
-        st.views_in_epoch = 0;
-        st.resumed_mid_epoch = false;
-        ++st.epoch;
-        // The next epoch is one segment, in this view.
-        st.seg_start += st.seg_steps;
-        st.epoch_steps_before = 0;
-        st.seg_offset = 0;
-        st.seg_steps = segment_steps(st, 0, st.config.replicas, st.batch);
-        st.epoch_examples = 0;
-        st.epoch_unscored = 0;
-        st.epoch_correct = 0;
-        st.epoch_loss_sum = 0;
-        st.epoch_train_seconds = 0;
-        st.t_epoch = Clock::now();
-        if (st.config.callbacks.on_epoch_end) st.config.callbacks.on_epoch_end(r);
-        const bool last = st.epoch >= st.config.epochs;
-        if (last) st.actions.push_back({ActionKind::stop, st.mode});
-        if (st.config.checkpoints && st.config.checkpoint_each_epoch && st.last_checkpoint_step != st.global_step)
-          checkpoint_now(self, [=](const std::string&) { next(); });
-        else
-          next();
-      }, next);
+      evaluate(
+          self,
+          [=](const models::EpochResult& eval) {
+            auto& st = self->state;
+            models::EpochResult r = eval;
+            r.epoch = st.epoch;
+            r.step = st.global_step;
+            const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
+            r.train_loss = scored > 0 ? st.epoch_loss_sum / double(scored) : 0;
+            r.train_accuracy =
+                st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored) : std::nan("");
+            r.lr = st.last_lr;
+            r.seconds = seconds(Clock::now() - st.t_epoch);
+            r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
+            st.result.epochs.push_back(r);
+            st.result.final = r;
+            st.last_eval_step = st.global_step;
+            if (st.config.callbacks.on_evaluate) {
+              models::EpochResult e = r;
+              e.seconds = st.train_seconds;
+              st.config.callbacks.on_evaluate(e);
+            }
+            if ((st.config.elastic && st.views_in_epoch > 0) || st.resumed_mid_epoch)
+              log_line("epoch " + std::to_string(st.epoch + 1) + " trained on " + std::to_string(st.epoch_examples) +
+                       " examples (the data set has " + std::to_string(st.config.dataset_examples) + ") in " +
+                       std::to_string(st.views_in_epoch + 1) + " views");
+            st.views_in_epoch = 0;
+            st.resumed_mid_epoch = false;
+            ++st.epoch;
+            // The next epoch is one segment, in this view.
+            st.seg_start += st.seg_steps;
+            st.epoch_steps_before = 0;
+            st.seg_offset = 0;
+            st.seg_steps = segment_steps(st, 0, st.config.replicas, st.batch);
+            st.epoch_examples = 0;
+            st.epoch_unscored = 0;
+            st.epoch_correct = 0;
+            st.epoch_loss_sum = 0;
+            st.epoch_train_seconds = 0;
+            st.t_epoch = Clock::now();
+            if (st.config.callbacks.on_epoch_end) st.config.callbacks.on_epoch_end(r);
+            const bool last = st.epoch >= st.config.epochs;
+            if (last) st.actions.push_back({ActionKind::stop, st.mode});
+            if (st.config.checkpoints && st.config.checkpoint_each_epoch && st.last_checkpoint_step != st.global_step)
+              checkpoint_now(self, [=](const std::string&) { next(); });
+            else
+              next();
+          },
+          next);
       return;
     case ActionKind::evaluate:
-      evaluate(self, [=](const models::EpochResult& eval) {
-        auto& st = self->state;
-        models::EpochResult r = eval;
-        r.epoch = st.epoch;
-        r.step = st.global_step;
-        r.train_loss = st.last_loss;
-        r.train_accuracy = std::nan("");
-        r.lr = current_lr(st);
-        r.seconds = st.train_seconds;
-        st.last_eval_step = st.global_step;
-        if (st.config.callbacks.on_evaluate) st.config.callbacks.on_evaluate(r);
-        next();
-      }, next);
+      evaluate(
+          self,
+          [=](const models::EpochResult& eval) {
+            auto& st = self->state;
+            models::EpochResult r = eval;
+            r.epoch = st.epoch;
+            r.step = st.global_step;
+            r.train_loss = st.last_loss;
+            r.train_accuracy = std::nan("");
+            r.lr = current_lr(st);
+            r.seconds = st.train_seconds;
+            st.last_eval_step = st.global_step;
+            if (st.config.callbacks.on_evaluate) st.config.callbacks.on_evaluate(r);
+            next();
+          },
+          next);
       return;
     case ActionKind::view_change:
       change_view(self, next);
@@ -1137,8 +1156,9 @@ void run_actions(Self* self) {
             next();
           },
           [=]() mutable {
-            reply(a, 409, "not switched: a ps task was lost and the job rolls back to " + self->state.rollback_label +
-                              " first; ask again");
+            reply(a, 409,
+                  "not switched: a ps task was lost and the job rolls back to " + self->state.rollback_label +
+                      " first; ask again");
             next();
           });
       return;
@@ -1151,8 +1171,9 @@ void run_actions(Self* self) {
       }
       checkpoint_now(self, [=](const std::string& path) mutable {
         if (path.empty())
-          reply(a, 409, "no checkpoint written: a ps task was lost and the job rolls back to " +
-                            self->state.rollback_label + " first; ask again");
+          reply(a, 409,
+                "no checkpoint written: a ps task was lost and the job rolls back to " + self->state.rollback_label +
+                    " first; ask again");
         else
           reply(a, 200, "checkpoint written: " + path);
         next();
@@ -1167,8 +1188,10 @@ void run_actions(Self* self) {
         checkpoint_now(self, [=](const std::string&) mutable { stop(); });
       } else {
         if (!state_is_whole(s))
-          log_line("stopping without a checkpoint: a ps task was lost with its shards' state; the newest "
-                   "consistent state is " + s.rollback_label);
+          log_line(
+              "stopping without a checkpoint: a ps task was lost with its shards' state; the newest "
+              "consistent state is " +
+              s.rollback_label);
         stop();
       }
       return;
@@ -1226,7 +1249,8 @@ void on_quiescent(Self* self) {
     return;
   }
   const bool epoch_end = min_clock(s) >= next_boundary(s);
-  if (epoch_end) due.push_back({ActionKind::epoch_end, s.mode});
+  if (epoch_end)
+    due.push_back({ActionKind::epoch_end, s.mode});
   else if (s.config.eval_every > 0 && s.global_step > 0 && s.global_step % s.config.eval_every == 0 &&
            s.last_eval_step != s.global_step)
     due.push_back({ActionKind::evaluate, s.mode});
@@ -1269,13 +1293,15 @@ void finish(Self* self) {
   auto& s = self->state;
   if (s.finished) return;
   s.finished = true;
-  for (auto& a : s.actions) reply(a, 409, s.result.error.empty() ? "the job finished" : "the job failed: " + s.result.error);
+  for (auto& a : s.actions)
+    reply(a, 409, s.result.error.empty() ? "the job finished" : "the job failed: " + s.result.error);
   s.actions.clear();
   if (!s.result.error.empty()) {
     send_result(self);
     return;
   }
-  s.result.stopped_early = s.epoch < s.config.epochs && !(s.config.max_steps > 0 && s.global_step >= s.config.max_steps);
+  s.result.stopped_early =
+      s.epoch < s.config.epochs && !(s.config.max_steps > 0 && s.global_step >= s.config.max_steps);
   // Sync's promise, checked before the last word: every replica holds the
   // same bits (across view changes too). A difference is a bug, reported.
   if (!s.mode.uses_server() && s.config.devices.size() > 1) {
@@ -1291,8 +1317,9 @@ void finish(Self* self) {
           if ((*digests)[i] != (*digests)[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(i);
         if (differ.empty()) {
           st.result.replica_digest = (*digests)[0];
-          log_line("the " + std::to_string(digests->size()) + " replicas agree bitwise (parameters and optimizer state, sha256 " +
-                   (*digests)[0].substr(0, 16) + ")");
+          log_line("the " + std::to_string(digests->size()) +
+                   " replicas agree bitwise (parameters and optimizer state, sha256 " + (*digests)[0].substr(0, 16) +
+                   ")");
           conclude(self);
         } else {
           st.result.error = "the replicas diverged in sync: replica(s) " + differ +
@@ -1370,7 +1397,7 @@ std::string status_json(const CoordinatorState& s) {
   out["pushes"] = s.result.pushes;
   out["sync_steps"] = s.result.sync_steps;
   if (s.config.ps_tasks) out["rollbacks"] = s.result.rollbacks.size();
-  out["state"] = s.finished ? "finished"
+  out["state"] = s.finished  ? "finished"
                  : s.paused  ? "paused: " + s.pause_reason
                  : s.busy    ? "at a step boundary"
                  : s.pausing ? "pausing"
@@ -1464,7 +1491,9 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
                     }
                     self->request(s2.config.parameter_server, s2.config.timeout, set_state_atom::value, state)
                         .then([=](caf::ok_atom) { begin(); },
-                              [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
+                              [=](caf::error& e) {
+                                fail_job(self, "initialising the server: " + self->system().render(e));
+                              });
                   },
                   [=](caf::error& e) { fail_job(self, "initialising the server: " + self->system().render(e)); });
         } else {
@@ -1510,8 +1539,8 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           const double mean = scored > 0 ? st.epoch_loss_sum / double(scored) : st.last_loss;
           // Steps into the epoch: the segments before this one (each in its
           // own view's global batches) and this one's.
-          st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start,
-                                          mean, t > 0 ? double(st.epoch_examples) / t : 0.0);
+          st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start, mean,
+                                          t > 0 ? double(st.epoch_examples) / t : 0.0);
         }
         // A checkpoint by time bounds what a crash loses when no step-based
         // interval is set: ask for one at the next step boundary.
@@ -1533,8 +1562,10 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.result.error = message;
         if (!st.config.checkpoints || !st.started || !state_is_whole(st)) {
           if (!state_is_whole(st) && st.config.checkpoints)
-            log_line("no checkpoint before stopping: a ps task was lost with its shards' state; the newest "
-                     "consistent state is " + st.rollback_label);
+            log_line(
+                "no checkpoint before stopping: a ps task was lost with its shards' state; the newest "
+                "consistent state is " +
+                st.rollback_label);
           finish(self);
           return;
         }
@@ -1560,11 +1591,12 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           if (n.index == 0)
             return ControlReply{409, "the coordinator cannot be drained (it owns the job); stop the job instead"};
           member_event(self, MemberEvent{MemberEvent::Kind::drain, n.index, "troupe ctl drain"});
-          return ControlReply{200, "node " + std::to_string(n.index) + " (" + n.name +
-                                       ") leaves at the next step boundary"};
+          return ControlReply{200,
+                              "node " + std::to_string(n.index) + " (" + n.name + ") leaves at the next step boundary"};
         }
         std::string known;
-        for (const auto& n : st.config.nodes) known += (known.empty() ? "" : ", ") + std::to_string(n.index) + " (" + n.name + ")";
+        for (const auto& n : st.config.nodes)
+          known += (known.empty() ? "" : ", ") + std::to_string(n.index) + " (" + n.name + ")";
         return ControlReply{404, "no node '" + which + "' in the job; its nodes: " + known};
       },
       // A sync step's all-reduce failed: the replica is idle at `clock`. A
@@ -1602,8 +1634,8 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         const std::string waited =
             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(st.config.wait_timeout).count()) +
             " s (--wait-timeout): the job stops";
-        const std::string why = st.waiting_for_ps ? st.pause_reason + " for " + waited
-                                                  : "only " + st.pause_reason + " for " + waited;
+        const std::string why =
+            st.waiting_for_ps ? st.pause_reason + " for " + waited : "only " + st.pause_reason + " for " + waited;
         log_line(why);
         self->send(self, failed_atom::value, -1, why);
       },

@@ -93,17 +93,17 @@ struct ControlReply {
 struct JobResult {
   std::vector<models::EpochResult> epochs;
   models::EpochResult final;
-  std::int64_t steps = 0;             // global steps (updates applied)
-  std::int64_t sync_steps = 0;        // of which synchronous
-  std::int64_t pushes = 0;            // gradients the replicas pushed to the server
-  ServerCounters server;              // what the server applied, and staleness seen
+  std::int64_t steps = 0;       // global steps (updates applied)
+  std::int64_t sync_steps = 0;  // of which synchronous
+  std::int64_t pushes = 0;      // gradients the replicas pushed to the server
+  ServerCounters server;        // what the server applied, and staleness seen
   std::int64_t examples = 0;
   double train_seconds = 0, wall_seconds = 0, samples_per_s = 0;
   std::vector<std::string> mode_history;  // "sync@0", "async@500", ...
   // Membership views after the first: "view 2 at step 340: 3 replicas on 2 nodes".
   std::vector<std::string> view_history;
-  std::int64_t stale_reports = 0;     // step reports of an ended view, dropped
-  std::int64_t rolled_forward = 0;    // survivors that took a completed step's state at a view change (sync)
+  std::int64_t stale_reports = 0;   // step reports of an ended view, dropped
+  std::int64_t rolled_forward = 0;  // survivors that took a completed step's state at a view change (sync)
   // Shards on ps tasks placed anew while the job ran (a ps task lost or
   // leaving), each restoring a consistent state: "rolled back to step 800
   // (ckpt-800.troupe) at step 853: ...". pushes, sync_steps and `server`
@@ -115,36 +115,36 @@ struct JobResult {
   // Resumed from a checkpoint of a job that had already trained every epoch
   // (or reached max_steps): nothing was trained.
   bool already_finished = false;
-  std::string resumed_from;           // the checkpoint resumed from, if any
+  std::string resumed_from;  // the checkpoint resumed from, if any
   // Sync with several replicas: SHA-256 (hex) of the parameters and optimizer
   // state every replica held at the end (the coordinator compared them).
   std::string replica_digest;
-  std::string error;                  // empty on success
+  std::string error;  // empty on success
 };
 
 struct CoordinatorConfig {
   int replicas = 1;
   std::int64_t batches_per_epoch = 1;
   std::int64_t epochs = 1;
-  std::int64_t max_steps = 0;          // global steps; 0: no limit
+  std::int64_t max_steps = 0;  // global steps; 0: no limit
   std::int64_t global_batch = 1;
   Mode mode;
   std::vector<ScheduledSwitch> switches;
-  std::int64_t window = 16;            // steps a grant runs ahead
+  std::int64_t window = 16;  // steps a grant runs ahead
   std::vector<caf::actor> devices;
-  std::vector<NodeInfo> nodes;         // a cluster's nodes (empty on one host)
-  std::string links;                   // a cluster's link protection, for the status (ClusterHooks::links)
+  std::vector<NodeInfo> nodes;  // a cluster's nodes (empty on one host)
+  std::string links;            // a cluster's link protection, for the status (ClusterHooks::links)
   caf::actor parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards
   caf::actor listener;
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none
-  std::int64_t checkpoint_every = 0;   // global steps
+  std::int64_t checkpoint_every = 0;                   // global steps
   bool checkpoint_each_epoch = true;
-  std::int64_t eval_every = 0;         // global steps between evaluations (0: epoch ends only)
+  std::int64_t eval_every = 0;  // global steps between evaluations (0: epoch ends only)
   std::string model_name, model_spec;
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   std::uint64_t seed = 0;
-  Position start;                      // global step and epoch to start from
+  Position start;  // global step and epoch to start from
   // Each replica's clock at the start (by rank; empty: all 0). On resume the
   // replicas were moved to these clocks and data positions beforehand.
   std::vector<std::int64_t> start_clocks;
@@ -154,27 +154,27 @@ struct CoordinatorConfig {
   // Checkpoint at the next step boundary once this much time has passed
   // since the last one (0: never by time). Bounds what a crash loses.
   std::chrono::milliseconds checkpoint_interval{0};
-  bool classification = true;          // training accuracy is measured (else NaN)
+  bool classification = true;  // training accuracy is measured (else NaN)
   std::chrono::milliseconds timeout{120000};
   models::Callbacks callbacks;
   // Elastic membership (cluster jobs; see "Membership views" above).
   bool elastic = false;
-  std::int64_t dataset_examples = 0;   // n, for splitting the rest of an epoch
-  std::int64_t batch = 1;              // per replica at the start
+  std::int64_t dataset_examples = 0;  // n, for splitting the rest of an epoch
+  std::int64_t batch = 1;             // per replica at the start
   bool drop_remainder = false;
-  bool fixed_global_batch = false;     // elastic_batch = "global"
-  int min_nodes = 1;                   // pause below this many nodes
-  std::uint32_t first_view = 0;        // 0, or more when members were lost while the first tries formed
+  bool fixed_global_batch = false;                 // elastic_batch = "global"
+  int min_nodes = 1;                               // pause below this many nodes
+  std::uint32_t first_view = 0;                    // 0, or more when members were lost while the first tries formed
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
-  std::shared_ptr<JobMetrics> metrics;  // /metrics: each accepted report's timings (null: none)
-  std::shared_ptr<Timeline> timeline;   // --timeline: instants for switches, evaluations, checkpoints, views
+  std::shared_ptr<JobMetrics> metrics;             // /metrics: each accepted report's timings (null: none)
+  std::shared_ptr<Timeline> timeline;              // --timeline: instants for switches, evaluations, checkpoints, views
   // Shards on ps tasks (issue 17): a ps task may be lost or leave, and its
   // shards are placed anew on the others. The coordinator then restores
   // the newest consistent state it knows (its rollback point: the newest
   // checkpoint it wrote, or the job's start, or the state gathered when a
   // ps task left) on every replica and shard, as a resume would.
   bool ps_tasks = false;
-  bool shuffle = true;                 // the data plan, for placing the replicas at the rollback point
+  bool shuffle = true;  // the data plan, for placing the replicas at the rollback point
 };
 
 // Spawns the coordinator (its state stays private to coordinator.cpp).

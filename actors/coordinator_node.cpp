@@ -1,13 +1,13 @@
 // The coordinator node's side of a cluster job: the ClusterHooks that
 // actors::Job calls (gather nodes, form the data plane, find their devices,
 // tell them the job is over), behind the gate and the membership actor.
+#include <unistd.h>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
-#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -104,8 +104,8 @@ class CoordinatorCluster final : public ClusterHooks {
 
   std::vector<int> gather(caf::scoped_actor& self) override {
     auto& system = self->system();
-    data_fd_ = bind_data_plane(options_.data_address,
-                               is_wildcard(listen_.host) ? first_host_address() : listen_.host, &data_address_);
+    data_fd_ = bind_data_plane(options_.data_address, is_wildcard(listen_.host) ? first_host_address() : listen_.host,
+                               &data_address_);
     MembershipState init;
     init.fingerprint = identity_.fingerprint;
     init.job_text = job_text_;
@@ -165,13 +165,11 @@ class CoordinatorCluster final : public ClusterHooks {
       if (gone_->contains(index)) drop(index);
     // What the membership said meanwhile (joins, losses) first.
     for (bool more = true; more;)
-      self->receive(
-          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
-            admit(self, index, name, address, devices, nccl, handle);
-          },
-          [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
-          caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+      self->receive([&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
+                        const std::vector<std::string>& devices, const std::string& nccl,
+                        const caf::actor& handle) { admit(self, index, name, address, devices, nccl, handle); },
+                    [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
+                    caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
     if (static_cast<int>(ready_.size()) + 1 < options_.min_nodes)
       log_("waiting for " + std::to_string(options_.min_nodes - static_cast<int>(ready_.size()) - 1) +
            " more node(s) (--min-nodes " + std::to_string(options_.min_nodes) + ") to start without the lost one(s)");
@@ -194,26 +192,22 @@ class CoordinatorCluster final : public ClusterHooks {
   void await_nodes(caf::scoped_actor& self, int nodes, const std::string& flag) {
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;
     SignalWatch signals;
-    while (static_cast<int>(ready_.size()) + 1 < nodes ||
-           static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
+    while (static_cast<int>(ready_.size()) + 1 < nodes || static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
       const auto left = deadline - std::chrono::steady_clock::now();
       bool timed_out = false;
       if (const int sig = signals.signal()) {
         const std::string why = "stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes (" +
-                                std::to_string(ready_.size() + 1) + " of " + std::to_string(nodes) +
-                                " nodes ready)";
+                                std::to_string(ready_.size() + 1) + " of " + std::to_string(nodes) + " nodes ready)";
         finish(self, why);
         throw std::runtime_error(why);
       }
-      self->receive(
-          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
-            admit(self, index, name, address, devices, nccl, handle);
-          },
-          [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
-          caf::after(std::min<std::chrono::steady_clock::duration>(std::max<std::chrono::steady_clock::duration>(left, 0s),
-                                                                   100ms)) >>
-              [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
+      self->receive([&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
+                        const std::vector<std::string>& devices, const std::string& nccl,
+                        const caf::actor& handle) { admit(self, index, name, address, devices, nccl, handle); },
+                    [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
+                    caf::after(std::min<std::chrono::steady_clock::duration>(
+                        std::max<std::chrono::steady_clock::duration>(left, 0s), 100ms)) >>
+                        [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
       if (timed_out) {
         const std::string why =
             static_cast<int>(ready_.size()) + 1 < nodes
@@ -269,7 +263,7 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
   std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, int local, int world,
-                                                      const data::Cursor& start) override {
+                                                     const data::Cursor& start) override {
     ViewPlan plan;
     plan.view = first_view_;
     view_ = plan.view;
@@ -324,16 +318,17 @@ class CoordinatorCluster final : public ClusterHooks {
           caf::after(std::min<std::chrono::steady_clock::duration>(
               std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(), 0s), 100ms)) >>
               [&] { timed_out = std::chrono::steady_clock::now() >= deadline; });
-      if (timed_out) error = "the nodes did not start their replicas within " +
-                             net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
+      if (timed_out)
+        error = "the nodes did not start their replicas within " +
+                net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
     }
     if (!error.empty()) {
       // A member lost between the ring's forming and its replicas' start:
       // the job starts again without it, as after a first view that did
       // not form.
       if (lost_member && may_start_again())
-        throw FirstViewLost("view " + std::to_string(first_view_) + ", the first, lost a member before training: " +
-                            error);
+        throw FirstViewLost("view " + std::to_string(first_view_) +
+                            ", the first, lost a member before training: " + error);
       throw std::runtime_error(error);
     }
     std::vector<caf::actor> out;
@@ -354,8 +349,7 @@ class CoordinatorCluster final : public ClusterHooks {
     finished_ = true;
     started_->store(true);
     // From here on, nodes that leave are not lost: they were told to go.
-    if (membership_)
-      self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
+    if (membership_) self->request(membership_, 5s, done_atom::value).receive([](caf::ok_atom) {}, [](caf::error&) {});
     // Tell every node that is still there, and wait for its acknowledgement
     // so the message is out before the gate closes the connections. A node
     // that is gone is not asked (its request could only time out: CAF 0.17
@@ -379,8 +373,7 @@ class CoordinatorCluster final : public ClusterHooks {
   // ---- elastic membership ----
 
   void add_joiner(int index, const std::string& name, const std::string& address,
-                  const std::vector<std::string>& devices, const std::string& nccl,
-                  const caf::actor& handle) override {
+                  const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) override {
     if (gone_->contains(index)) return;
     if (is_ps_name(name)) return;  // Job::run_here turns a late ps task away
     pending_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
@@ -469,8 +462,9 @@ class CoordinatorCluster final : public ClusterHooks {
           [&](formed_atom, std::uint32_t view, std::int32_t k, const std::vector<caf::actor>& devices,
               const std::string& why) {
             if (view != plan.view) return;
-            if (!why.empty()) out.error = "node " + std::to_string(ready_[static_cast<std::size_t>(k - 1)].index) +
-                                          " could not enter view " + std::to_string(view) + ": " + why;
+            if (!why.empty())
+              out.error = "node " + std::to_string(ready_[static_cast<std::size_t>(k - 1)].index) +
+                          " could not enter view " + std::to_string(view) + ": " + why;
             by_node[k] = devices;
           },
           [&](node_lost_atom, std::int32_t index, const std::string& what) {
@@ -632,20 +626,22 @@ class CoordinatorCluster final : public ClusterHooks {
               on_lost(index, what);
               if (index == task.index) error = what;
             },
-            caf::after(std::chrono::milliseconds(100)) >> [&] {
-              // The membership marks a lost node gone before its message
-              // reaches this thread.
-              if (gone_->contains(task.index))
-                error = "the membership lost it";
-              else if (std::chrono::steady_clock::now() >= deadline)
-                error = "no answer within " +
-                        net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
-            });
+            caf::after(std::chrono::milliseconds(100)) >>
+                [&] {
+                  // The membership marks a lost node gone before its message
+                  // reaches this thread.
+                  if (gone_->contains(task.index))
+                    error = "the membership lost it";
+                  else if (std::chrono::steady_clock::now() >= deadline)
+                    error = "no answer within " +
+                            net::describe_seconds(std::chrono::duration<double>(options_.timeout).count());
+                });
       }
       if (error.empty() && got.size() != indices.size())
         error = "it started " + std::to_string(got.size()) + " of " + std::to_string(indices.size()) + " shards";
       if (!error.empty()) {
-        out.error = "ps task " + std::to_string(task.index) + " (" + task.name + ") could not host its shards: " + error;
+        out.error =
+            "ps task " + std::to_string(task.index) + " (" + task.name + ") could not host its shards: " + error;
         out.lost.push_back(task.index);
         return out;
       }
@@ -675,8 +671,9 @@ class CoordinatorCluster final : public ClusterHooks {
   bool ps_gone(int index) override {
     gone_->add(index);
     const bool hosted = hosts_shards(index);
-    ps_tasks_.erase(std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return t.index == index; }),
-                    ps_tasks_.end());
+    ps_tasks_.erase(
+        std::remove_if(ps_tasks_.begin(), ps_tasks_.end(), [&](const PsTask& t) { return t.index == index; }),
+        ps_tasks_.end());
     hosting_.erase(std::remove(hosting_.begin(), hosting_.end(), index), hosting_.end());
     return hosted;
   }
@@ -909,12 +906,12 @@ class CoordinatorCluster final : public ClusterHooks {
   // the first tries formed (regather).
   static constexpr std::uint32_t kFirstViewTries = 3;
   std::uint32_t first_view_ = 0;
-  std::int64_t batch_ = 1;           // per replica
+  std::int64_t batch_ = 1;  // per replica
   std::vector<NodeInfo> nodes_;
   bool finished_ = false;
-  std::vector<PsTask> ps_tasks_;         // every ps task there is (hosting shards or a spare), in join order
-  std::vector<int> hosting_;             // of them, those hosting shards now
-  std::uint32_t placements_ = 0;         // of the shards on the ps tasks, the first at the start
+  std::vector<PsTask> ps_tasks_;              // every ps task there is (hosting shards or a spare), in join order
+  std::vector<int> hosting_;                  // of them, those hosting shards now
+  std::uint32_t placements_ = 0;              // of the shards on the ps tasks, the first at the start
   std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
   int partition_shards_ = 0;
   std::shared_ptr<const ps::PushRoutes> local_routes_;

@@ -29,7 +29,7 @@ namespace troupe::actors {
 
 struct LoaderConfig {
   std::shared_ptr<const data::Dataset> dataset;
-  data::PlanOptions plan;   // per-replica batch, seed, shuffle, drop_remainder
+  data::PlanOptions plan;  // per-replica batch, seed, shuffle, drop_remainder
   data::Shard shard;
   data::Cursor start;
   int prefetch = 2;

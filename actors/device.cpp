@@ -193,7 +193,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   }
   // async / ssp: the gradient of this replica's own mean loss goes to the server.
   const double loss_sum =
-      b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1)), correct) : 0.0;
+      b.examples ? compute_gradient(s, b, 1.0f / static_cast<float>(std::max<std::int64_t>(b.examples, 1)), correct)
+                 : 0.0;
   check_loss(s, loss_sum);
   check_gradient(s, s.model->gradients());
   // One staging buffer in the shards' packed layout; each shard gets a
@@ -285,9 +286,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
     for (int i = 0; i < partition->shards(); ++i) {
       try {
-        s.config.shard_cores.at(static_cast<std::size_t>(i))->apply(part_push(s, *partition, i), [&](const Tensor& fresh) {
-          partition->unpack(i, fresh, target);
-        });
+        s.config.shard_cores.at(static_cast<std::size_t>(i))
+            ->apply(part_push(s, *partition, i), [&](const Tensor& fresh) { partition->unpack(i, fresh, target); });
       } catch (const std::exception& e) {
         fail(self, push_failure(*partition, i, e.what()));
         return;
@@ -318,7 +318,8 @@ ReplicaState snapshot(const DeviceState& s) {
   ReplicaState out;
   out.clock = s.clock;
   out.parameters = s.model->parameters().to(kernels::Device::cpu());
-  for (const auto& [name, buffer] : s.optimizer->buffers()) out.buffers.emplace_back(name, buffer.to(kernels::Device::cpu()));
+  for (const auto& [name, buffer] : s.optimizer->buffers())
+    out.buffers.emplace_back(name, buffer.to(kernels::Device::cpu()));
   out.scalars = s.optimizer->scalars();
   return out;
 }
@@ -334,9 +335,8 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
     s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters());
     s.classification = !s.config.regression;
-    s.loss = std::make_unique<models::Loss>(s.config.regression
-                                                ? models::LossKind::mean_squared_error
-                                                : models::LossKind::sparse_categorical_crossentropy);
+    s.loss = std::make_unique<models::Loss>(s.config.regression ? models::LossKind::mean_squared_error
+                                                                : models::LossKind::sparse_categorical_crossentropy);
   } catch (const std::exception& e) {
     fail(self, std::string("cannot build the replica: ") + e.what());
   }
@@ -347,7 +347,8 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         if (!self->state.config.coordinator) {
           self->state.config.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
           if (self->state.failed)
-            self->send(self->state.config.coordinator, failed_atom::value, self->state.config.rank, self->state.failure);
+            self->send(self->state.config.coordinator, failed_atom::value, self->state.config.rank,
+                       self->state.failure);
         }
         if (g.view != self->state.config.view) {
           ++self->state.stale_grants;  // from a view this replica has left
@@ -415,13 +416,14 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         auto& st = self->state;
         if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
         if (st.clock != st.grant.up_to && st.grant.up_to > 0)
-          return caf::make_error(caf::sec::runtime_error, "replica " + std::to_string(st.config.rank) +
-                                                              " was moved while it had steps granted");
+          return caf::make_error(caf::sec::runtime_error,
+                                 "replica " + std::to_string(st.config.rank) + " was moved while it had steps granted");
         restore_state(st.model->parameters(), *st.optimizer, state);
         st.clock = at.clock;
         st.grant.up_to = at.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.config.loader, st.config.timeout, seek_atom::value, data::Cursor{at.epoch, at.batch, at.offset})
+        self->request(st.config.loader, st.config.timeout, seek_atom::value,
+                      data::Cursor{at.epoch, at.batch, at.offset})
             .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
@@ -440,10 +442,10 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         auto& st = self->state;
         if (!st.model) return caf::make_error(caf::sec::runtime_error, st.failure);
         if (st.clock > a.clock)
-          return caf::make_error(caf::sec::runtime_error,
-                                 "replica " + std::to_string(st.config.rank) + " is at step " +
-                                     std::to_string(st.clock) + ", past step " + std::to_string(a.clock) +
-                                     " where view " + std::to_string(a.view) + " starts");
+          return caf::make_error(caf::sec::runtime_error, "replica " + std::to_string(st.config.rank) + " is at step " +
+                                                              std::to_string(st.clock) + ", past step " +
+                                                              std::to_string(a.clock) + " where view " +
+                                                              std::to_string(a.view) + " starts");
         st.config.view = a.view;
         st.config.rank = a.rank;
         st.config.collective = a.collective;

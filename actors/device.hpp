@@ -56,12 +56,12 @@
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"
+#include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
-#include "actors/timeline.hpp"
 #include "net/collective/collective.hpp"
 
 namespace troupe::actors {
@@ -74,8 +74,8 @@ struct DeviceConfig {
   std::shared_ptr<const models::LrSchedule> schedule;
   std::uint64_t seed = 0;
   int threads = 1;
-  float sync_grad_scale = 1.0f;   // 1 / global batch
-  bool elastic = false;           // membership may change: keep the committed state, survive aborts
+  float sync_grad_scale = 1.0f;  // 1 / global batch
+  bool elastic = false;          // membership may change: keep the committed state, survive aborts
   std::uint32_t view = 0;
   std::shared_ptr<net::Collective> collective;
   std::shared_ptr<const data::Dataset> test;
@@ -97,7 +97,7 @@ struct DeviceConfig {
   // Shards on ps tasks (issue 17): each shard's part goes on the data plane
   // to its ps task's address (push_routes.hpp), not to `shards`. Null: CAF.
   std::shared_ptr<const ps::PushRoutes> push_routes;
-  caf::actor coordinator;  // learnt from the first grant
+  caf::actor coordinator;              // learnt from the first grant
   std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
   int track = 0;                       // its track there: the replica's place on its node
 };
@@ -121,9 +121,9 @@ struct DeviceState {
   Grant grant;
   bool step_queued = false;
   bool failed = false;
-  std::string failure;           // why, kept until the coordinator is known
+  std::string failure;  // why, kept until the coordinator is known
   bool classification = true;
-  models::Metrics metrics;       // per step: top-1 correct for the training accuracy
+  models::Metrics metrics;        // per step: top-1 correct for the training accuracy
   std::int64_t stale_grants = 0;  // grants of another view, dropped
   // Since when the replica has run every step it was granted (timeline:
   // the "grant wait" span); unset while it has steps to run.

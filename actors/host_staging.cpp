@@ -16,8 +16,7 @@ HostStaging::~HostStaging() {
   // A pull may still be reading pinned_in_.
   try {
     backend.synchronize(device_.index);
-  } catch (...) {
-  }
+  } catch (...) {}
   backend.deallocate_pinned(pinned_out_);
   backend.deallocate_pinned(pinned_in_);
 }

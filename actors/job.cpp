@@ -94,8 +94,9 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   }
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores > 0 && unsigned(cpu_devices * config_.threads_per_device) > cores)
-    std::fprintf(stderr, "warning: %d CPU device(s) x %d thread(s) on a machine with %u cores; "
-                         "they will compete for the cores\n",
+    std::fprintf(stderr,
+                 "warning: %d CPU device(s) x %d thread(s) on a machine with %u cores; "
+                 "they will compete for the cores\n",
                  cpu_devices, config_.threads_per_device, cores);
   data_ = data::load_dataset(t.data, t.data_options);
   spec_ = models::resolve_model(t.model, models::data_shape_of(data_.train));
@@ -110,12 +111,13 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
     const ps::Partition all = ps::Partition::make(parameter_count_, layers, config_.ps_shards, config_.ps_split_above);
     partition_ = std::make_shared<const ps::Partition>(all.without_empty_shards());
     if (partition_->shards() < config_.ps_shards)
-      std::fprintf(stderr, "note: ps_shards = %d, but model %s has parts for %d (layers of at most %lld floats stay "
-                           "whole); running %d\n",
+      std::fprintf(stderr,
+                   "note: ps_shards = %d, but model %s has parts for %d (layers of at most %lld floats stay "
+                   "whole); running %d\n",
                    config_.ps_shards, spec_.name.c_str(), partition_->shards(),
                    static_cast<long long>(config_.ps_split_above), partition_->shards());
   }
-  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);  // validates the schedule
+  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);     // validates the schedule
   models::make_optimizer(t.optimizer, Tensor::zeros({1}));  // validates the optimizer name
   data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
   batches_per_epoch_ = data::batches_per_epoch(plan, {0, static_cast<int>(config_.devices.size())});
@@ -124,8 +126,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                                 " training examples, fewer than one global batch of " +
                                 std::to_string(t.batch * static_cast<std::int64_t>(config_.devices.size())));
   if (t.resume && t.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
-  if (!t.checkpoint_dir.empty())
-    checkpoints_ = std::make_shared<checkpoint::Directory>(t.checkpoint_dir, t.keep_last);
+  if (!t.checkpoint_dir.empty()) checkpoints_ = std::make_shared<checkpoint::Directory>(t.checkpoint_dir, t.keep_last);
 }
 
 Job::~Job() = default;
@@ -309,9 +310,8 @@ void run_with_bounded_shutdown(const std::function<void(ActorSystemSlot&)>& body
     runner.detach();
     ++abandoned_systems;
     const std::size_t running = still_running->load();
-    const std::string why =
-        running > 0 ? std::to_string(running) + " actor(s) had not ended when it began"
-                    : "every actor had ended when it began: one is still referenced inside CAF";
+    const std::string why = running > 0 ? std::to_string(running) + " actor(s) had not ended when it began"
+                                        : "every actor had ended when it began: one is still referenced inside CAF";
     std::fprintf(stderr, "troupe: the actor system did not shut down within %.0f s (%s); leaving it behind\n",
                  std::chrono::duration<double>(limit).count(), why.c_str());
   }
@@ -398,7 +398,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     for (auto& a : server.shards) self->send_exit(a, caf::exit_reason::user_shutdown);
   };
   int world = local;
-  std::vector<std::int64_t> start_clocks;  // by rank; empty: every replica starts at 0
+  std::vector<std::int64_t> start_clocks;   // by rank; empty: every replica starts at 0
   std::vector<data::Cursor> start_cursors;  // by rank; empty: every replica starts at the beginning
   DataStart data_start;                     // the segment training starts in (a resume)
   auto start_cursor = [&](std::size_t r) { return r < start_cursors.size() ? start_cursors[r] : data::Cursor{}; };
@@ -504,7 +504,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           plan.test_data = r == 0 ? test : nullptr;
           plan.schedule = schedule;
           plan.collective = collectives[static_cast<std::size_t>(r)];
-          plan.shards = server.shards;  // this process's replicas push to the shards directly
+          plan.shards = server.shards;      // this process's replicas push to the shards directly
           plan.shard_cores = server.cores;  // (to their cores: in process, on the device's thread)
           plan.partition = server.partition;
           plan.push_routes = push_routes;
@@ -541,7 +541,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           ReplicaState state;
           state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
           for (const auto& b : resumed->optimizer.buffers)
-            state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
+            state.buffers.emplace_back(b.name,
+                                       Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
           for (const auto& [name, value] : resumed->optimizer.scalars) state.scalars.emplace_back(name, value);
           install_state(self, cluster, all_devices, state, 0, start_clocks, start_cursors, config_.timeout,
                         "resuming from " + resumed_path);
@@ -571,7 +572,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     shutdown();
     throw;
   }
-
 
   // Control requests from other threads. This thread only hands each one
   // to a short-lived actor that asks the coordinator and fulfils the
@@ -623,7 +623,11 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         switch (r->kind) {
           case ControlRequest::Kind::status:
             a->request(coordinator, timeout, status_atom::value)
-                .then([answer](std::string& json) { answer(ControlReply{200, std::move(json)}); }, on_error);
+                .then(
+                    [answer](std::string& json) {
+                      answer(ControlReply{200, std::move(json)});
+                    },
+                    on_error);
             break;
           case ControlRequest::Kind::mode:
             a->request(coordinator, timeout, mode_atom::value, r->argument).then(on_reply, on_error);
@@ -786,13 +790,16 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           ReplicaState state;
           self->request(all_devices[static_cast<std::size_t>(source)], config_.timeout, get_state_atom::value)
               .receive([&](ReplicaState& st) { state = std::move(st); },
-                       [&](caf::error& e) { f.error = "reading replica " + std::to_string(source) + "'s state: " + system.render(e); });
+                       [&](caf::error& e) {
+                         f.error = "reading replica " + std::to_string(source) + "'s state: " + system.render(e);
+                       });
           for (int r : targets) {
             if (!f.error.empty()) break;
             self->request(all_devices[static_cast<std::size_t>(r)], config_.timeout, set_state_atom::value, state)
-                .receive([](caf::ok_atom) {}, [&](caf::error& e) {
-                  f.error = "handing the state to replica " + std::to_string(r) + ": " + system.render(e);
-                });
+                .receive([](caf::ok_atom) {},
+                         [&](caf::error& e) {
+                           f.error = "handing the state to replica " + std::to_string(r) + ": " + system.render(e);
+                         });
           }
         }
         f.devices = all_devices;
@@ -850,8 +857,9 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
               }
               // The shards run in this process (the job started without ps
               // tasks): a ps task has nothing to host.
-              const std::string why = "not used: the parameter-server shards run on the coordinator (the job started "
-                                      "without --ps-tasks)";
+              const std::string why =
+                  "not used: the parameter-server shards run on the coordinator (the job started "
+                  "without --ps-tasks)";
               std::fprintf(stderr, "troupe node: node %d (%s) is %s\n", index, name.c_str(), why.c_str());
               cluster->forget(index);
               self->send(handle, done_atom::value, why);
@@ -951,11 +959,13 @@ std::string Job::status() {
 }
 
 ControlReply Job::request_mode(const std::string& mode) {
-  return ask(ControlRequest::Kind::mode, mode, ControlReply{409, "the job is not running, or the switch is still pending"});
+  return ask(ControlRequest::Kind::mode, mode,
+             ControlReply{409, "the job is not running, or the switch is still pending"});
 }
 
 ControlReply Job::request_checkpoint() {
-  return ask(ControlRequest::Kind::checkpoint, "", ControlReply{409, "the job is not running, or the checkpoint is still pending"});
+  return ask(ControlRequest::Kind::checkpoint, "",
+             ControlReply{409, "the job is not running, or the checkpoint is still pending"});
 }
 
 ControlReply Job::request_drain(const std::string& node) {

@@ -16,8 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
-#include <map>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -62,7 +62,7 @@ class ClusterHooks {
   // the job may start without it (regather, then everything that depends
   // on the world again, then form again).
   virtual std::vector<std::shared_ptr<net::Collective>> form(caf::scoped_actor& self, int local, int world,
-                                                              const data::Cursor& start) = 0;
+                                                             const data::Cursor& start) = 0;
   // After FirstViewLost (from form(), remote_devices(), or the job's first
   // state sent to the replicas): the nodes left (and any that joined meanwhile),
   // waiting for --min-nodes of them (and the ps tasks) if need be; returns
@@ -123,10 +123,10 @@ class ClusterHooks {
   // ---- ps tasks (issue 17) ----
   // A node that hosts parameter-server shards and runs no replica.
   struct PsTask {
-    int index = 0;             // the membership's number
-    std::string name;          // "ps/HOST/pid N"
-    std::string address;       // its push server (data plane)
-    caf::actor handle;         // takes (host_shards, indices, sizes, replicas)
+    int index = 0;        // the membership's number
+    std::string name;     // "ps/HOST/pid N"
+    std::string address;  // its push server (data plane)
+    caf::actor handle;    // takes (host_shards, indices, sizes, replicas)
   };
   // The ps tasks the job starts with (gather waited for them), in join order.
   virtual std::vector<PsTask> ps_tasks() const { return {}; }
@@ -182,11 +182,11 @@ class ClusterHooks {
 };
 
 struct JobConfig {
-  models::TrainConfig train;           // model, data, epochs, per-replica batch, optimizer, ...
+  models::TrainConfig train;  // model, data, epochs, per-replica batch, optimizer, ...
   std::vector<kernels::Device> devices;
   Mode mode;
   std::vector<ScheduledSwitch> switches;
-  int prefetch = 2;                    // batches each data loader keeps ready
+  int prefetch = 2;  // batches each data loader keeps ready
   int threads_per_device = 1;
   // The parameter server of async and ssp (actors/ps/): its shards, and the
   // size above which a layer is split across all of them (floats). One
@@ -200,7 +200,7 @@ struct JobConfig {
   // batch (the global batch follows the world size, like Horovod); "global"
   // keeps the global batch (the per-replica batch is global / world).
   std::string elastic_batch = "replica";
-  int min_nodes = 1;                            // training pauses below this many nodes
+  int min_nodes = 1;                               // training pauses below this many nodes
   std::chrono::milliseconds wait_timeout{600000};  // ... and stops after this long paused
   // TensorBoard event files go here (job file key `tensorboard`; the CLI's
   // --tensorboard wins). Where the coordinator writes, not part of the job
@@ -235,7 +235,7 @@ class Job {
 
   JobResult run(const models::Callbacks& callbacks = {});
 
-  std::string status();                              // JSON
+  std::string status();  // JSON
   ControlReply request_mode(const std::string& mode);
   ControlReply request_checkpoint();
   ControlReply request_stop();

@@ -34,16 +34,26 @@ struct Value {
 
 const char* kind_name(toml::node_type k) {
   switch (k) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "true or false";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    case toml::node_type::none: break;
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "true or false";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
   }
   return "nothing";
 }
@@ -54,22 +64,32 @@ enum class Type { string, integer, seed, floating, boolean };
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::string: return "a string";
-    case Type::integer: return "an integer";
-    case Type::seed: return "a non-negative integer, or a string of decimal digits";
-    case Type::floating: return "a number";
-    case Type::boolean: return "true or false";
+    case Type::string:
+      return "a string";
+    case Type::integer:
+      return "an integer";
+    case Type::seed:
+      return "a non-negative integer, or a string of decimal digits";
+    case Type::floating:
+      return "a number";
+    case Type::boolean:
+      return "true or false";
   }
   return "?";
 }
 
 bool type_ok(Type t, toml::node_type k) {
   switch (t) {
-    case Type::string: return k == toml::node_type::string;
-    case Type::integer: return k == toml::node_type::integer;
-    case Type::seed: return k == toml::node_type::integer || k == toml::node_type::string;
-    case Type::floating: return k == toml::node_type::floating_point || k == toml::node_type::integer;
-    case Type::boolean: return k == toml::node_type::boolean;
+    case Type::string:
+      return k == toml::node_type::string;
+    case Type::integer:
+      return k == toml::node_type::integer;
+    case Type::seed:
+      return k == toml::node_type::integer || k == toml::node_type::string;
+    case Type::floating:
+      return k == toml::node_type::floating_point || k == toml::node_type::integer;
+    case Type::boolean:
+      return k == toml::node_type::boolean;
   }
   return false;
 }
@@ -185,11 +205,13 @@ const std::vector<Key>& keys() {
     c.threads_per_device = static_cast<int>(as_int(v, 1, std::numeric_limits<int>::max()));
   };
   static const std::vector<Key> table = {
-      {"", "model", Type::string, [](const Value& v, C& c) {
+      {"", "model", Type::string,
+       [](const Value& v, C& c) {
          if (v.text.empty()) throw BadValue("must not be empty");
          c.train.model = v.text;
        }},
-      {"", "data", Type::string, [](const Value& v, C& c) {
+      {"", "data", Type::string,
+       [](const Value& v, C& c) {
          if (v.text.empty()) throw BadValue("must not be empty");
          c.train.data = v.text;
        }},
@@ -200,21 +222,24 @@ const std::vector<Key>& keys() {
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
       {"", "seed", Type::seed, [](const Value& v, C& c) { c.train.seed = as_seed(v); }},
-      {"", "mode", Type::string, [](const Value& v, C& c) {
+      {"", "mode", Type::string,
+       [](const Value& v, C& c) {
          try {
            c.mode = actors::Mode::parse(v.text);
          } catch (const std::invalid_argument& e) {
            throw BadValue(e.what());
          }
        }},
-      {"", "switch", Type::string, [](const Value& v, C& c) {
+      {"", "switch", Type::string,
+       [](const Value& v, C& c) {
          try {
            c.switches = actors::parse_switch_schedule(v.text);
          } catch (const std::invalid_argument& e) {
            throw BadValue(e.what());
          }
        }},
-      {"", "prefetch", Type::integer, [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
+      {"", "prefetch", Type::integer,
+       [](const Value& v, C& c) { c.prefetch = static_cast<int>(as_int(v, 1, max_int)); }},
       {"", "ps_shards", Type::integer,
        [](const Value& v, C& c) { c.ps_shards = static_cast<int>(as_int(v, 1, max_int)); }},
       {"", "ps_split_above", Type::integer, [](const Value& v, C& c) { c.ps_split_above = as_int(v, 1, max64); }},
@@ -223,10 +248,13 @@ const std::vector<Key>& keys() {
       {"", "checkpoint_dir", Type::string, [](const Value& v, C& c) { c.train.checkpoint_dir = v.text; }},
       {"", "tensorboard", Type::string, [](const Value& v, C& c) { c.tensorboard_dir = v.text; }},
       // Elastic membership: what a view change keeps (JobConfig::elastic_batch).
-      {"", "elastic_batch", Type::string, [](const Value& v, C& c) {
+      {"", "elastic_batch", Type::string,
+       [](const Value& v, C& c) {
          if (v.text != "replica" && v.text != "global")
-           throw BadValue("elastic_batch is \"replica\" (the per-replica batch stays; the default) or \"global\" "
-                          "(the global batch stays), not \"" + v.text + "\"");
+           throw BadValue(
+               "elastic_batch is \"replica\" (the per-replica batch stays; the default) or \"global\" "
+               "(the global batch stays), not \"" +
+               v.text + "\"");
          c.elastic_batch = v.text;
        }},
       {"", "checkpoint_every", Type::integer,
@@ -300,8 +328,8 @@ std::string unknown_key_message(const std::string& key, const std::string& table
     std::string flag = option;
     for (char& c : flag)
       if (c == '_') c = '-';
-    return "key '" + key + "' is not part of a job: each node gives it on its own command line (troupe node --" +
-           flag + ")";
+    return "key '" + key + "' is not part of a job: each node gives it on its own command line (troupe node --" + flag +
+           ")";
   }
   return "unknown key '" + key + "'" + hint + " (known" + (table.empty() ? "" : " in [" + table + "]") + ": " +
          known_keys(table) + ")";
@@ -552,8 +580,8 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
 
   actors::JobConfig config;
   std::map<std::string, std::pair<int, std::string>> set_on;  // setting -> line, key as spelled there
-  int optimizer_key_line = 0;                                   // the flat `optimizer = "..."`
-  int optimizer_table_line = 0;                                 // the [optimizer] table
+  int optimizer_key_line = 0;                                 // the flat `optimizer = "..."`
+  int optimizer_table_line = 0;                               // the [optimizer] table
   int schedule_line = 0;
   for (const Entry& e : entries) {
     const int number = static_cast<int>(e.at.line);
@@ -591,7 +619,8 @@ actors::JobConfig parse_job_text(const std::string& text, const std::string& sou
     const Value v = value_of(*e.node, text);
     if (!type_ok(spec->type, v.kind)) {
       std::string got = kind_name(v.kind);
-      if (v.kind == toml::node_type::string) got += " \"" + v.text + "\"";
+      if (v.kind == toml::node_type::string)
+        got += " \"" + v.text + "\"";
       else if (!v.text.empty() && v.kind != toml::node_type::array && v.kind != toml::node_type::table)
         got += " " + v.text;
       throw JobFileError(where + "expected " + type_name(spec->type) + ", got " + got);
@@ -631,10 +660,18 @@ std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           char escape[8];

@@ -108,7 +108,8 @@ void JobMetrics::record_step(const StepReport& r) {
   rank_clock_[static_cast<std::size_t>(r.rank)] = r.clock;
   std::int64_t slowest = -1;
   for (std::size_t k = 0; k < rank_node_.size(); ++k)
-    if (rank_node_[k] == node && rank_clock_[k] >= 0 && (slowest < 0 || rank_clock_[k] < slowest)) slowest = rank_clock_[k];
+    if (rank_node_[k] == node && rank_clock_[k] >= 0 && (slowest < 0 || rank_clock_[k] < slowest))
+      slowest = rank_clock_[k];
   if (slowest >= 0) node_step_[node] = slowest;
 }
 
@@ -120,9 +121,15 @@ void JobMetrics::staleness_from_reports() {
 void JobMetrics::record_shards_placed(Restored restored) {
   std::lock_guard<std::mutex> lock(mutex_);
   switch (restored) {
-    case Restored::none: placed_none_ += 1; break;
-    case Restored::gathered: placed_gathered_ += 1; break;
-    case Restored::rollback: placed_rollback_ += 1; break;
+    case Restored::none:
+      placed_none_ += 1;
+      break;
+    case Restored::gathered:
+      placed_gathered_ += 1;
+      break;
+    case Restored::rollback:
+      placed_rollback_ += 1;
+      break;
   }
 }
 
@@ -143,8 +150,8 @@ std::string JobMetrics::prometheus_text() const {
     if (value) g.values.push_back({{}, *value});
     f.push_back(std::move(g));
   };
-  gauge("troupe_step", "The global step: updates applied to the model (one per synchronous step, one per applied push).",
-        step_);
+  gauge("troupe_step",
+        "The global step: updates applied to the model (one per synchronous step, one per applied push).", step_);
   gauge("troupe_epoch", "The epoch in progress, counted from 0 as in /status and the --metrics rows.", epoch_);
   gauge("troupe_samples_per_second", "Training examples per second over the epoch so far, all replicas together.",
         samples_per_s_);
@@ -160,19 +167,27 @@ std::string JobMetrics::prometheus_text() const {
   f.push_back(std::move(mode));
   gauge("troupe_ssp_bound", "N of the mode ssp:N (steps a replica may run ahead of the slowest); 0 in sync and async.",
         static_cast<double>(mode_.kind == Mode::Kind::ssp ? mode_.staleness : 0));
-  gauge("troupe_nodes", "Nodes (hosts) in the job's current membership view; 1 for a job on one host, 0 while a "
-                        "cluster gathers its first nodes.",
+  gauge("troupe_nodes",
+        "Nodes (hosts) in the job's current membership view; 1 for a job on one host, 0 while a "
+        "cluster gathers its first nodes.",
         static_cast<double>(cluster_ ? nodes_.size() : 1));
   gauge("troupe_replicas", "Model replicas in the job's current membership view, all nodes together.",
         static_cast<double>(replicas_));
   if (cluster_) {
     gauge("troupe_view", "The number of the current membership view (it grows by one at every change).",
           static_cast<double>(view_));
-    Family info{"troupe_node_info", "1 for each node of the current view, with its name and data-plane address.",
-                Type::gauge, {}, {}};
-    Family replicas{"troupe_node_replicas", "Replicas (devices) of each node of the current view.", Type::gauge, {}, {}};
-    Family step{"troupe_node_step", "Steps the slowest replica of each node of the current view has completed.",
-                Type::gauge, {}, {}};
+    Family info{"troupe_node_info",
+                "1 for each node of the current view, with its name and data-plane address.",
+                Type::gauge,
+                {},
+                {}};
+    Family replicas{
+        "troupe_node_replicas", "Replicas (devices) of each node of the current view.", Type::gauge, {}, {}};
+    Family step{"troupe_node_step",
+                "Steps the slowest replica of each node of the current view has completed.",
+                Type::gauge,
+                {},
+                {}};
     for (const NodeInfo& n : nodes_) {
       const std::string node = std::to_string(n.index);
       info.values.push_back({{{"node", node}, {"name", n.name}, {"address", n.address}}, 1});
@@ -190,26 +205,43 @@ std::string JobMetrics::prometheus_text() const {
                   "leaving): restored=\"rollback\" went back to the newest checkpoint or the start (its steps are "
                   "trained again), restored=\"gathered\" restored the state gathered at that step boundary, "
                   "restored=\"none\" was in sync mode (the replicas held the state).",
-                  Type::counter, {}, {}};
+                  Type::counter,
+                  {},
+                  {}};
     placed.values.push_back({{{"restored", "rollback"}}, placed_rollback_});
     placed.values.push_back({{{"restored", "gathered"}}, placed_gathered_});
     placed.values.push_back({{{"restored", "none"}}, placed_none_});
     f.push_back(std::move(placed));
   }
-  Family examples{"troupe_examples_total", "Training examples the replicas have trained on, as their step reports "
-                                           "said; rate() gives samples per second.",
-                  Type::counter, {}, {}};
-  Family step{"troupe_step_seconds", "Wall time of one training step on a replica: waiting for its batch, forward, "
-                                     "backward, all-reduce or push, optimizer.",
-              Type::histogram, {}, {}};
-  Family allreduce{"troupe_allreduce_seconds", "Time a synchronous step waited for its gradient all-reduce.",
-                   Type::histogram, {}, {}};
-  Family push{"troupe_push_seconds", "Push latency: from sending a gradient to the parameter server (async, ssp) to "
-                                     "receiving its fresh parameters.",
-              Type::histogram, {}, {}};
-  Family staleness{"troupe_push_staleness", "Updates the parameter server applied between a replica's receiving "
-                                            "parameters and its next push being applied (the push's staleness).",
-                   Type::histogram, {}, {}};
+  Family examples{"troupe_examples_total",
+                  "Training examples the replicas have trained on, as their step reports "
+                  "said; rate() gives samples per second.",
+                  Type::counter,
+                  {},
+                  {}};
+  Family step{"troupe_step_seconds",
+              "Wall time of one training step on a replica: waiting for its batch, forward, "
+              "backward, all-reduce or push, optimizer.",
+              Type::histogram,
+              {},
+              {}};
+  Family allreduce{"troupe_allreduce_seconds",
+                   "Time a synchronous step waited for its gradient all-reduce.",
+                   Type::histogram,
+                   {},
+                   {}};
+  Family push{"troupe_push_seconds",
+              "Push latency: from sending a gradient to the parameter server (async, ssp) to "
+              "receiving its fresh parameters.",
+              Type::histogram,
+              {},
+              {}};
+  Family staleness{"troupe_push_staleness",
+                   "Updates the parameter server applied between a replica's receiving "
+                   "parameters and its next push being applied (the push's staleness).",
+                   Type::histogram,
+                   {},
+                   {}};
   for (const auto& [node, s] : by_node_) {
     const prom::Labels labels = node < 0 ? prom::Labels{} : prom::Labels{{"node", std::to_string(node)}};
     examples.values.push_back({labels, s.examples});

@@ -84,7 +84,7 @@ class JobMetrics {
     double examples = 0;  // a counter: examples its replicas trained on
   };
   int node_of(std::uint32_t view, int rank) const;  // -2: another view; -1: one host
-  NodeSeries& series(int node);                      // created on first use
+  NodeSeries& series(int node);                     // created on first use
 
   mutable std::mutex mutex_;
   Mode mode_;
@@ -95,7 +95,7 @@ class JobMetrics {
   std::uint32_t view_ = 0;
   std::vector<NodeInfo> nodes_;
   std::vector<int> rank_node_;
-  std::vector<std::int64_t> rank_clock_;  // -1: no report in this view yet
+  std::vector<std::int64_t> rank_clock_;   // -1: no report in this view yet
   std::map<int, std::int64_t> node_step_;  // a node's slowest replica's clock
   // Placements of the shards while the job ran, by what they restored;
   // shown once the job has ps tasks (staleness_from_reports).

@@ -17,9 +17,9 @@ void record_failure(MembershipState& st, const std::string& name) {
   auto& h = st.hosts[host_of(name)];
   const auto now = std::chrono::steady_clock::now();
   h.failures.push_back(now);
-  h.failures.erase(std::remove_if(h.failures.begin(), h.failures.end(),
-                                  [&](auto t) { return now - t > st.failure_window; }),
-                   h.failures.end());
+  h.failures.erase(
+      std::remove_if(h.failures.begin(), h.failures.end(), [&](auto t) { return now - t > st.failure_window; }),
+      h.failures.end());
   if (static_cast<int>(h.failures.size()) >= st.failures_for_cooldown) {
     const auto cooldown = st.first_cooldown * (1 << std::min(h.strikes, 10));
     ++h.strikes;
@@ -57,8 +57,8 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
     }
   });
   return {
-      [=](join_atom, const std::string& name, const std::string& version, const std::string& fingerprint)
-          -> std::tuple<bool, std::int32_t, std::string> {
+      [=](join_atom, const std::string& name, const std::string& version,
+          const std::string& fingerprint) -> std::tuple<bool, std::int32_t, std::string> {
         auto& st = self->state;
         auto refuse = [&](const std::string& why) {
           st.log("refused " + name + ": " + why);
@@ -69,13 +69,12 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
                         " nodes (the coordinator included)");
         const auto host = st.hosts.find(host_of(name));
         if (host != st.hosts.end() && std::chrono::steady_clock::now() < host->second.refused_until)
-          return refuse(
-              host_of(name) + " is cooling down after repeated failures for another " +
-              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(host->second.refused_until -
-                                                                              std::chrono::steady_clock::now())
-                                 .count() +
-                             1) +
-              " s");
+          return refuse(host_of(name) + " is cooling down after repeated failures for another " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                           host->second.refused_until - std::chrono::steady_clock::now())
+                                           .count() +
+                                       1) +
+                        " s");
         if (version != TROUPE_VERSION)
           return refuse("troupe version " + version + " cannot join a job run by troupe " + TROUPE_VERSION);
         if (!fingerprint.empty() && fingerprint != st.fingerprint)
@@ -115,8 +114,8 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
           if (m.index == index) m.leaving = true;
         return caf::ok_atom::value;
       },
-      [=](ready_atom, std::int32_t index, const std::string& data_address,
-          const std::vector<std::string>& devices, const std::string& nccl) -> caf::ok_atom {
+      [=](ready_atom, std::int32_t index, const std::string& data_address, const std::vector<std::string>& devices,
+          const std::string& nccl) -> caf::ok_atom {
         auto& st = self->state;
         for (auto& m : st.members) {
           if (m.index != index) continue;

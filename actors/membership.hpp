@@ -112,8 +112,7 @@ using membership_actor_t = caf::typed_actor<
     caf::replies_to<join_atom, std::string, std::string, std::string>::with<bool, std::int32_t, std::string>,
     caf::replies_to<ready_atom, std::int32_t, std::string, std::vector<std::string>, std::string>::with<caf::ok_atom>,
     caf::replies_to<leave_atom, std::int32_t, std::string>::with<caf::ok_atom>,
-    caf::replies_to<drain_atom, std::int32_t>::with<caf::ok_atom>,
-    caf::replies_to<done_atom>::with<caf::ok_atom>>;
+    caf::replies_to<drain_atom, std::int32_t>::with<caf::ok_atom>, caf::replies_to<done_atom>::with<caf::ok_atom>>;
 
 membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_pointer<MembershipState> self,
                                                    MembershipState init);

@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,7 +56,8 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using counters_atom = caf::atom_constant<caf::atom("counters")>;
-using digest_atom = caf::atom_constant<caf::atom("digest")>;  // -> SHA-256 (hex) of a replica's parameters and optimizer state
+using digest_atom =
+    caf::atom_constant<caf::atom("digest")>;  // -> SHA-256 (hex) of a replica's parameters and optimizer state
 // Cluster membership (actors/node.hpp).
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
@@ -65,15 +66,15 @@ using formed_atom = caf::atom_constant<caf::atom("formed")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 // Elastic membership (actors/membership.hpp, docs/ARCHITECTURE.md).
-using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;     // a device or loader enters a new view
-using halt_atom = caf::atom_constant<caf::atom("halt")>;             // a device stops after its step -> clock
+using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;       // a device or loader enters a new view
+using halt_atom = caf::atom_constant<caf::atom("halt")>;               // a device stops after its step -> clock
 using step_aborted_atom = caf::atom_constant<caf::atom("stepabort")>;  // a step's all-reduce was aborted
-using abort_view_atom = caf::atom_constant<caf::atom("abortview")>;  // a node aborts its collectives
-using member_atom = caf::atom_constant<caf::atom("member")>;         // a membership event for the coordinator
-using form_view_atom = caf::atom_constant<caf::atom("formview")>;    // coordinator -> job: form this view
-using view_formed_atom = caf::atom_constant<caf::atom("viewformd")>; // job -> coordinator: it is formed
-using drain_atom = caf::atom_constant<caf::atom("drain")>;           // a node leaves at the next boundary
-using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>; // coordinator -> ps task: run these shards
+using abort_view_atom = caf::atom_constant<caf::atom("abortview")>;    // a node aborts its collectives
+using member_atom = caf::atom_constant<caf::atom("member")>;           // a membership event for the coordinator
+using form_view_atom = caf::atom_constant<caf::atom("formview")>;      // coordinator -> job: form this view
+using view_formed_atom = caf::atom_constant<caf::atom("viewformd")>;   // job -> coordinator: it is formed
+using drain_atom = caf::atom_constant<caf::atom("drain")>;             // a node leaves at the next boundary
+using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>;   // coordinator -> ps task: run these shards
 using standby_atom = caf::atom_constant<caf::atom("standby")>;       // coordinator -> a spare ps task: wait to be used
 using abort_push_atom = caf::atom_constant<caf::atom("abortpush")>;  // coordinator -> node: fail every push in flight
 
@@ -81,7 +82,7 @@ using abort_push_atom = caf::atom_constant<caf::atom("abortpush")>;  // coordina
 struct Batch {
   Tensor features, labels;  // [b, ...]; rows n..b-1 unused
   std::int64_t examples = 0;
-  data::Cursor cursor;      // where this batch sits in the data order
+  data::Cursor cursor;  // where this batch sits in the data order
   bool last_in_epoch = false;
 };
 
@@ -89,7 +90,7 @@ struct Batch {
 // `mode`. The learning rate of the step starting at clock c is the schedule
 // at global step global_at_base + (c - clock_at_base), epoch `epoch`.
 struct Grant {
-  std::uint32_t view = 0;      // the membership view it belongs to (older ones are dropped)
+  std::uint32_t view = 0;  // the membership view it belongs to (older ones are dropped)
   std::int64_t up_to = 0;
   Mode mode;
   std::int64_t clock_at_base = 0;
@@ -99,13 +100,13 @@ struct Grant {
 
 // A device's report after each step.
 struct StepReport {
-  std::uint32_t view = 0;      // the view the step ran in
+  std::uint32_t view = 0;  // the view the step ran in
   int rank = 0;
-  std::int64_t clock = 0;      // steps this replica has completed
+  std::int64_t clock = 0;  // steps this replica has completed
   double loss_sum = 0;
   std::int64_t examples = 0;
-  std::int64_t correct = 0;    // examples whose top-1 prediction was right (classification)
-  bool pushed = false;         // the gradient went to the parameter server
+  std::int64_t correct = 0;  // examples whose top-1 prediction was right (classification)
+  bool pushed = false;       // the gradient went to the parameter server
   // Timings for /metrics (actors/job_metrics.hpp), measured on the device's
   // own node: the whole step from asking for its batch to its update
   // applied, and within it the wait for the all-reduce (sync) or for the
@@ -120,10 +121,10 @@ struct StepReport {
 
 // A gradient pushed to the parameter server (async / ssp).
 struct GradientPush {
-  std::uint32_t view = 0;      // a push from an older view is dropped, never applied
+  std::uint32_t view = 0;  // a push from an older view is dropped, never applied
   int rank = 0;
-  std::int64_t clock = 0;      // the replica's clock after this step
-  Tensor gradient;             // a copy: the replica reuses its buffer
+  std::int64_t clock = 0;  // the replica's clock after this step
+  Tensor gradient;         // a copy: the replica reuses its buffer
 };
 
 // Parameters and optimizer state: what moves between the replicas and the
@@ -151,9 +152,9 @@ void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const
 // without its clock would count from 0 and redo every step.
 struct ReplicaPosition {
   std::int64_t clock = 0;
-  std::int64_t epoch = 0;      // data cursor (models/data/epoch_plan.hpp, 4. and 5.):
-  std::int64_t batch = 0;      //   the next batch of its segment,
-  std::int64_t offset = 0;     //   which starts at this permutation position
+  std::int64_t epoch = 0;   // data cursor (models/data/epoch_plan.hpp, 4. and 5.):
+  std::int64_t batch = 0;   //   the next batch of its segment,
+  std::int64_t offset = 0;  //   which starts at this permutation position
 };
 
 // A node's part of a new membership view, sent by the coordinator node to
@@ -162,13 +163,13 @@ struct ReplicaPosition {
 // the same clock and data position: see actors/coordinator.hpp).
 struct FormView {
   std::uint32_t view = 0;
-  std::int32_t node_rank = 0;       // in the ring of node leaders (addresses)
-  std::int32_t first_rank = 0;      // this node's first replica
-  std::int32_t world = 1;           // replicas in the view
+  std::int32_t node_rank = 0;   // in the ring of node leaders (addresses)
+  std::int32_t first_rank = 0;  // this node's first replica
+  std::int32_t world = 1;       // replicas in the view
   std::vector<std::string> addresses;
-  std::int64_t clock = 0;           // every replica's clock at the view's start
+  std::int64_t clock = 0;                         // every replica's clock at the view's start
   std::int64_t epoch = 0, batch = 0, offset = 0;  // the data cursor (models/data/epoch_plan.hpp, 5.)
-  std::int64_t batch_size = 1;      // per replica in this view
+  std::int64_t batch_size = 1;                    // per replica in this view
   // The view's NCCL unique id as 256 hex digits (net::NcclId::hex) when the
   // whole view reduces through one NCCL group (actors/collective_choice.hpp,
   // choose_across_nodes), else "": the node builds its hierarchical group.
@@ -189,9 +190,9 @@ struct FormView {
 struct ViewAssignment {
   std::uint32_t view = 0;
   int rank = 0, world = 1;
-  std::int64_t batch_size = 1;      // per replica
-  std::int64_t clock = 0;           // the replica's clock from now on
-  data::Cursor cursor;              // its loader's next batch
+  std::int64_t batch_size = 1;  // per replica
+  std::int64_t clock = 0;       // the replica's clock from now on
+  data::Cursor cursor;          // its loader's next batch
   std::shared_ptr<net::Collective> collective;
   // Where it pushes each shard's part from now on, when the shards run on
   // ps tasks (a view that re-placed them brings new routes); null: as before.
@@ -205,8 +206,8 @@ struct ViewAssignment {
 //   ps_joined              a ps task came after the start: a spare
 struct MemberEvent {
   enum class Kind { joined, lost, drain, ps_lost, ps_leaving, ps_joined } kind = Kind::joined;
-  int node = 0;                     // the membership's node index
-  std::string what;                 // for the log
+  int node = 0;      // the membership's node index
+  std::string what;  // for the log
 };
 
 // One node of a cluster, for /status and for view changes.
@@ -229,15 +230,15 @@ struct ReplicaRef {
 // What the coordinator asks the job's thread to form at a step boundary.
 struct ViewPlan {
   std::uint32_t view = 0;
-  std::int64_t clock = 0;           // every replica's clock in the new view
+  std::int64_t clock = 0;  // every replica's clock in the new view
   // Sync: survivors a step behind `clock` take the state of `source` (a
   // survivor at `clock`), as joiners do (actors/view_start.hpp).
   std::vector<ReplicaRef> behind;
   ReplicaRef source;
-  data::Cursor cursor;              // the new segment: epoch, batch 0, offset
-  std::int64_t batch = 1;           // per replica (elastic_batch "replica")
-  std::int64_t global_batch = 0;    // >0: keep this global batch (elastic_batch "global")
-  std::vector<int> remove;          // nodes that leave (lost or drained)
+  data::Cursor cursor;            // the new segment: epoch, batch 0, offset
+  std::int64_t batch = 1;         // per replica (elastic_batch "replica")
+  std::int64_t global_batch = 0;  // >0: keep this global batch (elastic_batch "global")
+  std::vector<int> remove;        // nodes that leave (lost or drained)
   // Shards on ps tasks: place every shard anew on the ps tasks there are
   // (a ps task was lost or leaves, or the shards' state must be rebuilt),
   // leaving out `ps_remove` (ps tasks that leave).
@@ -251,8 +252,8 @@ struct FormedView {
   std::uint32_t view = 0;
   std::vector<caf::actor> devices;
   std::vector<NodeInfo> nodes;
-  std::int64_t batch = 1;           // per replica in the new view
-  std::vector<int> lost;            // nodes found gone while forming
+  std::int64_t batch = 1;  // per replica in the new view
+  std::vector<int> lost;   // nodes found gone while forming
   std::string error;
   // The shards were placed anew: the parameter server's new front (its old
   // one is gone); null otherwise.
@@ -270,9 +271,9 @@ struct Position {
 
 // Counters for the accounting invariant (tests and /status).
 struct ServerCounters {
-  std::int64_t applied = 0;     // gradients applied by the parameter server
-  std::int64_t max_lead = 0;    // largest observed (pusher's start clock - slowest clock)
-  std::int64_t dropped = 0;     // pushes from an ended view, not applied
+  std::int64_t applied = 0;   // gradients applied by the parameter server
+  std::int64_t max_lead = 0;  // largest observed (pusher's start clock - slowest clock)
+  std::int64_t dropped = 0;   // pushes from an ended view, not applied
   // By parameter-server shard: the gradients each applied (every shard
   // applies every push; `applied` is the least of them).
   std::vector<std::int64_t> shard_applied;
@@ -280,7 +281,6 @@ struct ServerCounters {
   // applied between its replica's receiving parameters and the push.
   std::int64_t staleness_sum = 0, staleness_max = 0;
 };
-
 
 // ---- serialisation for the messages that cross nodes ----
 
@@ -412,7 +412,8 @@ void serialize(P& p, Tensor& t, const unsigned int) {
     return;
   }
   if constexpr (P::writes_state) {
-    if (dtype > static_cast<std::uint8_t>(DType::i32)) throw std::runtime_error("a received tensor has an unknown dtype");
+    if (dtype > static_cast<std::uint8_t>(DType::i32))
+      throw std::runtime_error("a received tensor has an unknown dtype");
     std::int64_t numel = 1;
     for (auto d : dims) {
       if (d < 0 || d > (std::int64_t{1} << 31) || numel > (std::int64_t{1} << 31) / std::max<std::int64_t>(d, 1))
@@ -427,8 +428,7 @@ void serialize(P& p, Tensor& t, const unsigned int) {
 
 }  // namespace troupe::kernels
 
-namespace troupe::actors {
-}  // namespace troupe::actors
+namespace troupe::actors {}  // namespace troupe::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::models::EpochResult)

@@ -14,17 +14,19 @@ Mode Mode::parse(const std::string& text) {
       std::size_t used = 0;
       long long v = std::stoll(n, &used);
       if (used == n.size() && v >= 0) return {Kind::ssp, v};
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   throw std::invalid_argument("unknown mode '" + text + "': expected sync, async or ssp:N (N >= 0)");
 }
 
 std::string Mode::str() const {
   switch (kind) {
-    case Kind::sync: return "sync";
-    case Kind::async: return "async";
-    case Kind::ssp: return "ssp:" + std::to_string(staleness);
+    case Kind::sync:
+      return "sync";
+    case Kind::async:
+      return "async";
+    case Kind::ssp:
+      return "ssp:" + std::to_string(staleness);
   }
   return "?";
 }
@@ -43,8 +45,7 @@ std::vector<ScheduledSwitch> parse_switch_schedule(const std::string& text) {
       s.step = std::stoll(item.substr(0, colon), &used);
       if (used != colon || s.step < 0) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      throw std::invalid_argument("--switch item '" + item + "': '" + item.substr(0, colon) +
-                                  "' is not a step number");
+      throw std::invalid_argument("--switch item '" + item + "': '" + item.substr(0, colon) + "' is not a step number");
     }
     s.mode = Mode::parse(item.substr(colon + 1));
     if (!out.empty() && s.step <= out.back().step)

@@ -61,23 +61,23 @@
 namespace troupe::actors {
 
 struct NodeOptions {
-  std::string listen;              // coordinator: HOST:PORT of the gate
-  std::string join;                // worker: the coordinator's HOST:PORT
-  int min_nodes = 1;               // coordinator: nodes (itself included) to train; fewer pause the job
-  int start_nodes = 0;             // coordinator: nodes before training starts (0: min_nodes)
-  int max_nodes = 0;               // coordinator: nodes (itself included) at most; 0: no limit
+  std::string listen;   // coordinator: HOST:PORT of the gate
+  std::string join;     // worker: the coordinator's HOST:PORT
+  int min_nodes = 1;    // coordinator: nodes (itself included) to train; fewer pause the job
+  int start_nodes = 0;  // coordinator: nodes before training starts (0: min_nodes)
+  int max_nodes = 0;    // coordinator: nodes (itself included) at most; 0: no limit
   // coordinator: ps tasks (`troupe node --ps`) to wait for before training;
   // the parameter-server shards then run on them (issue 17). 0: none, the
   // shards run in the coordinator's process.
   int ps_tasks = 0;
-  std::string secret_file;         // else $TROUPE_SECRET, else none (loopback peers only)
+  std::string secret_file;  // else $TROUPE_SECRET, else none (loopback peers only)
   // --insecure, for trusted networks: members still prove the secret (one
   // is required), but links between nodes carry their bytes unsealed after
   // the handshake (every node of the cluster must agree; net/cluster/auth.hpp).
   // The tcp ring then runs at plaintext speed, and NCCL may carry gradients
   // between nodes (collective_choice.hpp).
   bool insecure = false;
-  std::string job_file;            // worker: optional; refused when it differs from the coordinator's
+  std::string job_file;                  // worker: optional; refused when it differs from the coordinator's
   std::vector<kernels::Device> devices;  // this node's (default: actors::default_devices())
   int threads_per_device = 1;
   int prefetch = 2;
@@ -86,14 +86,14 @@ struct NodeOptions {
   // host's first non-loopback IPv4 address); a worker's own address on the
   // connection to the coordinator.
   std::string data_address;
-  std::chrono::milliseconds join_timeout{30000};     // worker: reaching the coordinator (at most wait_timeout)
-  std::chrono::milliseconds wait_timeout{600000};    // waiting for nodes / for the job to start
+  std::chrono::milliseconds join_timeout{30000};   // worker: reaching the coordinator (at most wait_timeout)
+  std::chrono::milliseconds wait_timeout{600000};  // waiting for nodes / for the job to start
   // worker: after losing the coordinator, keep trying to join it again for
   // this long (a coordinator restarted with --resume takes the node back);
   // 0: exit at once.
   std::chrono::milliseconds rejoin_timeout{120000};
-  std::chrono::milliseconds timeout{60000};          // any one collective or remote request
-  std::function<void(const std::string&)> log;       // default: stderr, "troupe node: ..."
+  std::chrono::milliseconds timeout{60000};     // any one collective or remote request
+  std::function<void(const std::string&)> log;  // default: stderr, "troupe node: ..."
   // worker: --timeline, this node's replicas' spans (the coordinator's go
   // through JobConfig::timeline). Null: none.
   std::shared_ptr<Timeline> timeline;

@@ -1,19 +1,19 @@
 #include "actors/node_support.hpp"
 
-#include <caf/io/all.hpp>
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <unistd.h>
+#include <caf/io/all.hpp>
 
 #include <csignal>
 #include <cstdio>
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "kernels/config.hpp"  // TROUPE_VERSION
 #include "net/cluster/auth.hpp"
 #include "net/control/address.hpp"
-#include "kernels/config.hpp"  // TROUPE_VERSION
 #include "net/tcp/tcp.hpp"
 
 namespace troupe::actors::node_support {
@@ -35,9 +35,7 @@ void configure_cluster(caf::actor_system_config& cfg) {
 }
 
 // Both ends of the data plane derive the ring's job id from the job.
-std::uint64_t job_id_of(const std::string& fingerprint) {
-  return std::stoull(fingerprint.substr(0, 15), nullptr, 16);
-}
+std::uint64_t job_id_of(const std::string& fingerprint) { return std::stoull(fingerprint.substr(0, 15), nullptr, 16); }
 
 std::uint64_t ring_id_of(const std::string& fingerprint, std::uint32_t view) {
   return job_id_of(fingerprint) ^ (static_cast<std::uint64_t>(view) * 0x9E3779B97F4A7C15ULL);
@@ -117,7 +115,8 @@ std::string links_line(const net::Secret& secret, const NodeOptions& options) {
          ": every link to another node is sealed after the handshake (AES-256-GCM)";
 }
 
-int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc, const std::function<void(const std::string&)>& log,
+int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc,
+                 const std::function<void(const std::string&)>& log,
                  const std::function<SessionEnd(net::JoinRelay&)>& session, const std::function<bool()>& stopped,
                  const std::function<void()>& before_rejoin) {
   bool rejoining = false;

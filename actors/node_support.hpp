@@ -66,7 +66,8 @@ struct SessionEnd {
 // signal handling while it waits; not when `stopped` (a signal asked this
 // node to stop). `before_rejoin` runs before each new attempt. Returns the
 // exit status of the last session (1 when a join fails).
-int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc, const std::function<void(const std::string&)>& log,
+int run_sessions(const NodeOptions& options, net::JoinRelayConfig rc,
+                 const std::function<void(const std::string&)>& log,
                  const std::function<SessionEnd(net::JoinRelay&)>& session, const std::function<bool()>& stopped,
                  const std::function<void()>& before_rejoin = nullptr);
 

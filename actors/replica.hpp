@@ -23,14 +23,14 @@
 namespace troupe::actors {
 
 struct ReplicaPlan {
-  int rank = 0, world = 1;                       // global rank, replicas in the whole job
+  int rank = 0, world = 1;  // global rank, replicas in the whole job
   kernels::Device device;
-  models::TrainConfig train;                     // batch (per replica), optimizer, seed, ...
+  models::TrainConfig train;  // batch (per replica), optimizer, seed, ...
   models::ModelSpec spec;
   std::shared_ptr<const data::Dataset> train_data;
   std::shared_ptr<const data::Dataset> test_data;  // rank 0 evaluates; null elsewhere
   std::shared_ptr<const models::LrSchedule> schedule;
-  std::shared_ptr<net::Collective> collective;   // sync all-reduce
+  std::shared_ptr<net::Collective> collective;  // sync all-reduce
   // The parameter server (async, ssp): its shards and their partition
   // (actors/ps/parameter_server.hpp), or one relay to it and no partition.
   std::vector<caf::actor> shards;
@@ -38,13 +38,13 @@ struct ReplicaPlan {
   std::shared_ptr<const ps::Partition> partition;
   // Shards on ps tasks: pushes on the data plane (ps/push_routes.hpp); null: CAF.
   std::shared_ptr<const ps::PushRoutes> push_routes;
-  data::Cursor start;                            // where the data order resumes
+  data::Cursor start;  // where the data order resumes
   int prefetch = 2, threads = 1;
   std::chrono::milliseconds timeout{60000};
-  bool elastic = false;                          // a cluster job: membership may change
+  bool elastic = false;  // a cluster job: membership may change
   std::uint32_t view = 0;
-  std::shared_ptr<Timeline> timeline;            // --timeline (null: none)
-  int track = 0;                                 // the replica's place on its node (its timeline track)
+  std::shared_ptr<Timeline> timeline;  // --timeline (null: none)
+  int track = 0;                       // the replica's place on its node (its timeline track)
 };
 
 struct ReplicaActors {

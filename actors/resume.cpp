@@ -27,9 +27,10 @@ ResumePlan plan_without_segment(const checkpoint::State& c, const std::string& p
     const std::int64_t clock =
         static_cast<std::int64_t>(c.position.cursor.epoch) * bpe + (from > 0 ? at * bpe / from : 0);
     out.clocks.assign(static_cast<std::size_t>(world), clock);
-    out.note = path + " was written by " + std::to_string(w_old) + " replica(s) and records no data segment; resuming on " +
-               std::to_string(world) + ": every replica continues at batch " + std::to_string(clock % bpe) +
-               " of epoch " + std::to_string(clock / bpe + 1) +
+    out.note = path + " was written by " + std::to_string(w_old) +
+               " replica(s) and records no data segment; resuming on " + std::to_string(world) +
+               ": every replica continues at batch " + std::to_string(clock % bpe) + " of epoch " +
+               std::to_string(clock / bpe + 1) +
                " in the new data order (some examples of this epoch may be seen twice or not at all)";
   }
   for (std::int64_t clock : out.clocks) out.cursors.push_back(data::Cursor{clock / bpe, clock % bpe, 0});
@@ -51,8 +52,8 @@ ResumePlan plan_resume(const checkpoint::State& c, const std::string& path, int 
   const auto offset = static_cast<std::int64_t>(g.offset);
   for (std::uint64_t v : saved)
     if (static_cast<std::int64_t>(v) < seg_clock)
-      throw std::runtime_error(path + ": a replica clock (" + std::to_string(v) + ") lies before its data segment (from " +
-                               std::to_string(seg_clock) + ")");
+      throw std::runtime_error(path + ": a replica clock (" + std::to_string(v) +
+                               ") lies before its data segment (from " + std::to_string(seg_clock) + ")");
   if (g.epoch_unscored > g.epoch_examples)
     throw std::runtime_error(path + ": the data segment counts " + std::to_string(g.epoch_unscored) +
                              " examples without a loss among only " + std::to_string(g.epoch_examples));

@@ -42,7 +42,7 @@ struct ResumePlan {
   std::vector<std::int64_t> clocks;   // by rank
   std::vector<data::Cursor> cursors;  // by rank: each replica's next batch
   DataStart start;
-  std::string note;                   // for the user when the data order changes; empty otherwise
+  std::string note;  // for the user when the data order changes; empty otherwise
 };
 
 // `world` replicas of `batch` examples each resume from `c` (read from

@@ -23,7 +23,8 @@ Timeline::Timeline(std::string path, std::string process, std::int64_t first_ste
     throw std::invalid_argument("--timeline-steps " + std::to_string(first_) + ":" + std::to_string(last_) +
                                 ": want A:B with 1 <= A <= B");
   steady_base_ = Clock::now();
-  wall_base_us_ = std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch()).count();
+  wall_base_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch()).count();
   events_.reserve(4096);
 }
 
@@ -84,12 +85,17 @@ void Timeline::write() {
     auto tracks = tracks_;
     if (coordinator_track) tracks.emplace_back(kCoordinatorTrack, "coordinator");
     for (const auto& [track, name] : tracks) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", track}, {"args", {{"name", name}}}});
       events.push_back(
-          {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", track}, {"args", {{"sort_index", track}}}});
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", track}, {"args", {{"name", name}}}});
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_sort_index"},
+                        {"pid", pid},
+                        {"tid", track},
+                        {"args", {{"sort_index", track}}}});
     }
     for (const auto& e : events_) {
-      nlohmann::json j{{"ph", std::string(1, e.phase)}, {"name", e.name}, {"pid", pid}, {"tid", e.track}, {"ts", e.ts_us}};
+      nlohmann::json j{
+          {"ph", std::string(1, e.phase)}, {"name", e.name}, {"pid", pid}, {"tid", e.track}, {"ts", e.ts_us}};
       if (e.phase == 'X') {
         j["dur"] = e.dur_us;
         j["cat"] = "step";

@@ -70,8 +70,8 @@ class Timeline {
 
  private:
   struct Event {
-    char phase;             // 'X' span, 'i' instant
-    const char* name;       // a literal
+    char phase;        // 'X' span, 'i' instant
+    const char* name;  // a literal
     int track;
     double ts_us, dur_us;
     std::int64_t step;

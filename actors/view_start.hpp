@@ -47,9 +47,9 @@ struct ViewEnd {
 };
 
 struct ViewStart {
-  std::int64_t clock = 0;            // every replica's clock in the new view
-  std::vector<ReplicaRef> behind;    // survivors that did not complete step `clock`: they take `source`'s state
-  ReplicaRef source;                 // a survivor at `clock`
+  std::int64_t clock = 0;                // every replica's clock in the new view
+  std::vector<ReplicaRef> behind;        // survivors that did not complete step `clock`: they take `source`'s state
+  ReplicaRef source;                     // a survivor at `clock`
   std::int64_t unreported_examples = 0;  // examples of completed steps no report counted
   std::int64_t unreported_batches = 0;   // replica-steps behind them
   std::vector<std::size_t> undone;       // lost ranks whose last report is of step clock + 1, which is redone

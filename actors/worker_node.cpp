@@ -147,7 +147,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   // Every way out of the job ends every actor the worker started: the
   // pushes first (so no device waits for an answer), the collectives (so
   // none waits in an all-reduce), then the replicas.
-  std::shared_ptr<ps::PushRoutes> push_routes;  // the shards' addresses: pushes on the data plane
+  std::shared_ptr<ps::PushRoutes> push_routes;                 // the shards' addresses: pushes on the data plane
   std::shared_ptr<const ps::Partition> push_routes_partition;  // which part of a push goes to which of them
   auto shutdown = [&](const std::string& why) {
     if (push_routes) push_routes->registry->abort(why);
@@ -200,7 +200,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
     std::signal(SIGINT, on_worker_signal);
     std::signal(SIGTERM, on_worker_signal);
     auto train = std::make_shared<const data::Dataset>(data.train);
-    auto schedule = std::make_shared<const models::LrSchedule>(job.train.schedule, job.train.lr, job.train.warmup_steps);
+    auto schedule =
+        std::make_shared<const models::LrSchedule>(job.train.schedule, job.train.lr, job.train.warmup_steps);
     bool done = false;
     const auto wait_until = std::chrono::steady_clock::now() + options.wait_timeout;
     bool formed = false;
@@ -224,7 +225,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               if (!f.nccl_id.empty()) {
                 // One NCCL group across the view (the coordinator chose it and
                 // made the id): this node's ranks join it, no tcp ring.
-                for (auto& c : net::make_nccl_group(net::NcclId::from_hex(f.nccl_id), f.first_rank, f.world, devices, co))
+                for (auto& c :
+                     net::make_nccl_group(net::NcclId::from_hex(f.nccl_id), f.first_rank, f.world, devices, co))
                   collectives.emplace_back(std::move(c));
               } else {
                 net::TcpGroupConfig tc;
@@ -232,7 +234,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                 tc.addresses = f.addresses;
                 tc.job_id = ring_id_of(job_identity(job).fingerprint, f.view);
                 tc.options.timeout = options.timeout;
-                tc.connect_timeout = f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
+                tc.connect_timeout =
+                    f.view == 0 ? options.timeout : std::min<std::chrono::milliseconds>(options.timeout, 20s);
                 tc.listen_fd = ::dup(data_fd);  // the socket stays for the next view
                 if (tc.listen_fd < 0) throw std::runtime_error("duplicating the data-plane socket failed");
                 tc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
@@ -245,15 +248,16 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   if (std::this_thread::get_id() == owner && abandoned->reason().empty())
                     self->receive(
                         [&](abort_view_atom, std::uint32_t v, const std::string& why) {
-                          if (v == view) abandoned->give_up("the coordinator gave view " + std::to_string(v) + " up: " + why);
+                          if (v == view)
+                            abandoned->give_up("the coordinator gave view " + std::to_string(v) + " up: " + why);
                         },
                         caf::after(std::chrono::milliseconds(0)) >> [] {});
                   return abandoned->reason();
                 };
                 std::shared_ptr<net::Collective> across = net::make_tcp_group(tc);
                 // This node's replicas: local or nccl by their devices (collective_choice.hpp).
-                for (auto& c : net::make_hierarchical_group(make_replica_group(devices, co),
-                                                            across, f.first_rank, f.world, co))
+                for (auto& c :
+                     net::make_hierarchical_group(make_replica_group(devices, co), across, f.first_rank, f.world, co))
                   collectives.emplace_back(std::move(c));
               }
               const data::Cursor cursor{f.epoch, f.batch, f.offset};
@@ -265,9 +269,10 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               // addresses, and routes a lost ps task aborted are done with:
               // the replicas take new routes with the view.
               if (f.ps_addresses.empty())
-                throw std::runtime_error("view " + std::to_string(f.view) + " names no parameter-server shards to push to");
-              const bool new_routes = !push_routes || push_routes->addresses != f.ps_addresses ||
-                                      !push_routes->registry->aborted().empty();
+                throw std::runtime_error("view " + std::to_string(f.view) +
+                                         " names no parameter-server shards to push to");
+              const bool new_routes =
+                  !push_routes || push_routes->addresses != f.ps_addresses || !push_routes->registry->aborted().empty();
               if (new_routes) {
                 auto partition = std::make_shared<const ps::Partition>(
                     ps::partition_for(spec, f.ps_partition_shards, job.ps_split_above));
@@ -275,7 +280,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   throw std::runtime_error("the coordinator placed " + std::to_string(f.ps_addresses.size()) +
                                            " shards, but this node's partition of the model has " +
                                            std::to_string(partition->shards()));
-                if (push_routes) push_routes->registry->abort("view " + std::to_string(f.view) + " placed the shards anew");
+                if (push_routes)
+                  push_routes->registry->abort("view " + std::to_string(f.view) + " placed the shards anew");
                 push_routes = std::make_shared<ps::PushRoutes>();
                 push_routes->addresses = f.ps_addresses;
                 push_routes->job_id = ps::push_job_id(job_identity(job).fingerprint);
@@ -332,8 +338,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               formed = true;
               log((f.view == 0 ? "training: replicas " : "view " + std::to_string(f.view) + ": replicas ") +
                   std::to_string(f.first_rank) + ".." +
-                  std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " + std::to_string(f.world) +
-                  (f.nccl_id.empty() ? "" : ", one NCCL group across the nodes"));
+                  std::to_string(f.first_rank + static_cast<int>(devices.size()) - 1) + " of " +
+                  std::to_string(f.world) + (f.nccl_id.empty() ? "" : ", one NCCL group across the nodes"));
             } catch (const std::exception& e) {
               if (!abandoned->reason().empty()) {
                 // The coordinator forms the next view without the lost
@@ -383,30 +389,32 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
               coordinator_lost = true;
             }
           },
-          caf::after(std::chrono::milliseconds(100)) >> [&] {
-            if (const int sig = worker_signal.load()) {
-              if (!formed || stopped_by) {
-                stopped_by = sig;
-                failure = "stopped by signal " + std::to_string(sig);
-              } else if (!leave_deadline) {
-                // The first signal drains this node: it trains on until the
-                // next step boundary, when the coordinator lets it go (no
-                // step lost). A second signal, or no answer, ends it at once.
-                stopped_by = sig;
-                worker_signal.store(0);
-                leave_deadline = std::chrono::steady_clock::now() + options.timeout;
-                log("signal " + std::to_string(sig) + ": leaving the job at the next step boundary (again to stop at once)");
-                self->request(membership, 5s, leave_atom::value, index, "stopped by signal " + std::to_string(sig))
-                    .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = "leaving: " + system.render(e); });
-              }
-            }
-            if (leave_deadline && std::chrono::steady_clock::now() > *leave_deadline)
-              failure = "the coordinator did not let this node leave within " +
-                        net::describe_seconds(std::chrono::duration<double>(options.timeout).count());
-            if (!formed && std::chrono::steady_clock::now() > wait_until)
-              failure = "the job did not start within " +
-                        net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
-          });
+          caf::after(std::chrono::milliseconds(100)) >>
+              [&] {
+                if (const int sig = worker_signal.load()) {
+                  if (!formed || stopped_by) {
+                    stopped_by = sig;
+                    failure = "stopped by signal " + std::to_string(sig);
+                  } else if (!leave_deadline) {
+                    // The first signal drains this node: it trains on until the
+                    // next step boundary, when the coordinator lets it go (no
+                    // step lost). A second signal, or no answer, ends it at once.
+                    stopped_by = sig;
+                    worker_signal.store(0);
+                    leave_deadline = std::chrono::steady_clock::now() + options.timeout;
+                    log("signal " + std::to_string(sig) +
+                        ": leaving the job at the next step boundary (again to stop at once)");
+                    self->request(membership, 5s, leave_atom::value, index, "stopped by signal " + std::to_string(sig))
+                        .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = "leaving: " + system.render(e); });
+                  }
+                }
+                if (leave_deadline && std::chrono::steady_clock::now() > *leave_deadline)
+                  failure = "the coordinator did not let this node leave within " +
+                            net::describe_seconds(std::chrono::duration<double>(options.timeout).count());
+                if (!formed && std::chrono::steady_clock::now() > wait_until)
+                  failure = "the job did not start within " +
+                            net::describe_seconds(std::chrono::duration<double>(options.wait_timeout).count());
+              });
     }
     if (stopped_by && !failure.empty()) {
       // Stopped at once (a second signal, or before training): say so
@@ -414,8 +422,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
       // signal rather than a broken all-reduce. Bounded: the coordinator may
       // be gone too.
       log(failure + "; telling the coordinator");
-      self->request(membership, 1s, leave_atom::value, index, failure)
-          .receive([](caf::ok_atom) {}, [](caf::error&) {});
+      self->request(membership, 1s, leave_atom::value, index, failure).receive([](caf::ok_atom) {}, [](caf::error&) {});
       failure = "node " + std::to_string(index) + " (" + name + ") was " + failure;
     }
     if (!failure.empty()) throw std::runtime_error(failure);
@@ -432,7 +439,6 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   backstop.arm(status, std::chrono::seconds(2));
   return SessionEnd{status, coordinator_lost};
 }
-
 
 }  // namespace
 

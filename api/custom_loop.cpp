@@ -31,7 +31,8 @@ struct ReplicaContext::Internals {
 };
 
 double ReplicaContext::compute_average_loss(const Tensor& output) {
-  if (!internals) throw std::logic_error("compute_average_loss: this ReplicaContext was not made by MirroredStrategy::run");
+  if (!internals)
+    throw std::logic_error("compute_average_loss: this ReplicaContext was not made by MirroredStrategy::run");
   Tensor& dout = internals->dout;
   if (!dout.defined() || dout.raw() == nullptr || dout.shape() != output.shape())
     dout = Tensor::empty(output.shape(), kernels::DType::f32, output.device());
@@ -191,7 +192,8 @@ Model& MirroredStrategy::replica(int r) {
 }
 
 PerReplica MirroredStrategy::run(const StepFn& step_fn, float lr) {
-  if (!loop_ || !loop_->distributed) throw std::logic_error("MirroredStrategy::run: call create_replicas and distribute first");
+  if (!loop_ || !loop_->distributed)
+    throw std::logic_error("MirroredStrategy::run: call create_replicas and distribute first");
   Loop& loop = *loop_;
   if (loop.broken)
     throw std::logic_error("MirroredStrategy::run: an earlier step failed and broke the replicas' collective group");
@@ -212,8 +214,8 @@ PerReplica MirroredStrategy::run(const StepFn& step_fn, float lr) {
       const Tensor yb = rep.y_host.slice(0, models::batched(n, loop.train.label_shape()));
       const Tensor& x = models::on_device(xb, rep.x_dev, rep.device);
       const Tensor& y = models::on_device(yb, rep.y_dev, rep.device);
-      rep.model->set_step_seed(
-          kernels::math::random_bits(loop.seed ^ (0x9e37ULL * static_cast<std::uint64_t>(r + 1)), static_cast<std::uint64_t>(step)));
+      rep.model->set_step_seed(kernels::math::random_bits(loop.seed ^ (0x9e37ULL * static_cast<std::uint64_t>(r + 1)),
+                                                          static_cast<std::uint64_t>(step)));
       ReplicaContext ctx{r, world, step, loop.global_batch, n, *rep.model, rep.device, x, y, &rep.internals};
       out.values[static_cast<std::size_t>(r)] = step_fn(ctx);
 

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -18,9 +18,9 @@
 #include "actors/job_file.hpp"
 #include "actors/mode.hpp"
 #include "actors/node.hpp"
-#include "net/cluster/auth.hpp"  // check_clear_links
 #include "kernels/registry.hpp"
 #include "models/checkpoint/checkpoint.hpp"
+#include "net/cluster/auth.hpp"  // check_clear_links
 #include "net/cluster/cluster_spec.hpp"
 #include "net/cluster/launcher_env.hpp"
 
@@ -46,7 +46,8 @@ std::vector<Device> default_devices() { return actors::default_devices(); }
 int cuda_device_count() { return kernels::cuda_device_count(); }
 
 void set_cpu_threads(int threads) {
-  if (threads < 1) throw std::invalid_argument("set_cpu_threads: threads must be at least 1, got " + std::to_string(threads));
+  if (threads < 1)
+    throw std::invalid_argument("set_cpu_threads: threads must be at least 1, got " + std::to_string(threads));
   kernels::Registry::instance().for_device(Device::cpu()).set_threads(threads);
 }
 
@@ -64,9 +65,11 @@ void write_idx_split(const Dataset& d, const std::string& dir, const std::string
   const Shape f = d.feature_shape();
   if (d.task != data::Task::classification || f.rank() != 3 || f[0] != 1 || d.features.dtype() != kernels::DType::f32 ||
       d.num_classes > 256)
-    throw std::invalid_argument("write_idx_subset: " + d.describe() + " is not a set of 1-channel images with <= 256 classes");
+    throw std::invalid_argument("write_idx_subset: " + d.describe() +
+                                " is not a set of 1-channel images with <= 256 classes");
   const std::int64_t n = std::min(max, d.size());
-  const std::string images = dir + "/" + prefix + "-images-idx3-ubyte", labels = dir + "/" + prefix + "-labels-idx1-ubyte";
+  const std::string images = dir + "/" + prefix + "-images-idx3-ubyte",
+                    labels = dir + "/" + prefix + "-labels-idx1-ubyte";
   std::ofstream xi(images, std::ios::binary | std::ios::trunc), yi(labels, std::ios::binary | std::ios::trunc);
   if (!xi) throw std::runtime_error("write_idx_subset: cannot create " + images);
   if (!yi) throw std::runtime_error("write_idx_subset: cannot create " + labels);
@@ -91,7 +94,8 @@ void write_idx_split(const Dataset& d, const std::string& dir, const std::string
 
 std::string write_idx_subset(const Splits& splits, const std::string& dir, std::int64_t max_train,
                              std::int64_t max_test) {
-  if (max_train < 1 || max_test < 1) throw std::invalid_argument("write_idx_subset: max_train and max_test must be >= 1");
+  if (max_train < 1 || max_test < 1)
+    throw std::invalid_argument("write_idx_subset: max_train and max_test must be >= 1");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("write_idx_subset: cannot create " + dir + ": " + ec.message());
@@ -119,9 +123,7 @@ std::unique_ptr<Model> load_model(const std::string& path, Device device) {
   return models::load_model(checkpoint::read(path), path, device);
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  return checkpoint::Directory(dir, 0).latest();
-}
+std::optional<std::string> latest_checkpoint(const std::string& dir) { return checkpoint::Directory(dir, 0).latest(); }
 
 EpochResult evaluate(Model& model, const Dataset& dataset, std::int64_t batch) {
   if (batch < 1) throw std::invalid_argument("evaluate: batch must be at least 1");
@@ -159,9 +161,7 @@ void csv_row(std::ofstream& out, const char* kind, const EpochResult& r) {
 }
 }  // namespace
 
-void CsvLogger::on_epoch_end(const EpochResult& r) {
-  csv_row(file_->out, every_evaluation_ ? "epoch" : nullptr, r);
-}
+void CsvLogger::on_epoch_end(const EpochResult& r) { csv_row(file_->out, every_evaluation_ ? "epoch" : nullptr, r); }
 
 void CsvLogger::on_evaluate(const EpochResult& r) {
   // Epoch ends arrive through on_epoch_end too; log only the others here.
@@ -191,11 +191,13 @@ void ProgressLogger::on_step_end(const StepLogs& l) {
 void ProgressLogger::on_epoch_end(const EpochResult& r) {
   // The actor runtime does not measure training accuracy (NaN): left out then.
   char train_accuracy[48] = "";
-  if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, "  accuracy %.4f", r.train_accuracy);
-  std::printf("epoch %lld  step %lld  loss %.4f%s  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
-              "lr %g  %.1f s  %.0f samples/s\n",
-              static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy,
-              r.test_loss, r.test_accuracy, r.test_top5, double(r.lr), r.seconds, r.samples_per_s);
+  if (!std::isnan(r.train_accuracy))
+    std::snprintf(train_accuracy, sizeof train_accuracy, "  accuracy %.4f", r.train_accuracy);
+  std::printf(
+      "epoch %lld  step %lld  loss %.4f%s  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
+      "lr %g  %.1f s  %.0f samples/s\n",
+      static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy, r.test_loss,
+      r.test_accuracy, r.test_top5, double(r.lr), r.seconds, r.samples_per_s);
   std::fflush(stdout);
 }
 
@@ -206,7 +208,8 @@ Strategy::Strategy(std::vector<Device> devices, const std::string& mode)
       mode_(actors::Mode::parse(mode).str()) {
   for (std::size_t i = 0; i < devices_.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (devices_[i] == devices_[j]) throw std::invalid_argument("strategy: device " + devices_[i].str() + " named twice");
+      if (devices_[i] == devices_[j])
+        throw std::invalid_argument("strategy: device " + devices_[i].str() + " named twice");
 }
 
 Strategy::~Strategy() {
@@ -318,8 +321,8 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
   if (!job->replica_parameters().empty()) {
     h.model = std::make_shared<Model>(job->spec(), Device::cpu());
     const std::vector<float>& p = job->replica_parameters()[0];
-    h.model->parameters().copy_from(Tensor::view(const_cast<float*>(p.data()), h.model->parameters().shape(),
-                                                 kernels::DType::f32, Device::cpu()));
+    h.model->parameters().copy_from(
+        Tensor::view(const_cast<float*>(p.data()), h.model->parameters().shape(), kernels::DType::f32, Device::cpu()));
   }
   each([&](Callback& c) { c.on_train_end(h); });
   if (callback_error) std::rethrow_exception(callback_error);
@@ -379,7 +382,8 @@ ParameterServerStrategy::ParameterServerStrategy(const std::string& mode, std::v
 namespace {
 
 std::chrono::milliseconds millis(double seconds, const char* what) {
-  if (!(seconds > 0)) throw std::invalid_argument(std::string("MultiWorkerMirroredStrategy: ") + what + " must be positive");
+  if (!(seconds > 0))
+    throw std::invalid_argument(std::string("MultiWorkerMirroredStrategy: ") + what + " must be positive");
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
@@ -421,8 +425,9 @@ Role resolve_role(ClusterOptions& o) {
     return role;
   }
   if (o.listen.empty() == o.join.empty())
-    throw std::invalid_argument("MultiWorkerMirroredStrategy needs a cluster spec (a file, its JSON, or "
-                                "$TROUPE_CLUSTER) or exactly one of listen (coordinator) and join (worker)");
+    throw std::invalid_argument(
+        "MultiWorkerMirroredStrategy needs a cluster spec (a file, its JSON, or "
+        "$TROUPE_CLUSTER) or exactly one of listen (coordinator) and join (worker)");
   if (o.min_nodes < 1) throw std::invalid_argument("MultiWorkerMirroredStrategy: min_nodes must be at least 1");
   role.coordinator = !o.listen.empty();
   role.rank = role.coordinator ? 0 : 1;  // a worker's rank is assigned on joining; not 0
@@ -528,8 +533,9 @@ int serve_parameter_server(ClusterOptions options) {
     if (options.data_address.empty()) options.data_address = spec->self().str();
   }
   if (options.join.empty())
-    throw std::invalid_argument("serve_parameter_server needs a cluster spec with this task in its ps list, or join "
-                                "(the chief's HOST:PORT)");
+    throw std::invalid_argument(
+        "serve_parameter_server needs a cluster spec with this task in its ps list, or join "
+        "(the chief's HOST:PORT)");
   (void)net::parse_cluster_address(options.join, "join");
   actors::NodeOptions n = node_options(options, {});
   return actors::run_ps_task(n);

@@ -24,8 +24,8 @@ inline long long integer_arg(const std::string& flag, const std::string& text, l
     used = 0;
   }
   if (used == 0 || used != text.size() || v < least)
-    throw std::invalid_argument(flag + " takes whole numbers of at least " + std::to_string(least) + ", not '" +
-                                text + "'");
+    throw std::invalid_argument(flag + " takes whole numbers of at least " + std::to_string(least) + ", not '" + text +
+                                "'");
   return v;
 }
 

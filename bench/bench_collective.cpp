@@ -63,8 +63,8 @@ void BM_Memcpy(benchmark::State& state) {
     std::memcpy(b.data(), a.data(), bytes);
     benchmark::ClobberMemory();
   }
-  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GBps"] = benchmark::Counter(
+      static_cast<double>(bytes) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Memcpy)->Arg(4 << 20)->Arg(64 << 20)->Unit(benchmark::kMicrosecond);
 

@@ -36,8 +36,8 @@ Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
 }
 
 void set_flops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      flops_per_iteration * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // ---------------------------------------------------------------- sgemm
@@ -57,12 +57,19 @@ void BM_Sgemm(benchmark::State& state) {
   set_flops(state, 2.0 * double(m) * double(n) * double(k));
 }
 // The MLP 784-256-128-10 at batch 64. Forward: X[64, in] W[in, out].
-BENCHMARK(BM_Sgemm)->ArgNames({"m", "n", "k", "ta", "tb"})
-    ->Args({64, 256, 784, 0, 0})->Args({64, 128, 256, 0, 0})->Args({64, 10, 128, 0, 0})
+BENCHMARK(BM_Sgemm)
+    ->ArgNames({"m", "n", "k", "ta", "tb"})
+    ->Args({64, 256, 784, 0, 0})
+    ->Args({64, 128, 256, 0, 0})
+    ->Args({64, 10, 128, 0, 0})
     // Weight gradient: dW[in, out] = X^T dY.
-    ->Args({784, 256, 64, 1, 0})->Args({256, 128, 64, 1, 0})->Args({128, 10, 64, 1, 0})
+    ->Args({784, 256, 64, 1, 0})
+    ->Args({256, 128, 64, 1, 0})
+    ->Args({128, 10, 64, 1, 0})
     // Input gradient: dX[64, in] = dY W^T.
-    ->Args({64, 784, 256, 0, 1})->Args({64, 256, 128, 0, 1})->Args({64, 128, 10, 0, 1})
+    ->Args({64, 784, 256, 0, 1})
+    ->Args({64, 256, 128, 0, 1})
+    ->Args({64, 128, 10, 0, 1})
     // The ceiling: large enough that packing and edges no longer matter.
     ->Args({2048, 2048, 2048, 0, 0})
     ->Unit(benchmark::kMicrosecond);
@@ -79,9 +86,21 @@ enum Layer : int { kSeedCnn = 0, kTextCnn = 1 };
 Conv2dShape layer_shape(int layer) {
   Conv2dShape s;
   if (layer == kSeedCnn) {
-    s.n = 64; s.c = 1; s.h = 28; s.w = 28; s.k = 32; s.r = 3; s.s = 3;
+    s.n = 64;
+    s.c = 1;
+    s.h = 28;
+    s.w = 28;
+    s.k = 32;
+    s.r = 3;
+    s.s = 3;
   } else {
-    s.n = 64; s.c = 7; s.h = 1; s.w = 300; s.k = 64; s.r = 1; s.s = 5;
+    s.n = 64;
+    s.c = 7;
+    s.h = 1;
+    s.w = 300;
+    s.k = 64;
+    s.r = 1;
+    s.s = 5;
   }
   return s;
 }
@@ -89,10 +108,14 @@ Conv2dShape layer_shape(int layer) {
 struct ConvBuffers {
   Tensor x, w, bias, y, dy, dx, dw, db;
   explicit ConvBuffers(const Conv2dShape& s)
-      : x(random_tensor({s.n, s.c, s.h, s.w}, 3)), w(random_tensor({s.k, s.c, s.r, s.s}, 4)),
-        bias(random_tensor({s.k}, 5)), y(Tensor::zeros({s.n, s.k, s.p(), s.q()})),
-        dy(random_tensor({s.n, s.k, s.p(), s.q()}, 6)), dx(Tensor::zeros({s.n, s.c, s.h, s.w})),
-        dw(Tensor::zeros({s.k, s.c, s.r, s.s})), db(Tensor::zeros({s.k})) {}
+      : x(random_tensor({s.n, s.c, s.h, s.w}, 3)),
+        w(random_tensor({s.k, s.c, s.r, s.s}, 4)),
+        bias(random_tensor({s.k}, 5)),
+        y(Tensor::zeros({s.n, s.k, s.p(), s.q()})),
+        dy(random_tensor({s.n, s.k, s.p(), s.q()}, 6)),
+        dx(Tensor::zeros({s.n, s.c, s.h, s.w})),
+        dw(Tensor::zeros({s.k, s.c, s.r, s.s})),
+        db(Tensor::zeros({s.k})) {}
 };
 
 // One call of `direction` in `variant`, writing into b.y, b.dx or b.dw/b.db.
@@ -100,19 +123,28 @@ void run_conv(int variant, int direction, const Conv2dShape& s, ConvBuffers& b) 
   Backend& cpu = Registry::instance().get("cpu");
   switch (direction) {
     case kForward:
-      if (variant == kOneDnn) cpu::conv2d_forward_onednn(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
-      else if (variant == kIm2col) cpu::conv2d_forward_im2col(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
-      else cpu.conv2d_forward(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
+      if (variant == kOneDnn)
+        cpu::conv2d_forward_onednn(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
+      else if (variant == kIm2col)
+        cpu::conv2d_forward_im2col(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
+      else
+        cpu.conv2d_forward(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
       break;
     case kBackwardData:
-      if (variant == kOneDnn) cpu::conv2d_backward_data_onednn(s, b.dy.f32(), b.w.f32(), b.dx.f32());
-      else if (variant == kIm2col) cpu::conv2d_backward_data_im2col(s, b.dy.f32(), b.w.f32(), b.dx.f32());
-      else cpu.conv2d_backward_data(s, b.dy.f32(), b.w.f32(), b.dx.f32());
+      if (variant == kOneDnn)
+        cpu::conv2d_backward_data_onednn(s, b.dy.f32(), b.w.f32(), b.dx.f32());
+      else if (variant == kIm2col)
+        cpu::conv2d_backward_data_im2col(s, b.dy.f32(), b.w.f32(), b.dx.f32());
+      else
+        cpu.conv2d_backward_data(s, b.dy.f32(), b.w.f32(), b.dx.f32());
       break;
     default:
-      if (variant == kOneDnn) cpu::conv2d_backward_filter_onednn(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
-      else if (variant == kIm2col) cpu::conv2d_backward_filter_im2col(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
-      else cpu.conv2d_backward_filter(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
+      if (variant == kOneDnn)
+        cpu::conv2d_backward_filter_onednn(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
+      else if (variant == kIm2col)
+        cpu::conv2d_backward_filter_im2col(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
+      else
+        cpu.conv2d_backward_filter(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
       break;
   }
 }
@@ -133,13 +165,16 @@ std::string check_against_ref(int variant, int direction, const Conv2dShape& s) 
   ConvBuffers got(s), want(s);
   run_conv(variant, direction, s, got);
   Backend& ref = Registry::instance().get("ref");
-  if (direction == kForward) ref.conv2d_forward(s, want.x.f32(), want.w.f32(), want.bias.f32(), want.y.f32());
-  else if (direction == kBackwardData) ref.conv2d_backward_data(s, want.dy.f32(), want.w.f32(), want.dx.f32());
-  else ref.conv2d_backward_filter(s, want.x.f32(), want.dy.f32(), want.dw.f32(), want.db.f32());
-  const double err = direction == kForward        ? relative_error(got.y, want.y)
-                     : direction == kBackwardData ? relative_error(got.dx, want.dx)
-                                                  : std::max(relative_error(got.dw, want.dw),
-                                                             relative_error(got.db, want.db));
+  if (direction == kForward)
+    ref.conv2d_forward(s, want.x.f32(), want.w.f32(), want.bias.f32(), want.y.f32());
+  else if (direction == kBackwardData)
+    ref.conv2d_backward_data(s, want.dy.f32(), want.w.f32(), want.dx.f32());
+  else
+    ref.conv2d_backward_filter(s, want.x.f32(), want.dy.f32(), want.dw.f32(), want.db.f32());
+  const double err = direction == kForward ? relative_error(got.y, want.y)
+                     : direction == kBackwardData
+                         ? relative_error(got.dx, want.dx)
+                         : std::max(relative_error(got.dw, want.dw), relative_error(got.db, want.db));
   return err <= 1e-5 ? std::string() : "differs from ref: relative error " + std::to_string(err);
 }
 
@@ -160,12 +195,12 @@ void BM_Conv(benchmark::State& state) {
   set_flops(state, 2.0 * double(s.n * s.k * s.p() * s.q()) * double(s.c * s.r * s.s));
   static const char* const directions[] = {"forward", "backward_data", "backward_filter"};
   static const char* const variants[] = {"backend", "onednn", "im2col"};
-  state.SetLabel(std::string(layer == kSeedCnn ? "seed_cnn " : "text_cnn ") +
-                 directions[direction] + " " + variants[variant]);
+  state.SetLabel(std::string(layer == kSeedCnn ? "seed_cnn " : "text_cnn ") + directions[direction] + " " +
+                 variants[variant]);
 }
-BENCHMARK(BM_Conv)->ArgNames({"layer", "dir", "variant"})
-    ->ArgsProduct({{kSeedCnn, kTextCnn}, {kForward, kBackwardData, kBackwardFilter},
-                   {kBackend, kOneDnn, kIm2col}})
+BENCHMARK(BM_Conv)
+    ->ArgNames({"layer", "dir", "variant"})
+    ->ArgsProduct({{kSeedCnn, kTextCnn}, {kForward, kBackwardData, kBackwardFilter}, {kBackend, kOneDnn, kIm2col}})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -39,9 +39,9 @@
 #include "actors/ps/shard.hpp"
 #include "actors/replica.hpp"  // configure_actor_system
 #include "net/cluster/gate.hpp"
-#include "net/transport/sealed.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
+#include "net/transport/sealed.hpp"
 
 using namespace troupe;
 using actors::ps::PushClient;
@@ -69,22 +69,26 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--reps") o.reps = std::stoi(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--sealed") o.sealed = true;
-    else if (a == "--poll-us") o.poll_us = std::stoi(value());
+    if (a == "--reps")
+      o.reps = std::stoi(value());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(value());
+    else if (a == "--sealed")
+      o.sealed = true;
+    else if (a == "--poll-us")
+      o.poll_us = std::stoi(value());
     else if (a == "--apply") {
       const std::string v = value();
       if (v != "echo" && v != "shard") throw std::invalid_argument("--apply: echo or shard, not '" + v + "'");
       o.shard = v == "shard";
-    }
-    else if (a == "--sizes-mb") {
+    } else if (a == "--sizes-mb") {
       o.sizes_mb.clear();
       std::stringstream s(value());
       std::string item;
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
-      throw std::invalid_argument("unknown argument " + a + " (known: --sizes-mb, --reps, --warmup, --sealed, --apply, "
+      throw std::invalid_argument("unknown argument " + a +
+                                  " (known: --sizes-mb, --reps, --warmup, --sealed, --apply, "
                                   "--poll-us)");
     }
   }
@@ -175,7 +179,8 @@ struct Mover {
   const int fd = ::accept4(raw_fd, nullptr, nullptr, SOCK_CLOEXEC);
   net::wire::prepare_socket(fd);
   const auto raw_hook = hook(o.sealed, "raw/0");
-  const net::LinkKeys keys = raw_hook ? raw_hook(fd, true, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{};
+  const net::LinkKeys keys =
+      raw_hook ? raw_hook(fd, true, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{};
   Mover mover(fd, keys);
   std::vector<char> buffer(kChunk);
   // Each move: an 8-byte length, then the bytes (in records of kChunk when
@@ -193,8 +198,7 @@ struct Mover {
       const char ack = 1;
       mover.write(&ack, 1, nullptr, 0, deadline);
     }
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   server.stop();
   for (auto& shard : shards) caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
   ::_exit(0);
@@ -239,14 +243,13 @@ int main(int argc, char** argv) {
     c.answer_poll = std::chrono::microseconds(o.poll_us);
     PushClient client(c);
     // The baseline's connection, authenticated (and sealed) as the push link.
-    const int raw = net::wire::connect_tcp("127.0.0.1:" + std::to_string(raw_port),
-                                           net::Clock::now() + std::chrono::seconds(10));
+    const int raw =
+        net::wire::connect_tcp("127.0.0.1:" + std::to_string(raw_port), net::Clock::now() + std::chrono::seconds(10));
     const auto raw_hook = hook(o.sealed, "worker/raw");
     Mover mover(raw, raw_hook ? raw_hook(raw, false, net::Clock::now() + std::chrono::seconds(10)) : net::LinkKeys{});
     using Clock = std::chrono::steady_clock;
     std::printf("# push link %s, loopback, %d reps after %d warm-up, apply %s\n",
-                client.sealed() ? "sealed" : "plaintext", o.reps, o.warmup,
-                o.shard ? "shard (Adam)" : "echo");
+                client.sealed() ? "sealed" : "plaintext", o.reps, o.warmup, o.shard ? "shard (Adam)" : "echo");
     for (std::size_t s = 0; s < floats.size(); ++s) {
       const std::int64_t n = floats[s];
       std::vector<float> gradient(static_cast<std::size_t>(n), 0.25f), fresh(static_cast<std::size_t>(n));
@@ -267,10 +270,11 @@ int main(int argc, char** argv) {
         raw_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
       }
       const double push_median = percentile(push_ms, 0.5), raw_median = percentile(raw_ms, 0.5);
-      std::printf("RESULT mb=%.2f floats=%lld push_median_ms=%.3f push_p99_ms=%.3f move_median_ms=%.3f "
-                  "move_p99_ms=%.3f ratio=%.2f\n",
-                  double(n) * 4 / 1e6, static_cast<long long>(n), push_median, percentile(push_ms, 0.99), raw_median,
-                  percentile(raw_ms, 0.99), push_median / raw_median);
+      std::printf(
+          "RESULT mb=%.2f floats=%lld push_median_ms=%.3f push_p99_ms=%.3f move_median_ms=%.3f "
+          "move_p99_ms=%.3f ratio=%.2f\n",
+          double(n) * 4 / 1e6, static_cast<long long>(n), push_median, percentile(push_ms, 0.99), raw_median,
+          percentile(raw_ms, 0.99), push_median / raw_median);
       std::fflush(stdout);
     }
     ::close(raw);

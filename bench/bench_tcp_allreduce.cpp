@@ -63,9 +63,9 @@ struct Options {
   int warmup = 3;
   std::size_t chunk_kb = 1024;
   bool sealed = false;
-  int seal_helpers = -1;               // --seal-helpers; -1: the machine's default (ring_seal_helpers)
-  int seal_spin_us = 0;                // --seal-spin-us: the helpers' poll before they sleep (TcpGroupConfig::seal_spin)
-  int rank = -1;                       // >= 0: run this rank only (--rank)
+  int seal_helpers = -1;  // --seal-helpers; -1: the machine's default (ring_seal_helpers)
+  int seal_spin_us = 0;   // --seal-spin-us: the helpers' poll before they sleep (TcpGroupConfig::seal_spin)
+  int rank = -1;          // >= 0: run this rank only (--rank)
   std::vector<std::string> addresses;  // with --rank
 };
 
@@ -88,22 +88,29 @@ Options parse(int argc, char** argv) {
       std::stringstream s(value());
       std::string item;
       while (std::getline(s, item, ',')) o.addresses.push_back(item);
-    } else if (a == "--reps") o.reps = std::stoi(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--chunk-kb") o.chunk_kb = std::stoul(value());
-    else if (a == "--sealed") o.sealed = true;
-    else if (a == "--seal-helpers") o.seal_helpers = std::stoi(value());
-    else if (a == "--seal-spin-us") o.seal_spin_us = std::stoi(value());
+    } else if (a == "--reps")
+      o.reps = std::stoi(value());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(value());
+    else if (a == "--chunk-kb")
+      o.chunk_kb = std::stoul(value());
+    else if (a == "--sealed")
+      o.sealed = true;
+    else if (a == "--seal-helpers")
+      o.seal_helpers = std::stoi(value());
+    else if (a == "--seal-spin-us")
+      o.seal_spin_us = std::stoi(value());
     else if (a == "--sizes") {
       o.sizes_mb.clear();
       std::stringstream s(value());
       std::string item;
       while (std::getline(s, item, ',')) o.sizes_mb.push_back(std::stod(item));
     } else {
-      throw std::invalid_argument("unknown argument " + a +
-                                  " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --seal-helpers, --seal-spin-us, "
-                                  "--rank, "
-                                  "--addresses)");
+      throw std::invalid_argument(
+          "unknown argument " + a +
+          " (known: --world, --sizes, --reps, --warmup, --chunk-kb, --sealed, --seal-helpers, --seal-spin-us, "
+          "--rank, "
+          "--addresses)");
     }
   }
   if ((o.rank >= 0) != !o.addresses.empty()) throw std::invalid_argument("--rank and --addresses go together");
@@ -169,14 +176,15 @@ int run_rank(const Options& o, int rank, const std::vector<std::string>& address
       const double median = seconds[seconds.size() / 2];
       const double algbw = static_cast<double>(n) * 4 / median / 1e9;
       const double busbw = algbw * 2.0 * (o.world - 1) / o.world;
-      const int helpers = o.seal_helpers >= 0 ? o.seal_helpers
-                                              : ring_seal_helpers(std::thread::hardware_concurrency());
-      std::printf("RESULT troupe tcp-allreduce%s world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
-                  "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f%s\n",
-                  o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
-                  seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms,
-                  o.sealed ? (" seal_helpers=" + std::to_string(helpers) + " seal_spin_us=" + std::to_string(o.seal_spin_us)).c_str()
-                           : "");
+      const int helpers = o.seal_helpers >= 0 ? o.seal_helpers : ring_seal_helpers(std::thread::hardware_concurrency());
+      std::printf(
+          "RESULT troupe tcp-allreduce%s world=%d size_MB=%g time_ms=%.2f algbw_GBps=%.3f busbw_GBps=%.3f "
+          "reps=%d chunk_KB=%zu min_ms=%.2f max_ms=%.2f cpu_ms=%.2f user_ms=%.2f sys_ms=%.2f%s\n",
+          o.sealed ? "-sealed" : "", o.world, mb, median * 1e3, algbw, busbw, o.reps, o.chunk_kb, seconds.front() * 1e3,
+          seconds.back() * 1e3, user_ms + sys_ms, user_ms, sys_ms,
+          o.sealed
+              ? (" seal_helpers=" + std::to_string(helpers) + " seal_spin_us=" + std::to_string(o.seal_spin_us)).c_str()
+              : "");
       std::fflush(stdout);
     }
   }

@@ -21,20 +21,20 @@ struct UsageError : std::invalid_argument {
 
 struct TrainOptions {
   models::TrainConfig config;
-  std::string devices;            // empty: all GPUs, else 2 CPU devices (actors::default_devices)
+  std::string devices;  // empty: all GPUs, else 2 CPU devices (actors::default_devices)
   std::string mode = "sync";
-  std::string switches;           // "500:async,1500:sync"
-  std::string control;            // HOST:PORT of the HTTP control endpoint; empty: none
-  std::string secret_file;        // signs control requests (else TROUPE_SECRET; neither: loopback only)
-  std::string metrics_token_file; // a bearer token GET /metrics accepts (Prometheus' credentials_file)
+  std::string switches;            // "500:async,1500:sync"
+  std::string control;             // HOST:PORT of the HTTP control endpoint; empty: none
+  std::string secret_file;         // signs control requests (else TROUPE_SECRET; neither: loopback only)
+  std::string metrics_token_file;  // a bearer token GET /metrics accepts (Prometheus' credentials_file)
   int prefetch = 2;
-  int threads = 1;                // per device
-  int ps_shards = 1;              // parameter-server shards (async, ssp)
+  int threads = 1;                                                // per device
+  int ps_shards = 1;                                              // parameter-server shards (async, ssp)
   std::int64_t ps_split_above = actors::ps::default_split_above;  // floats: bigger layers are split
   std::string metrics;
   std::string summary_json;
-  std::string tensorboard;        // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
-  std::string timeline;           // --timeline FILE: a Chrome trace of every replica's steps (actors/timeline.hpp)
+  std::string tensorboard;  // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
+  std::string timeline;     // --timeline FILE: a Chrome trace of every replica's steps (actors/timeline.hpp)
   std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
 };
@@ -50,13 +50,14 @@ int run_actor_job(const actors::JobConfig& job, const TrainOptions& reporting);
 
 struct NodeOptions {
   actors::NodeOptions node;
-  std::string cluster;        // --cluster FILE; without it and --listen / --join, a launcher's environment
-  std::string coordinator;    // --coordinator HOST:PORT: completes a launcher's environment (net/cluster/launcher_env.hpp)
-  int port = 0;               // --port: the coordinator's port under a launcher (else TROUPE_PORT)
-  net::ClusterFlags tf1;      // --ps_hosts --worker_hosts --job_name --task_index (TF1's spelling)
-  bool ps = false;            // --ps: --job_name ps (a ps task: hosts parameter-server shards)
+  std::string cluster;  // --cluster FILE; without it and --listen / --join, a launcher's environment
+  std::string
+      coordinator;        // --coordinator HOST:PORT: completes a launcher's environment (net/cluster/launcher_env.hpp)
+  int port = 0;           // --port: the coordinator's port under a launcher (else TROUPE_PORT)
+  net::ClusterFlags tf1;  // --ps_hosts --worker_hosts --job_name --task_index (TF1's spelling)
+  bool ps = false;        // --ps: --job_name ps (a ps task: hosts parameter-server shards)
   std::string devices;
-  TrainOptions reporting;     // --control, --metrics, --log-every, --summary-json
+  TrainOptions reporting;  // --control, --metrics, --log-every, --summary-json
 };
 void add_node_command(CLI::App& app, NodeOptions& options);
 int run_node(NodeOptions& options);
@@ -72,11 +73,11 @@ void add_eval_command(CLI::App& app, EvalOptions& options);
 int run_eval(EvalOptions& options);
 
 struct CtlOptions {
-  std::string at;        // HOST:PORT of the job's control endpoint
-  std::string action;    // status, metrics, mode, checkpoint, stop or drain
-  std::string mode;      // for mode: sync, async, ssp:N
-  std::string node;      // for drain: a node's index or name
-  double timeout_s = 5;  // connect (retried while nothing listens yet) and answer together
+  std::string at;           // HOST:PORT of the job's control endpoint
+  std::string action;       // status, metrics, mode, checkpoint, stop or drain
+  std::string mode;         // for mode: sync, async, ssp:N
+  std::string node;         // for drain: a node's index or name
+  double timeout_s = 5;     // connect (retried while nothing listens yet) and answer together
   std::string secret_file;  // the job's cluster secret, to sign requests (else TROUPE_SECRET)
 };
 void add_ctl_command(CLI::App& app, CtlOptions& options);

@@ -29,8 +29,9 @@ namespace troupe::cli {
 void add_ctl_command(CLI::App& app, CtlOptions& o) {
   auto* cmd = app.add_subcommand("ctl", "Query or steer a running job through its control endpoint");
   cmd->add_option("--at", o.at, "The job's control address HOST:PORT (its --control)")->required();
-  cmd->add_option("--timeout", o.timeout_s,
-                  "Seconds to wait for connect (retried while nothing listens yet, e.g. a job still starting) and answer")
+  cmd->add_option(
+         "--timeout", o.timeout_s,
+         "Seconds to wait for connect (retried while nothing listens yet, e.g. a job still starting) and answer")
       ->capture_default_str();
   cmd->add_option("--secret-file", o.secret_file,
                   "File holding the job's cluster secret, to sign requests (else TROUPE_SECRET; neither: unsigned)");
@@ -41,9 +42,11 @@ void add_ctl_command(CLI::App& app, CtlOptions& o) {
   mode->add_option("MODE", o.mode, "sync, async or ssp:N")->required();
   mode->callback([&o] { o.action = "mode"; });
   cmd->add_subcommand("checkpoint", "Write a checkpoint now")->callback([&o] { o.action = "checkpoint"; });
-  cmd->add_subcommand("stop", "Stop the job at the next step boundary (checkpointing if configured)")
-      ->callback([&o] { o.action = "stop"; });
-  auto* drain = cmd->add_subcommand("drain", "Make a cluster node leave the job at the next step boundary (no step lost)");
+  cmd->add_subcommand("stop", "Stop the job at the next step boundary (checkpointing if configured)")->callback([&o] {
+    o.action = "stop";
+  });
+  auto* drain =
+      cmd->add_subcommand("drain", "Make a cluster node leave the job at the next step boundary (no step lost)");
   drain->add_option("NODE", o.node, "The node's index (as `troupe ctl status` lists it) or name")->required();
   drain->callback([&o] { o.action = "drain"; });
   cmd->add_subcommand("metrics", "Print the job's metrics in the Prometheus text format (GET /metrics)")
@@ -80,8 +83,7 @@ int run_ctl(CtlOptions& o) {
         r = client.request("POST", "/" + o.action, "", std::max(left, std::chrono::milliseconds(1)));
       break;
     } catch (const net::ControlError& e) {
-      if (!e.connection_refused || std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline)
-        throw;
+      if (!e.connection_refused || std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline) throw;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }

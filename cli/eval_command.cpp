@@ -7,8 +7,8 @@
 namespace troupe::cli {
 
 void add_eval_command(CLI::App& app, EvalOptions& o) {
-  auto* cmd = app.add_subcommand(
-      "eval", "Evaluate a saved model on a dataset's test split, without any training set-up");
+  auto* cmd =
+      app.add_subcommand("eval", "Evaluate a saved model on a dataset's test split, without any training set-up");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
   cmd->add_option("--device", o.device, "Device: cpu:N or cuda:N")->capture_default_str();
@@ -28,10 +28,8 @@ int run_eval(EvalOptions& o) {
   models::check_model_input(model->spec(), test);
   models::EpochResult r = models::evaluate_model(*model, test, o.batch);
   std::printf("%s on %s/%s (%lld examples, step %llu): accuracy %.4f  top-5 %.4f  loss %.4f\n",
-              state.model.name.c_str(), test.name.c_str(), test.split.c_str(),
-              static_cast<long long>(r.test_examples),
-              static_cast<unsigned long long>(state.position.global_step), r.test_accuracy, r.test_top5,
-              r.test_loss);
+              state.model.name.c_str(), test.name.c_str(), test.split.c_str(), static_cast<long long>(r.test_examples),
+              static_cast<unsigned long long>(state.position.global_step), r.test_accuracy, r.test_top5, r.test_loss);
   return 0;
 }
 

@@ -139,8 +139,9 @@ std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
 int run_troupe(int argc, char** argv) {
   CLI::App app{"troupe " TROUPE_VERSION ": a distributed deep-learning trainer on the actor model"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", [] { return troupe::cli::version_text(); },
-                       "Print the version and how this binary was built, and exit");
+  app.set_version_flag(
+      "--version", [] { return troupe::cli::version_text(); },
+      "Print the version and how this binary was built, and exit");
   app.footer("Run 'troupe COMMAND --help' for a command's options.");
 
   troupe::cli::TrainOptions train;

@@ -28,14 +28,16 @@ extern char** environ;
 namespace troupe::cli {
 
 void add_node_command(CLI::App& app, NodeOptions& o) {
-  auto* cmd = app.add_subcommand("node",
-                                 "Run one node of a cluster: the coordinator (--listen) or a worker (--join), or the role "
-                                 "a cluster spec or a launcher (mpirun, SLURM, torchrun) gives");
+  auto* cmd =
+      app.add_subcommand("node",
+                         "Run one node of a cluster: the coordinator (--listen) or a worker (--join), or the role "
+                         "a cluster spec or a launcher (mpirun, SLURM, torchrun) gives");
   auto& n = o.node;
   cmd->add_option("--listen", n.listen, "Be the coordinator, accepting nodes at HOST:PORT");
   cmd->add_option("--join", n.join, "Be a worker, joining the coordinator at HOST:PORT");
-  cmd->add_option("--cluster", o.cluster,
-                  "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER or TF_CONFIG); index 0 is the coordinator");
+  cmd->add_option(
+      "--cluster", o.cluster,
+      "A TF_CONFIG-shaped cluster spec file (or set TROUPE_CLUSTER or TF_CONFIG); index 0 is the coordinator");
   cmd->add_option("--coordinator", o.coordinator,
                   "Under a launcher (SLURM, mpirun, torchrun; no --listen / --join): the coordinator's HOST:PORT, "
                   "instead of the first SLURM host or MASTER_ADDR:MASTER_PORT; rank 0 listens there");
@@ -80,7 +82,9 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
                   "Coordinator: nodes, this one included, to wait for before training starts (default: --min-nodes); "
                   "later nodes join the running job")
       ->capture_default_str();
-  cmd->add_option("--devices", o.devices, "This node's devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 or cuda:0,cuda:0 (default: every GPU, else 2 CPU devices)");
+  cmd->add_option(
+      "--devices", o.devices,
+      "This node's devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 or cuda:0,cuda:0 (default: every GPU, else 2 CPU devices)");
   cmd->add_option("--secret-file", n.secret_file,
                   "File holding the cluster secret (else TROUPE_SECRET; without one only loopback peers are accepted)");
   cmd->add_flag("--insecure", n.insecure,
@@ -113,7 +117,8 @@ void add_node_command(CLI::App& app, NodeOptions& o) {
   cmd->add_option("--timeline-steps", o.reporting.timeline_steps, "The steps --timeline records, A:B")
       ->capture_default_str();
   cmd->add_option_function<double>(
-      "--wait-timeout", [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
+      "--wait-timeout",
+      [&n](double s) { n.wait_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000)); },
       "Seconds to wait for --min-nodes (coordinator) or for the job to start (worker; reaching the coordinator "
       "takes at most 30 s of it) (default 600)");
   cmd->add_option_function<double>(
@@ -154,14 +159,16 @@ std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
       if (tf1.job_name == "ps")
         throw UsageError(std::string(o.ps ? "--ps" : "--job_name ps") +
                          " needs --join HOST:PORT (the coordinator), or TF1's --ps_hosts and --worker_hosts");
-      throw UsageError("--job_name and --task_index go with --worker_hosts (and --ps_hosts), TF1's cluster flags; "
-                       "with --listen, --join, --cluster or a launcher's environment leave them out");
+      throw UsageError(
+          "--job_name and --task_index go with --worker_hosts (and --ps_hosts), TF1's cluster flags; "
+          "with --listen, --join, --cluster or a launcher's environment leave them out");
     }
     if (explicit_role || !o.cluster.empty())
       throw UsageError("give one of --listen / --join, --cluster FILE and --worker_hosts / --ps_hosts, not two");
     if (!o.coordinator.empty() || o.port != 0)
-      throw UsageError("--coordinator and --port complete a launcher's environment; --worker_hosts and --ps_hosts "
-                       "name every address themselves");
+      throw UsageError(
+          "--coordinator and --port complete a launcher's environment; --worker_hosts and --ps_hosts "
+          "name every address themselves");
     if (const auto launcher = net::launcher_in_environment(env))
       node_log("--worker_hosts given: the role in the " + *launcher + " environment is not used");
     return net::role_from_cluster_spec(net::cluster_spec_from_flags(tf1));
@@ -187,8 +194,9 @@ std::optional<net::LauncherRole> role_of(const NodeOptions& o) {
   flags.port = o.port;
   auto role = net::role_from_environment(env, flags);
   if (!role && (!o.coordinator.empty() || o.port != 0))
-    throw UsageError("--coordinator and --port complete a launcher's environment, and none was found (SLURM_PROCID, "
-                     "OMPI_COMM_WORLD_RANK or RANK for the rank); give --listen or --join instead");
+    throw UsageError(
+        "--coordinator and --port complete a launcher's environment, and none was found (SLURM_PROCID, "
+        "OMPI_COMM_WORLD_RANK or RANK for the rank); give --listen or --join instead");
   return role;
 }
 
@@ -245,9 +253,10 @@ int run_node(NodeOptions& o) {
     }
   }
   if (n.listen.empty() == n.join.empty())
-    throw UsageError("troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
-                     "or --cluster FILE, or a launcher's environment (TROUPE_CLUSTER, TF_CONFIG, SLURM, mpirun, "
-                     "torchrun)");
+    throw UsageError(
+        "troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
+        "or --cluster FILE, or a launcher's environment (TROUPE_CLUSTER, TF_CONFIG, SLURM, mpirun, "
+        "torchrun)");
   if (n.threads_per_device < 1) throw UsageError("--threads must be at least 1");
   if (n.prefetch < 1) throw UsageError("--prefetch must be at least 1");
   if (n.timeout.count() <= 0 || n.wait_timeout.count() <= 0) throw UsageError("timeouts must be positive");
@@ -259,8 +268,9 @@ int run_node(NodeOptions& o) {
     if (!o.reporting.control.empty() || !o.reporting.metrics.empty() || !o.reporting.summary_json.empty() ||
         !o.reporting.tensorboard.empty() || o.reporting.config.resume || o.reporting.config.resume_or_start ||
         !o.reporting.metrics_token_file.empty())
-      throw UsageError("--control, --metrics, --metrics-token-file, --summary-json, --tensorboard, --resume and "
-                       "--resume-or-start belong to the coordinator (--listen)");
+      throw UsageError(
+          "--control, --metrics, --metrics-token-file, --summary-json, --tensorboard, --resume and "
+          "--resume-or-start belong to the coordinator (--listen)");
     if (o.ps || o.tf1.job_name == "ps") {
       if (n.ps_tasks != 0) throw UsageError("--ps-tasks belongs to the coordinator (--listen)");
       // The seed's launch gives every task the same command line: what only

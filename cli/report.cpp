@@ -15,8 +15,10 @@ namespace {
 
 std::string human_rate(double per_s) {
   char buf[32];
-  if (per_s >= 1000) std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1000);
-  else std::snprintf(buf, sizeof buf, "%.0f", per_s);
+  if (per_s >= 1000)
+    std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1000);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", per_s);
   return buf;
 }
 
@@ -80,8 +82,7 @@ void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step
     int n = std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6g,%.1f,%.6g", kind, static_cast<long long>(epoch),
                           static_cast<long long>(step), loss, accuracy, samples_per_s, double(lr));
     if (eval)
-      std::snprintf(buf + n, sizeof buf - n, ",%.6g,%.6g,%.6g", eval->test_loss, eval->test_accuracy,
-                    eval->test_top5);
+      std::snprintf(buf + n, sizeof buf - n, ",%.6g,%.6g,%.6g", eval->test_loss, eval->test_accuracy, eval->test_top5);
     else
       std::snprintf(buf + n, sizeof buf - n, ",,,");
     *metrics_ << buf << "," << seconds_text(seconds()) << "," << (world_ > 0 ? std::to_string(world_) : "") << "\n";
@@ -126,12 +127,12 @@ models::Callbacks Report::callbacks() {
       const double eta = elapsed / double(in_epoch) * double(steps_in_epoch_ - in_epoch);
       std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  %s samples/s  loss %.4f  ETA %s ",
                    static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
-                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_),
-                   human_rate(rate).c_str(), loss_avg_, clock_text(eta).c_str());
+                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), human_rate(rate).c_str(),
+                   loss_avg_, clock_text(eta).c_str());
     } else if (log_now) {
-      std::fprintf(stderr, "epoch %lld step %lld/%lld  loss %.4f  %s samples/s\n",
-                   static_cast<long long>(epoch_ + 1), static_cast<long long>(in_epoch),
-                   static_cast<long long>(steps_in_epoch_), loss_avg_, human_rate(rate).c_str());
+      std::fprintf(stderr, "epoch %lld step %lld/%lld  loss %.4f  %s samples/s\n", static_cast<long long>(epoch_ + 1),
+                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), loss_avg_,
+                   human_rate(rate).c_str());
     }
   };
   cb.on_epoch_end = [this](const models::EpochResult& r) {
@@ -139,7 +140,8 @@ models::Callbacks Report::callbacks() {
     // Keras' epoch line: steps, time per step, the epoch's mean loss and
     // accuracy (the same figures the bar ended on), then the evaluation.
     char train_accuracy[32] = "";
-    if (!std::isnan(r.train_accuracy)) std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
+    if (!std::isnan(r.train_accuracy))
+      std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
     const std::int64_t steps = std::max<std::int64_t>(steps_in_epoch_, 1);
     std::fprintf(stderr,
                  "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | test loss %.4f accuracy %.4f "
@@ -157,17 +159,16 @@ models::Callbacks Report::callbacks() {
   return cb;
 }
 
-void Report::write_summary(const std::string& path, const models::TrainResult& r,
-                           const models::TrainConfig& c) const {
+void Report::write_summary(const std::string& path, const models::TrainResult& r, const models::TrainConfig& c) const {
   write_file_atomically(path, summary_json(r, c, models::peak_memory_mib()));
 }
 
 // Both written with nlohmann-json: strings (model names, data paths) are
 // escaped, bytes that are not UTF-8 replaced, and a non-finite number (a
 // diverged loss) becomes null.
-std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss,
-                              double accuracy, double samples_per_s, float lr, const models::EpochResult* eval,
-                              double seconds, int world) {
+std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
+                              double samples_per_s, float lr, const models::EpochResult* eval, double seconds,
+                              int world) {
   nlohmann::ordered_json row;
   row["kind"] = kind;
   row["epoch"] = epoch;
@@ -182,8 +183,10 @@ std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t
     row["test_top5"] = eval->test_top5;
   }
   row["seconds"] = seconds;
-  if (world > 0) row["world"] = world;
-  else row["world"] = nullptr;
+  if (world > 0)
+    row["world"] = world;
+  else
+    row["world"] = nullptr;
   return row.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

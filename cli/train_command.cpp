@@ -75,8 +75,9 @@ int exit_status(const models::TrainResult& result, const std::string& checkpoint
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   const auto [path, step] = last.get();
   if (!path.empty())
-    std::fprintf(stderr, "stopped by %s after step %lld; checkpoint %s (step %lld): resume with --resume "
-                         "(checkpoint dir %s)\n",
+    std::fprintf(stderr,
+                 "stopped by %s after step %lld; checkpoint %s (step %lld): resume with --resume "
+                 "(checkpoint dir %s)\n",
                  name, static_cast<long long>(result.steps), path.c_str(), static_cast<long long>(step),
                  checkpoint_dir.c_str());
   else if (checkpoint_dir.empty())
@@ -123,10 +124,10 @@ CLI::Validator unsigned_64_bit() {
 }
 
 void print_result(const models::TrainResult& result) {
-  if (result.stopped_early)
-    std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
+  if (result.stopped_early) std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
   if (!std::isfinite(result.final.test_loss))
-    std::fprintf(stderr, "warning: the test loss is not finite: the model has diverged and its accuracy means nothing\n");
+    std::fprintf(stderr,
+                 "warning: the test loss is not finite: the model has diverged and its accuracy means nothing\n");
   std::printf("test accuracy %.4f  top-5 %.4f  loss %.4f  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n",
               result.final.test_accuracy, result.final.test_top5, result.final.test_loss,
               static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,
@@ -215,7 +216,8 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   create_output_folders(o);
   Report report(job_config.train.epochs, o.log_every, o.metrics);
   if (!o.metrics_token_file.empty() && o.control.empty())
-    throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
+    throw UsageError(
+        "--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
   // The endpoint's credentials, read before the data is loaded so a bad
   // file is an error at once.
   net::ControlServerOptions control_options;
@@ -234,7 +236,8 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   actors::JobConfig jc = job_config;
   if (!o.timeline.empty()) {
     const auto [first, last] = actors::Timeline::parse_steps(o.timeline_steps);
-    jc.timeline = std::make_shared<actors::Timeline>(o.timeline, jc.cluster ? "coordinator" : "troupe train", first, last);
+    jc.timeline =
+        std::make_shared<actors::Timeline>(o.timeline, jc.cluster ? "coordinator" : "troupe train", first, last);
   }
   // GET /metrics: the job feeds it as it trains (only with an endpoint to serve it).
   std::shared_ptr<actors::JobMetrics> metrics;
@@ -346,8 +349,9 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   // the state restored then (the pushes after it, not those rolled back).
   std::string counted;
   if (!r.rollbacks.empty())
-    counted = "; counted from step " + std::to_string(r.counted_from_step) + ", where the parameter server's state was " +
-              "last restored (" + std::to_string(r.rollbacks.size()) + " placement(s) of its shards while the job ran)";
+    counted = "; counted from step " + std::to_string(r.counted_from_step) +
+              ", where the parameter server's state was " + "last restored (" + std::to_string(r.rollbacks.size()) +
+              " placement(s) of its shards while the job ran)";
   std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s%s%s\n",
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
                static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str(), counted.c_str());
@@ -366,14 +370,12 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   auto& c = o.config;
   cmd->add_option("--model", c.model, "Zoo model (linreg, mlp, cnn, textcnn) or a model spec file")
       ->capture_default_str();
-  cmd->add_option("--data", c.data,
-                  "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
+  cmd->add_option("--data", c.data, "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
       ->capture_default_str();
   cmd->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   cmd->add_option("--batch", c.batch, "Examples per step and replica (global batch = batch x replicas)")
       ->capture_default_str();
-  cmd->add_option("--steps", c.max_steps, "Stop after this many global steps (0: no limit)")
-      ->capture_default_str();
+  cmd->add_option("--steps", c.max_steps, "Stop after this many global steps (0: no limit)")->capture_default_str();
   cmd->add_option("--devices", o.devices,
                   "Devices, e.g. cpu:0,cpu:1, cuda:0,cuda:1 (NCCL) or cuda:0,cuda:0 (two logical replicas on one GPU) "
                   "(default: every GPU, else 2 CPU devices)");
@@ -387,8 +389,7 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "With a secret: a file holding a bearer token that GET /metrics accepts instead of a signed request "
                   "(a Prometheus server's authorization credentials_file)");
   cmd->add_option("--prefetch", o.prefetch, "Batches each data loader keeps ready")->capture_default_str();
-  cmd->add_option("--ps-shards", o.ps_shards,
-                  "Parameter-server shards of async and ssp modes (1: the single server)")
+  cmd->add_option("--ps-shards", o.ps_shards, "Parameter-server shards of async and ssp modes (1: the single server)")
       ->capture_default_str();
   cmd->add_option("--ps-split-above", o.ps_split_above,
                   "Layers of more floats than this are split across every parameter-server shard")
@@ -414,8 +415,7 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--threads,--threads-per-device", o.threads, "CPU threads for each device's kernels")
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Write checkpoints here (checked before training)");
-  cmd->add_option("--checkpoint-every", c.checkpoint_every, "Also checkpoint every N steps")
-      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "Also checkpoint every N steps")->capture_default_str();
   cmd->add_option("--keep", c.keep_last, "Checkpoints to keep (0: all)")->capture_default_str();
   cmd->add_flag("--resume", c.resume,
                 "Resume from the newest checkpoint in --checkpoint-dir that verifies (an error when there is none)");
@@ -442,7 +442,8 @@ int run_train(TrainOptions& o) {
   if (o.ps_split_above < 1)
     throw UsageError("--ps-split-above must be at least 1 (floats), got " + std::to_string(o.ps_split_above));
   if (!o.metrics_token_file.empty() && o.control.empty())
-    throw UsageError("--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
+    throw UsageError(
+        "--metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
   actors::Mode::parse(o.mode);  // usage errors before any data is loaded
   actors::parse_switch_schedule(o.switches);
   std::vector<kernels::Device> devices =

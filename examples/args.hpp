@@ -71,7 +71,8 @@ class Args {
       used = 0;
     }
     if (used == 0 || used != v.size()) fail(name + " must be a number, got '" + v + "'");
-    if (!(out >= min && out <= max)) fail(name + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + v);
+    if (!(out >= min && out <= max))
+      fail(name + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + v);
     return out;
   }
 

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   args.option("--devices", "", "devices, e.g. cpu:0,cpu:1 (default: every GPU, else 2 CPU devices)");
   args.option("--model", "cnn", "zoo model (mlp, cnn) or a model spec file");
   args.option("--epochs", "10", "epochs (the tutorial: 10)");
-  args.option("--steps", "0", "steps per epoch (0: a whole pass over the data; fewer: the next epoch continues the data order)");
+  args.option("--steps", "0",
+              "steps per epoch (0: a whole pass over the data; fewer: the next epoch continues the data order)");
   args.option("--batch", "64", "examples per replica and step (global batch = this x replicas)");
   args.option("--lr", "0.001", "Adam's learning rate");
   args.option("--seed", "0", "seed of initialisation and shuffling");
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
     // with strategy.scope(): model = create_model(); optimizer = Adam()
     troupe::OptimizerConfig adam;
     adam.name = "adam";
-    strategy.create_replicas(troupe::model_spec(args.str("--model"), data.train), adam, static_cast<std::uint64_t>(seed));
+    strategy.create_replicas(troupe::model_spec(args.str("--model"), data.train), adam,
+                             static_cast<std::uint64_t>(seed));
     // train_dist_dataset = strategy.experimental_distribute_dataset(train_dataset)
     strategy.distribute(data.train, global_batch, static_cast<std::uint64_t>(seed));
 
@@ -94,8 +96,8 @@ int main(int argc, char** argv) {
     auto train_step = [](troupe::ReplicaContext& ctx) -> double {
       const troupe::Tensor& logits = ctx.model.forward(ctx.features, /*training=*/true);
       const double loss = ctx.compute_average_loss(logits);  // sum of losses / GLOBAL batch
-      ctx.model.backward(ctx.output_gradient());              // gradients of that loss
-      return loss;  // this replica's share of the global mean loss
+      ctx.model.backward(ctx.output_gradient());             // gradients of that loss
+      return loss;                                           // this replica's share of the global mean loss
     };
 
     for (long long epoch = 0; epoch < epochs; ++epoch) {
@@ -104,7 +106,8 @@ int main(int argc, char** argv) {
       //   return strategy.reduce(SUM, per_replica_losses, axis=None)
       double total_loss = 0;
       long long num_batches = 0;
-      const long long n = steps > 0 ? std::min<long long>(steps, strategy.steps_per_epoch()) : strategy.steps_per_epoch();
+      const long long n =
+          steps > 0 ? std::min<long long>(steps, strategy.steps_per_epoch()) : strategy.steps_per_epoch();
       for (long long s = 0; s < n; ++s) {
         troupe::PerReplica per_replica_losses = strategy.run(train_step, lr);
         // SUM, not MEAN: each value is already divided by the global batch,

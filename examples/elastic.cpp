@@ -169,15 +169,14 @@ int main(int argc, char** argv) {
   const long long seed = args.integer("--seed", 0, 1LL << 62);
   const long long deadline = args.integer("--deadline", 1, 86400);
   if (kill_at <= join_at) args.fail("--kill-at must come after --join-at");
-  if (troupe.find('/') != std::string::npos && !fs::exists(troupe))
-    args.fail("--troupe " + troupe + ": no such file");
+  if (troupe.find('/') != std::string::npos && !fs::exists(troupe)) args.fail("--troupe " + troupe + ": no such file");
 
   try {
     fs::create_directories(dir);
     const std::string job = dir + "/job.toml", metrics = dir + "/metrics.csv";
-    write_text(job, "model = \"" + model + "\"\ndata = \"fashion-mnist\"\nmode = \"" + mode + "\"\nepochs = " +
-                        std::to_string(epochs) + "\nbatch = " + std::to_string(batch) + "\nseed = " +
-                        std::to_string(seed) + "\neval_every = " + std::to_string(eval_every) + "\n");
+    write_text(job, "model = \"" + model + "\"\ndata = \"fashion-mnist\"\nmode = \"" + mode +
+                        "\"\nepochs = " + std::to_string(epochs) + "\nbatch = " + std::to_string(batch) +
+                        "\nseed = " + std::to_string(seed) + "\neval_every = " + std::to_string(eval_every) + "\n");
     std::unique_ptr<examples::Child> coordinator, first, second;
     bool killed = false, ended = false;
     double join_time = -1, kill_time = -1;
@@ -188,10 +187,11 @@ int main(int argc, char** argv) {
       if (port <= 0) throw std::runtime_error("no free port on 127.0.0.1");
       const std::string at = "127.0.0.1:" + std::to_string(port);
       std::printf("elastic: %s in %s; the nodes (each one CPU device):\n", model.c_str(), mode.c_str());
-      const std::vector<std::string> coordinator_args{troupe, "node", "--listen", at, "--job", job, "--start-nodes", "2",
-                                                      "--min-nodes", "1", "--devices", "cpu:0", "--metrics", metrics,
-                                                      "--log-every", "10"};
-      const std::vector<std::string> worker_args{troupe, "node", "--join", at, "--devices", "cpu:0", "--rejoin-timeout", "0"};
+      const std::vector<std::string> coordinator_args{
+          troupe,        "node", "--listen",  at,      "--job",     job,     "--start-nodes", "2",
+          "--min-nodes", "1",    "--devices", "cpu:0", "--metrics", metrics, "--log-every",   "10"};
+      const std::vector<std::string> worker_args{troupe,      "node",  "--join",           at,
+                                                 "--devices", "cpu:0", "--rejoin-timeout", "0"};
       auto show = [](const std::vector<std::string>& a) {
         std::string line = " ";
         for (const auto& w : a) line += " " + w;
@@ -232,9 +232,10 @@ int main(int argc, char** argv) {
           examples::lost_a_port({coordinator.get()})) {
         first->kill_now();  // it would wait for a coordinator that is not there
         if (second) second->kill_now();
-        std::printf("another process took port %d before the coordinator bound it; again on a fresh port "
-                    "(attempt %d of 3)\n",
-                    port, attempt + 1);
+        std::printf(
+            "another process took port %d before the coordinator bound it; again on a fresh port "
+            "(attempt %d of 3)\n",
+            port, attempt + 1);
         continue;
       }
       std::vector<examples::Child*> everyone{coordinator.get(), first.get()};
@@ -264,7 +265,8 @@ int main(int argc, char** argv) {
     int views = 0, last_world = 0;
     std::string worlds;
     for (const auto& r : rows) {
-      if (r.kind == "eval" && !std::isnan(r.test_accuracy)) acc << r.seconds << ' ' << r.test_accuracy << ' ' << r.step << '\n';
+      if (r.kind == "eval" && !std::isnan(r.test_accuracy))
+        acc << r.seconds << ' ' << r.test_accuracy << ' ' << r.step << '\n';
       if (r.kind == "view") {
         if (views > 0) world << r.seconds << ' ' << last_world << '\n';  // a step, not a slope
         world << r.seconds << ' ' << r.world << '\n';

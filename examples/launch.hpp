@@ -11,12 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -174,8 +174,7 @@ inline bool lost_a_port(const std::vector<Child*>& children) {
   for (const Child* c : children) {
     const std::string out = c->output();
     if (c->status != 0 && out.find("cannot listen on") != std::string::npos &&
-        (out.find("is already in use") != std::string::npos ||
-         out.find("Address already in use") != std::string::npos))
+        (out.find("is already in use") != std::string::npos || out.find("Address already in use") != std::string::npos))
       return true;
   }
   return false;

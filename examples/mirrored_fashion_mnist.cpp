@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
 
     // The last checkpoint is written at the last epoch end, from the state
     // fit() ended with: all three evaluations are of the same parameters.
-    const bool same = reloaded_eval.test_accuracy == history.final.test_accuracy &&
-                      ckpt_eval.test_accuracy == history.final.test_accuracy &&
-                      std::abs(reloaded_eval.test_loss - history.final.test_loss) <= 1e-5 * (1 + history.final.test_loss);
+    const bool same =
+        reloaded_eval.test_accuracy == history.final.test_accuracy &&
+        ckpt_eval.test_accuracy == history.final.test_accuracy &&
+        std::abs(reloaded_eval.test_loss - history.final.test_loss) <= 1e-5 * (1 + history.final.test_loss);
     if (!same) {
       std::fprintf(stderr, "error: accuracies differ: fit %.6f, latest checkpoint %.6f, reloaded %.6f\n",
                    history.final.test_accuracy, ckpt_eval.test_accuracy, reloaded_eval.test_accuracy);

@@ -24,8 +24,8 @@
 // epoch: compare runs by time and by examples, not by steps.
 //
 // How to run:
-//   build/examples/mode_switch_experiment                        # cnn, 3 epochs, 2 CPU devices: 10-20 min on 2 busy cores
-//   build/examples/mode_switch_experiment --short                # mlp on a 4096-example subset: seconds
+//   build/examples/mode_switch_experiment                        # cnn, 3 epochs, 2 CPU devices: 10-20 min on 2 busy
+//   cores build/examples/mode_switch_experiment --short                # mlp on a 4096-example subset: seconds
 //   build/examples/mode_switch_experiment --model mlp --epochs 5 --eval-every 50 --dir runs/modes
 // The switched run goes sync -> async at --switch-async and back to sync at
 // --switch-sync (global steps; defaults: a third and two thirds of the
@@ -55,16 +55,16 @@ struct Point {
 };
 
 struct Run {
-  std::string name, file;        // "sync->async->sync", "sync_async_sync"
-  std::string mode, switches;    // the strategy's mode and the planned switches
+  std::string name, file;      // "sync->async->sync", "sync_async_sync"
+  std::string mode, switches;  // the strategy's mode and the planned switches
   std::vector<Point> points;
   troupe::History history;
 };
 
 // Examples trained on after `step` global steps: a sync step is a global
 // batch, an async / ssp step one replica's batch.
-std::int64_t examples_at(std::int64_t step, const std::string& mode, std::int64_t switch_async, std::int64_t switch_sync,
-                         bool switched, std::int64_t batch, int replicas) {
+std::int64_t examples_at(std::int64_t step, const std::string& mode, std::int64_t switch_async,
+                         std::int64_t switch_sync, bool switched, std::int64_t batch, int replicas) {
   const std::int64_t global = batch * replicas;
   if (!switched) return step * (mode == "sync" ? global : batch);
   if (step <= switch_async) return step * global;
@@ -74,7 +74,9 @@ std::int64_t examples_at(std::int64_t step, const std::string& mode, std::int64_
 
 std::string mode_at(std::int64_t step, const Run& run, std::int64_t switch_async, std::int64_t switch_sync) {
   if (run.switches.empty()) return run.mode;
-  return step <= switch_async ? "sync" : step <= switch_sync ? "async" : "sync";  // an evaluation at a switch step precedes the switch
+  return step <= switch_async  ? "sync"
+         : step <= switch_sync ? "async"
+                               : "sync";  // an evaluation at a switch step precedes the switch
 }
 
 // Records every evaluation (and the last batch loss before it).
@@ -184,8 +186,12 @@ int main(int argc, char** argv) {
         {"sync", "sync", "sync", "", {}, {}},
         {"async", "async", "async", "", {}, {}},
         {"ssp:2", "ssp2", "ssp:2", "", {}, {}},
-        {"sync->async->sync", "sync_async_sync", "sync",
-         std::to_string(switch_async) + ":async," + std::to_string(switch_sync) + ":sync", {}, {}},
+        {"sync->async->sync",
+         "sync_async_sync",
+         "sync",
+         std::to_string(switch_async) + ":async," + std::to_string(switch_sync) + ":sync",
+         {},
+         {}},
     };
     std::printf("mode_switch_experiment: %s on %s (%lld training examples), %lld epochs, batch %lld per replica on",
                 model.c_str(), short_run ? "a Fashion-MNIST subset" : "Fashion-MNIST",
@@ -223,8 +229,10 @@ int main(int argc, char** argv) {
     // The table.
     std::ostringstream table;
     char line[512];
-    std::snprintf(line, sizeof line, "| run | time to %.0f%% (training s) | wall s | steps | examples | final accuracy | samples/s | modes |\n",
-                  threshold * 100);
+    std::snprintf(
+        line, sizeof line,
+        "| run | time to %.0f%% (training s) | wall s | steps | examples | final accuracy | samples/s | modes |\n",
+        threshold * 100);
     table << line << "|---|---|---|---|---|---|---|---|\n";
     for (const auto& run : runs) {
       const Point* hit = nullptr;
@@ -238,8 +246,8 @@ int main(int argc, char** argv) {
       if (hit)
         std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %lld | %lld | %.4f | %.0f | %s |\n", run.name.c_str(),
                       hit->train_s, hit->wall_s, static_cast<long long>(hit->step),
-                      static_cast<long long>(hit->examples), run.history.final.test_accuracy,
-                      run.history.samples_per_s, history.c_str());
+                      static_cast<long long>(hit->examples), run.history.final.test_accuracy, run.history.samples_per_s,
+                      history.c_str());
       else
         std::snprintf(line, sizeof line, "| %s | not reached | - | - | - | %.4f | %.0f | %s |\n", run.name.c_str(),
                       run.history.final.test_accuracy, run.history.samples_per_s, history.c_str());
@@ -260,8 +268,8 @@ int main(int argc, char** argv) {
          << "set datafile separator ','\n"
          << "set key bottom right\n"
          << "set grid\n"
-         << "set title 'Test accuracy against training time: " << model << ", " << replicas << " replicas, batch " << batch
-         << " per replica'\n"
+         << "set title 'Test accuracy against training time: " << model << ", " << replicas << " replicas, batch "
+         << batch << " per replica'\n"
          << "set xlabel 'training time, s (evaluations excluded)'\n"
          << "set ylabel 'test accuracy'\n"
          << "set yrange [" << (short_run ? 0.5 : 0.75) << ":*]\n"
@@ -276,9 +284,10 @@ int main(int argc, char** argv) {
         std::printf("\nplot: %s\n", png.c_str());
         break;
       case examples::Plot::no_gnuplot:
-        std::printf("\ngnuplot is not installed: no plot (install gnuplot-nox, e.g. scripts/setup.sh, then run "
-                    "`gnuplot %s`). CSVs: %s/*.csv\n",
-                    script.c_str(), dir.c_str());
+        std::printf(
+            "\ngnuplot is not installed: no plot (install gnuplot-nox, e.g. scripts/setup.sh, then run "
+            "`gnuplot %s`). CSVs: %s/*.csv\n",
+            script.c_str(), dir.c_str());
         break;
       case examples::Plot::failed:
         std::printf("\ngnuplot failed on %s: no plot; CSVs: %s/*.csv\n", script.c_str(), dir.c_str());

@@ -183,7 +183,8 @@ struct TwoHeaded {
       for (std::int64_t i = 0; i < n; ++i) {
         std::int64_t best = 0;
         for (std::int64_t c = 1; c < kClasses; ++c)
-          if (l[static_cast<std::size_t>(i * kClasses + c)] > l[static_cast<std::size_t>(i * kClasses + best)]) best = c;
+          if (l[static_cast<std::size_t>(i * kClasses + c)] > l[static_cast<std::size_t>(i * kClasses + best)])
+            best = c;
         correct += best == labels[i];
       }
     }
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
       devices = troupe::parse_devices(args.str("--devices"));
     } else {
       const int gpus = troupe::cuda_device_count();
-      devices = gpus >= 2 ? std::vector<Device>{Device::cuda(0), Device::cuda(1)}
+      devices = gpus >= 2   ? std::vector<Device>{Device::cuda(0), Device::cuda(1)}
                 : gpus == 1 ? std::vector<Device>{Device::cuda(0), Device::cpu(0)}
                             : std::vector<Device>{Device::cpu(0), Device::cpu(1)};
     }
@@ -327,7 +328,8 @@ int main(int argc, char** argv) {
         window = 0;
       }
       if (!short_run && s % per_epoch == 0)
-        std::printf("epoch %lld  test accuracy %.4f\n", static_cast<long long>(s / per_epoch), model.accuracy(data.test));
+        std::printf("epoch %lld  test accuracy %.4f\n", static_cast<long long>(s / per_epoch),
+                    model.accuracy(data.test));
     }
     const double acc = model.accuracy(data.test);
     std::printf("model_parallel: %lld steps, loss %.4f -> %.4f, test accuracy %.4f (%lld test examples)\n",

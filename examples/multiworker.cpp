@@ -20,8 +20,10 @@
 //   build/examples/multiworker --workers 127.0.0.1:7000,127.0.0.1:7001 --short
 // or start the two processes yourself, e.g. in two terminals (the launcher
 // prints these lines):
-//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":0}}' build/examples/multiworker --task 0
-//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":1}}' build/examples/multiworker --task 1
+//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":0}}'
+//   build/examples/multiworker --task 0
+//   TROUPE_CLUSTER='{"cluster":{"worker":["127.0.0.1:7000","127.0.0.1:7001"]},"task":{"type":"worker","index":1}}'
+//   build/examples/multiworker --task 1
 // (or `--workers A,B --task I` instead of TROUPE_CLUSTER). Each process uses
 // one CPU device by default (--devices).
 #include <cstdio>
@@ -57,7 +59,8 @@ int main(int argc, char** argv) {
                       "multiworker: MultiWorkerMirroredStrategy from a TF_CONFIG-shaped cluster spec (two worker "
                       "processes on localhost) on Fashion-MNIST");
   args.option("--workers", "", "the cluster's workers HOST:PORT,HOST:PORT (default: 2 free ports on 127.0.0.1)");
-  args.option("--task", "", "run only this task of the cluster (its index); the spec from --workers, else TROUPE_CLUSTER");
+  args.option("--task", "",
+              "run only this task of the cluster (its index); the spec from --workers, else TROUPE_CLUSTER");
   args.option("--devices", "cpu:0", "each worker's devices");
   args.option("--model", "cnn", "zoo model (mlp, cnn) or a model spec file");
   args.option("--epochs", "3", "epochs (the tutorial: 3)");
@@ -116,8 +119,7 @@ int main(int argc, char** argv) {
       if (strategy->is_coordinator()) {
         const long long per_worker = batch * static_cast<long long>(strategy->devices().size());
         std::printf("worker %lld (chief): %d workers; total batch %lld = %lld x %d workers\n", task,
-                    strategy->num_workers(), per_worker * strategy->num_workers(), per_worker,
-                    strategy->num_workers());
+                    strategy->num_workers(), per_worker * strategy->num_workers(), per_worker, strategy->num_workers());
         std::fflush(stdout);
       }
       troupe::History h = strategy->fit(config, {std::make_shared<troupe::ProgressLogger>(10)});
@@ -154,8 +156,9 @@ int main(int argc, char** argv) {
     }
     const int port = examples::port_of(workers[i]);
     if (port > 0 && examples::port_in_use(port))
-      args.fail("port " + std::to_string(port) + " (" + workers[i] + ") is in use; see what holds it: ss -ltnp 'sport = :" +
-                std::to_string(port) + "', or pick other ports with --workers");
+      args.fail("port " + std::to_string(port) + " (" + workers[i] +
+                ") is in use; see what holds it: ss -ltnp 'sport = :" + std::to_string(port) +
+                "', or pick other ports with --workers");
   }
   const long long per_worker = batch * static_cast<long long>(devices.size());
   const int n = static_cast<int>(workers.size());
@@ -164,7 +167,8 @@ int main(int argc, char** argv) {
   std::printf(" ); per-worker batch %lld (%lld x %zu devices)\n", per_worker, batch, devices.size());
   std::printf("total batch %lld = %lld x %d workers\n", per_worker * n, per_worker, n);
 
-  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe-multiworker-" + std::to_string(getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-multiworker-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(dir);
   std::vector<std::string> forwarded;
   for (int i = 1; i < argc; ++i) {
@@ -189,7 +193,8 @@ int main(int argc, char** argv) {
       std::string line = "TROUPE_CLUSTER='" + spec + "'";
       for (const auto& a : child_args) line += " " + a;
       std::printf("launching: %s\n", line.c_str());
-      children.push_back(std::make_unique<examples::Child>(child_args, spec, dir + "/worker" + std::to_string(i) + ".log"));
+      children.push_back(
+          std::make_unique<examples::Child>(child_args, spec, dir + "/worker" + std::to_string(i) + ".log"));
     }
     std::vector<examples::Child*> all;
     for (auto& c : children) all.push_back(c.get());
@@ -206,11 +211,13 @@ int main(int argc, char** argv) {
                 attempt + 1);
   }
   std::filesystem::remove_all(dir);
-  if (!in_time) std::fprintf(stderr, "error: the workers did not finish within %lld s (--deadline); killed\n", deadline);
+  if (!in_time)
+    std::fprintf(stderr, "error: the workers did not finish within %lld s (--deadline); killed\n", deadline);
   if (!ok) {
     std::fprintf(stderr, "error: a worker failed (see its output above)\n");
     return 1;
   }
-  std::printf("multiworker: both workers finished; total batch %lld = %lld x %d workers\n", per_worker * n, per_worker, n);
+  std::printf("multiworker: both workers finished; total batch %lld = %lld x %d workers\n", per_worker * n, per_worker,
+              n);
   return 0;
 }

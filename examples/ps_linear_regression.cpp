@@ -55,9 +55,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <troupe/troupe.hpp>
@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
                       "ps_linear_regression: TF1's parameter-server example (async SGD on y = 2x + noise, the chief "
                       "checkpoints, killed and resumed) on a two-process troupe cluster");
   args.option("--workers", "", "the cluster's workers HOST:PORT,HOST:PORT (default: 2 free ports on 127.0.0.1)");
-  args.option("--ps", "", "the ps tasks HOST:PORT,... (default: 1 free port on 127.0.0.1; 'none': no ps task, "
-                          "the parameter server runs on the chief)");
+  args.option("--ps", "",
+              "the ps tasks HOST:PORT,... (default: 1 free port on 127.0.0.1; 'none': no ps task, "
+              "the parameter server runs on the chief)");
   args.option("--task", "", "run only this task (its index); the spec from --workers and --ps, else TROUPE_CLUSTER");
   args.option("--job", "worker", "with --task: worker or ps (TF1's --job_name)");
   args.option("--dir", "runs/ps_linear_regression", "the chief's checkpoint directory");
@@ -124,8 +125,9 @@ int main(int argc, char** argv) {
   args.option("--deadline", "300", "seconds the launcher waits for the processes before killing them");
   args.flag("--resume", "task mode, chief: continue from the newest checkpoint in --dir");
   args.flag("--kill-and-resume", "launcher: kill the chief (SIGKILL) after its first checkpoint, then resume");
-  args.flag("--kill-ps", "launcher: kill the ps task (SIGKILL) after the chief's first checkpoint and start a new one: "
-                         "the job rolls back to that checkpoint and goes on");
+  args.flag("--kill-ps",
+            "launcher: kill the ps task (SIGKILL) after the chief's first checkpoint and start a new one: "
+            "the job rolls back to that checkpoint and goes on");
   args.flag("--short", "400 steps, a checkpoint every 50, 10 ms per step: seconds");
   args.parse();
   const bool short_run = args.has("--short");
@@ -140,7 +142,8 @@ int main(int argc, char** argv) {
   const long long deadline = args.integer("--deadline", 1, 86400);
   const std::string dir = args.str("--dir");
   if (dir.empty()) args.fail("--dir must not be empty");
-  if (args.has("--resume") && !args.has("--task")) args.fail("--resume belongs to one task (--task 0); the launcher uses --kill-and-resume");
+  if (args.has("--resume") && !args.has("--task"))
+    args.fail("--resume belongs to one task (--task 0); the launcher uses --kill-and-resume");
 
   const std::string job_name = args.str("--job");
   if (job_name != "worker" && job_name != "ps") args.fail("--job must be worker or ps, got '" + job_name + "'");
@@ -257,8 +260,9 @@ int main(int argc, char** argv) {
       }
       const int port = examples::port_of(workers[i]);
       if (port > 0 && examples::port_in_use(port))
-        args.fail("port " + std::to_string(port) + " (" + workers[i] + ") is in use; see what holds it: ss -ltnp 'sport = :" +
-                  std::to_string(port) + "', or pick other ports with --workers");
+        args.fail("port " + std::to_string(port) + " (" + workers[i] +
+                  ") is in use; see what holds it: ss -ltnp 'sport = :" + std::to_string(port) +
+                  "', or pick other ports with --workers");
     }
     return workers;
   };
@@ -272,14 +276,15 @@ int main(int argc, char** argv) {
     if (a == "--kill-and-resume" || a == "--kill-ps") continue;
     forwarded.push_back(a);
   }
-  const std::string logs = (std::filesystem::temp_directory_path() / ("troupe-ps-" + std::to_string(getpid()))).string();
+  const std::string logs =
+      (std::filesystem::temp_directory_path() / ("troupe-ps-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(logs);
   std::filesystem::remove_all(dir);  // a fresh run: no old checkpoints to resume from by accident
   std::filesystem::create_directories(dir);
 
   // One task of the cluster; `resume` adds --resume to the chief.
-  auto start = [&](const std::vector<std::string>& workers, const std::vector<std::string>& ps,
-                   const std::string& type, std::size_t i, bool resume, const std::string& phase) {
+  auto start = [&](const std::vector<std::string>& workers, const std::vector<std::string>& ps, const std::string& type,
+                   std::size_t i, bool resume, const std::string& phase) {
     std::vector<std::string> a{argv[0], "--task", std::to_string(i)};
     a.insert(a.end(), forwarded.begin(), forwarded.end());
     if (type == "ps") a.insert(a.end(), {"--job", "ps"});
@@ -329,7 +334,8 @@ int main(int argc, char** argv) {
   std::printf("cluster: chief (worker 0) %s, worker 1 %s, ps %s; async SGD, %lld steps, a checkpoint every %lld\n",
               workers[0].c_str(), workers.size() > 1 ? workers[1].c_str() : "-",
               ps.empty() ? "none (the parameter server runs on the chief)" : ps_text.c_str(), steps, every);
-  if (args.has("--kill-and-resume") && args.has("--kill-ps")) args.fail("--kill-and-resume and --kill-ps: one at a time");
+  if (args.has("--kill-and-resume") && args.has("--kill-ps"))
+    args.fail("--kill-and-resume and --kill-ps: one at a time");
   if (args.has("--kill-ps") && ps.empty()) args.fail("--kill-ps needs a ps task (not --ps none)");
   auto children = launch(workers, ps, false, "");
   bool ok = true;
@@ -359,9 +365,10 @@ int main(int argc, char** argv) {
     killed_ps = std::move(children[workers.size()]);
     killed_ps->kill_now();
     const auto latest = troupe::latest_checkpoint(dir);
-    std::printf("killed ps task 0 (SIGKILL) after the chief's checkpoint at step %lld; starting a new ps task: the "
-                "chief rolls back to its newest checkpoint and places the shard on it\n",
-                latest ? step_of(*latest) : -1LL);
+    std::printf(
+        "killed ps task 0 (SIGKILL) after the chief's checkpoint at step %lld; starting a new ps task: the "
+        "chief rolls back to its newest checkpoint and places the shard on it\n",
+        latest ? step_of(*latest) : -1LL);
     children[workers.size()] = start(workers, ps, "ps", 0, false, "new ");
   }
   if (args.has("--kill-and-resume")) {
@@ -376,8 +383,9 @@ int main(int argc, char** argv) {
     // within seconds.
     examples::wait_all(pointers(children), std::chrono::seconds(30));
     report(children, "first run: ", workers.size());
-    std::printf("restarting the cluster: the chief with resume = true, the worker and the ps task(s) (all rejoin, "
-                "on fresh ports)\n");
+    std::printf(
+        "restarting the cluster: the chief with resume = true, the worker and the ps task(s) (all rejoin, "
+        "on fresh ports)\n");
     if (args.str("--workers").empty()) workers = pick_workers();  // the old ports may linger in TIME_WAIT
     if (args.str("--ps").empty()) ps = pick_ps();
     children = launch(workers, ps, true, "resumed ");
@@ -394,7 +402,8 @@ int main(int argc, char** argv) {
   report(children, args.has("--kill-and-resume") ? "resumed " : "", workers.size());
   for (auto& c : children) ok = ok && c->status == 0;
   std::filesystem::remove_all(logs);
-  if (!in_time) std::fprintf(stderr, "error: the processes did not finish within %lld s (--deadline); killed\n", deadline);
+  if (!in_time)
+    std::fprintf(stderr, "error: the processes did not finish within %lld s (--deadline); killed\n", deadline);
   if (!ok || !in_time) {
     std::fprintf(stderr, "error: a process failed (see its output above)\n");
     return 1;
@@ -405,6 +414,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto [w, b] = w_and_b(*troupe::load_model(*latest));
-  std::printf("ps_linear_regression: final checkpoint %s: w = %.4f (target 2), b = %.4f (target 0)\n", latest->c_str(), w, b);
+  std::printf("ps_linear_regression: final checkpoint %s: w = %.4f (target 2), b = %.4f (target 0)\n", latest->c_str(),
+              w, b);
   return 0;
 }

@@ -88,10 +88,11 @@ int main(int argc, char** argv) {
       for (std::int64_t i = 0; i < n; ++i) spread[static_cast<std::size_t>(i)] = i * data.test.size() / n;
       final = troupe::evaluate(*h.model, troupe::data::select_examples(data.test, spread, "test"));
     }
-    std::printf("text_cnn: %lld steps, %.0f samples/s; test accuracy %.4f, top-5 %.4f, loss %.4f (%lld test glosses; "
-                "chance: %.4f)\n",
-                static_cast<long long>(h.steps), h.samples_per_s, final.test_accuracy, final.test_top5, final.test_loss,
-                static_cast<long long>(final.test_examples), 1.0 / data.train.num_classes);
+    std::printf(
+        "text_cnn: %lld steps, %.0f samples/s; test accuracy %.4f, top-5 %.4f, loss %.4f (%lld test glosses; "
+        "chance: %.4f)\n",
+        static_cast<long long>(h.steps), h.samples_per_s, final.test_accuracy, final.test_top5, final.test_loss,
+        static_cast<long long>(final.test_examples), 1.0 / data.train.num_classes);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -105,7 +105,8 @@ Answer exchange(std::uint16_t port, std::string_view request) {
   const auto start = Clock::now();
   const auto deadline = start + kPatience;
   for (;;) {
-    const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    const int ms =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (!troupe::fuzz::wait_for_fd(fd, POLLIN, ms)) {
       // TROUPE_FUZZ_HANG_PAUSE=1 keeps the process for a debugger (gdb -p PID).
       if (std::getenv("TROUPE_FUZZ_HANG_PAUSE")) {

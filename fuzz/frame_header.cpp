@@ -46,12 +46,10 @@ void check_hello_round_trip(const Hello& h) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     check_hello_round_trip(decode_hello(data, size));
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   try {
     check_hello_round_trip(decode_framed_hello(data, size));
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   FrameFields f;
   try {
     f = decode_frame_header(data, size);

@@ -25,9 +25,9 @@ namespace troupe::fuzz {
   std::abort();
 }
 
-#define TROUPE_FUZZ_CHECK(cond, what)                                           \
-  do {                                                                          \
-    if (!(cond)) ::troupe::fuzz::fail(std::string(#cond ": ") + (what));        \
+#define TROUPE_FUZZ_CHECK(cond, what)                                    \
+  do {                                                                   \
+    if (!(cond)) ::troupe::fuzz::fail(std::string(#cond ": ") + (what)); \
   } while (0)
 
 // An in-memory file (memfd) that readers open by path (/proc/self/fd/N), as

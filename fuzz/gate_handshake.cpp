@@ -58,8 +58,7 @@ void decoders(std::string_view bytes) {
     const Challenge d = Challenge::decode(c.encode());
     TROUPE_FUZZ_CHECK(c.has_secret == d.has_secret && c.nonce == d.nonce && c.clear_links == d.clear_links,
                       "Challenge round trip");
-  } catch (const std::invalid_argument&) {
-  }
+  } catch (const std::invalid_argument&) {}
   try {
     const JoinResponse r = JoinResponse::decode(bytes);
     const JoinResponse s = JoinResponse::decode(r.encode());
@@ -67,16 +66,14 @@ void decoders(std::string_view bytes) {
                           r.proof == s.proof && r.error == s.error && r.troupe_version == s.troupe_version &&
                           r.clear_links == s.clear_links,
                       "JoinResponse round trip");
-  } catch (const std::invalid_argument&) {
-  }
+  } catch (const std::invalid_argument&) {}
   try {
     const Verdict v = Verdict::decode(bytes);
     const Verdict w = Verdict::decode(v.encode());
-    TROUPE_FUZZ_CHECK(v.admitted == w.admitted && v.identity == w.identity && v.proof == w.proof &&
-                          v.reason == w.reason,
-                      "Verdict round trip");
-  } catch (const std::invalid_argument&) {
-  }
+    TROUPE_FUZZ_CHECK(
+        v.admitted == w.admitted && v.identity == w.identity && v.proof == w.proof && v.reason == w.reason,
+        "Verdict round trip");
+  } catch (const std::invalid_argument&) {}
 }
 
 struct Loopback {

@@ -176,8 +176,12 @@ void run_op(Collective& g, int rank, std::uint8_t op, std::int64_t n) {
   kernels::Tensor a = floats(n);
   const int peer = 1 - rank;
   switch (op % 7) {
-    case 0: g.allreduce(a, ReduceOp::sum)->wait(Clock::now() + 10s); break;
-    case 1: g.broadcast(a, 1)->wait(Clock::now() + 10s); break;
+    case 0:
+      g.allreduce(a, ReduceOp::sum)->wait(Clock::now() + 10s);
+      break;
+    case 1:
+      g.broadcast(a, 1)->wait(Clock::now() + 10s);
+      break;
     case 2: {
       kernels::Tensor out = floats(2 * n);
       g.allgather(a, out)->wait(Clock::now() + 10s);
@@ -188,10 +192,16 @@ void run_op(Collective& g, int rank, std::uint8_t op, std::int64_t n) {
       g.reduce_scatter(in, a, ReduceOp::sum)->wait(Clock::now() + 10s);
       break;
     }
-    case 4: g.barrier()->wait(Clock::now() + 10s); break;
+    case 4:
+      g.barrier()->wait(Clock::now() + 10s);
+      break;
     // rank 0's recv is rank 1's send, and the other way round
-    case 5: (rank == 0 ? g.recv(a, peer, op / 7) : g.send(a, peer, op / 7))->wait(Clock::now() + 10s); break;
-    case 6: (rank == 0 ? g.send(a, peer, op / 7) : g.recv(a, peer, op / 7))->wait(Clock::now() + 10s); break;
+    case 5:
+      (rank == 0 ? g.recv(a, peer, op / 7) : g.send(a, peer, op / 7))->wait(Clock::now() + 10s);
+      break;
+    case 6:
+      (rank == 0 ? g.send(a, peer, op / 7) : g.recv(a, peer, op / 7))->wait(Clock::now() + 10s);
+      break;
   }
 }
 
@@ -258,10 +268,10 @@ void tcp_frames_seeds() {
     std::vector<std::uint8_t> ops;
     std::uint8_t n, chunk;
   };
-  const Case cases[] = {{"allreduce", {0}, 9, 3},          {"broadcast", {1}, 5, 0},
-                        {"allgather", {2}, 4, 1},          {"reduce_scatter", {3}, 6, 2},
-                        {"barrier", {4}, 0, 0},            {"recv", {5}, 3, 0},
-                        {"send", {6}, 3, 0},               {"allreduce_barrier_broadcast", {0, 4, 1}, 7, 1}};
+  const Case cases[] = {{"allreduce", {0}, 9, 3}, {"broadcast", {1}, 5, 0},
+                        {"allgather", {2}, 4, 1}, {"reduce_scatter", {3}, 6, 2},
+                        {"barrier", {4}, 0, 0},   {"recv", {5}, 3, 0},
+                        {"send", {6}, 3, 0},      {"allreduce_barrier_broadcast", {0, 4, 1}, 7, 1}};
   for (const Case& c : cases) {
     const std::int64_t n = 1 + c.n % 64;
     const std::size_t chunk_bytes = 4 * (1 + std::size_t{c.chunk} % 16);
@@ -325,8 +335,8 @@ void idx_seeds() {
 void csv_seeds() {
   // Option byte (csv.cpp): bit 0 regression, bit 1 label column "y", bit 2
   // three classes, bits 3-4 test fraction, bits 5-7 seed.
-  put("csv", "iris", std::string(1, '\0') +
-                         "sepal_length,sepal_width,species\n5.1,3.5,0\n4.9,3.0,0\n6.2,2.9,1\n5.9,3.0,2\n");
+  put("csv", "iris",
+      std::string(1, '\0') + "sepal_length,sepal_width,species\n5.1,3.5,0\n4.9,3.0,0\n6.2,2.9,1\n5.9,3.0,2\n");
   put("csv", "regression_y", std::string(1, '\x0b') + "y, x1 ,x2\r\n1.5, 2,3e-2\r\n\r\n-0.25,4,5\r\n7,8,9\r\n");
   put("csv", "three_classes.gz", std::string(1, '\x04') + gzip("a,b,c\n1,2,2\n3,4,0\n"));
 }
@@ -334,40 +344,53 @@ void csv_seeds() {
 // ---------------------------------------------------------------- text
 
 void text_seeds() {
-  put("job_file", "flat", "# troupe job\nmodel = \"cnn\"\ndata = \"fashion-mnist\"\nepochs = 2\nbatch = 64\n"
-                          "lr = 1e-3\nmode = \"sync\"\nswitch = \"500:async,900:ssp:3\"\noptimizer = \"sgd\"\n"
-                          "momentum = 0.9\nnesterov = true\nseed = \"18446744073709551615\"\n");
+  put("job_file", "flat",
+      "# troupe job\nmodel = \"cnn\"\ndata = \"fashion-mnist\"\nepochs = 2\nbatch = 64\n"
+      "lr = 1e-3\nmode = \"sync\"\nswitch = \"500:async,900:ssp:3\"\noptimizer = \"sgd\"\n"
+      "momentum = 0.9\nnesterov = true\nseed = \"18446744073709551615\"\n");
   // TOML beyond plain `key = value`: literal and multi-line strings, a line
   // ending backslash, inline and dotted tables, a hexadecimal integer.
-  put("job_file", "toml", "model = 'mlp'\ndata = \"\"\"\nfashion-\\\n  mnist\"\"\"\ntraining.epochs = 0x2\n"
-                          "checkpoint_dir = '''C:\\ck\tpt'''\nseed = 9_223_372_036_854_775_807\n"
-                          "optimizer = { name = \"sgd\", momentum = 0.5, nesterov = false }\n");
-  put("job_file", "table", "model = \"mlp\"   # a comment\nsteps = 1_000\nschedule = \"cosine:100/0.1\"\n"
-                           "warmup = 10\n\n[training]\nthreads = 2\n\n[optimizer]\nname = \"adam\"\nbeta1 = 0.8\n"
-                           "beta2 = 0.99\nepsilon = 1E-7\nweight_decay = 0.0\n");
-  put("job_file", "strings", "checkpoint_dir = \"runs/\\\"x\\\"\\\\ckpt\\t1\"\ntensorboard = \"tb\"\n"
-                             "elastic_batch = \"global\"\ncheckpoint_every = 100\ncheckpoint_minutes = 2.5\n"
-                             "keep = 0\neval_batch = 500\neval_every = 50\nprefetch = 4\nmode = \"ssp:2\"\r\n"
-                             "schedule = \"piecewise:1=0.01,3=0.001\"\n");
+  put("job_file", "toml",
+      "model = 'mlp'\ndata = \"\"\"\nfashion-\\\n  mnist\"\"\"\ntraining.epochs = 0x2\n"
+      "checkpoint_dir = '''C:\\ck\tpt'''\nseed = 9_223_372_036_854_775_807\n"
+      "optimizer = { name = \"sgd\", momentum = 0.5, nesterov = false }\n");
+  put("job_file", "table",
+      "model = \"mlp\"   # a comment\nsteps = 1_000\nschedule = \"cosine:100/0.1\"\n"
+      "warmup = 10\n\n[training]\nthreads = 2\n\n[optimizer]\nname = \"adam\"\nbeta1 = 0.8\n"
+      "beta2 = 0.99\nepsilon = 1E-7\nweight_decay = 0.0\n");
+  put("job_file", "strings",
+      "checkpoint_dir = \"runs/\\\"x\\\"\\\\ckpt\\t1\"\ntensorboard = \"tb\"\n"
+      "elastic_batch = \"global\"\ncheckpoint_every = 100\ncheckpoint_minutes = 2.5\n"
+      "keep = 0\neval_batch = 500\neval_every = 50\nprefetch = 4\nmode = \"ssp:2\"\r\n"
+      "schedule = \"piecewise:1=0.01,3=0.001\"\n");
 
-  put("cluster_spec", "tf_config", R"({"cluster": {"worker": ["host-a:7000", "host-b:7000"], "chief": ["host-c:7000"],)"
-                                   R"( "ps": ["host-d:7001"]}, "task": {"type": "worker", "index": 1}})");
-  put("cluster_spec", "ipv6_string_index", R"({"cluster":{"worker":["[::1]:7000","[fe80::1]:7001"]},)"
-                                           R"("task":{"type":"worker","index":"0"}})");
-  put("cluster_spec", "ps_task", "{\n  \"cluster\": {\"worker\": [\"a:1\"], \"ps\": [\"b:2\", \"c:3\"]},\n"
-                                 "  \"task\": {\"type\": \"ps\", \"index\": 1}\n}\n");
+  put("cluster_spec", "tf_config",
+      R"({"cluster": {"worker": ["host-a:7000", "host-b:7000"], "chief": ["host-c:7000"],)"
+      R"( "ps": ["host-d:7001"]}, "task": {"type": "worker", "index": 1}})");
+  put("cluster_spec", "ipv6_string_index",
+      R"({"cluster":{"worker":["[::1]:7000","[fe80::1]:7001"]},)"
+      R"("task":{"type":"worker","index":"0"}})");
+  put("cluster_spec", "ps_task",
+      "{\n  \"cluster\": {\"worker\": [\"a:1\"], \"ps\": [\"b:2\", \"c:3\"]},\n"
+      "  \"task\": {\"type\": \"ps\", \"index\": 1}\n}\n");
 
   // Mode byte (control_http.cpp): 0 open server, 1 server with a secret, 2 signed.
   put("control_http", "status", std::string(1, '\0') + "GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
-  put("control_http", "mode", std::string(1, '\0') +
-                                  "POST /mode?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nasync");
-  put("control_http", "chunked", std::string(1, '\0') + "POST /stop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
-                                                        "chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n");
+  put("control_http", "mode",
+      std::string(1, '\0') + "POST /mode?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nasync");
+  put("control_http", "chunked",
+      std::string(1, '\0') +
+          "POST /stop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+          "chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n");
   put("control_http", "wrong_method", std::string(1, '\0') + "DELETE /drain HTTP/1.0\r\n\r\n");
-  put("control_http", "unsigned", std::string(1, '\1') + "POST /stop HTTP/1.1\r\nHost: x\r\nAuthorization: "
-                                                         "TROUPE-HMAC ts=1,nonce=00,mac=00\r\n\r\n");
-  put("control_http", "bearer", std::string(1, '\1') + "GET /metrics HTTP/1.1\r\nAuthorization: Bearer "
-                                                       "fuzz-metrics-token-0123456789abcdef\r\n\r\n");
+  put("control_http", "unsigned",
+      std::string(1, '\1') +
+          "POST /stop HTTP/1.1\r\nHost: x\r\nAuthorization: "
+          "TROUPE-HMAC ts=1,nonce=00,mac=00\r\n\r\n");
+  put("control_http", "bearer",
+      std::string(1, '\1') +
+          "GET /metrics HTTP/1.1\r\nAuthorization: Bearer "
+          "fuzz-metrics-token-0123456789abcdef\r\n\r\n");
   put("control_http", "signed_mode", std::string("\2\0", 2) + std::string(8, '\0') + "POST\n/mode\nsync");
   put("control_http", "signed_stale", std::string("\2\1", 2) + std::string(8, '\0') + "GET\n/status\n");
 }
@@ -402,7 +425,8 @@ void model_spec_seeds() {
   const DataShape images{troupe::kernels::Shape{1, 28, 28}, troupe::kernels::DType::f32, 10, 1, 0};
   put("model_spec", "mlp", zoo_spec("mlp", images).text());
   put("model_spec", "cnn", zoo_spec("cnn", images).text());
-  put("model_spec", "linreg", zoo_spec("linreg", DataShape{troupe::kernels::Shape{1}, troupe::kernels::DType::f32, 0, 1, 0}).text());
+  put("model_spec", "linreg",
+      zoo_spec("linreg", DataShape{troupe::kernels::Shape{1}, troupe::kernels::DType::f32, 0, 1, 0}).text());
   put("model_spec", "textcnn",
       zoo_spec("textcnn", DataShape{troupe::kernels::Shape{300}, troupe::kernels::DType::i32, 5, 1, 1000}).text());
   put("model_spec", "conv2d_options",
@@ -422,8 +446,7 @@ void push_answer_seeds() {
   const std::string part0(16 * 4, '\x3f'), part3(40 * 4, '\x40');
   put("push_answers", "one_taken", std::string("\1\0\3", 3) + part0);
   put("push_answers", "two_taken_polling", std::string("\7\0\0", 3) + part0 + std::string("\0\5", 2) + part3);
-  put("push_answers", "refused_then_taken",
-      std::string("\5\x10\0\x05", 4) + "full!" + std::string("\0\1", 2) + part3);
+  put("push_answers", "refused_then_taken", std::string("\5\x10\0\x05", 4) + "full!" + std::string("\0\1", 2) + part3);
   put("push_answers", "bad_crc", std::string("\1\1\0", 3) + part0);
   put("push_answers", "wrong_sequence", std::string("\5\4\7\0", 4) + part0);
   put("push_answers", "huge_claim", std::string("\1\x08\0", 3) + std::string("\0\0\1\0\0\0\0\0", 8));

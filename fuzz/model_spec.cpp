@@ -10,10 +10,9 @@
 // building its layers' shapes on a CPU device either works or throws
 // std::invalid_argument (a layer that does not fit, a shape of more than
 // 2^56 elements: never an overflow, UBSan); the model refuses it, naming
-// the model, or builds; and a model it describes that is small (at most 2^20 parameters, 2^16 input and 2^20 output elements
-// per layer) is built, initialised and run forward and backward on a batch
-// of 2, every output and gradient finite, its output of the shape the
-// layers said.
+// the model, or builds; and a model it describes that is small (at most 2^20 parameters, 2^16 input and 2^20 output
+// elements per layer) is built, initialised and run forward and backward on a batch of 2, every output and gradient
+// finite, its output of the shape the layers said.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -79,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (auto& layer : spec.make_layers()) {
       shape = layer->build(shape, Device::cpu());
       const std::int64_t count = layer->parameter_count();
-      TROUPE_FUZZ_CHECK(count >= 0 && count <= Shape::kMaxElements, "a layer of " + std::to_string(count) + " parameters");
+      TROUPE_FUZZ_CHECK(count >= 0 && count <= Shape::kMaxElements,
+                        "a layer of " + std::to_string(count) + " parameters");
       parameters = std::min(parameters + count, Shape::kMaxElements + 1);
       small = small && shape.numel() <= kMostActivations;
     }
@@ -107,8 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Tensor& y = model->forward(x, true);
   std::vector<std::int64_t> want{2};
   want.insert(want.end(), model->output_shape().dims().begin(), model->output_shape().dims().end());
-  TROUPE_FUZZ_CHECK(y.shape() == Shape(want), "the output is " + y.shape().str() + ", the layers said " +
-                                                  Shape(want).str());
+  TROUPE_FUZZ_CHECK(y.shape() == Shape(want),
+                    "the output is " + y.shape().str() + ", the layers said " + Shape(want).str());
   TROUPE_FUZZ_CHECK(all_finite(y), "a non-finite output from a freshly initialised model");
   model->backward(Tensor::full(y.shape(), 1.0f));
   TROUPE_FUZZ_CHECK(all_finite(model->gradients()), "a non-finite gradient from a freshly initialised model");

@@ -97,7 +97,8 @@ std::string built_answers(troupe::fuzz::Input& in, int pushes, std::vector<Built
     h.shard = flags & 2 ? static_cast<std::uint32_t>(take(in, 1)) : static_cast<std::uint32_t>(expected.shard);
     h.sequence = flags & 4 ? static_cast<std::uint32_t>(take(in, 1)) : static_cast<std::uint32_t>(i);
     const int status = (flags >> 4) & 3;
-    h.status = status == 2 || status == 3 ? static_cast<std::uint32_t>(take(in, 4)) : static_cast<std::uint32_t>(status);
+    h.status =
+        status == 2 || status == 3 ? static_cast<std::uint32_t>(take(in, 4)) : static_cast<std::uint32_t>(status);
     h.staleness = static_cast<std::int8_t>(in.byte());
     std::string payload;
     Built b;
@@ -182,8 +183,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     ::shutdown(fd, SHUT_WR);
     char sink[4096];
-    while (troupe::fuzz::wait_for_fd(fd, POLLIN, 10000) && ::recv(fd, sink, sizeof sink, 0) > 0) {
-    }
+    while (troupe::fuzz::wait_for_fd(fd, POLLIN, 10000) && ::recv(fd, sink, sizeof sink, 0) > 0) {}
     troupe::fuzz::close_with_reset(fd);
     served = true;
   });
@@ -226,8 +226,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::string what = e.what();
         TROUPE_FUZZ_CHECK(expect != Expect::taken, "an answer in step was not taken: " + what);
         if (expect == Expect::refused) {
-          TROUPE_FUZZ_CHECK(what.find("refused by the server: " + util::printable(b->reason, push_wire::kMaxReasonBytes)) !=
-                                std::string::npos,
+          TROUPE_FUZZ_CHECK(what.find("refused by the server: " +
+                                      util::printable(b->reason, push_wire::kMaxReasonBytes)) != std::string::npos,
                             "a refusal in step did not carry its reason: " + what);
         } else {
           broken = true;

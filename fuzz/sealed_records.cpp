@@ -112,8 +112,7 @@ Read read_back(const std::string& bytes, std::size_t payload_bytes, std::size_t 
     out.ok = true;
   } catch (const wire::AuthenticationError&) {
   } catch (const wire::IoError&) {
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   if (!out.ok) {
     char again[2];
     try {
@@ -151,9 +150,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const std::string sent = on_the_wire(payload, record_bytes, send_helpers, send_spin);
   const Read clean = read_back(sent, payload_bytes, record_bytes, receive_helpers, receive_spin);
-  TROUPE_FUZZ_CHECK(clean.ok && clean.payload == payload,
-                    "an unaltered frame did not read back (" + std::to_string(payload_bytes) + " bytes, records of " +
-                        std::to_string(record_bytes) + ")");
+  TROUPE_FUZZ_CHECK(clean.ok && clean.payload == payload, "an unaltered frame did not read back (" +
+                                                              std::to_string(payload_bytes) + " bytes, records of " +
+                                                              std::to_string(record_bytes) + ")");
   if (changes.empty()) return 0;
 
   std::string altered = sent;
@@ -161,11 +160,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (altered.empty()) break;
     const std::size_t pos = c.position % altered.size();
     switch (c.kind % 5) {
-      case 0: altered[pos] = static_cast<char>(altered[pos] ^ (c.value ? c.value : 1)); break;
-      case 1: altered.resize(pos); break;
-      case 2: altered.insert(pos, 1, static_cast<char>(c.value)); break;
-      case 3: altered.erase(pos, 1); break;
-      case 4: std::swap(altered[pos], altered[(pos + c.value + 1) % altered.size()]); break;
+      case 0:
+        altered[pos] = static_cast<char>(altered[pos] ^ (c.value ? c.value : 1));
+        break;
+      case 1:
+        altered.resize(pos);
+        break;
+      case 2:
+        altered.insert(pos, 1, static_cast<char>(c.value));
+        break;
+      case 3:
+        altered.erase(pos, 1);
+        break;
+      case 4:
+        std::swap(altered[pos], altered[(pos + c.value + 1) % altered.size()]);
+        break;
     }
   }
   const Read r = read_back(altered, payload_bytes, record_bytes, receive_helpers, receive_spin);

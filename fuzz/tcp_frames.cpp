@@ -54,8 +54,12 @@ void run(Collective& group, std::uint8_t op, std::int64_t n) {
   std::shared_ptr<Work> work;
   try {
     switch (op % 7) {
-      case 0: work = group.allreduce(a, ReduceOp::sum); break;
-      case 1: work = group.broadcast(a, 1); break;
+      case 0:
+        work = group.allreduce(a, ReduceOp::sum);
+        break;
+      case 1:
+        work = group.broadcast(a, 1);
+        break;
       case 2: {
         Tensor out = floats(2 * n);
         work = group.allgather(a, out);
@@ -66,13 +70,18 @@ void run(Collective& group, std::uint8_t op, std::int64_t n) {
         work = group.reduce_scatter(in, a, ReduceOp::sum);
         break;
       }
-      case 4: work = group.barrier(); break;
-      case 5: work = group.recv(a, 1, op / 7); break;
-      case 6: work = group.send(a, 1, op / 7); break;
+      case 4:
+        work = group.barrier();
+        break;
+      case 5:
+        work = group.recv(a, 1, op / 7);
+        break;
+      case 6:
+        work = group.send(a, 1, op / 7);
+        break;
     }
     work->wait(Clock::now() + 10s);
-  } catch (const CollectiveError&) {
-  }
+  } catch (const CollectiveError&) {}
 }
 
 }  // namespace
@@ -82,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint8_t ops = 1 + in.byte() % 3;
   std::uint8_t op[3];
   for (int i = 0; i < ops; ++i) op[i] = in.byte();
-  const std::int64_t n = 1 + in.byte() % 64;                       // floats per buffer
+  const std::int64_t n = 1 + in.byte() % 64;                              // floats per buffer
   const std::size_t chunk_bytes = 4 * (1 + std::size_t{in.byte()} % 16);  // small chunks: several frames
   const std::string_view stream = in.rest();
 

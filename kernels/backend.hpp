@@ -121,40 +121,33 @@ class Backend {
   }
 
   // ---- dense layers ----
-  virtual void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
-                    float* c) = 0;
+  virtual void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) = 0;
   // y[r, c] += bias[c] for a [rows, cols] matrix.
   virtual void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) = 0;
   // db[c] = sum over r of dy[r, c].
   virtual void bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) = 0;
   // y[b, j, i] = x[b, i, j] for `batch` matrices of [rows, cols].
-  virtual void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x,
-                         float* y) = 0;
+  virtual void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) = 0;
 
   // ---- convolution (cross-correlation, as every framework computes it) ----
   // y = conv(x, w) + bias[k]; bias may be null.
-  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
-                              const float* bias, float* y) = 0;
-  virtual void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
-                                    float* dx) = 0;
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) = 0;
+  virtual void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) = 0;
   // dw from x and dy; db[k] = sum over n, p, q of dy (skipped when db is null).
-  virtual void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
-                                      float* dw, float* db) = 0;
+  virtual void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) = 0;
 
   // ---- max pooling ----
-  virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
-                                 std::int32_t* argmax) = 0;
-  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy,
-                                  const std::int32_t* argmax, float* dx) = 0;
+  virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) = 0;
+  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) = 0;
 
   // ---- embedding: table [vocab, dim]; ids [count]; out [count, dim] ----
   // Both throw std::out_of_range naming the position of an id outside
   // [0, vocab).
-  virtual void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                 const std::int32_t* ids, const float* table, float* out) = 0;
+  virtual void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                 const float* table, float* out) = 0;
   // dtable = 0, then dtable[ids[i]] += dout[i] (scatter-add; repeated ids add up).
-  virtual void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                  const std::int32_t* ids, const float* dout, float* dtable) = 0;
+  virtual void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                  const float* dout, float* dtable) = 0;
 
   // ---- activations ----
   virtual void relu_forward(std::size_t n, const float* x, float* y) = 0;
@@ -163,10 +156,8 @@ class Backend {
   // Inverted dropout: element i is kept when random_uniform(seed, i) >= rate
   // and then scaled by 1 / (1 - rate). Backward recomputes the same mask
   // from the seed, so no mask is stored.
-  virtual void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
-                               float* y) = 0;
-  virtual void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
-                                float* dx) = 0;
+  virtual void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) = 0;
+  virtual void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) = 0;
 
   // ---- losses and metrics ----
   // Softmax + sparse categorical cross-entropy from logits [n, c]:
@@ -174,13 +165,12 @@ class Backend {
   // dlogits[i] = grad_scale * (softmax(logits[i]) - onehot(labels[i]))
   // (skipped when dlogits is null). Throws std::out_of_range for a label
   // outside [0, c).
-  virtual void softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
-                            const std::int32_t* labels, float* loss, float* dlogits,
-                            float grad_scale) = 0;
+  virtual void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
+                            float* loss, float* dlogits, float grad_scale) = 0;
   // loss[i] = mean over d of (pred - target)^2 for rows [n, d];
   // dpred = grad_scale * 2 * (pred - target) / d (skipped when null).
-  virtual void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
-                   float* loss, float* dpred, float grad_scale) = 0;
+  virtual void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
+                   float grad_scale) = 0;
   // correct[i] = 1 when labels[i] is among the k largest logits of row i
   // (ties count against: a label is in the top k when fewer than k logits
   // are strictly greater), else 0. A NaN logit counts as greater than any
@@ -193,8 +183,8 @@ class Backend {
 
   // ---- element-wise and buffers ----
   virtual void add(std::size_t n, const float* a, const float* b, float* y) = 0;  // y = a + b
-  virtual void scale(std::size_t n, float alpha, float* x) = 0;                  // x *= alpha
-  virtual void axpy(std::size_t n, float alpha, const float* x, float* y) = 0;   // y += alpha x
+  virtual void scale(std::size_t n, float alpha, float* x) = 0;                   // x *= alpha
+  virtual void axpy(std::size_t n, float alpha, const float* x, float* y) = 0;    // y += alpha x
   // dst = sum of `count` buffers (the local step of an all-reduce); dst may
   // alias one of the sources.
   virtual void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) = 0;
@@ -202,14 +192,11 @@ class Backend {
   // ---- fused optimizer updates on flat buffers ----
   virtual void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
                           float* velocity) = 0;  // velocity unused (may be null) if momentum == 0
-  virtual void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
-                           float* m, float* v) = 0;
+  virtual void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) = 0;
 
   // ---- seeded initialisers (counter-based: same numbers on every backend) ----
-  virtual void init_uniform(std::size_t n, float low, float high, std::uint64_t seed,
-                            float* x) = 0;
-  virtual void init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed,
-                           float* x) = 0;
+  virtual void init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) = 0;
+  virtual void init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) = 0;
 };
 
 }  // namespace troupe::kernels
@@ -217,41 +204,46 @@ class Backend {
 // Declare every memory function, and every op, of Backend as overrides, so
 // that a backend class writes out only what is its own (see
 // ref/ref_backend.hpp).
-#define TROUPE_BACKEND_MEMORY_OVERRIDES \
-  void* allocate(std::size_t bytes, int device_index) override; \
-  void deallocate(void* ptr, int device_index) noexcept override; \
-  void copy_to_host(void* host_dst, const void* src, std::size_t bytes, int device_index) override; \
+#define TROUPE_BACKEND_MEMORY_OVERRIDES                                                               \
+  void* allocate(std::size_t bytes, int device_index) override;                                       \
+  void deallocate(void* ptr, int device_index) noexcept override;                                     \
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes, int device_index) override;   \
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes, int device_index) override; \
-  void copy_on_device(void* dst, const void* src, std::size_t bytes, int device_index) override; \
-  void fill(std::size_t n, float value, float* x) override; \
-  void fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) override; \
+  void copy_on_device(void* dst, const void* src, std::size_t bytes, int device_index) override;      \
+  void fill(std::size_t n, float value, float* x) override;                                           \
+  void fill_i32(std::size_t n, std::int32_t value, std::int32_t* x) override;                         \
   void synchronize(int device_index) override;
 
-#define TROUPE_BACKEND_OP_OVERRIDES \
-  void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override; \
-  void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) override; \
-  void bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) override; \
-  void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) override; \
-  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) override; \
-  void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) override; \
-  void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) override; \
-  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override; \
-  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override; \
-  void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* table, float* out) override; \
-  void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids, const float* dout, float* dtable) override; \
-  void relu_forward(std::size_t n, const float* x, float* y) override; \
-  void relu_backward(std::size_t n, const float* x, const float* dy, float* dx) override; \
-  void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) override; \
-  void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) override; \
-  void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss, float* dlogits, float grad_scale) override; \
-  void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred, float grad_scale) override; \
-  void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits, const std::int32_t* labels, float* correct) override; \
-  double reduce_sum(std::size_t n, const float* x) override; \
-  void add(std::size_t n, const float* a, const float* b, float* y) override; \
-  void scale(std::size_t n, float alpha, float* x) override; \
-  void axpy(std::size_t n, float alpha, const float* x, float* y) override; \
-  void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) override; \
-  void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) override; \
+#define TROUPE_BACKEND_OP_OVERRIDES                                                                                   \
+  void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) override;          \
+  void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) override;                          \
+  void bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) override;                          \
+  void transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) override;        \
+  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) override;    \
+  void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) override;               \
+  void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) override;  \
+  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override;              \
+  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override;     \
+  void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,           \
+                         const float* table, float* out) override;                                                    \
+  void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,          \
+                          const float* dout, float* dtable) override;                                                 \
+  void relu_forward(std::size_t n, const float* x, float* y) override;                                                \
+  void relu_backward(std::size_t n, const float* x, const float* dy, float* dx) override;                             \
+  void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) override;             \
+  void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) override;          \
+  void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss,     \
+                    float* dlogits, float grad_scale) override;                                                       \
+  void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,         \
+           float grad_scale) override;                                                                                \
+  void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits, const std::int32_t* labels,  \
+                    float* correct) override;                                                                         \
+  double reduce_sum(std::size_t n, const float* x) override;                                                          \
+  void add(std::size_t n, const float* a, const float* b, float* y) override;                                         \
+  void scale(std::size_t n, float alpha, float* x) override;                                                          \
+  void axpy(std::size_t n, float alpha, const float* x, float* y) override;                                           \
+  void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) override;                                \
+  void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) override;      \
   void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) override; \
-  void init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) override; \
+  void init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) override;                     \
   void init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) override;

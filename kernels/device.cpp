@@ -5,13 +5,9 @@
 
 namespace troupe::kernels {
 
-const char* to_string(DeviceKind kind) {
-  return kind == DeviceKind::cpu ? "cpu" : "cuda";
-}
+const char* to_string(DeviceKind kind) { return kind == DeviceKind::cpu ? "cpu" : "cuda"; }
 
-std::string Device::str() const {
-  return std::string(to_string(kind)) + ":" + std::to_string(index);
-}
+std::string Device::str() const { return std::string(to_string(kind)) + ":" + std::to_string(index); }
 
 Device Device::parse(std::string_view text) {
   auto fail = [&]() -> Device {

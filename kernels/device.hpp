@@ -33,9 +33,7 @@ struct Device {
   }
   std::string str() const;
 
-  friend bool operator==(const Device& a, const Device& b) {
-    return a.kind == b.kind && a.index == b.index;
-  }
+  friend bool operator==(const Device& a, const Device& b) { return a.kind == b.kind && a.index == b.index; }
   friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
 };
 

@@ -28,13 +28,11 @@ void require_defined(const char* op, const char* name, const Tensor& t) {
 
 void require_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {
   require_defined(op, name, t);
-  require(t.dtype() == dtype, op,
-          std::string(name) + " " + t.describe() + " must be " + to_string(dtype));
+  require(t.dtype() == dtype, op, std::string(name) + " " + t.describe() + " must be " + to_string(dtype));
 }
 
 void require_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
-  require(t.shape() == expected, op,
-          std::string(name) + " " + t.describe() + " must have shape " + expected.str());
+  require(t.shape() == expected, op, std::string(name) + " " + t.describe() + " must have shape " + expected.str());
 }
 
 // All tensors of one call live on one device; returns the backend for it.
@@ -47,8 +45,8 @@ Backend& backend_for(const char* op, std::initializer_list<std::pair<const char*
       first = t;
       first_name = name;
     } else if (t->device() != first->device()) {
-      fail(op, std::string(first_name) + " " + first->describe() + " and " + name + " " +
-                   t->describe() + " are on different devices");
+      fail(op, std::string(first_name) + " " + first->describe() + " and " + name + " " + t->describe() +
+                   " are on different devices");
     }
   }
   return Registry::instance().for_device(first ? first->device() : Device::cpu());
@@ -62,15 +60,13 @@ bool present(const Tensor& t) { return t.raw() != nullptr; }
 
 // ---------------------------------------------------------------- dense
 
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b,
-          float alpha, float beta) {
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float alpha, float beta) {
   const char* op = "gemm";
   require_dtype(op, "a", a, DType::f32);
   require_dtype(op, "b", b, DType::f32);
   require_dtype(op, "c", c, DType::f32);
   require(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
-          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() +
-              " must all be 2-D");
+          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
   GemmShape s;
   s.trans_a = trans_a;
   s.trans_b = trans_b;
@@ -79,10 +75,9 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool 
   const std::int64_t kb = trans_b ? b.size(1) : b.size(0);
   s.n = trans_b ? b.size(0) : b.size(1);
   require(s.k == kb, op,
-          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) +
-              " (a " + a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " +
-              std::to_string(kb) + "x" + std::to_string(s.n) + " (b " + b.describe() +
-              (trans_b ? ", transposed" : "") + ")");
+          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + " (a " +
+              a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " + std::to_string(kb) + "x" +
+              std::to_string(s.n) + " (b " + b.describe() + (trans_b ? ", transposed" : "") + ")");
   require_shape(op, "c", c, Shape{s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
 }
@@ -93,9 +88,10 @@ void bias_add(const Tensor& y, const Tensor& bias) {
   require_dtype(op, "bias", bias, DType::f32);
   const std::int64_t cols = y.size(y.rank() - 1);
   require(bias.shape() == Shape{cols}, op,
-          "bias " + bias.describe() + " must have shape " + Shape{cols}.str() +
-              ", the last dimension of y " + y.describe());
-  backend_for(op, {{"y", &y}, {"bias", &bias}}).bias_add(y.numel() / std::max<std::int64_t>(cols, 1), cols, bias.f32(), y.f32());
+          "bias " + bias.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of y " +
+              y.describe());
+  backend_for(op, {{"y", &y}, {"bias", &bias}})
+      .bias_add(y.numel() / std::max<std::int64_t>(cols, 1), cols, bias.f32(), y.f32());
 }
 
 void bias_grad(const Tensor& dy, const Tensor& db) {
@@ -103,10 +99,11 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
   require_dtype(op, "dy", dy, DType::f32);
   require_dtype(op, "db", db, DType::f32);
   const std::int64_t cols = dy.size(dy.rank() - 1);
-  require(db.shape() == Shape{cols}, op,
-          "db " + db.describe() + " must have shape " + Shape{cols}.str() +
-              ", the last dimension of dy " + dy.describe());
-  backend_for(op, {{"dy", &dy}, {"db", &db}}).bias_grad(dy.numel() / std::max<std::int64_t>(cols, 1), cols, dy.f32(), db.f32());
+  require(
+      db.shape() == Shape{cols}, op,
+      "db " + db.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of dy " + dy.describe());
+  backend_for(op, {{"dy", &dy}, {"db", &db}})
+      .bias_grad(dy.numel() / std::max<std::int64_t>(cols, 1), cols, dy.f32(), db.f32());
 }
 
 void transpose_last2(const Tensor& x, const Tensor& y) {
@@ -131,17 +128,25 @@ Conv2dShape conv2d_shape(const char* op, const Shape& x, const Shape& w, const C
   require(x.rank() == 4, op, "x " + x.str() + " must be 4-D [n, c, h, w]");
   require(w.rank() == 4, op, "w " + w.str() + " must be 4-D [k, c, r, s]");
   require(x[1] == w[1], op,
-          "x " + x.str() + " has " + std::to_string(x[1]) + " channels but w " + w.str() +
-              " expects " + std::to_string(w[1]));
+          "x " + x.str() + " has " + std::to_string(x[1]) + " channels but w " + w.str() + " expects " +
+              std::to_string(w[1]));
   require(o.stride_h > 0 && o.stride_w > 0 && o.pad_h >= 0 && o.pad_w >= 0, op,
           "strides must be positive and paddings non-negative");
   Conv2dShape s;
-  s.n = x[0]; s.c = x[1]; s.h = x[2]; s.w = x[3];
-  s.k = w[0]; s.r = w[2]; s.s = w[3];
-  s.stride_h = o.stride_h; s.stride_w = o.stride_w; s.pad_h = o.pad_h; s.pad_w = o.pad_w;
+  s.n = x[0];
+  s.c = x[1];
+  s.h = x[2];
+  s.w = x[3];
+  s.k = w[0];
+  s.r = w[2];
+  s.s = w[3];
+  s.stride_h = o.stride_h;
+  s.stride_w = o.stride_w;
+  s.pad_h = o.pad_h;
+  s.pad_w = o.pad_w;
   require(s.r >= 1 && s.s >= 1 && s.h + 2 * s.pad_h >= s.r && s.w + 2 * s.pad_w >= s.s, op,
-          "filter " + w.str() + " does not fit input " + x.str() + " with padding " +
-              std::to_string(s.pad_h) + "x" + std::to_string(s.pad_w));
+          "filter " + w.str() + " does not fit input " + x.str() + " with padding " + std::to_string(s.pad_h) + "x" +
+              std::to_string(s.pad_w));
   return s;
 }
 
@@ -153,8 +158,7 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dOptions& o
   return conv2d_y_shape(conv2d_shape("conv2d_output_shape", x, w, o));
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const Conv2dOptions& o) {
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dOptions& o) {
   const char* op = "conv2d_forward";
   require_dtype(op, "x", x, DType::f32);
   require_dtype(op, "w", w, DType::f32);
@@ -169,16 +173,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
       .conv2d_forward(s, x.f32(), w.f32(), present(bias) ? bias.f32() : nullptr, y.f32());
 }
 
-void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                          const Conv2dOptions& o) {
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dOptions& o) {
   const char* op = "conv2d_backward_data";
   require_dtype(op, "dy", dy, DType::f32);
   require_dtype(op, "w", w, DType::f32);
   require_dtype(op, "dx", dx, DType::f32);
   Conv2dShape s = conv2d_shape(op, dx.shape(), w.shape(), o);
   require_shape(op, "dy", dy, conv2d_y_shape(s));
-  backend_for(op, {{"dy", &dy}, {"w", &w}, {"dx", &dx}})
-      .conv2d_backward_data(s, dy.f32(), w.f32(), dx.f32());
+  backend_for(op, {{"dy", &dy}, {"w", &w}, {"dx", &dx}}).conv2d_backward_data(s, dy.f32(), w.f32(), dx.f32());
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
@@ -209,20 +211,17 @@ Conv2dOptions as_2d(const Conv1dOptions& o) { return {1, o.stride, 0, o.pad}; }
 
 Shape conv1d_output_shape(const Shape& x, const Shape& w, const Conv1dOptions& o) {
   const char* op = "conv1d_output_shape";
-  require(x.rank() == 3 && w.rank() == 3, op,
-          "x " + x.str() + " and w " + w.str() + " must be 3-D");
+  require(x.rank() == 3 && w.rank() == 3, op, "x " + x.str() + " and w " + w.str() + " must be 3-D");
   Shape y = conv2d_output_shape(Shape{x[0], x[1], 1, x[2]}, Shape{w[0], w[1], 1, w[2]}, as_2d(o));
   return Shape{y[0], y[1], y[3]};
 }
 
-void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const Conv1dOptions& o) {
+void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv1dOptions& o) {
   const char* op = "conv1d_forward";
   conv2d_forward(as_2d(op, "x", x), as_2d(op, "w", w), bias, as_2d(op, "y", y), as_2d(o));
 }
 
-void conv1d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                          const Conv1dOptions& o) {
+void conv1d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv1dOptions& o) {
   const char* op = "conv1d_backward_data";
   conv2d_backward_data(as_2d(op, "dy", dy), as_2d(op, "w", w), as_2d(op, "dx", dx), as_2d(o));
 }
@@ -241,11 +240,16 @@ Pool2dShape pool2d_shape(const char* op, const Shape& x, const Pool2dOptions& o)
   require(o.window_h > 0 && o.window_w > 0 && o.stride_h > 0 && o.stride_w > 0, op,
           "window and stride must be positive");
   require(x[2] >= o.window_h && x[3] >= o.window_w, op,
-          "window " + std::to_string(o.window_h) + "x" + std::to_string(o.window_w) +
-              " does not fit input " + x.str());
+          "window " + std::to_string(o.window_h) + "x" + std::to_string(o.window_w) + " does not fit input " + x.str());
   Pool2dShape s;
-  s.n = x[0]; s.c = x[1]; s.h = x[2]; s.w = x[3];
-  s.window_h = o.window_h; s.window_w = o.window_w; s.stride_h = o.stride_h; s.stride_w = o.stride_w;
+  s.n = x[0];
+  s.c = x[1];
+  s.h = x[2];
+  s.w = x[3];
+  s.window_h = o.window_h;
+  s.window_w = o.window_w;
+  s.stride_h = o.stride_h;
+  s.stride_w = o.stride_w;
   return s;
 }
 }  // namespace
@@ -255,8 +259,7 @@ Shape maxpool2d_output_shape(const Shape& x, const Pool2dOptions& o) {
   return Shape{s.n, s.c, s.p(), s.q()};
 }
 
-void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
-                       const Pool2dOptions& o) {
+void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dOptions& o) {
   const char* op = "maxpool2d_forward";
   require_dtype(op, "x", x, DType::f32);
   require_dtype(op, "y", y, DType::f32);
@@ -265,12 +268,10 @@ void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
   const Shape ys{s.n, s.c, s.p(), s.q()};
   require_shape(op, "y", y, ys);
   require_shape(op, "argmax", argmax, ys);
-  backend_for(op, {{"x", &x}, {"y", &y}, {"argmax", &argmax}})
-      .maxpool2d_forward(s, x.f32(), y.f32(), argmax.i32());
+  backend_for(op, {{"x", &x}, {"y", &y}, {"argmax", &argmax}}).maxpool2d_forward(s, x.f32(), y.f32(), argmax.i32());
 }
 
-void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
-                        const Pool2dOptions& o) {
+void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Pool2dOptions& o) {
   const char* op = "maxpool2d_backward";
   require_dtype(op, "dy", dy, DType::f32);
   require_dtype(op, "argmax", argmax, DType::i32);
@@ -293,14 +294,12 @@ Shape maxpool1d_output_shape(const Shape& x, const Pool1dOptions& o) {
   return Shape{y[0], y[1], y[3]};
 }
 
-void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
-                       const Pool1dOptions& o) {
+void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool1dOptions& o) {
   const char* op = "maxpool1d_forward";
   maxpool2d_forward(as_2d(op, "x", x), as_2d(op, "y", y), as_2d(op, "argmax", argmax), as_2d(o));
 }
 
-void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
-                        const Pool1dOptions& o) {
+void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Pool1dOptions& o) {
   const char* op = "maxpool1d_backward";
   maxpool2d_backward(as_2d(op, "dy", dy), as_2d(op, "argmax", argmax), as_2d(op, "dx", dx), as_2d(o));
 }
@@ -340,8 +339,7 @@ void require_same(const char* op, const char* an, const Tensor& a, const char* b
   require_dtype(op, an, a, DType::f32);
   require_dtype(op, bn, b, DType::f32);
   require(a.shape() == b.shape(), op,
-          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() +
-              " must have the same shape");
+          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() + " must have the same shape");
 }
 void require_rate(const char* op, float rate) {
   require(rate >= 0.0f && rate < 1.0f, op, "rate " + std::to_string(rate) + " must be in [0, 1)");
@@ -376,8 +374,8 @@ void dropout_backward(const Tensor& dy, const Tensor& dx, float rate, std::uint6
 
 // ---------------------------------------------------------------- losses and metrics
 
-void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
-                  const Tensor& dlogits, float grad_scale) {
+void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
+                  float grad_scale) {
   const char* op = "softmax_xent";
   require_dtype(op, "logits", logits, DType::f32);
   require_dtype(op, "labels", labels, DType::i32);
@@ -389,12 +387,11 @@ void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss
   require_shape(op, "loss", loss, Shape{n});
   if (present(dlogits)) require_same(op, "logits", logits, "dlogits", dlogits);
   backend_for(op, {{"logits", &logits}, {"labels", &labels}, {"loss", &loss}, {"dlogits", &dlogits}})
-      .softmax_xent(n, c, logits.f32(), labels.i32(), loss.f32(),
-                    present(dlogits) ? dlogits.f32() : nullptr, grad_scale);
+      .softmax_xent(n, c, logits.f32(), labels.i32(), loss.f32(), present(dlogits) ? dlogits.f32() : nullptr,
+                    grad_scale);
 }
 
-void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
-         float grad_scale) {
+void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred, float grad_scale) {
   const char* op = "mse";
   require_same(op, "pred", pred, "target", target);
   require_dtype(op, "loss", loss, DType::f32);
@@ -404,12 +401,10 @@ void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Ten
   require_shape(op, "loss", loss, Shape{n});
   if (present(dpred)) require_same(op, "pred", pred, "dpred", dpred);
   backend_for(op, {{"pred", &pred}, {"target", &target}, {"loss", &loss}, {"dpred", &dpred}})
-      .mse(n, d, pred.f32(), target.f32(), loss.f32(), present(dpred) ? dpred.f32() : nullptr,
-           grad_scale);
+      .mse(n, d, pred.f32(), target.f32(), loss.f32(), present(dpred) ? dpred.f32() : nullptr, grad_scale);
 }
 
-void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
-                  std::int64_t k) {
+void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct, std::int64_t k) {
   const char* op = "topk_correct";
   require_dtype(op, "logits", logits, DType::f32);
   require_dtype(op, "labels", labels, DType::i32);
@@ -459,8 +454,7 @@ void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst) {
     const std::string name = "srcs[" + std::to_string(i) + "]";
     require_same(op, name.c_str(), srcs[i], "dst", dst);
     require(srcs[i].device() == dst.device(), op,
-            name + " " + srcs[i].describe() + " and dst " + dst.describe() +
-                " are on different devices");
+            name + " " + srcs[i].describe() + " and dst " + dst.describe() + " are on different devices");
     ptrs.push_back(srcs[i].f32());
   }
   backend_for(op, {{"dst", &dst}}).sum_n(count(dst), ptrs.data(), static_cast<int>(ptrs.size()), dst.f32());
@@ -468,18 +462,15 @@ void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst) {
 
 // ---------------------------------------------------------------- optimizers
 
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
-                const SgdParams& p) {
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity, const SgdParams& p) {
   const char* op = "sgd_update";
   require_same(op, "param", param, "grad", grad);
   if (p.momentum != 0.0f) require_same(op, "param", param, "velocity", velocity);
   backend_for(op, {{"param", &param}, {"grad", &grad}, {"velocity", &velocity}})
-      .sgd_update(count(param), p, param.f32(), grad.f32(),
-                  p.momentum != 0.0f ? velocity.f32() : nullptr);
+      .sgd_update(count(param), p, param.f32(), grad.f32(), p.momentum != 0.0f ? velocity.f32() : nullptr);
 }
 
-void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const AdamParams& p) {
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamParams& p) {
   const char* op = "adam_update";
   require_same(op, "param", param, "grad", grad);
   require_same(op, "param", param, "m", m);

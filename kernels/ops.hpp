@@ -18,8 +18,8 @@ namespace troupe::kernels::ops {
 
 // ---- dense ----
 // c = alpha * op(a) * op(b) + beta * c for 2-D a, b, c.
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a = false,
-          bool trans_b = false, float alpha = 1.0f, float beta = 0.0f);
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a = false, bool trans_b = false,
+          float alpha = 1.0f, float beta = 0.0f);
 // y[..., j] += bias[j]: bias has y's last dimension.
 void bias_add(const Tensor& y, const Tensor& bias);
 // db[j] = sum of dy[..., j].
@@ -34,10 +34,8 @@ struct Conv2dOptions {
 // x [n, c, h, w], w [k, c, r, s] -> y [n, k, p, q]
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dOptions& o = {});
 // bias [k] may be an undefined Tensor (no bias).
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const Conv2dOptions& o = {});
-void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                          const Conv2dOptions& o = {});
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dOptions& o = {});
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dOptions& o = {});
 // db may be an undefined Tensor.
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
                             const Conv2dOptions& o = {});
@@ -48,10 +46,8 @@ struct Conv1dOptions {
   std::int64_t stride = 1, pad = 0;
 };
 Shape conv1d_output_shape(const Shape& x, const Shape& w, const Conv1dOptions& o = {});
-void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const Conv1dOptions& o = {});
-void conv1d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                          const Conv1dOptions& o = {});
+void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv1dOptions& o = {});
+void conv1d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv1dOptions& o = {});
 void conv1d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
                             const Conv1dOptions& o = {});
 
@@ -60,18 +56,14 @@ struct Pool2dOptions {
   std::int64_t window_h = 2, window_w = 2, stride_h = 2, stride_w = 2;
 };
 Shape maxpool2d_output_shape(const Shape& x, const Pool2dOptions& o = {});
-void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
-                       const Pool2dOptions& o = {});
-void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
-                        const Pool2dOptions& o = {});
+void maxpool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dOptions& o = {});
+void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Pool2dOptions& o = {});
 struct Pool1dOptions {
   std::int64_t window = 2, stride = 2;
 };
 Shape maxpool1d_output_shape(const Shape& x, const Pool1dOptions& o = {});
-void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
-                       const Pool1dOptions& o = {});
-void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx,
-                        const Pool1dOptions& o = {});
+void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool1dOptions& o = {});
+void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Pool1dOptions& o = {});
 
 // ---- embedding: ids i32 [...], table [vocab, dim] -> out [..., dim] ----
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
@@ -87,14 +79,12 @@ void dropout_backward(const Tensor& dy, const Tensor& dx, float rate, std::uint6
 // logits [n, c], labels i32 [n], loss [n]; dlogits [n, c] or undefined.
 // For the mean loss over a batch pass grad_scale = 1 / n (or 1 / global
 // batch when replicas' gradients are summed).
-void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
-                  const Tensor& dlogits, float grad_scale);
+void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
+                  float grad_scale);
 // pred, target [n, d] (or [n]), loss [n]; dpred like pred or undefined.
-void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred,
-         float grad_scale);
+void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred, float grad_scale);
 // correct [n]: 1 where the label is among the top k logits.
-void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
-                  std::int64_t k);
+void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct, std::int64_t k);
 double sum(const Tensor& x);
 
 // ---- element-wise and buffers ----
@@ -106,10 +96,8 @@ void axpy(float alpha, const Tensor& x, const Tensor& y);
 void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst);
 
 // ---- optimizer updates on flat buffers ----
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
-                const SgdParams& p);
-void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const AdamParams& p);
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity, const SgdParams& p);
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamParams& p);
 // Per-step coefficients for Adam at step t (1-based).
 AdamParams adam_coefficients(AdamParams p, std::int64_t t);
 // Nadam as Keras implements it (Dozat 2016 with the 0.96^(0.004 t) momentum
@@ -121,8 +109,7 @@ AdamParams nadam_coefficients(AdamParams p, std::int64_t t, double& m_schedule);
 void init_uniform(const Tensor& x, float low, float high, std::uint64_t seed);
 void init_normal(const Tensor& x, float mean, float stddev, std::uint64_t seed);
 // Keras' default for Dense and Conv kernels: U(-l, l), l = sqrt(6 / (fan_in + fan_out)).
-void glorot_uniform(const Tensor& x, std::int64_t fan_in, std::int64_t fan_out,
-                    std::uint64_t seed);
+void glorot_uniform(const Tensor& x, std::int64_t fan_in, std::int64_t fan_out, std::uint64_t seed);
 // He et al. 2015: N(0, 2 / fan_in) and U(-l, l), l = sqrt(6 / fan_in).
 void he_normal(const Tensor& x, std::int64_t fan_in, std::uint64_t seed);
 void he_uniform(const Tensor& x, std::int64_t fan_in, std::uint64_t seed);

@@ -43,8 +43,7 @@ Backend* Registry::find(std::string_view name) const {
 
 Backend& Registry::get(std::string_view name) const {
   if (Backend* b = find(name)) return *b;
-  throw std::invalid_argument("kernels: unknown backend '" + std::string(name) +
-                              "'; registered: " + joined(names()));
+  throw std::invalid_argument("kernels: unknown backend '" + std::string(name) + "'; registered: " + joined(names()));
 }
 
 Backend& Registry::for_device(const Device& device) const {
@@ -82,8 +81,8 @@ BackendOverride::BackendOverride(DeviceKind kind, std::string_view backend_name)
     : kind_(kind), previous_(override_for_kind[static_cast<int>(kind)]) {
   Backend& b = Registry::instance().get(backend_name);
   if (b.device_kind() != kind)
-    throw std::invalid_argument("kernels: backend '" + b.name() + "' does not compute for " +
-                                to_string(kind) + " devices");
+    throw std::invalid_argument("kernels: backend '" + b.name() + "' does not compute for " + to_string(kind) +
+                                " devices");
   override_for_kind[static_cast<int>(kind)] = &b;
 }
 

@@ -39,8 +39,7 @@ std::int64_t Shape::numel() const {
 
 std::string Shape::str() const {
   std::string out = "[";
-  for (std::size_t i = 0; i < dims_.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(dims_[i]);
+  for (std::size_t i = 0; i < dims_.size(); ++i) out += (i ? ", " : "") + std::to_string(dims_[i]);
   return out + "]";
 }
 
@@ -54,8 +53,7 @@ Storage::~Storage() { memory_backend(device_).deallocate(data_, device_.index); 
 // ---- Tensor ----
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  auto storage = std::make_shared<Storage>(
-      device, static_cast<std::size_t>(shape.numel()) * element_size(dtype));
+  auto storage = std::make_shared<Storage>(device, static_cast<std::size_t>(shape.numel()) * element_size(dtype));
   void* data = storage->data();
   return Tensor(std::move(storage), data, shape, dtype, device);
 }
@@ -78,8 +76,8 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
 
 Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values) {
   if (static_cast<std::int64_t>(values.size()) != shape.numel())
-    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) +
-                                " values for shape " + shape.str());
+    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " +
+                                shape.str());
   Tensor t = empty(shape, DType::f32);
   std::copy(values.begin(), values.end(), t.f32());
   return t;
@@ -87,31 +85,29 @@ Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values)
 
 Tensor Tensor::from_vector(const Shape& shape, const std::vector<std::int32_t>& values) {
   if (static_cast<std::int64_t>(values.size()) != shape.numel())
-    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) +
-                                " values for shape " + shape.str());
+    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " +
+                                shape.str());
   Tensor t = empty(shape, DType::i32);
   std::copy(values.begin(), values.end(), t.i32());
   return t;
 }
 
 Tensor Tensor::view(void* data, const Shape& shape, DType dtype, Device device) {
-  if (!data && shape.numel() != 0)
-    throw std::invalid_argument("Tensor::view: null data for shape " + shape.str());
+  if (!data && shape.numel() != 0) throw std::invalid_argument("Tensor::view: null data for shape " + shape.str());
   return Tensor(nullptr, data, shape, dtype, device);
 }
 
 Tensor Tensor::slice(std::int64_t offset, const Shape& shape) const {
   if (offset < 0 || offset + shape.numel() > numel())
-    throw std::out_of_range("Tensor::slice: " + std::to_string(shape.numel()) +
-                            " elements at offset " + std::to_string(offset) + " of " + describe());
+    throw std::out_of_range("Tensor::slice: " + std::to_string(shape.numel()) + " elements at offset " +
+                            std::to_string(offset) + " of " + describe());
   char* base = static_cast<char*>(data_) + offset * static_cast<std::int64_t>(element_size(dtype_));
   return Tensor(storage_, base, shape, dtype_, device_);
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   if (shape.numel() != numel())
-    throw std::invalid_argument("Tensor::reshape: " + describe() + " cannot become " +
-                                shape.str());
+    throw std::invalid_argument("Tensor::reshape: " + describe() + " cannot become " + shape.str());
   return Tensor(storage_, data_, shape, dtype_, device_);
 }
 
@@ -123,8 +119,7 @@ Tensor Tensor::to(Device device) const {
 
 void Tensor::copy_from(const Tensor& source) const {
   if (source.shape_ != shape_ || source.dtype_ != dtype_)
-    throw std::invalid_argument("Tensor::copy_from: " + source.describe() + " into " +
-                                describe());
+    throw std::invalid_argument("Tensor::copy_from: " + source.describe() + " into " + describe());
   const std::size_t n = bytes();
   if (n == 0) return;
   if (device_.same_memory(source.device_)) {
@@ -165,8 +160,6 @@ std::int32_t* Tensor::i32() const {
   return static_cast<std::int32_t*>(data_);
 }
 
-std::string Tensor::describe() const {
-  return std::string(to_string(dtype_)) + shape_.str() + " on " + device_.str();
-}
+std::string Tensor::describe() const { return std::string(to_string(dtype_)) + shape_.str() + " on " + device_.str(); }
 
 }  // namespace troupe::kernels

@@ -78,10 +78,8 @@ class Tensor {
   Tensor() = default;
 
   // New owning tensors. empty() leaves the elements uninitialised.
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32,
-                      Device device = Device::cpu());
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32,
-                      Device device = Device::cpu());
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
   // Host tensors from values (tests, small constants).
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
@@ -97,10 +95,10 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
 
   // Explicit copies.
-  Tensor to(Device device) const;         // new owning tensor on `device`
+  Tensor to(Device device) const;              // new owning tensor on `device`
   void copy_from(const Tensor& source) const;  // same shape and dtype, any devices
   Tensor clone() const { return to(device_); }
-  std::vector<float> to_vector() const;          // f32 elements, copied to host
+  std::vector<float> to_vector() const;             // f32 elements, copied to host
   std::vector<std::int32_t> to_int_vector() const;  // i32 elements, copied to host
 
   bool defined() const { return data_ != nullptr || shape_.numel() == 0; }
@@ -126,8 +124,7 @@ class Tensor {
 
  private:
   Tensor(std::shared_ptr<Storage> storage, void* data, Shape shape, DType dtype, Device device)
-      : storage_(std::move(storage)), data_(data), shape_(std::move(shape)), dtype_(dtype),
-        device_(device) {}
+      : storage_(std::move(storage)), data_(data), shape_(std::move(shape)), dtype_(dtype), device_(device) {}
 
   std::shared_ptr<Storage> storage_;  // null for views of foreign memory
   void* data_ = nullptr;

@@ -22,11 +22,10 @@ Shape batched(std::int64_t batch, const Shape& shape) {
   return Shape(dims);
 }
 
-Tensor& Layer::ensure(Tensor& buffer, std::int64_t batch, const Shape& shape,
-                      const Device& device, DType dtype) {
+Tensor& Layer::ensure(Tensor& buffer, std::int64_t batch, const Shape& shape, const Device& device, DType dtype) {
   Shape want = batched(batch, shape);
-  if (!buffer.defined() || buffer.raw() == nullptr || buffer.shape() != want ||
-      buffer.device() != device || buffer.dtype() != dtype)
+  if (!buffer.defined() || buffer.raw() == nullptr || buffer.shape() != want || buffer.device() != device ||
+      buffer.dtype() != dtype)
     buffer = Tensor::empty(want, dtype, device);
   return buffer;
 }

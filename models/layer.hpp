@@ -59,8 +59,8 @@ class Layer {
  protected:
   // (Re)allocates `buffer` to [batch, ...shape] on `device` when its shape
   // differs; returns it.
-  static Tensor& ensure(Tensor& buffer, std::int64_t batch, const Shape& shape,
-                        const Device& device, DType dtype = DType::f32);
+  static Tensor& ensure(Tensor& buffer, std::int64_t batch, const Shape& shape, const Device& device,
+                        DType dtype = DType::f32);
 };
 
 // [batch, ...shape]

@@ -15,13 +15,11 @@ Loss Loss::parse(const std::string& name) {
   if (name == "sparse_categorical_crossentropy" || name == "xent")
     return Loss(LossKind::sparse_categorical_crossentropy);
   if (name == "mse" || name == "mean_squared_error") return Loss(LossKind::mean_squared_error);
-  throw std::invalid_argument("unknown loss '" + name +
-                              "'; known: sparse_categorical_crossentropy (xent), mse");
+  throw std::invalid_argument("unknown loss '" + name + "'; known: sparse_categorical_crossentropy (xent), mse");
 }
 
 std::string Loss::name() const {
-  return kind_ == LossKind::sparse_categorical_crossentropy ? "sparse_categorical_crossentropy"
-                                                            : "mse";
+  return kind_ == LossKind::sparse_categorical_crossentropy ? "sparse_categorical_crossentropy" : "mse";
 }
 
 namespace {

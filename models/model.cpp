@@ -35,8 +35,8 @@ void check_fits(const std::string& name, std::int64_t floats, const Device& devi
   const double need = 2.0 * static_cast<double>(floats) * sizeof(float);
   if (need > host)
     throw std::invalid_argument("model '" + name + "' has " + std::to_string(floats) +
-                                " parameters: they and their gradients alone need " + gib(need) + ", more than this host's " +
-                                gib(host) + " of memory");
+                                " parameters: they and their gradients alone need " + gib(need) +
+                                ", more than this host's " + gib(host) + " of memory");
 }
 }  // namespace
 
@@ -54,7 +54,8 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
       // ("ops::gemm: a i32[64, 300] must be f32").
       const bool embedding = dynamic_cast<const Embedding*>(made[i].get()) != nullptr;
       if (embedding && (i != 0 || spec.input_dtype != DType::i32))
-        throw std::invalid_argument("an embedding takes token ids ('input ids LENGTH') and must be the model's first layer");
+        throw std::invalid_argument(
+            "an embedding takes token ids ('input ids LENGTH') and must be the model's first layer");
       if (i == 0 && !embedding && spec.input_dtype == DType::i32)
         throw std::invalid_argument("the input is token ids ('input ids ...'), which only an embedding layer takes");
       e.output = made[i]->build(shape, device);
@@ -62,8 +63,8 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
       if (e.count > Shape::kMaxElements - aligned(total))
         throw std::invalid_argument("the model's parameters would number more than 2^56");
     } catch (const std::invalid_argument& x) {
-      throw std::invalid_argument("model '" + spec.name + "', layer " + std::to_string(i + 1) + " '" +
-                                  made[i]->spec() + "': " + x.what());
+      throw std::invalid_argument("model '" + spec.name + "', layer " + std::to_string(i + 1) + " '" + made[i]->spec() +
+                                  "': " + x.what());
     }
     e.offset = total;
     total += aligned(e.count);
@@ -76,8 +77,7 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
   params_ = Tensor::zeros({total}, DType::f32, device);
   grads_ = Tensor::zeros({total}, DType::f32, device);
   for (auto& e : layers_)
-    if (e.count > 0)
-      e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
+    if (e.count > 0) e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
@@ -89,20 +89,17 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
 
 void Model::initialize(std::uint64_t seed) {
   kernels::ops::fill(params_, 0.0f);
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    layers_[i].layer->initialize(kernels::math::random_bits(seed, i));
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].layer->initialize(kernels::math::random_bits(seed, i));
 }
 
 void Model::set_step_seed(std::uint64_t seed) {
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    layers_[i].layer->set_step_seed(kernels::math::random_bits(seed, i));
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].layer->set_step_seed(kernels::math::random_bits(seed, i));
 }
 
 const Tensor& Model::forward(const Tensor& x, bool training) {
   if (x.rank() != spec_.input.rank() + 1 || batched(x.size(0), spec_.input) != x.shape())
     throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() +
-                                " does not match the model's input [batch, " +
-                                spec_.input.str().substr(1));
+                                " does not match the model's input [batch, " + spec_.input.str().substr(1));
   if (x.dtype() != spec_.input_dtype)
     throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() + " must be " +
                                 kernels::to_string(spec_.input_dtype));
@@ -133,13 +130,13 @@ std::string Model::summary() const {
   out += line;
   std::int64_t total = 0;
   for (const auto& e : layers_) {
-    std::snprintf(line, sizeof line, "  %-40s %-18s %10lld\n", e.layer->spec().c_str(),
-                  e.output.str().c_str(), static_cast<long long>(e.count));
+    std::snprintf(line, sizeof line, "  %-40s %-18s %10lld\n", e.layer->spec().c_str(), e.output.str().c_str(),
+                  static_cast<long long>(e.count));
     out += line;
     total += e.count;
   }
-  out += "  parameters: " + std::to_string(total) + " (flat buffer of " +
-         std::to_string(params_.numel()) + " floats with 64-byte aligned slices)\n";
+  out += "  parameters: " + std::to_string(total) + " (flat buffer of " + std::to_string(params_.numel()) +
+         " floats with 64-byte aligned slices)\n";
   return out;
 }
 

@@ -37,24 +37,31 @@ OptimizerConfig OptimizerConfig::parse(const std::string& text) {
     } catch (const std::exception&) {
       throw std::invalid_argument("optimizer option '" + kv + "' is not a number");
     }
-    if (key == "momentum") c.momentum = v;
-    else if (key == "nesterov") c.nesterov = v != 0.0f;
-    else if (key == "beta1") c.beta1 = v;
-    else if (key == "beta2") c.beta2 = v;
-    else if (key == "epsilon") c.epsilon = v;
-    else if (key == "weight_decay") c.weight_decay = v;
-    else throw std::invalid_argument("unknown optimizer option '" + key + "'");
+    if (key == "momentum")
+      c.momentum = v;
+    else if (key == "nesterov")
+      c.nesterov = v != 0.0f;
+    else if (key == "beta1")
+      c.beta1 = v;
+    else if (key == "beta2")
+      c.beta2 = v;
+    else if (key == "epsilon")
+      c.epsilon = v;
+    else if (key == "weight_decay")
+      c.weight_decay = v;
+    else
+      throw std::invalid_argument("unknown optimizer option '" + key + "'");
   }
   return c;
 }
 
-std::vector<std::pair<std::string, double>> Optimizer::scalars() const {
-  return {{"steps", double(steps_)}};
-}
+std::vector<std::pair<std::string, double>> Optimizer::scalars() const { return {{"steps", double(steps_)}}; }
 
 void Optimizer::set_scalar(const std::string& name, double value) {
-  if (name == "steps") steps_ = static_cast<std::int64_t>(value);
-  else throw std::invalid_argument("optimizer " + config_.name + " has no state '" + name + "'");
+  if (name == "steps")
+    steps_ = static_cast<std::int64_t>(value);
+  else
+    throw std::invalid_argument("optimizer " + config_.name + " has no state '" + name + "'");
 }
 
 namespace {
@@ -86,8 +93,7 @@ class Sgd final : public Optimizer {
 // coefficients computed here on the host.
 class AdamFamily final : public Optimizer {
  public:
-  AdamFamily(const OptimizerConfig& c, const Tensor& params, bool nesterov)
-      : Optimizer(c), nesterov_(nesterov) {
+  AdamFamily(const OptimizerConfig& c, const Tensor& params, bool nesterov) : Optimizer(c), nesterov_(nesterov) {
     m_ = Tensor::zeros(params.shape(), kernels::DType::f32, params.device());
     v_ = Tensor::zeros(params.shape(), kernels::DType::f32, params.device());
   }
@@ -110,8 +116,10 @@ class AdamFamily final : public Optimizer {
     return s;
   }
   void set_scalar(const std::string& name, double value) override {
-    if (nesterov_ && name == "m_schedule") m_schedule_ = value;
-    else Optimizer::set_scalar(name, value);
+    if (nesterov_ && name == "m_schedule")
+      m_schedule_ = value;
+    else
+      Optimizer::set_scalar(name, value);
   }
 
  private:

@@ -23,8 +23,8 @@ using kernels::Tensor;
 
 struct OptimizerConfig {
   std::string name = "adam";
-  float momentum = 0.0f;  // sgd
-  bool nesterov = false;  // sgd
+  float momentum = 0.0f;                                // sgd
+  bool nesterov = false;                                // sgd
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // adam, nadam
   float weight_decay = 0.0f;
 

@@ -25,8 +25,7 @@ double number(const std::string& text, const std::string& spec) {
     std::size_t used = 0;
     double v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw std::invalid_argument("learning-rate schedule '" + spec + "': '" + text +
                               "' is not a number; valid forms: " + forms);
 }
@@ -95,7 +94,8 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
 float LrSchedule::at(std::int64_t step, std::int64_t epoch) const {
   double lr = base_lr_;
   switch (kind_) {
-    case Kind::constant: break;
+    case Kind::constant:
+      break;
     case Kind::piecewise_epochs:
     case Kind::piecewise_steps: {
       const std::int64_t t = kind_ == Kind::piecewise_epochs ? epoch : step;

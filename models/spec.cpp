@@ -29,8 +29,7 @@ std::int64_t parse_int(const std::string& text, const std::string& what) {
     std::size_t used = 0;
     long long v = std::stoll(text, &used);
     if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw std::invalid_argument(what + " '" + text + "' is not an integer");
 }
 
@@ -39,8 +38,7 @@ float parse_float(const std::string& text, const std::string& what) {
     std::size_t used = 0;
     float v = std::stof(text, &used);
     if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw std::invalid_argument(what + " '" + text + "' is not a number");
 }
 
@@ -70,8 +68,7 @@ class Options {
     return parse_int(take(key, fallback), layer_ + " " + key);
   }
   void done() const {
-    if (!values_.empty())
-      throw std::invalid_argument(layer_ + ": unknown option '" + values_.begin()->first + "'");
+    if (!values_.empty()) throw std::invalid_argument(layer_ + ": unknown option '" + values_.begin()->first + "'");
   }
 
  private:
@@ -223,11 +220,11 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   } else if (name == "cnn") {
     // The seed's Keras MNIST model: Conv2D(32, 3) ReLU, MaxPool 2, Flatten, Dense(64) ReLU, Dense(10).
     if (data.input.rank() != 3)
-      throw std::invalid_argument("model 'cnn' needs image data [channels, height, width], got " +
-                                  data.input.str());
+      throw std::invalid_argument("model 'cnn' needs image data [channels, height, width], got " + data.input.str());
     text += "input" + shape_text() +
             "\nconv2d filters=32 kernel=3\nrelu\nmaxpool2d pool=2\nflatten\n"
-            "dense units=64\nrelu\ndense units=" + need_classes() + "\n";
+            "dense units=64\nrelu\ndense units=" +
+            need_classes() + "\n";
   } else if (name == "textcnn") {
     // The seed's Reuters model: Embedding(V, 7), Conv1D(64, 5) ReLU, MaxPool1D(2),
     // Conv1D(32, 3) ReLU, MaxPool1D(2), Flatten, Dense(C).
@@ -240,8 +237,7 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   } else {
     std::string known;
     for (const auto& n : zoo_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown model '" + name + "'; known: " + known +
-                                ", or a path to a model spec file");
+    throw std::invalid_argument("unknown model '" + name + "'; known: " + known + ", or a path to a model spec file");
   }
   return ModelSpec::parse(text, "zoo:" + name);
 }

@@ -39,8 +39,8 @@ namespace troupe::models {
 
 struct ModelSpec {
   std::string name = "model";
-  Shape input;                    // per example
-  DType input_dtype = DType::f32; // i32 for token ids
+  Shape input;                      // per example
+  DType input_dtype = DType::f32;   // i32 for token ids
   std::vector<std::string> layers;  // one normalised layer line each
 
   // Parses spec text; `source` names it in errors ("model.spec", "zoo:cnn").
@@ -52,11 +52,11 @@ struct ModelSpec {
 
 // What a zoo model needs to know about its data.
 struct DataShape {
-  Shape input;                     // per example
+  Shape input;  // per example
   DType input_dtype = DType::f32;
-  std::int64_t classes = 0;        // 0 for regression
-  std::int64_t outputs = 1;        // regression targets per example
-  std::int64_t vocab = 0;          // token-id data
+  std::int64_t classes = 0;  // 0 for regression
+  std::int64_t outputs = 1;  // regression targets per example
+  std::int64_t vocab = 0;    // token-id data
 };
 
 // The model zoo: linreg, mlp, cnn, textcnn. Throws std::invalid_argument

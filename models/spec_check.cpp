@@ -11,7 +11,8 @@ namespace troupe::models {
 namespace {
 
 std::string examples(DType dtype, const Shape& shape) {
-  return std::string(kernels::to_string(dtype)) + (dtype == DType::i32 ? " token ids" : " features") + " of shape " + shape.str();
+  return std::string(kernels::to_string(dtype)) + (dtype == DType::i32 ? " token ids" : " features") + " of shape " +
+         shape.str();
 }
 
 // The spec line that reads this data: "input ids 300", "input 1 28 28".

@@ -80,7 +80,8 @@ std::string frame_record(const std::string& data) {
   std::string out;
   out.reserve(data.size() + 16);
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(data.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(data.size()) >> (8 * i));
   out.append(reinterpret_cast<const char*>(length), 8);
   const std::uint32_t length_crc = masked_crc32c(length, 8);
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(length_crc >> (8 * i)));
@@ -193,8 +194,8 @@ void EventFile::append(const std::string& event) {
     if (n < 0 && errno == EINTR) continue;
     // A short write (disk full) leaves a truncated record that readers stop
     // at; writing its rest later would not make it whole, so stop here.
-    throw std::runtime_error("tensorboard: writing " + path_ + " failed: " +
-                             (n < 0 ? std::strerror(errno) : "short write (disk full?)"));
+    throw std::runtime_error("tensorboard: writing " + path_ +
+                             " failed: " + (n < 0 ? std::strerror(errno) : "short write (disk full?)"));
   }
 }
 

@@ -19,9 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 data::PlanOptions plan_options(const TrainConfig& c, std::int64_t examples) {
   data::PlanOptions o;
@@ -41,7 +39,6 @@ void check_config(const TrainConfig& c) {
   if (c.resume && c.checkpoint_dir.empty())
     throw std::invalid_argument("--resume needs --checkpoint-dir to resume from");
 }
-
 
 }  // namespace
 
@@ -80,8 +77,8 @@ Trainer::Trainer(TrainConfig config)
       loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
                                                            : LossKind::mean_squared_error) {
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
-  model_ = std::make_unique<Model>(check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train),
-                                   config_.device);
+  model_ = std::make_unique<Model>(
+      check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train), config_.device);
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   // An epoch must hold at least one full step, or training would spin.
@@ -160,9 +157,9 @@ TrainResult Trainer::run(const Callbacks& cb) {
     model_->backward(dout);
     // A diverged step is never applied: the parameters stay the last finite
     // ones, which the checkpoint below keeps, and training stops.
-    const char* non_finite = !std::isfinite(loss_sum)                            ? "training loss"
+    const char* non_finite = !std::isfinite(loss_sum)                                 ? "training loss"
                              : !std::isfinite(kernels::ops::sum(model_->gradients())) ? "gradient"
-                                                                                       : nullptr;
+                                                                                      : nullptr;
     if (non_finite) {
       std::string message = std::string("the ") + non_finite + " is not finite (loss " + std::to_string(loss_sum) +
                             ") at step " + std::to_string(step_ + 1) +
@@ -287,8 +284,7 @@ checkpoint::State Trainer::state() const {
 std::optional<checkpoint::Directory::Loaded> find_resume_checkpoint(const checkpoint::Directory& dir, bool or_start) {
   std::vector<checkpoint::Directory::Skipped> skipped;
   std::optional<checkpoint::Directory::Loaded> found = dir.newest_valid(&skipped);
-  for (const auto& s : skipped)
-    std::fprintf(stderr, "resume: skipping %s: %s\n", s.path.c_str(), s.reason.c_str());
+  for (const auto& s : skipped) std::fprintf(stderr, "resume: skipping %s: %s\n", s.path.c_str(), s.reason.c_str());
   if (found) {
     if (!skipped.empty()) std::fprintf(stderr, "resume: using the newest good checkpoint, %s\n", found->path.c_str());
     return found;
@@ -298,11 +294,11 @@ std::optional<checkpoint::Directory::Loaded> find_resume_checkpoint(const checkp
                  dir.dir().c_str());
     return std::nullopt;
   }
-  throw std::invalid_argument("--resume: " + dir.dir() +
-                              (skipped.empty() ? std::string(" holds no checkpoint")
-                                               : " holds no checkpoint that verifies (" +
-                                                     std::to_string(skipped.size()) + " skipped, above)") +
-                              "; use --resume-or-start to start from step 0 when there is none");
+  throw std::invalid_argument(
+      "--resume: " + dir.dir() +
+      (skipped.empty() ? std::string(" holds no checkpoint")
+                       : " holds no checkpoint that verifies (" + std::to_string(skipped.size()) + " skipped, above)") +
+      "; use --resume-or-start to start from step 0 when there is none");
 }
 
 void check_resumable(const checkpoint::State& s, const std::string& path, const ModelSpec& spec,
@@ -311,10 +307,11 @@ void check_resumable(const checkpoint::State& s, const std::string& path, const 
   if (s.model.spec != spec.text())
     throw checkpoint::CheckpointError(path, "was written for a model with another architecture:\n" + s.model.spec);
   if (s.optimizer.name != optimizer)
-    throw checkpoint::CheckpointError(path, "holds optimizer '" + s.optimizer.name + "' state, but '" + optimizer +
-                                                "' was requested");
+    throw checkpoint::CheckpointError(
+        path, "holds optimizer '" + s.optimizer.name + "' state, but '" + optimizer + "' was requested");
   if (s.position.cursor.shuffle_seed != seed)
-    throw checkpoint::CheckpointError(path, "was written with --seed " + std::to_string(s.position.cursor.shuffle_seed) +
+    throw checkpoint::CheckpointError(path, "was written with --seed " +
+                                                std::to_string(s.position.cursor.shuffle_seed) +
                                                 "; resume with the same seed to continue the same data order");
 }
 
@@ -324,17 +321,18 @@ bool training_finished(const TrainConfig& c, std::int64_t epochs_done, std::int6
 
 void Trainer::restore(const checkpoint::State& s, const std::string& path) {
   check_resumable(s, path, model_->spec(), model_->parameter_count(), config_.optimizer.name, config_.seed);
-  model_->parameters().copy_from(
-      Tensor::view(const_cast<float*>(s.parameters.data()), model_->parameters().shape(), kernels::DType::f32, Device::cpu()));
+  model_->parameters().copy_from(Tensor::view(const_cast<float*>(s.parameters.data()), model_->parameters().shape(),
+                                              kernels::DType::f32, Device::cpu()));
   for (const auto& [name, buffer] : optimizer_->buffers()) {
     const checkpoint::NamedBuffer* saved = nullptr;
     for (const auto& b : s.optimizer.buffers)
       if (b.name == name) saved = &b;
     if (!saved || static_cast<std::int64_t>(saved->values.size()) != buffer.numel())
-      throw checkpoint::CheckpointError(path, "lacks optimizer state '" + name + "' of " +
-                                                  std::to_string(buffer.numel()) + " values");
+      throw checkpoint::CheckpointError(
+          path, "lacks optimizer state '" + name + "' of " + std::to_string(buffer.numel()) + " values");
     Tensor b = buffer;
-    b.copy_from(Tensor::view(const_cast<float*>(saved->values.data()), buffer.shape(), kernels::DType::f32, Device::cpu()));
+    b.copy_from(
+        Tensor::view(const_cast<float*>(saved->values.data()), buffer.shape(), kernels::DType::f32, Device::cpu()));
   }
   for (const auto& [name, value] : s.optimizer.scalars) optimizer_->set_scalar(name, value);
   step_ = static_cast<std::int64_t>(s.position.global_step);
@@ -376,8 +374,8 @@ std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::str
     throw checkpoint::CheckpointError(path, "has " + std::to_string(state.parameters.size()) +
                                                 " parameters, but its model spec needs " +
                                                 std::to_string(model->parameter_count()));
-  model->parameters().copy_from(Tensor::view(const_cast<float*>(state.parameters.data()),
-                                             model->parameters().shape(), kernels::DType::f32, Device::cpu()));
+  model->parameters().copy_from(Tensor::view(const_cast<float*>(state.parameters.data()), model->parameters().shape(),
+                                             kernels::DType::f32, Device::cpu()));
   return model;
 }
 

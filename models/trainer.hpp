@@ -38,22 +38,22 @@ struct TrainConfig {
   std::string data = "fashion-mnist";  // dataset name or path
   data::LoadOptions data_options;
   std::int64_t epochs = 1;
-  std::int64_t batch = 64;             // per replica
-  std::int64_t max_steps = 0;          // stop after this many global steps (0: no limit)
+  std::int64_t batch = 64;     // per replica
+  std::int64_t max_steps = 0;  // stop after this many global steps (0: no limit)
   OptimizerConfig optimizer;
   float lr = 1e-3f;
   std::string schedule = "constant";
   std::int64_t warmup_steps = 0;
   std::uint64_t seed = 0;
   bool shuffle = true;
-  bool drop_remainder = true;          // as the PyTorch anchor: full batches only
+  bool drop_remainder = true;  // as the PyTorch anchor: full batches only
   Device device = Device::cpu();
 
-  std::string checkpoint_dir;          // empty: no checkpoints
-  std::int64_t checkpoint_every = 0;   // steps between checkpoints (0: epoch ends only)
+  std::string checkpoint_dir;         // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: epoch ends only)
   bool checkpoint_each_epoch = true;
   std::size_t keep_last = 3;
-  bool resume = false;                 // continue from the newest checkpoint in checkpoint_dir
+  bool resume = false;  // continue from the newest checkpoint in checkpoint_dir
   // With resume: start from step 0 when the directory holds no checkpoint
   // (without it, that is an error: a typo in the path must not silently
   // restart a long job).
@@ -63,7 +63,7 @@ struct TrainConfig {
   // interval that loses least: sqrt(2 x mean time between failures x time
   // to save one), e.g. 10 minutes for a 3-day MTBF and a 1 s save.
   double checkpoint_minutes = 10;
-  std::string update_mode = "sync";    // recorded in checkpoints
+  std::string update_mode = "sync";  // recorded in checkpoints
 
   std::int64_t eval_batch = 1000;
   // Evaluate on the test split every this many global steps as well as at
@@ -73,13 +73,13 @@ struct TrainConfig {
 };
 
 struct EpochResult {
-  std::int64_t epoch = 0;              // 0-based
-  std::int64_t step = 0;               // global steps done
+  std::int64_t epoch = 0;  // 0-based
+  std::int64_t step = 0;   // global steps done
   double train_loss = 0, train_accuracy = 0;
   double test_loss = 0, test_accuracy = 0, test_top5 = 0;
   std::int64_t test_examples = 0;
   float lr = 0;
-  double samples_per_s = 0;            // this epoch's training throughput
+  double samples_per_s = 0;  // this epoch's training throughput
   double seconds = 0;
 };
 
@@ -90,8 +90,7 @@ struct Callbacks {
   // After each step: global step (1-based count), step within epoch, the
   // mean loss over the epoch so far (Keras' running average, so a progress
   // bar and the epoch's summary line agree), samples/s so far this epoch.
-  std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)>
-      on_step_end;
+  std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)> on_step_end;
   std::function<void(const EpochResult&)> on_epoch_end;
   // Every evaluation of the actor runtime, mid-epoch ones (eval_every) and
   // epoch ends alike: step, epoch, test metrics, lr, and `seconds` = training
@@ -115,10 +114,10 @@ struct TrainResult {
   std::vector<EpochResult> epochs;
   std::int64_t steps = 0;
   double wall_seconds = 0;
-  double samples_per_s = 0;            // over all training steps
-  EpochResult final;                   // the last evaluation
+  double samples_per_s = 0;  // over all training steps
+  EpochResult final;         // the last evaluation
   bool stopped_early = false;
-  std::string resumed_from;            // checkpoint path, when resumed
+  std::string resumed_from;  // checkpoint path, when resumed
   // Resumed from a checkpoint of a job that had already trained every epoch
   // (or reached max_steps): nothing was trained.
   bool already_finished = false;
@@ -196,8 +195,7 @@ EpochResult evaluate_model(Model& model, const data::Dataset& dataset, std::int6
 DataShape data_shape_of(const data::Dataset& dataset);
 
 // Rebuilds a model from a checkpoint alone (spec + parameters), on `device`.
-std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path,
-                                  Device device);
+std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path, Device device);
 
 // Peak resident memory of this process so far, in MiB.
 double peak_memory_mib();

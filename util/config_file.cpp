@@ -48,10 +48,8 @@ std::string read_config_file(const std::string& path, const std::string& what, s
     throw ConfigFileError(name + ": cannot open: " + std::strerror(error));
   }
   struct stat info {};
-  if (::fstat(file.fd, &info) != 0)
-    throw ConfigFileError(name + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(info.st_mode))
-    throw ConfigFileError(name + " is " + file_kind(info.st_mode) + "; " + expected);
+  if (::fstat(file.fd, &info) != 0) throw ConfigFileError(name + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) throw ConfigFileError(name + " is " + file_kind(info.st_mode) + "; " + expected);
   if (info.st_size < 0 || static_cast<std::uintmax_t>(info.st_size) > max_bytes)
     throw ConfigFileError(name + " holds " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                           size_text(max_bytes) + " for a " + what);

@@ -76,13 +76,11 @@ struct ZerosOp {
       for (int k = 0; k < 4; ++k) table[k][n] = gf2_times(op, n << (8 * k));
   }
   std::uint32_t shift(std::uint32_t crc) const {
-    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^
-           table[3][crc >> 24];
+    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
   }
 };
 
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse(const unsigned char* p, std::size_t n,
-                                                           std::uint32_t crc) {
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse(const unsigned char* p, std::size_t n, std::uint32_t crc) {
   static const ZerosOp long_shift(kLong);
   std::uint64_t c0 = crc;
   while (n >= 3 * kLong) {

@@ -19,8 +19,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -67,9 +67,9 @@ inline int free_loopback_port() {
   constexpr int kLowest = 10000;
   const int below = ports_detail::ephemeral_low();
   if (below > kLowest + 1000) {
-    static thread_local std::mt19937 pick(static_cast<unsigned>(
-        std::random_device{}() ^ static_cast<unsigned>(::getpid()) ^
-        static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())));
+    static thread_local std::mt19937 pick(
+        static_cast<unsigned>(std::random_device{}() ^ static_cast<unsigned>(::getpid()) ^
+                              static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())));
     std::uniform_int_distribution<int> in_range(kLowest, below - 1);
     for (int attempt = 0; attempt < 100; ++attempt) {
       const int port = in_range(pick);

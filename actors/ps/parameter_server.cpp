@@ -168,9 +168,9 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
         auto& st = self->state;
         const Partition& partition = *st.config.partition;
         if (state.parameters.numel() != partition.total())
-          return caf::make_error(caf::sec::runtime_error,
-                                 "a state of " + std::to_string(state.parameters.numel()) +
-                                     " parameters for a parameter server of " + std::to_string(partition.total()));
+          return caf::make_error(caf::sec::runtime_error, "a state of " + std::to_string(state.parameters.numel()) +
+                                                              " parameters for a parameter server of " +
+                                                              std::to_string(partition.total()));
         // Each shard gets its own part (a question per shard, so not
         // tell_every_shard's one message for all).
         auto rp = self->make_response_promise<caf::ok_atom>();

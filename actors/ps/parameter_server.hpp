@@ -44,8 +44,8 @@
 #include "actors/ps/partition.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
 #include "models/optimizer.hpp"
-#include "models/spec.hpp"
 #include "models/schedule.hpp"
+#include "models/spec.hpp"
 
 namespace troupe::actors {
 
@@ -58,7 +58,7 @@ struct ParameterServerConfig {
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
-  std::shared_ptr<JobMetrics> metrics;  // staleness, recorded by shard 0
+  std::shared_ptr<JobMetrics> metrics;       // staleness, recorded by shard 0
   std::chrono::milliseconds timeout{60000};  // each question to a shard
 };
 

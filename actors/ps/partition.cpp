@@ -23,7 +23,8 @@ void add_piece(std::vector<Range>& pieces, Range r) {
 }  // namespace
 
 Partition Partition::make(std::int64_t total, const std::vector<Range>& layers, int shards, std::int64_t split_above) {
-  if (shards < 1) throw std::invalid_argument("a parameter server needs at least 1 shard, not " + std::to_string(shards));
+  if (shards < 1)
+    throw std::invalid_argument("a parameter server needs at least 1 shard, not " + std::to_string(shards));
   if (split_above < 1)
     throw std::invalid_argument("the size above which a layer is split across shards must be at least 1 float, not " +
                                 std::to_string(split_above));

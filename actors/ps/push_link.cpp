@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "net/cluster/auth.hpp"  // is_loopback
+#include "net/cluster/auth.hpp"   // is_loopback
 #include "net/tcp/ring_link.hpp"  // format_timeout, hex
 #include "net/transport/hello.hpp"
 #include "net/transport/sealed.hpp"
@@ -246,8 +246,8 @@ std::chrono::microseconds push_poll_from_env() {
   if (errno == 0 && end != text && *end == '\0' && us >= 0 && us <= 1000000) return std::chrono::microseconds(us);
   static std::once_flag warned;
   std::call_once(warned, [text] {
-    std::fprintf(stderr, "troupe: TROUPE_PUSH_POLL_US='%s' is not a number of microseconds from 0 to 1000000; ignored\n",
-                 text);
+    std::fprintf(stderr,
+                 "troupe: TROUPE_PUSH_POLL_US='%s' is not a number of microseconds from 0 to 1000000; ignored\n", text);
   });
   return {};
 }
@@ -306,7 +306,8 @@ void PushClient::check_usable(int shard) const {
     std::lock_guard<std::mutex> lock(abort_mutex_);
     throw PushError(where(shard) + "aborted: " + abort_reason_);
   }
-  if (!broken_.empty()) throw PushError(where(shard) + "the connection is unusable after an earlier failure: " + broken_);
+  if (!broken_.empty())
+    throw PushError(where(shard) + "the connection is unusable after an earlier failure: " + broken_);
 }
 
 void PushClient::fail(int shard, const std::string& what) {
@@ -603,8 +604,8 @@ void PushServer::serve_until_closed(Connection& c) {
   auto write_answer = [&](Answer& a) {
     try {
       unsigned char header[kAnswerHeaderBytes];
-      const void* payload = a.header.floats ? static_cast<const void*>(a.fresh.f32())
-                                            : static_cast<const void*>(a.reason.data());
+      const void* payload =
+          a.header.floats ? static_cast<const void*>(a.fresh.f32()) : static_cast<const void*>(a.reason.data());
       const std::size_t bytes = a.header.floats ? a.fresh.bytes() : a.reason.size();
       encode(a.header, header);
       if (!sealer) {
@@ -632,9 +633,9 @@ void PushServer::serve_until_closed(Connection& c) {
   };
   std::mutex m;
   std::condition_variable cv;
-  std::deque<Answer> answers;   // under m
-  bool writer_busy = false;     // under m: the writer is writing one it took
-  bool reading_done = false;    // under m
+  std::deque<Answer> answers;  // under m
+  bool writer_busy = false;    // under m: the writer is writing one it took
+  bool reading_done = false;   // under m
   std::thread writer([&] {
     for (;;) {
       Answer a;
@@ -790,8 +791,9 @@ void PushServer::serve_until_closed(Connection& c) {
     Tensor& fresh = applied.fresh;
     if (!fresh.defined() || fresh.dtype() != kernels::DType::f32 || fresh.device().is_cuda() ||
         fresh.numel() != hosted->second) {
-      refuse(h, "the server's shard " + std::to_string(shard) + " answered " + fresh.describe() + ", expected " +
-                    std::to_string(hosted->second) + " floats on the host",
+      refuse(h,
+             "the server's shard " + std::to_string(shard) + " answered " + fresh.describe() + ", expected " +
+                 std::to_string(hosted->second) + " floats on the host",
              false);
       continue;
     }
@@ -851,7 +853,8 @@ PushServer::ServiceTimes PushServer::service_times() const {
 std::string PushServer::describe(const ServiceTimes& t) {
   if (t.pushes == 0) return {};
   char text[512];
-  std::snprintf(text, sizeof text, "read %.3f ms, apply %.3f ms, answer %.3f ms; all %.3f ms, p99 %.3f ms (medians of %lld pushes)",
+  std::snprintf(text, sizeof text,
+                "read %.3f ms, apply %.3f ms, answer %.3f ms; all %.3f ms, p99 %.3f ms (medians of %lld pushes)",
                 t.read_ms, t.apply_ms, t.answer_ms, t.total_ms, t.total_p99_ms, static_cast<long long>(t.pushes));
   return text;
 }

@@ -123,8 +123,8 @@
 #include <vector>
 
 #include "actors/messages.hpp"  // GradientPush, Tensor
-#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"  // LinkKeys
+#include "net/deadline.hpp"
 
 namespace troupe::net::wire {
 class RecordSealer;
@@ -195,7 +195,8 @@ std::uint32_t answer_crc(const unsigned char header[kAnswerHeaderBytes], const v
 // (shard.hpp). A Tensor converts to one without a staleness.
 struct AppliedPush {
   AppliedPush() = default;
-  AppliedPush(Tensor fresh_, std::int64_t staleness_ = -1) : fresh(std::move(fresh_)), staleness(staleness_) {}  // NOLINT: implicit on purpose
+  AppliedPush(Tensor fresh_, std::int64_t staleness_ = -1)
+      : fresh(std::move(fresh_)), staleness(staleness_) {}  // NOLINT: implicit on purpose
   Tensor fresh;
   std::int64_t staleness = -1;
 };
@@ -205,15 +206,15 @@ struct AppliedPush {
 // (one thread) at a time; abort() from any thread.
 
 struct PushClientConfig {
-  std::string address;                 // HOST:PORT of the PushServer
-  std::uint64_t job_id = 0;            // both ends must agree (checked in the Hellos)
+  std::string address;                               // HOST:PORT of the PushServer
+  std::uint64_t job_id = 0;                          // both ends must agree (checked in the Hellos)
   std::chrono::milliseconds connect_timeout{30000};  // retries refused connects until then
   // false: a refused connect fails at once (ConnectionRefused in the
   // error). A replica's routes set it: a ps task listens from before it
   // reports ready until it ends, so a refusal means it is gone, and
   // retrying would hold the replica while the job places the shards anew.
   bool retry_refused = true;
-  std::chrono::milliseconds timeout{60000};          // each push's round trip, from its send
+  std::chrono::milliseconds timeout{60000};  // each push's round trip, from its send
   // Same contract as net::TcpGroupConfig::authenticate (net::handshake_hook
   // in a cluster); called once with `accepting` false. Throws to refuse.
   std::function<net::LinkKeys(int fd, bool accepting, net::Deadline deadline)> authenticate;
@@ -285,7 +286,7 @@ class PushClient {
   std::deque<Pending> pending_;
   std::uint32_t next_sequence_ = 0;
   bool reading_ = false;  // a reads_next push sent, answers outstanding
-  std::string broken_;  // why the client is unusable; "" while it is usable
+  std::string broken_;    // why the client is unusable; "" while it is usable
   mutable std::mutex abort_mutex_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // under abort_mutex_
@@ -310,7 +311,7 @@ struct PushServerConfig {
   // throws std::exception whose what() is the refusal the client sees.
   // Must return in bounded time: stop() waits for the calls in progress.
   std::function<AppliedPush(int shard, GradientPush push)> apply;
-  std::chrono::milliseconds io_timeout{60000};  // a frame's reading once begun, and each answer's writing
+  std::chrono::milliseconds io_timeout{60000};         // a frame's reading once begun, and each answer's writing
   std::chrono::milliseconds handshake_timeout{10000};  // authentication and Hellos
   // Refused and dropped connections, with the reason; null: stderr.
   std::function<void(const std::string&)> log;
@@ -350,7 +351,7 @@ class PushServer {
   // for the push and its own for the answer, and its own copies
   // (docs/BENCHMARKS.md, issue 17).
   struct ServiceTimes {
-    std::int64_t pushes = 0;  // sampled
+    std::int64_t pushes = 0;                                        // sampled
     double read_ms = 0, apply_ms = 0, answer_ms = 0, total_ms = 0;  // medians
     double total_p99_ms = 0;
   };

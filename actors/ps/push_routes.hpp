@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "net/crypto/aead.hpp"  // LinkKeys
 #include "net/deadline.hpp"
-#include "net/crypto/aead.hpp"            // LinkKeys
 
 namespace troupe::actors::ps {
 

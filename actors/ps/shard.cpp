@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <stdexcept>
 
-
 namespace troupe::actors::ps {
 
 ShardCore::ShardCore(ShardConfig config)
-    : config_(std::move(config)), master_(Tensor::zeros({config_.size})),
+    : config_(std::move(config)),
+      master_(Tensor::zeros({config_.size})),
       optimizer_(models::make_optimizer(config_.optimizer, master_)) {
   clocks_.assign(static_cast<std::size_t>(config_.replicas), 0);
   pulled_at_.assign(clocks_.size(), 0);
@@ -33,8 +33,8 @@ std::int64_t ShardCore::apply(const GradientPush& push, const std::function<void
   // computing, or one that was stopped and came back) is never applied.
   if (push.gradient.numel() != master_.numel()) {
     ++counters_.dropped;
-    throw std::runtime_error("push from replica " + std::to_string(push.rank) + " dropped: " +
-                             std::to_string(push.gradient.numel()) + " floats for shard " +
+    throw std::runtime_error("push from replica " + std::to_string(push.rank) +
+                             " dropped: " + std::to_string(push.gradient.numel()) + " floats for shard " +
                              std::to_string(config_.index) + " of " + std::to_string(master_.numel()));
   }
   if (push.view != view_ || push.rank < 0 || static_cast<std::size_t>(push.rank) >= clocks_.size()) {
@@ -108,8 +108,7 @@ std::string ShardCore::closed() const {
   return closed_;
 }
 
-std::function<AppliedPush(int shard, GradientPush push)> shard_apply(
-    std::map<int, std::shared_ptr<ShardCore>> shards) {
+std::function<AppliedPush(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards) {
   return [shards = std::move(shards)](int shard, GradientPush push) {
     const auto found = shards.find(shard);
     if (found == shards.end()) throw std::runtime_error("shard " + std::to_string(shard) + " is not hosted here");

@@ -58,8 +58,8 @@ namespace troupe::actors {
 namespace ps {
 
 struct ShardConfig {
-  int index = 0;                 // in the partition
-  std::int64_t size = 0;         // floats it owns (Partition::size)
+  int index = 0;          // in the partition
+  std::int64_t size = 0;  // floats it owns (Partition::size)
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
@@ -155,8 +155,7 @@ LocalShard spawn_shard(caf::actor_system& system, ShardConfig config, ShardThrea
 // applies each push on the calling connection's thread. A shard's refusal
 // ("push from replica 0 of view 3 dropped: the job is in view 4") is the
 // exception, whose text the client sees.
-std::function<AppliedPush(int shard, GradientPush push)> shard_apply(
-    std::map<int, std::shared_ptr<ShardCore>> shards);
+std::function<AppliedPush(int shard, GradientPush push)> shard_apply(std::map<int, std::shared_ptr<ShardCore>> shards);
 
 }  // namespace ps
 }  // namespace troupe::actors

@@ -12,8 +12,8 @@ caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr
   // Runs in the actor's cleanup, which may end a moment after its monitors
   // heard of its end.
   self->attach_functor([core, system](const caf::error& reason) {
-    core->close("shard " + std::to_string(core->config().index) + " is gone (its actor ended: " +
-                system->render(reason) + ")");
+    core->close("shard " + std::to_string(core->config().index) +
+                " is gone (its actor ended: " + system->render(reason) + ")");
   });
   return {
       [core](push_atom, const GradientPush& push) -> caf::result<Tensor> {

@@ -9,12 +9,11 @@
 //
 //   TensorFlow                                 troupe
 //   tf.distribute.MirroredStrategy()           troupe::MirroredStrategy strategy;          (local devices, sync)
-//   tf.distribute.ParameterServerStrategy      troupe::ParameterServerStrategy ps("async"); (local devices, async / ssp:N)
-//   MultiWorkerMirroredStrategy (TF_CONFIG)    troupe::MultiWorkerMirroredStrategy mw;      (a cluster spec, $TROUPE_CLUSTER)
-//   strategy.num_replicas_in_sync              strategy.num_replicas_in_sync()
-//   model.fit(ds, epochs, callbacks=[...])     strategy.fit(config, {callbacks...}) -> History
-//   LearningRateScheduler(decay)               config.schedule = "piecewise:3=1e-4,7=1e-5"
-//   ModelCheckpoint / BackupAndRestore         config.checkpoint_dir (+ config.resume)
+//   tf.distribute.ParameterServerStrategy      troupe::ParameterServerStrategy ps("async"); (local devices, async /
+//   ssp:N) MultiWorkerMirroredStrategy (TF_CONFIG)    troupe::MultiWorkerMirroredStrategy mw;      (a cluster spec,
+//   $TROUPE_CLUSTER) strategy.num_replicas_in_sync              strategy.num_replicas_in_sync() model.fit(ds, epochs,
+//   callbacks=[...])     strategy.fit(config, {callbacks...}) -> History LearningRateScheduler(decay) config.schedule =
+//   "piecewise:3=1e-4,7=1e-5" ModelCheckpoint / BackupAndRestore         config.checkpoint_dir (+ config.resume)
 //   CSVLogger, PrintLR (the tutorial's)        troupe::CsvLogger, troupe::PrintLR
 //   TensorBoard(log_dir)                       troupe::TensorBoard(dir)
 //   strategy.run(train_step) + reduce(SUM,.)   strategy.run(step_fn), strategy.reduce(ReduceOp::SUM, losses)
@@ -55,7 +54,7 @@
 namespace troupe::actors {
 class Job;
 struct JobConfig;
-}
+}  // namespace troupe::actors
 namespace troupe::net {
 class Collective;
 }
@@ -67,13 +66,13 @@ namespace troupe {
 using kernels::Device;
 using kernels::Shape;
 using kernels::Tensor;
-namespace ops = kernels::ops;  // the numeric ops, for code that glues models together
-using models::EpochResult;     // test loss / accuracy / top-5, lr, step, seconds
-using models::Model;           // a Sequential model on one device (forward, backward, flat buffers)
-using models::ModelSpec;       // a model as text (models/spec.hpp)
-using models::OptimizerConfig; // name ("sgd", "adam", "nadam") and hyper-parameters
-using data::Dataset;           // one split in host memory
-using data::Splits;            // train + test
+namespace ops = kernels::ops;   // the numeric ops, for code that glues models together
+using data::Dataset;            // one split in host memory
+using data::Splits;             // train + test
+using models::EpochResult;      // test loss / accuracy / top-5, lr, step, seconds
+using models::Model;            // a Sequential model on one device (forward, backward, flat buffers)
+using models::ModelSpec;        // a model as text (models/spec.hpp)
+using models::OptimizerConfig;  // name ("sgd", "adam", "nadam") and hyper-parameters
 
 // "cpu:0,cpu:1" or "cuda:0,cuda:1". Throws std::invalid_argument naming the bad item.
 std::vector<Device> parse_devices(const std::string& text);
@@ -210,11 +209,21 @@ struct LambdaCallback : Callback {
   std::function<void(const StepLogs&)> step_end;
   std::function<void(const EpochResult&)> epoch_end, evaluate;
   std::function<void(const std::string&, std::int64_t)> checkpoint;
-  void on_epoch_begin(std::int64_t e, float lr) override { if (epoch_begin) epoch_begin(e, lr); }
-  void on_step_end(const StepLogs& l) override { if (step_end) step_end(l); }
-  void on_epoch_end(const EpochResult& r) override { if (epoch_end) epoch_end(r); }
-  void on_evaluate(const EpochResult& r) override { if (evaluate) evaluate(r); }
-  void on_checkpoint(const std::string& p, std::int64_t s) override { if (checkpoint) checkpoint(p, s); }
+  void on_epoch_begin(std::int64_t e, float lr) override {
+    if (epoch_begin) epoch_begin(e, lr);
+  }
+  void on_step_end(const StepLogs& l) override {
+    if (step_end) step_end(l);
+  }
+  void on_epoch_end(const EpochResult& r) override {
+    if (epoch_end) epoch_end(r);
+  }
+  void on_evaluate(const EpochResult& r) override {
+    if (evaluate) evaluate(r);
+  }
+  void on_checkpoint(const std::string& p, std::int64_t s) override {
+    if (checkpoint) checkpoint(p, s);
+  }
 };
 
 // ---- fit ---------------------------------------------------------------------
@@ -244,7 +253,7 @@ struct History {
   std::int64_t steps = 0;                // global steps (updates applied)
   std::int64_t sync_steps = 0, pushes = 0;
   double train_seconds = 0, wall_seconds = 0, samples_per_s = 0;
-  std::vector<std::string> mode_history; // "sync@0", "async@300", ...
+  std::vector<std::string> mode_history;  // "sync@0", "async@300", ...
   std::string final_mode;
   bool stopped_early = false;
   // True when fit() ran on a worker node of a MultiWorkerMirroredStrategy:
@@ -312,9 +321,9 @@ class Strategy {
  private:
   std::vector<Device> devices_;
   std::string mode_;
-  std::mutex mutex_;                    // guards job_ and pending_
-  std::shared_ptr<actors::Job> job_;    // the running fit()'s job
-  std::vector<std::thread> pending_;    // switches queued from callbacks
+  std::mutex mutex_;                  // guards job_ and pending_
+  std::shared_ptr<actors::Job> job_;  // the running fit()'s job
+  std::vector<std::thread> pending_;  // switches queued from callbacks
   std::atomic<bool> stop_requested_{false};
 };
 
@@ -341,15 +350,15 @@ class MirroredStrategy;
 
 // What a step function sees on its replica (its own thread).
 struct ReplicaContext {
-  int replica_id = 0;             // replica_id_in_sync_group
+  int replica_id = 0;  // replica_id_in_sync_group
   int num_replicas = 1;
   std::int64_t step = 0;          // 0-based custom-loop step
   std::int64_t global_batch = 0;  // examples of this step over all replicas
   std::int64_t examples = 0;      // examples in this replica's batch (may be fewer at an epoch end)
   Model& model;                   // this replica's model, on `device`
   Device device;
-  const Tensor& features;         // [examples, ...] on `device`
-  const Tensor& labels;           // i32 [examples] (classification) or f32 targets
+  const Tensor& features;  // [examples, ...] on `device`
+  const Tensor& labels;    // i32 [examples] (classification) or f32 targets
 
   // tf.nn.compute_average_loss: the SUM of this replica's per-example losses
   // divided by the GLOBAL batch (not by `examples`), so that adding the
@@ -450,10 +459,10 @@ struct ClusterOptions {
   // then $TROUPE_CLUSTER; or instead (no spec at all) listen / join below.
   std::string cluster_spec_file;
   std::string cluster_spec_json;
-  std::string listen;            // coordinator: accept nodes at HOST:PORT
-  std::string join;              // worker: join the coordinator at HOST:PORT
-  int min_nodes = 1;             // with listen: nodes before training, this one included
-  std::vector<Device> devices;   // this node's (default: default_devices())
+  std::string listen;           // coordinator: accept nodes at HOST:PORT
+  std::string join;             // worker: join the coordinator at HOST:PORT
+  int min_nodes = 1;            // with listen: nodes before training, this one included
+  std::vector<Device> devices;  // this node's (default: default_devices())
   // The coordinator's update mode: "sync" (MultiWorkerMirroredStrategy) or
   // "async" / "ssp:N" (TF's ParameterServerStrategy on a cluster; the
   // parameter-server shards run on the spec's ps tasks, see
@@ -462,15 +471,15 @@ struct ClusterOptions {
   // This node's data-plane address HOST[:PORT] (default: with a spec, a
   // worker's own entry; else chosen by the runtime, a free port).
   std::string data_address;
-  std::string secret_file;       // else $TROUPE_SECRET, else none (loopback peers only)
+  std::string secret_file;  // else $TROUPE_SECRET, else none (loopback peers only)
   // `troupe node --insecure`, for a network trusted as much as the hosts:
   // nodes still prove the secret (one is required: std::invalid_argument
   // without), but their links are left unsealed after the handshake
   // (plaintext ring speed, NCCL between GPU nodes). Every node must agree.
   bool insecure = false;
-  double join_timeout_s = 30;    // worker: reaching the coordinator
-  double wait_timeout_s = 600;   // waiting for the nodes / for the job to start
-  double timeout_s = 60;         // any one collective or remote request
+  double join_timeout_s = 30;   // worker: reaching the coordinator
+  double wait_timeout_s = 600;  // waiting for the nodes / for the job to start
+  double timeout_s = 60;        // any one collective or remote request
   // worker and ps task (serve_parameter_server): after losing the
   // coordinator, keep trying to join it again for this long, so that a
   // chief restarted with resume = true goes on with this process (`troupe
@@ -489,8 +498,8 @@ class MultiWorkerMirroredStrategy : public Strategy {
   ~MultiWorkerMirroredStrategy() override;
 
   bool is_coordinator() const { return coordinator_; }
-  int task_index() const { return task_index_; }      // rank: 0 is the coordinator
-  int num_workers() const { return num_workers_; }    // nodes of the cluster (min_nodes with listen)
+  int task_index() const { return task_index_; }    // rank: 0 is the coordinator
+  int num_workers() const { return num_workers_; }  // nodes of the cluster (min_nodes with listen)
 
  protected:
   void configure_job(actors::JobConfig& job) override;

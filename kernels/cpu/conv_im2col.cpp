@@ -23,8 +23,7 @@ namespace {
 // A 1x1 filter with stride 1 and no padding reads the image as it is:
 // im2col would be a copy.
 bool col_is_input(const Conv2dShape& s) {
-  return s.r == 1 && s.s == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
-         s.pad_w == 0;
+  return s.r == 1 && s.s == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
 }
 
 // One col buffer per thread, grown on demand: several replicas may run
@@ -86,8 +85,7 @@ int blas_int(std::int64_t v) { return static_cast<int>(std::max<std::int64_t>(v,
 
 }  // namespace
 
-void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w,
-                           const float* bias, float* y) {
+void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const std::int64_t PQ = s.p() * s.q(), CRS = s.c * s.r * s.s;
   const bool direct = col_is_input(s);
   float* col = direct ? nullptr : col_buffer(static_cast<std::size_t>(CRS * PQ));
@@ -95,9 +93,8 @@ void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w,
     const float* xn = x + n * s.c * s.h * s.w;
     float* yn = y + n * s.k * PQ;
     if (!direct) im2col(s, xn, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(s.k), blas_int(PQ),
-                blas_int(CRS), 1.0f, w, blas_int(CRS), direct ? xn : col, blas_int(PQ), 0.0f, yn,
-                blas_int(PQ));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(s.k), blas_int(PQ), blas_int(CRS), 1.0f, w,
+                blas_int(CRS), direct ? xn : col, blas_int(PQ), 0.0f, yn, blas_int(PQ));
     if (bias)
       for (std::int64_t k = 0; k < s.k; ++k) {
         const float b = bias[k];
@@ -107,23 +104,20 @@ void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w,
   }
 }
 
-void conv2d_backward_data_im2col(const Conv2dShape& s, const float* dy, const float* w,
-                                 float* dx) {
+void conv2d_backward_data_im2col(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const std::int64_t PQ = s.p() * s.q(), CRS = s.c * s.r * s.s;
   const bool direct = col_is_input(s);
   float* col = direct ? nullptr : col_buffer(static_cast<std::size_t>(CRS * PQ));
   for (std::int64_t n = 0; n < s.n; ++n) {
     float* dxn = dx + n * s.c * s.h * s.w;
     // In the 1x1 case col2im is the identity, so the product goes straight to dx.
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(CRS), blas_int(PQ),
-                blas_int(s.k), 1.0f, w, blas_int(CRS), dy + n * s.k * PQ, blas_int(PQ), 0.0f,
-                direct ? dxn : col, blas_int(PQ));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(CRS), blas_int(PQ), blas_int(s.k), 1.0f, w,
+                blas_int(CRS), dy + n * s.k * PQ, blas_int(PQ), 0.0f, direct ? dxn : col, blas_int(PQ));
     if (!direct) col2im(s, col, dxn);
   }
 }
 
-void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const float* dy,
-                                   float* dw, float* db) {
+void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) {
   const std::int64_t PQ = s.p() * s.q(), CRS = s.c * s.r * s.s;
   const bool direct = col_is_input(s);
   float* col = direct ? nullptr : col_buffer(static_cast<std::size_t>(CRS * PQ));
@@ -132,9 +126,9 @@ void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const f
     const float* xn = x + n * s.c * s.h * s.w;
     if (!direct) im2col(s, xn, col);
     // beta = 0 for the first image makes the op overwrite dw, as backward ops must.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(s.k), blas_int(CRS),
-                blas_int(PQ), 1.0f, dy + n * s.k * PQ, blas_int(PQ), direct ? xn : col,
-                blas_int(PQ), n == 0 ? 0.0f : 1.0f, dw, blas_int(CRS));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(s.k), blas_int(CRS), blas_int(PQ), 1.0f,
+                dy + n * s.k * PQ, blas_int(PQ), direct ? xn : col, blas_int(PQ), n == 0 ? 0.0f : 1.0f, dw,
+                blas_int(CRS));
   }
   if (db) {
     for (std::int64_t k = 0; k < s.k; ++k) {

@@ -10,16 +10,12 @@
 
 namespace troupe::kernels::cpu {
 
-void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w,
-                           const float* bias, float* y);
+void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv2d_backward_data_onednn(const Conv2dShape& s, const float* dy, const float* w, float* dx);
-void conv2d_backward_filter_onednn(const Conv2dShape& s, const float* x, const float* dy,
-                                   float* dw, float* db);
+void conv2d_backward_filter_onednn(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);
 
-void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w,
-                           const float* bias, float* y);
+void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv2d_backward_data_im2col(const Conv2dShape& s, const float* dy, const float* w, float* dx);
-void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const float* dy,
-                                   float* dw, float* db);
+void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);
 
 }  // namespace troupe::kernels::cpu

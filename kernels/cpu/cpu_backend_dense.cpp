@@ -47,8 +47,7 @@ bool degenerate(const Conv2dShape& s) { return s.n == 0 || s.c == 0 || s.k == 0;
 
 }  // namespace
 
-void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
-                      float* c) {
+void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {
     // An empty product: BLAS would reject lda = 0, and C = beta * C is all
@@ -56,10 +55,9 @@ void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const flo
     for (std::int64_t i = 0; i < s.m * s.n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-              s.trans_b ? CblasTrans : CblasNoTrans, blas_int(s.m), blas_int(s.n), blas_int(s.k),
-              alpha, a, blas_int(s.trans_a ? s.m : s.k), b, blas_int(s.trans_b ? s.k : s.n), beta,
-              c, blas_int(s.n));
+  cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+              blas_int(s.m), blas_int(s.n), blas_int(s.k), alpha, a, blas_int(s.trans_a ? s.m : s.k), b,
+              blas_int(s.trans_b ? s.k : s.n), beta, c, blas_int(s.n));
 }
 
 void CpuBackend::bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) {
@@ -82,8 +80,7 @@ void CpuBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* dy
   }
 }
 
-void CpuBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols,
-                           const float* x, float* y) {
+void CpuBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
   // 32x32 tiles: one tile of x and one of y (4 KB each) stay in L1, so the
   // strided writes hit cache lines that the tile's other rows fill.
   constexpr std::int64_t tile = 32;
@@ -101,26 +98,22 @@ void CpuBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t c
   }
 }
 
-void CpuBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
-                                const float* bias, float* y) {
+void CpuBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   if (degenerate(s)) return ref::conv2d_forward(s, x, w, bias, y);
   cpu::conv2d_forward_onednn(s, x, w, bias, y);
 }
 
-void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
-                                      float* dx) {
+void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   if (degenerate(s)) return ref::conv2d_backward_data(s, dy, w, dx);
   cpu::conv2d_backward_data_onednn(s, dy, w, dx);
 }
 
-void CpuBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
-                                        float* dw, float* db) {
+void CpuBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) {
   if (degenerate(s)) return ref::conv2d_backward_filter(s, x, dy, dw, db);
   cpu::conv2d_backward_filter_onednn(s, x, dy, dw, db);
 }
 
-void CpuBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
-                                   std::int32_t* argmax) {
+void CpuBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) {
   const std::int64_t P = s.p(), Q = s.q();
   for (std::int64_t plane = 0; plane < s.n * s.c; ++plane) {
     const float* xp = x + plane * s.h * s.w;
@@ -128,13 +121,12 @@ void CpuBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* 
     std::int32_t* ap = argmax + plane * P * Q;
     for (std::int64_t p = 0; p < P; ++p)
       for (std::int64_t q = 0; q < Q; ++q)
-        ap[p * Q + q] = math::max_in_window(xp, s.w, p * s.stride_h, q * s.stride_w, s.window_h,
-                                            s.window_w, yp[p * Q + q]);
+        ap[p * Q + q] =
+            math::max_in_window(xp, s.w, p * s.stride_h, q * s.stride_w, s.window_h, s.window_w, yp[p * Q + q]);
   }
 }
 
-void CpuBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy,
-                                    const std::int32_t* argmax, float* dx) {
+void CpuBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) {
   const std::int64_t plane_size = s.h * s.w, PQ = s.p() * s.q();
   std::fill(dx, dx + s.n * s.c * plane_size, 0.0f);
   for (std::int64_t plane = 0; plane < s.n * s.c; ++plane) {
@@ -145,17 +137,16 @@ void CpuBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy,
   }
 }
 
-void CpuBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                   const std::int32_t* ids, const float* table, float* out) {
+void CpuBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                   const float* table, float* out) {
   ref::check_embedding_ids("embedding_forward", count, vocab, ids);
   const auto row_bytes = static_cast<std::size_t>(dim) * sizeof(float);
   if (row_bytes == 0) return;
-  for (std::int64_t i = 0; i < count; ++i)
-    std::memcpy(out + i * dim, table + std::int64_t{ids[i]} * dim, row_bytes);
+  for (std::int64_t i = 0; i < count; ++i) std::memcpy(out + i * dim, table + std::int64_t{ids[i]} * dim, row_bytes);
 }
 
-void CpuBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                    const std::int32_t* ids, const float* dout, float* dtable) {
+void CpuBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                    const float* dout, float* dtable) {
   ref::check_embedding_ids("embedding_backward", count, vocab, ids);
   std::fill(dtable, dtable + vocab * dim, 0.0f);
   for (std::int64_t i = 0; i < count; ++i) {

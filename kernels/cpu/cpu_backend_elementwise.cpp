@@ -24,9 +24,8 @@ namespace {
 void check_labels(const char* op, std::int64_t n, std::int64_t c, const std::int32_t* labels) {
   for (std::int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= c)
-      throw std::out_of_range(std::string(op) + ": label " + std::to_string(labels[i]) +
-                              " of row " + std::to_string(i) + " is outside [0, " +
-                              std::to_string(c) + ")");
+      throw std::out_of_range(std::string(op) + ": label " + std::to_string(labels[i]) + " of row " +
+                              std::to_string(i) + " is outside [0, " + std::to_string(c) + ")");
   }
 }
 
@@ -102,22 +101,19 @@ void CpuBackend::relu_backward(std::size_t n, const float* x, const float* dy, f
   for (std::size_t i = 0; i < n; ++i) dx[i] = math::relu_grad(x[i], dy[i]);
 }
 
-void CpuBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
-                                 float* y) {
+void CpuBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) {
   for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * math::dropout_factor(seed, i, rate);
 }
 
 // The mask is recomputed from the seed (counter-based), never stored.
-void CpuBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
-                                  float* dx) {
+void CpuBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = dy[i] * math::dropout_factor(seed, i, rate);
 }
 
 // ---------------------------------------------------------------- losses and metrics
 
-void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
-                              const std::int32_t* labels, float* loss, float* dlogits,
-                              float grad_scale) {
+void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
+                              float* loss, float* dlogits, float grad_scale) {
   check_labels("softmax_xent", n, c, labels);
   for (std::int64_t i = 0; i < n; ++i) {
     const float* row = logits + i * c;
@@ -142,8 +138,8 @@ void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logit
   }
 }
 
-void CpuBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
-                     float* loss, float* dpred, float grad_scale) {
+void CpuBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
+                     float grad_scale) {
   const std::size_t cols = static_cast<std::size_t>(d);
   for (std::int64_t i = 0; i < n; ++i)
     loss[i] = static_cast<float>(squared_distance(cols, pred + i * d, target + i * d) / double(d));
@@ -212,8 +208,7 @@ void CpuBackend::sum_n(std::size_t n, const float* const* srcs, int count, float
 
 // ---------------------------------------------------------------- optimizers
 
-void CpuBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
-                            float* velocity) {
+void CpuBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) {
   // A local copy: `p` could otherwise alias param, and every store would
   // force the hyper-parameters to be reloaded.
   const SgdParams q = p;
@@ -224,21 +219,18 @@ void CpuBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, con
   }
 }
 
-void CpuBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
-                             float* m, float* v) {
+void CpuBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) {
   const AdamParams q = p;  // see sgd_update
   for (std::size_t i = 0; i < n; ++i) math::adam_step(q, param[i], grad[i], m[i], v[i]);
 }
 
 // ---------------------------------------------------------------- initialisers
 
-void CpuBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed,
-                              float* x) {
+void CpuBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) {
   for (std::size_t i = 0; i < n; ++i) x[i] = math::uniform_in(low, high, math::random_uniform(seed, i));
 }
 
-void CpuBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed,
-                             float* x) {
+void CpuBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) {
   for (std::size_t i = 0; i < n; ++i) x[i] = math::normal_with(mean, stddev, math::random_normal(seed, i));
 }
 

@@ -17,16 +17,14 @@
 
 namespace troupe::kernels::cuda {
 
-[[noreturn]] inline void throw_cuda_error(const char* what, const std::string& error,
-                                          const char* file, int line) {
-  throw std::runtime_error(std::string("cuda backend: ") + what + " failed: " + error + " (" +
-                           file + ":" + std::to_string(line) + ")");
+[[noreturn]] inline void throw_cuda_error(const char* what, const std::string& error, const char* file, int line) {
+  throw std::runtime_error(std::string("cuda backend: ") + what + " failed: " + error + " (" + file + ":" +
+                           std::to_string(line) + ")");
 }
 
 inline void check_cuda(cudaError_t status, const char* what, const char* file, int line) {
   if (status != cudaSuccess)
-    throw_cuda_error(what, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status),
-                     file, line);
+    throw_cuda_error(what, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file, line);
 }
 
 inline void check_cublas(cublasStatus_t status, const char* what, const char* file, int line) {

@@ -39,9 +39,9 @@ constexpr std::size_t kMaxPlans = 64;
 
 std::string describe(const Conv2dShape& s) {
   auto v = [](std::int64_t x) { return std::to_string(x); };
-  return "x [" + v(s.n) + ", " + v(s.c) + ", " + v(s.h) + ", " + v(s.w) + "], w [" + v(s.k) + ", " +
-         v(s.c) + ", " + v(s.r) + ", " + v(s.s) + "], stride " + v(s.stride_h) + "x" + v(s.stride_w) +
-         ", pad " + v(s.pad_h) + "x" + v(s.pad_w);
+  return "x [" + v(s.n) + ", " + v(s.c) + ", " + v(s.h) + ", " + v(s.w) + "], w [" + v(s.k) + ", " + v(s.c) + ", " +
+         v(s.r) + ", " + v(s.s) + "], stride " + v(s.stride_h) + "x" + v(s.stride_w) + ", pad " + v(s.pad_h) + "x" +
+         v(s.pad_w);
 }
 
 // cuDNN's legacy descriptors take int sizes.
@@ -63,23 +63,20 @@ ConvPlan& plan_for(DeviceState& st, const Conv2dShape& s) {
   TROUPE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
   TROUPE_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   TROUPE_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
-  TROUPE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                as_int(s.n, s), as_int(s.c, s), as_int(s.h, s),
-                                                as_int(s.w, s)));
-  TROUPE_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                as_int(s.k, s), as_int(s.c, s), as_int(s.r, s),
-                                                as_int(s.s, s)));
-  TROUPE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      plan->conv, as_int(s.pad_h, s), as_int(s.pad_w, s), as_int(s.stride_h, s),
-      as_int(s.stride_w, s), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  TROUPE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(s.n, s),
+                                                as_int(s.c, s), as_int(s.h, s), as_int(s.w, s)));
+  TROUPE_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(s.k, s),
+                                                as_int(s.c, s), as_int(s.r, s), as_int(s.s, s)));
+  TROUPE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, as_int(s.pad_h, s), as_int(s.pad_w, s),
+                                                     as_int(s.stride_h, s), as_int(s.stride_w, s), 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   TROUPE_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
   int n = 0, k = 0, p = 0, q = 0;
   TROUPE_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->conv, plan->x, plan->w, &n, &k, &p, &q));
   if (n != s.n || k != s.k || p != s.p() || q != s.q())
-    throw std::logic_error("cuda backend: cuDNN computes output [" + std::to_string(n) + ", " +
-                           std::to_string(k) + ", " + std::to_string(p) + ", " + std::to_string(q) +
-                           "] for " + describe(s) + ", troupe expects p = " + std::to_string(s.p()) +
-                           ", q = " + std::to_string(s.q()));
+    throw std::logic_error("cuda backend: cuDNN computes output [" + std::to_string(n) + ", " + std::to_string(k) +
+                           ", " + std::to_string(p) + ", " + std::to_string(q) + "] for " + describe(s) +
+                           ", troupe expects p = " + std::to_string(s.p()) + ", q = " + std::to_string(s.q()));
   TROUPE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, p, q));
 
   ConvPlan& result = *plan;
@@ -90,16 +87,15 @@ ConvPlan& plan_for(DeviceState& st, const Conv2dShape& s) {
 // The first usable entry of a heuristic list (best first): supported, plain
 // FP32 math, workspace (as cuDNN reports it for this algorithm) under the cap.
 template <class Perf, class Algo, class List, class Bytes>
-void choose_algorithm(const char* direction, const Conv2dShape& s, int max_count, List list,
-                      Bytes workspace_bytes, Algo& algo, std::size_t& bytes) {
+void choose_algorithm(const char* direction, const Conv2dShape& s, int max_count, List list, Bytes workspace_bytes,
+                      Algo& algo, std::size_t& bytes) {
   std::vector<Perf> perfs(static_cast<std::size_t>(max_count));
   int returned = 0;
   TROUPE_CUDNN_CHECK(list(max_count, &returned, perfs.data()));
   for (int i = 0; i < returned; ++i) {
     const Perf& perf = perfs[static_cast<std::size_t>(i)];
     if (perf.status != CUDNN_STATUS_SUCCESS) continue;
-    if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-      continue;
+    if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     std::size_t needed = 0;
     if (workspace_bytes(perf.algo, &needed) != CUDNN_STATUS_SUCCESS || needed > kMaxWorkspace) continue;
     algo = perf.algo;
@@ -115,16 +111,13 @@ struct ConvBiasAdd {
   std::int64_t pq, k;
   const float* bias;
   float* y;
-  __device__ void operator()(std::size_t i) const {
-    y[i] += bias[(static_cast<std::int64_t>(i) / pq) % k];
-  }
+  __device__ void operator()(std::size_t i) const { y[i] += bias[(static_cast<std::int64_t>(i) / pq) % k]; }
 };
 
 // db[k] = sum over n, p, q of dy[n, k, p, q]: one block per output channel,
 // threads striding over the n contiguous runs of p*q floats (coalesced),
 // then a block reduction in double. Fixed order, no atomics: deterministic.
-__global__ void conv_bias_grad_kernel(std::int64_t n, std::int64_t k, std::int64_t pq,
-                                      const float* dy, float* db) {
+__global__ void conv_bias_grad_kernel(std::int64_t n, std::int64_t k, std::int64_t pq, const float* dy, float* db) {
   for (std::int64_t channel = blockIdx.x; channel < k; channel += gridDim.x) {
     double acc = 0.0;
     for (std::int64_t j = threadIdx.x; j < n * pq; j += blockDim.x) {
@@ -138,14 +131,12 @@ __global__ void conv_bias_grad_kernel(std::int64_t n, std::int64_t k, std::int64
 }
 
 void zero(DeviceState& st, float* p, std::int64_t count) {
-  if (count > 0)
-    TROUPE_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(count) * sizeof(float), st.stream));
+  if (count > 0) TROUPE_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(count) * sizeof(float), st.stream));
 }
 
 }  // namespace
 
-void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
-                                 const float* bias, float* y) {
+void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const std::int64_t pq = s.p() * s.q(), outputs = s.n * s.k * pq;
   if (outputs <= 0) return;
   DeviceState& st = current_device_state();
@@ -159,28 +150,24 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const flo
       choose_algorithm<cudnnConvolutionFwdAlgoPerf_t>(
           "forward", s, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
           [&](int count, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
-            return cudnnGetConvolutionForwardAlgorithm_v7(handle, plan.x, plan.w, plan.conv, plan.y,
-                                                          count, returned, perfs);
+            return cudnnGetConvolutionForwardAlgorithm_v7(handle, plan.x, plan.w, plan.conv, plan.y, count, returned,
+                                                          perfs);
           },
           [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
-            return cudnnGetConvolutionForwardWorkspaceSize(handle, plan.x, plan.w, plan.conv, plan.y,
-                                                           algo, bytes);
+            return cudnnGetConvolutionForwardWorkspaceSize(handle, plan.x, plan.w, plan.conv, plan.y, algo, bytes);
           },
           plan.fwd_algo, plan.fwd_bytes);
       plan.have_fwd = true;
     }
     void* ws = cuda::workspace(st, plan.fwd_bytes);
     const float alpha = 1.0f, beta = 0.0f;  // beta 0: y is overwritten, never read
-    TROUPE_CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, plan.x, x, plan.w, w, plan.conv,
-                                               plan.fwd_algo, ws, plan.fwd_bytes, &beta, plan.y, y));
+    TROUPE_CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, plan.x, x, plan.w, w, plan.conv, plan.fwd_algo, ws,
+                                               plan.fwd_bytes, &beta, plan.y, y));
   }
-  if (bias)
-    for_each_index(st, static_cast<std::size_t>(outputs), ConvBiasAdd{pq, s.k, bias, y},
-                   "conv2d_bias_add");
+  if (bias) for_each_index(st, static_cast<std::size_t>(outputs), ConvBiasAdd{pq, s.k, bias, y}, "conv2d_bias_add");
 }
 
-void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
-                                       float* dx) {
+void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const std::int64_t inputs = s.n * s.c * s.h * s.w;
   if (inputs <= 0) return;
   DeviceState& st = current_device_state();
@@ -195,25 +182,22 @@ void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, co
     choose_algorithm<cudnnConvolutionBwdDataAlgoPerf_t>(
         "backward-data", s, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
         [&](int count, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
-          return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan.w, plan.y, plan.conv,
-                                                             plan.x, count, returned, perfs);
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan.w, plan.y, plan.conv, plan.x, count, returned,
+                                                             perfs);
         },
         [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan.w, plan.y, plan.conv,
-                                                              plan.x, algo, bytes);
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan.w, plan.y, plan.conv, plan.x, algo, bytes);
         },
         plan.bwd_data_algo, plan.bwd_data_bytes);
     plan.have_bwd_data = true;
   }
   void* ws = cuda::workspace(st, plan.bwd_data_bytes);
   const float alpha = 1.0f, beta = 0.0f;  // overwrite dx (inputs no window covers get 0)
-  TROUPE_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, plan.w, w, plan.y, dy, plan.conv,
-                                                  plan.bwd_data_algo, ws, plan.bwd_data_bytes,
-                                                  &beta, plan.x, dx));
+  TROUPE_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, plan.w, w, plan.y, dy, plan.conv, plan.bwd_data_algo,
+                                                  ws, plan.bwd_data_bytes, &beta, plan.x, dx));
 }
 
-void CudaBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
-                                         float* dw, float* db) {
+void CudaBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) {
   const std::int64_t pq = s.p() * s.q(), weights = s.k * s.c * s.r * s.s;
   DeviceState& st = current_device_state();
   if (weights > 0) {
@@ -227,21 +211,21 @@ void CudaBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, c
         choose_algorithm<cudnnConvolutionBwdFilterAlgoPerf_t>(
             "backward-filter", s, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
             [&](int count, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
-              return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan.x, plan.y, plan.conv,
-                                                                   plan.w, count, returned, perfs);
+              return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan.x, plan.y, plan.conv, plan.w, count,
+                                                                   returned, perfs);
             },
             [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-              return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan.x, plan.y,
-                                                                    plan.conv, plan.w, algo, bytes);
+              return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan.x, plan.y, plan.conv, plan.w, algo,
+                                                                    bytes);
             },
             plan.bwd_filter_algo, plan.bwd_filter_bytes);
         plan.have_bwd_filter = true;
       }
       void* ws = cuda::workspace(st, plan.bwd_filter_bytes);
       const float alpha = 1.0f, beta = 0.0f;  // overwrite dw: backward ops never accumulate
-      TROUPE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &alpha, plan.x, x, plan.y, dy,
-                                                        plan.conv, plan.bwd_filter_algo, ws,
-                                                        plan.bwd_filter_bytes, &beta, plan.w, dw));
+      TROUPE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &alpha, plan.x, x, plan.y, dy, plan.conv,
+                                                        plan.bwd_filter_algo, ws, plan.bwd_filter_bytes, &beta, plan.w,
+                                                        dw));
     }
   }
   if (db && s.k > 0) {

@@ -63,8 +63,7 @@ __global__ void bias_grad_kernel(std::int64_t rows, std::int64_t cols, const flo
 // shared memory hits 32 different banks. Blocks are 32 x 8 threads, each
 // thread moving 4 elements. Tile rows and batches loop in case they exceed
 // the grid's y and z limits (65535).
-__global__ void transpose_kernel(std::int64_t batch, std::int64_t rows, std::int64_t cols,
-                                 const float* x, float* y) {
+__global__ void transpose_kernel(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
   __shared__ float tile[kTile][kTile + 1];
   const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
   const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
@@ -177,12 +176,11 @@ struct EmbeddingScatter {
   }
 };
 
-[[noreturn]] void throw_bad_id(const char* op, DeviceState& st, std::int64_t pos,
-                               const std::int32_t* ids, std::int64_t vocab) {
+[[noreturn]] void throw_bad_id(const char* op, DeviceState& st, std::int64_t pos, const std::int32_t* ids,
+                               std::int64_t vocab) {
   const std::int32_t id = cuda::read_i32(st, ids + pos);
   throw std::out_of_range(std::string("cuda backend: ") + op + ": ids[" + std::to_string(pos) +
-                          "] = " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) +
-                          ")");
+                          "] = " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
 }
 
 }  // namespace
@@ -192,8 +190,7 @@ struct EmbeddingScatter {
 // before A with the same transpose flags, and swap m and n. Leading
 // dimensions are the row lengths as stored. cublasSgemm_64 takes 64-bit
 // sizes, so no shape has to fit in an int.
-void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
-                       float* c) {
+void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   if (s.m == 0 || s.n == 0) return;
   DeviceState& st = current_device_state();
   if (s.k == 0) {  // cuBLAS would do this too; spelled out so it is certain
@@ -206,14 +203,13 @@ void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const fl
   const std::int64_t ldb = s.trans_b ? s.k : s.n;  // B stored [n, k] or [k, n]
   std::lock_guard<std::mutex> lock(st.mutex);
   // beta == 0: cuBLAS does not read C then, so NaN garbage in C is ignored.
-  TROUPE_CUBLAS_CHECK(cublasSgemm_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b,
-                                     ldb, a, lda, &beta, c, s.n));
+  TROUPE_CUBLAS_CHECK(
+      cublasSgemm_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, s.n));
 }
 
 void CudaBackend::bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) {
   if (rows == 0 || cols == 0) return;
-  for_each_index(current_device_state(), static_cast<std::size_t>(rows * cols),
-                 BiasAdd{cols, bias, y}, "bias_add");
+  for_each_index(current_device_state(), static_cast<std::size_t>(rows * cols), BiasAdd{cols, bias, y}, "bias_add");
 }
 
 void CudaBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* dy, float* db) {
@@ -225,61 +221,55 @@ void CudaBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* d
   check_launch("bias_grad_kernel", __FILE__, __LINE__);
 }
 
-void CudaBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x,
-                            float* y) {
+void CudaBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
   if (batch == 0 || rows == 0 || cols == 0) return;
   DeviceState& st = current_device_state();
   const std::int64_t col_tiles = (cols + kTile - 1) / kTile, row_tiles = (rows + kTile - 1) / kTile;
   if (col_tiles > INT_MAX)
-    throw std::invalid_argument("cuda backend: transpose with " + std::to_string(cols) +
-                                " columns exceeds the grid");
-  const dim3 grid(static_cast<unsigned>(col_tiles),
-                  static_cast<unsigned>(std::min<std::int64_t>(row_tiles, 65535)),
+    throw std::invalid_argument("cuda backend: transpose with " + std::to_string(cols) + " columns exceeds the grid");
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min<std::int64_t>(row_tiles, 65535)),
                   static_cast<unsigned>(std::min<std::int64_t>(batch, 65535)));
   transpose_kernel<<<grid, dim3(kTile, 8), 0, st.stream>>>(batch, rows, cols, x, y);
   check_launch("transpose_kernel", __FILE__, __LINE__);
 }
 
-void CudaBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
-                                    std::int32_t* argmax) {
+void CudaBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) {
   const std::int64_t p = s.p(), q = s.q();
   const std::int64_t outputs = s.n * s.c * p * q;
   if (outputs <= 0) return;
-  for_each_index(current_device_state(), static_cast<std::size_t>(outputs),
-                 MaxPoolForward{s, p, q, x, y, argmax}, "maxpool2d_forward");
+  for_each_index(current_device_state(), static_cast<std::size_t>(outputs), MaxPoolForward{s, p, q, x, y, argmax},
+                 "maxpool2d_forward");
 }
 
-void CudaBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy,
-                                     const std::int32_t* argmax, float* dx) {
+void CudaBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) {
   const std::int64_t inputs = s.n * s.c * s.h * s.w;
   if (inputs <= 0) return;
   DeviceState& st = current_device_state();
   TROUPE_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(inputs) * sizeof(float), st.stream));
   const std::int64_t pq = s.p() * s.q();
   if (pq <= 0) return;
-  for_each_index(st, static_cast<std::size_t>(s.n * s.c * pq),
-                 MaxPoolBackward{pq, s.h * s.w, dy, argmax, dx}, "maxpool2d_backward");
+  for_each_index(st, static_cast<std::size_t>(s.n * s.c * pq), MaxPoolBackward{pq, s.h * s.w, dy, argmax, dx},
+                 "maxpool2d_backward");
 }
 
-void CudaBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                    const std::int32_t* ids, const float* table, float* out) {
+void CudaBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                    const float* table, float* out) {
   if (count == 0 || dim == 0) return;  // (an id check with no output to write is skipped too)
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);  // the error slot is shared
   cuda::reset_error_slot(st);
-  for_each_index(st, static_cast<std::size_t>(count * dim),
-                 EmbeddingGather{vocab, dim, ids, table, out, st.error_slot}, "embedding_forward");
+  for_each_index(st, static_cast<std::size_t>(count * dim), EmbeddingGather{vocab, dim, ids, table, out, st.error_slot},
+                 "embedding_forward");
   const std::int64_t bad = cuda::read_error_slot(st);
   if (bad >= 0) throw_bad_id("embedding_forward", st, bad, ids, vocab);
 }
 
-void CudaBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                     const std::int32_t* ids, const float* dout, float* dtable) {
+void CudaBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                     const float* dout, float* dtable) {
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);
   if (vocab * dim > 0)
-    TROUPE_CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<std::size_t>(vocab * dim) * sizeof(float),
-                                      st.stream));
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<std::size_t>(vocab * dim) * sizeof(float), st.stream));
   if (count == 0 || dim == 0) return;
   cuda::reset_error_slot(st);
   for_each_index(st, static_cast<std::size_t>(count * dim),

@@ -47,9 +47,7 @@ struct Dropout {
   std::uint64_t seed;
   const float* in;
   float* out;
-  __device__ void operator()(std::size_t i) const {
-    out[i] = in[i] * math::dropout_factor(seed, i, rate);
-  }
+  __device__ void operator()(std::size_t i) const { out[i] = in[i] * math::dropout_factor(seed, i, rate); }
 };
 
 struct Add {
@@ -108,13 +106,11 @@ void CudaBackend::relu_backward(std::size_t n, const float* x, const float* dy, 
   for_each_index(current_device_state(), n, ReluGrad{x, dy, dx}, "relu_backward");
 }
 
-void CudaBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
-                                  float* y) {
+void CudaBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) {
   for_each_index(current_device_state(), n, Dropout{rate, seed, x, y}, "dropout_forward");
 }
 
-void CudaBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
-                                   float* dx) {
+void CudaBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) {
   for_each_index(current_device_state(), n, Dropout{rate, seed, dy, dx}, "dropout_backward");
 }
 

@@ -52,9 +52,8 @@ unsigned blocks_for_rows(const DeviceState& st, std::int64_t rows) {
   return blocks_for(st, static_cast<std::size_t>(rows), kWarpsPerBlock);
 }
 
-__global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float* logits,
-                                    const std::int32_t* labels, float* loss, float* dlogits,
-                                    float grad_scale, unsigned long long* error_slot) {
+__global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
+                                    float* loss, float* dlogits, float grad_scale, unsigned long long* error_slot) {
   const WarpRows w = warp_rows();
   for (std::int64_t row = w.first; row < n; row += w.step) {
     const float* x = logits + row * c;
@@ -75,8 +74,7 @@ __global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float*
     double sum = 0.0;
     for (std::int64_t j = w.lane; j < c; j += 32) sum += expf(x[j] - row_max);
     sum = warp_sum(sum);
-    if (w.lane == 0)
-      loss[row] = static_cast<float>(log(sum) + static_cast<double>(row_max) - x[label]);
+    if (w.lane == 0) loss[row] = static_cast<float>(log(sum) + static_cast<double>(row_max) - x[label]);
     if (dx) {
       const double inv_sum = 1.0 / sum;
       for (std::int64_t j = w.lane; j < c; j += 32) {
@@ -87,8 +85,8 @@ __global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float*
   }
 }
 
-__global__ void mse_kernel(std::int64_t n, std::int64_t d, const float* pred, const float* target,
-                           float* loss, float* dpred, float grad_scale) {
+__global__ void mse_kernel(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss,
+                           float* dpred, float grad_scale) {
   const WarpRows w = warp_rows();
   for (std::int64_t row = w.first; row < n; row += w.step) {
     const float* p = pred + row * d;
@@ -104,9 +102,8 @@ __global__ void mse_kernel(std::int64_t n, std::int64_t d, const float* pred, co
   }
 }
 
-__global__ void topk_correct_kernel(std::int64_t n, std::int64_t c, std::int64_t k,
-                                    const float* logits, const std::int32_t* labels,
-                                    float* correct, unsigned long long* error_slot) {
+__global__ void topk_correct_kernel(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits,
+                                    const std::int32_t* labels, float* correct, unsigned long long* error_slot) {
   const WarpRows w = warp_rows();
   for (std::int64_t row = w.first; row < n; row += w.step) {
     const float* x = logits + row * c;
@@ -146,38 +143,35 @@ __global__ void reduce_sum_final(unsigned count, double* partials) {
   if (threadIdx.x == 0) partials[DeviceState::kReduceBlocks] = acc;
 }
 
-[[noreturn]] void throw_bad_label(const char* op, DeviceState& st, std::int64_t row,
-                                  const std::int32_t* labels, std::int64_t c) {
+[[noreturn]] void throw_bad_label(const char* op, DeviceState& st, std::int64_t row, const std::int32_t* labels,
+                                  std::int64_t c) {
   const std::int32_t label = cuda::read_i32(st, labels + row);
   // Worded as the ref and cpu backends word it ("label L of row R"), so a
   // bad label reads the same on every device.
-  throw std::out_of_range(std::string("cuda backend: ") + op + ": label " + std::to_string(label) +
-                          " of row " + std::to_string(row) + " is outside [0, " +
-                          std::to_string(c) + ")");
+  throw std::out_of_range(std::string("cuda backend: ") + op + ": label " + std::to_string(label) + " of row " +
+                          std::to_string(row) + " is outside [0, " + std::to_string(c) + ")");
 }
 
 }  // namespace
 
-void CudaBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
-                               const std::int32_t* labels, float* loss, float* dlogits,
-                               float grad_scale) {
+void CudaBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
+                               float* loss, float* dlogits, float grad_scale) {
   if (n == 0) return;
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);  // the error slot is shared
   cuda::reset_error_slot(st);
-  softmax_xent_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(
-      n, c, logits, labels, loss, dlogits, grad_scale, st.error_slot);
+  softmax_xent_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, c, logits, labels, loss, dlogits,
+                                                                          grad_scale, st.error_slot);
   check_launch("softmax_xent_kernel", __FILE__, __LINE__);
   const std::int64_t bad = cuda::read_error_slot(st);
   if (bad >= 0) throw_bad_label("softmax_xent", st, bad, labels, c);
 }
 
-void CudaBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
-                      float* loss, float* dpred, float grad_scale) {
+void CudaBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
+                      float grad_scale) {
   if (n == 0) return;
   DeviceState& st = current_device_state();
-  mse_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, d, pred, target, loss, dpred,
-                                                                  grad_scale);
+  mse_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, d, pred, target, loss, dpred, grad_scale);
   check_launch("mse_kernel", __FILE__, __LINE__);
 }
 
@@ -187,8 +181,8 @@ void CudaBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, c
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);
   cuda::reset_error_slot(st);
-  topk_correct_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, c, k, logits, labels,
-                                                                           correct, st.error_slot);
+  topk_correct_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, c, k, logits, labels, correct,
+                                                                          st.error_slot);
   check_launch("topk_correct_kernel", __FILE__, __LINE__);
   const std::int64_t bad = cuda::read_error_slot(st);
   if (bad >= 0) throw_bad_label("topk_correct", st, bad, labels, c);

@@ -26,8 +26,8 @@ void* CudaBackend::allocate(std::size_t bytes, int device_index) {
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     throw std::runtime_error("cuda backend: cudaMalloc of " + std::to_string(bytes) +
-                             " bytes on cuda:" + std::to_string(device_index) + " failed: " +
-                             cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+                             " bytes on cuda:" + std::to_string(device_index) + " failed: " + cudaGetErrorName(status) +
+                             ": " + cudaGetErrorString(status));
   }
   return ptr;
 }
@@ -53,8 +53,7 @@ namespace {
 
 // cudaMemcpyAsync on the device's stream (ordered after queued kernels),
 // then a wait: Backend's copies are synchronous.
-void copy_and_wait(DeviceState& st, void* dst, const void* src, std::size_t bytes,
-                   cudaMemcpyKind kind) {
+void copy_and_wait(DeviceState& st, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st.stream));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(st.stream));
 }
@@ -92,8 +91,8 @@ void CudaBackend::copy_on_device(void* dst, const void* src, std::size_t bytes, 
   // away from the destination's side.
   if (d < s) {
     for (std::size_t off = 0; off < bytes; off += distance)
-      TROUPE_CUDA_CHECK(cudaMemcpyAsync(d + off, s + off, std::min(distance, bytes - off),
-                                        cudaMemcpyDeviceToDevice, st.stream));
+      TROUPE_CUDA_CHECK(
+          cudaMemcpyAsync(d + off, s + off, std::min(distance, bytes - off), cudaMemcpyDeviceToDevice, st.stream));
   } else {
     for (std::size_t end = bytes; end > 0;) {
       const std::size_t len = std::min(distance, end);
@@ -116,8 +115,8 @@ void* CudaBackend::allocate_pinned(std::size_t bytes) {
   const cudaError_t status = cudaHostAlloc(&ptr, bytes == 0 ? 64 : bytes, cudaHostAllocPortable);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    throw std::runtime_error("cuda backend: cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes failed: " +
-                             cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+    throw std::runtime_error("cuda backend: cudaHostAlloc of " + std::to_string(bytes) +
+                             " pinned bytes failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
   }
   return ptr;
 }

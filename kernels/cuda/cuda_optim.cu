@@ -54,9 +54,7 @@ struct Uniform {
   float low, high;
   std::uint64_t seed;
   float* x;
-  __device__ void operator()(std::size_t i) const {
-    x[i] = math::uniform_in(low, high, math::random_uniform(seed, i));
-  }
+  __device__ void operator()(std::size_t i) const { x[i] = math::uniform_in(low, high, math::random_uniform(seed, i)); }
 };
 
 struct Normal {
@@ -70,14 +68,12 @@ struct Normal {
 
 }  // namespace
 
-void CudaBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
-                             float* velocity) {
-  for_each_index(current_device_state(), n,
-                 SgdStep{p, param, grad, p.momentum != 0.0f ? velocity : nullptr}, "sgd_update");
+void CudaBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) {
+  for_each_index(current_device_state(), n, SgdStep{p, param, grad, p.momentum != 0.0f ? velocity : nullptr},
+                 "sgd_update");
 }
 
-void CudaBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
-                              float* m, float* v) {
+void CudaBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) {
   for_each_index(current_device_state(), n, AdamStep{p, param, grad, m, v}, "adam_update");
 }
 

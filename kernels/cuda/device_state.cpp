@@ -42,8 +42,8 @@ std::unique_ptr<DeviceState> create_state(int index) {
   TROUPE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, index));
   st->max_blocks = static_cast<unsigned>(std::max(sm_count, 1)) * 16u;
   TROUPE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->error_slot), sizeof(unsigned long long)));
-  TROUPE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->partials),
-                               (DeviceState::kReduceBlocks + 1) * sizeof(double)));
+  TROUPE_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&st->partials), (DeviceState::kReduceBlocks + 1) * sizeof(double)));
   return st;
 }
 
@@ -67,9 +67,8 @@ int device_count() {
 DeviceState& device_state(int index) {
   const int count = device_count();
   if (index < 0 || index >= count)
-    throw std::runtime_error("cuda backend: cuda:" + std::to_string(index) +
-                             " requested, but this machine has " + std::to_string(count) +
-                             " usable CUDA device(s)");
+    throw std::runtime_error("cuda backend: cuda:" + std::to_string(index) + " requested, but this machine has " +
+                             std::to_string(count) + " usable CUDA device(s)");
   Slot& slot = slots()[index];
   std::call_once(slot.once, [&] { slot.state = create_state(index); });
   return *slot.state;
@@ -128,8 +127,7 @@ void reset_error_slot(DeviceState& st) {
 
 std::int64_t read_error_slot(DeviceState& st) {
   unsigned long long first_bad = 0;
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(&first_bad, st.error_slot, sizeof first_bad,
-                                    cudaMemcpyDeviceToHost, st.stream));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(&first_bad, st.error_slot, sizeof first_bad, cudaMemcpyDeviceToHost, st.stream));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(st.stream));
   return first_bad == ULLONG_MAX ? -1 : static_cast<std::int64_t>(first_bad);
 }

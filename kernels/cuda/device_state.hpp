@@ -61,7 +61,7 @@ struct DeviceState {
   // hide memory latency; more blocks only add scheduling overhead.
   unsigned max_blocks = 0;
 
-  std::mutex mutex;  // guards everything below (see the file comment)
+  std::mutex mutex;                 // guards everything below (see the file comment)
   cublasHandle_t cublas = nullptr;  // lazily, by cublas_handle()
   cudnnHandle_t cudnn = nullptr;    // lazily, by cudnn_handle(): loads cuDNN
   void* workspace = nullptr;

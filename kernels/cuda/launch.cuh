@@ -28,8 +28,7 @@ inline void check_launch(const char* kernel, const char* file, int line) {
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess)
     throw_cuda_error((std::string("launch of ") + kernel).c_str(),
-                     std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file,
-                     line);
+                     std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file, line);
 }
 
 // Index of this thread in the whole grid, and the grid's size, in 64 bits:
@@ -37,9 +36,7 @@ inline void check_launch(const char* kernel, const char* file, int line) {
 __device__ __forceinline__ std::size_t global_thread() {
   return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ std::size_t grid_threads() {
-  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
-}
+__device__ __forceinline__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 
 template <class F>
 __global__ void for_each_index_kernel(std::size_t n, F f) {

@@ -17,14 +17,12 @@ namespace troupe::kernels::math {
 // low + (high - low) * u for u in [0, 1).
 TROUPE_HD float uniform_in(float low, float high, float u) {
   const float span = high - low;
-  return static_cast<float>(static_cast<double>(low) +
-                            static_cast<double>(span) * static_cast<double>(u));
+  return static_cast<float>(static_cast<double>(low) + static_cast<double>(span) * static_cast<double>(u));
 }
 
 // mean + stddev * z for a standard normal z.
 TROUPE_HD float normal_with(float mean, float stddev, float z) {
-  return static_cast<float>(static_cast<double>(mean) +
-                            static_cast<double>(stddev) * static_cast<double>(z));
+  return static_cast<float>(static_cast<double>(mean) + static_cast<double>(stddev) * static_cast<double>(z));
 }
 
 }  // namespace troupe::kernels::math

@@ -14,9 +14,8 @@ namespace troupe::kernels::math {
 // The comparison is strict, so the first maximum in row-major window order
 // wins (the convention in backend.hpp), and a NaN in the first position
 // stays the result, exactly as in ref.
-TROUPE_HD std::int32_t max_in_window(const float* plane, std::int64_t width, std::int64_t h0,
-                                     std::int64_t w0, std::int64_t window_h,
-                                     std::int64_t window_w, float& max_value) {
+TROUPE_HD std::int32_t max_in_window(const float* plane, std::int64_t width, std::int64_t h0, std::int64_t w0,
+                                     std::int64_t window_h, std::int64_t window_w, float& max_value) {
   std::int64_t best = h0 * width + w0;
   float v = plane[best];
   for (std::int64_t i = 0; i < window_h; ++i) {

@@ -33,8 +33,7 @@ inline bool dropout_keeps(std::uint64_t seed, std::size_t i, float rate) {
 template <class T>
 void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const T* x, T* y) {
   const T keep_probability = T(1) - T(rate);
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] = dropout_keeps(seed, i, rate) ? x[i] / keep_probability : T(0);
+  for (std::size_t i = 0; i < n; ++i) y[i] = dropout_keeps(seed, i, rate) ? x[i] / keep_probability : T(0);
 }
 
 // The forward map is linear in x with the same mask, so backward is forward

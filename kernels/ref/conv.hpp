@@ -46,29 +46,24 @@ void for_each_tap(const Conv2dShape& sh, Visit&& visit) {
 template <class T>
 void conv2d_forward(const Conv2dShape& sh, const T* x, const T* w, const T* bias, T* y) {
   const std::int64_t P = sh.p(), Q = sh.q();
-  for (std::int64_t i = 0; i < sh.n * sh.k * P * Q; ++i)
-    y[i] = bias ? bias[(i / (P * Q)) % sh.k] : T(0);
-  conv_detail::for_each_tap<T>(sh, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
-    y[yi] += x[xi] * w[wi];
-  });
+  for (std::int64_t i = 0; i < sh.n * sh.k * P * Q; ++i) y[i] = bias ? bias[(i / (P * Q)) % sh.k] : T(0);
+  conv_detail::for_each_tap<T>(sh, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) { y[yi] += x[xi] * w[wi]; });
 }
 
 // dx = d(sum dy * y) / dx (overwrites dx).
 template <class T>
 void conv2d_backward_data(const Conv2dShape& sh, const T* dy, const T* w, T* dx) {
   for (std::int64_t i = 0; i < sh.n * sh.c * sh.h * sh.w; ++i) dx[i] = T(0);
-  conv_detail::for_each_tap<T>(sh, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
-    dx[xi] += dy[yi] * w[wi];
-  });
+  conv_detail::for_each_tap<T>(sh,
+                               [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) { dx[xi] += dy[yi] * w[wi]; });
 }
 
 // dw (and db[k] = sum over n, p, q of dy, unless db is null); overwrites both.
 template <class T>
 void conv2d_backward_filter(const Conv2dShape& sh, const T* x, const T* dy, T* dw, T* db) {
   for (std::int64_t i = 0; i < sh.k * sh.c * sh.r * sh.s; ++i) dw[i] = T(0);
-  conv_detail::for_each_tap<T>(sh, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
-    dw[wi] += dy[yi] * x[xi];
-  });
+  conv_detail::for_each_tap<T>(sh,
+                               [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) { dw[wi] += dy[yi] * x[xi]; });
   if (db) {
     const std::int64_t PQ = sh.p() * sh.q();
     for (std::int64_t k = 0; k < sh.k; ++k) {

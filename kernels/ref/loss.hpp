@@ -13,13 +13,11 @@ namespace troupe::kernels::ref {
 
 // Labels are data, not shapes, so ops.cpp cannot check them; a label outside
 // [0, c) would read past the row, so it is refused with the row named.
-inline void check_labels(const char* op, std::int64_t n, std::int64_t c,
-                         const std::int32_t* labels) {
+inline void check_labels(const char* op, std::int64_t n, std::int64_t c, const std::int32_t* labels) {
   for (std::int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= c)
-      throw std::out_of_range(std::string(op) + ": label " + std::to_string(labels[i]) +
-                              " of row " + std::to_string(i) + " is outside [0, " +
-                              std::to_string(c) + ")");
+      throw std::out_of_range(std::string(op) + ": label " + std::to_string(labels[i]) + " of row " +
+                              std::to_string(i) + " is outside [0, " + std::to_string(c) + ")");
   }
 }
 
@@ -27,8 +25,8 @@ inline void check_labels(const char* op, std::int64_t n, std::int64_t c,
 // exponentiating so that large logits cannot overflow exp.
 // dlogits[i] = grad_scale * (softmax(row) - onehot(label)), skipped when null.
 template <class T>
-void softmax_xent(std::int64_t n, std::int64_t c, const T* logits, const std::int32_t* labels,
-                  T* loss, T* dlogits, T grad_scale) {
+void softmax_xent(std::int64_t n, std::int64_t c, const T* logits, const std::int32_t* labels, T* loss, T* dlogits,
+                  T grad_scale) {
   check_labels("softmax_xent", n, c, labels);
   for (std::int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * c;
@@ -52,8 +50,7 @@ void softmax_xent(std::int64_t n, std::int64_t c, const T* logits, const std::in
 // loss[i] = mean over the row of (pred - target)^2;
 // dpred = grad_scale * 2 * (pred - target) / d, skipped when null.
 template <class T>
-void mse(std::int64_t n, std::int64_t d, const T* pred, const T* target, T* loss, T* dpred,
-         T grad_scale) {
+void mse(std::int64_t n, std::int64_t d, const T* pred, const T* target, T* loss, T* dpred, T grad_scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     double sum = 0.0;
     for (std::int64_t j = 0; j < d; ++j) {
@@ -71,8 +68,8 @@ void mse(std::int64_t n, std::int64_t d, const T* pred, const T* target, T* loss
 // correct[i] = 1 when fewer than k logits of row i are strictly greater than
 // the label's (so ties count in the label's favour only up to k).
 template <class T>
-void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const T* logits,
-                  const std::int32_t* labels, T* correct) {
+void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const T* logits, const std::int32_t* labels,
+                  T* correct) {
   check_labels("topk_correct", n, c, labels);
   for (std::int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * c;

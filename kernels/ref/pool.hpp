@@ -36,8 +36,7 @@ void maxpool2d_backward(const Pool2dShape& sh, const T* dy, const std::int32_t* 
   const std::int64_t plane_size = sh.h * sh.w, PQ = sh.p() * sh.q();
   for (std::int64_t i = 0; i < sh.n * sh.c * plane_size; ++i) dx[i] = T(0);
   for (std::int64_t plane = 0; plane < sh.n * sh.c; ++plane)
-    for (std::int64_t i = 0; i < PQ; ++i)
-      dx[plane * plane_size + argmax[plane * PQ + i]] += dy[plane * PQ + i];
+    for (std::int64_t i = 0; i < PQ; ++i) dx[plane * plane_size + argmax[plane * PQ + i]] += dy[plane * PQ + i];
 }
 
 }  // namespace troupe::kernels::ref

@@ -7,8 +7,7 @@
 
 namespace troupe::kernels {
 
-void RefBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta,
-                      float* c) {
+void RefBackend::gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   ref::gemm(s, alpha, a, b, beta, c);
 }
 
@@ -20,43 +19,37 @@ void RefBackend::bias_grad(std::int64_t rows, std::int64_t cols, const float* dy
   ref::bias_grad(rows, cols, dy, db);
 }
 
-void RefBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols,
-                           const float* x, float* y) {
+void RefBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
   ref::transpose(batch, rows, cols, x, y);
 }
 
-void RefBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
-                                const float* bias, float* y) {
+void RefBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   ref::conv2d_forward(s, x, w, bias, y);
 }
 
-void RefBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
-                                      float* dx) {
+void RefBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   ref::conv2d_backward_data(s, dy, w, dx);
 }
 
-void RefBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy,
-                                        float* dw, float* db) {
+void RefBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) {
   ref::conv2d_backward_filter(s, x, dy, dw, db);
 }
 
-void RefBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
-                                   std::int32_t* argmax) {
+void RefBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) {
   ref::maxpool2d_forward(s, x, y, argmax);
 }
 
-void RefBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy,
-                                    const std::int32_t* argmax, float* dx) {
+void RefBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) {
   ref::maxpool2d_backward(s, dy, argmax, dx);
 }
 
-void RefBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                   const std::int32_t* ids, const float* table, float* out) {
+void RefBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                   const float* table, float* out) {
   ref::embedding_forward(count, vocab, dim, ids, table, out);
 }
 
-void RefBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim,
-                                    const std::int32_t* ids, const float* dout, float* dtable) {
+void RefBackend::embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
+                                    const float* dout, float* dtable) {
   ref::embedding_backward(count, vocab, dim, ids, dout, dtable);
 }
 

@@ -10,32 +10,27 @@
 
 namespace troupe::kernels {
 
-void RefBackend::relu_forward(std::size_t n, const float* x, float* y) {
-  ref::relu_forward(n, x, y);
-}
+void RefBackend::relu_forward(std::size_t n, const float* x, float* y) { ref::relu_forward(n, x, y); }
 
 void RefBackend::relu_backward(std::size_t n, const float* x, const float* dy, float* dx) {
   ref::relu_backward(n, x, dy, dx);
 }
 
-void RefBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x,
-                                 float* y) {
+void RefBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) {
   ref::dropout_forward(n, rate, seed, x, y);
 }
 
-void RefBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy,
-                                  float* dx) {
+void RefBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) {
   ref::dropout_backward(n, rate, seed, dy, dx);
 }
 
-void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits,
-                              const std::int32_t* labels, float* loss, float* dlogits,
-                              float grad_scale) {
+void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
+                              float* loss, float* dlogits, float grad_scale) {
   ref::softmax_xent(n, c, logits, labels, loss, dlogits, grad_scale);
 }
 
-void RefBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target,
-                     float* loss, float* dpred, float grad_scale) {
+void RefBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
+                     float grad_scale) {
   ref::mse(n, d, pred, target, loss, dpred, grad_scale);
 }
 
@@ -46,37 +41,29 @@ void RefBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, co
 
 double RefBackend::reduce_sum(std::size_t n, const float* x) { return ref::reduce_sum(n, x); }
 
-void RefBackend::add(std::size_t n, const float* a, const float* b, float* y) {
-  ref::add(n, a, b, y);
-}
+void RefBackend::add(std::size_t n, const float* a, const float* b, float* y) { ref::add(n, a, b, y); }
 
 void RefBackend::scale(std::size_t n, float alpha, float* x) { ref::scale(n, alpha, x); }
 
-void RefBackend::axpy(std::size_t n, float alpha, const float* x, float* y) {
-  ref::axpy(n, alpha, x, y);
-}
+void RefBackend::axpy(std::size_t n, float alpha, const float* x, float* y) { ref::axpy(n, alpha, x, y); }
 
 void RefBackend::sum_n(std::size_t n, const float* const* srcs, int count, float* dst) {
   ref::sum_n(n, srcs, count, dst);
 }
 
-void RefBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
-                            float* velocity) {
+void RefBackend::sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) {
   ref::sgd_update(n, p, param, grad, velocity);
 }
 
-void RefBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad,
-                             float* m, float* v) {
+void RefBackend::adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) {
   ref::adam_update(n, p, param, grad, m, v);
 }
 
-void RefBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed,
-                              float* x) {
+void RefBackend::init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) {
   ref::init_uniform(n, low, high, seed, x);
 }
 
-void RefBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed,
-                             float* x) {
+void RefBackend::init_normal(std::size_t n, float mean, float stddev, std::uint64_t seed, float* x) {
   ref::init_normal(n, mean, stddev, seed, x);
 }
 

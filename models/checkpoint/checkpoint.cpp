@@ -11,8 +11,8 @@
 // size by hand before Cap'n Proto sees it (truncation, trailing bytes,
 // garbage), then the message is decoded with a traversal limit of twice the
 // file's words. Every chunk's size and CRC32 is checked before its bytes are
-// used; a CRC over all other fields (metadataCrc32) is checked last. kj exceptions are caught at this file's boundary and become
-// CheckpointError.
+// used; a CRC over all other fields (metadataCrc32) is checked last. kj exceptions are caught at this file's boundary
+// and become CheckpointError.
 #include "models/checkpoint/checkpoint.hpp"
 
 #include <capnp/message.h>
@@ -47,7 +47,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::size_t kChunkBytes = 16u << 20;  // 16 MiB, far below the 2^29 - 1 Data limit
+constexpr std::size_t kChunkBytes = 16u << 20;   // 16 MiB, far below the 2^29 - 1 Data limit
 constexpr std::size_t kMagicSearchBytes = 4096;  // the magic text sits right after the root struct
 constexpr std::uint32_t kMaxSegments = 512;      // what capnp's stream reader accepts
 
@@ -148,9 +148,8 @@ std::size_t buffer_words(const std::string& name, std::size_t elements) {
 
 std::size_t estimate_words(const State& s) {
   std::size_t words = 256;  // root and nested structs, list tags
-  for (const std::string* text :
-       {&s.model.name, &s.model.spec, &s.optimizer.name, &s.optimizer.spec, &s.schedule.spec,
-        &s.update_mode, &s.metrics_note}) {
+  for (const std::string* text : {&s.model.name, &s.model.spec, &s.optimizer.name, &s.optimizer.spec, &s.schedule.spec,
+                                  &s.update_mode, &s.metrics_note}) {
     words += text_words(*text);
   }
   words += buffer_words("parameters", s.parameters.size());
@@ -161,8 +160,7 @@ std::size_t estimate_words(const State& s) {
   return words + 64;
 }
 
-void fill_buffer(schema::Buffer::Builder out, const std::string& name,
-                 const std::vector<float>& values) {
+void fill_buffer(schema::Buffer::Builder out, const std::string& name, const std::vector<float>& values) {
   out.setName(name);
   out.setElementCount(values.size());
   const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
@@ -175,13 +173,11 @@ void fill_buffer(schema::Buffer::Builder out, const std::string& name,
     auto chunk = chunks[static_cast<unsigned>(i)];
     auto data = chunk.initData(static_cast<unsigned>(size));
     std::memcpy(data.begin(), bytes + offset, size);
-    chunk.setCrc32(static_cast<std::uint32_t>(
-        ::crc32(0L, bytes + offset, static_cast<uInt>(size))));
+    chunk.setCrc32(static_cast<std::uint32_t>(::crc32(0L, bytes + offset, static_cast<uInt>(size))));
   }
 }
 
-void fill_scalars(capnp::List<schema::Scalar>::Builder out,
-                  const std::map<std::string, double>& values) {
+void fill_scalars(capnp::List<schema::Scalar>::Builder out, const std::map<std::string, double>& values) {
   unsigned i = 0;
   for (const auto& [key, value] : values) {
     out[i].setKey(key);
@@ -224,8 +220,8 @@ class MetadataCrc {
   uLong crc_ = ::crc32(0L, Z_NULL, 0);
 };
 
-std::uint32_t metadata_crc32(const State& s, std::uint32_t format_version,
-                             const std::string& troupe_version, std::int64_t written_at_unix_ms) {
+std::uint32_t metadata_crc32(const State& s, std::uint32_t format_version, const std::string& troupe_version,
+                             std::int64_t written_at_unix_ms) {
   MetadataCrc crc;
   crc.add(std::string(schema::MAGIC_TEXT.get().cStr()));
   crc.add(std::uint64_t{format_version});
@@ -283,8 +279,7 @@ std::uint32_t segment_crc32(const Segment& g) {
 }
 
 std::int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -305,15 +300,13 @@ void build_message(capnp::MessageBuilder& message, const State& s) {
   auto optimizer = root.initOptimizer();
   optimizer.setName(s.optimizer.name);
   optimizer.setSpec(s.optimizer.spec);
-  fill_scalars(optimizer.initHyperParameters(
-                   static_cast<unsigned>(s.optimizer.hyper_parameters.size())),
+  fill_scalars(optimizer.initHyperParameters(static_cast<unsigned>(s.optimizer.hyper_parameters.size())),
                s.optimizer.hyper_parameters);
   auto buffers = optimizer.initState(static_cast<unsigned>(s.optimizer.buffers.size()));
   for (unsigned i = 0; i < s.optimizer.buffers.size(); ++i) {
     fill_buffer(buffers[i], s.optimizer.buffers[i].name, s.optimizer.buffers[i].values);
   }
-  fill_scalars(optimizer.initScalars(static_cast<unsigned>(s.optimizer.scalars.size())),
-               s.optimizer.scalars);
+  fill_scalars(optimizer.initScalars(static_cast<unsigned>(s.optimizer.scalars.size())), s.optimizer.scalars);
 
   auto position = root.initPosition();
   position.setGlobalStep(s.position.global_step);
@@ -417,20 +410,19 @@ std::string check_framing(const unsigned char* bytes, std::size_t size) {
   const bool magic = has_magic_near_start(bytes, size);
   if (size == 0) return "empty file (0 bytes), not a troupe checkpoint";
   if (size < 8) {
-    return "not a troupe checkpoint: " + std::to_string(size) +
-           " bytes is too short for a Cap'n Proto message";
+    return "not a troupe checkpoint: " + std::to_string(size) + " bytes is too short for a Cap'n Proto message";
   }
   std::uint32_t first = 0;
   std::memcpy(&first, bytes, 4);
   std::uint64_t segments = std::uint64_t{first} + 1;
   if (segments > kMaxSegments) {
-    return "not a troupe checkpoint: not a Cap'n Proto message (its segment table claims " +
-           std::to_string(segments) + " segments)";
+    return "not a troupe checkpoint: not a Cap'n Proto message (its segment table claims " + std::to_string(segments) +
+           " segments)";
   }
   std::uint64_t header = (4 + 4 * segments + 7) / 8 * 8;
   if (header > size) {
-    return std::string(magic ? "truncated" : "not a troupe checkpoint") + ": the file has " +
-           std::to_string(size) + " bytes, less than its Cap'n Proto segment table needs";
+    return std::string(magic ? "truncated" : "not a troupe checkpoint") + ": the file has " + std::to_string(size) +
+           " bytes, less than its Cap'n Proto segment table needs";
   }
   std::uint64_t declared = header;
   for (std::uint64_t i = 0; i < segments; ++i) {
@@ -439,13 +431,11 @@ std::string check_framing(const unsigned char* bytes, std::size_t size) {
     declared += std::uint64_t{words} * 8;
   }
   if (declared == size) return "";
-  std::string sizes = "the file has " + std::to_string(size) +
-                      " bytes but its Cap'n Proto segment table declares " +
+  std::string sizes = "the file has " + std::to_string(size) + " bytes but its Cap'n Proto segment table declares " +
                       std::to_string(declared);
   if (!magic) return "not a troupe checkpoint: not a complete Cap'n Proto message (" + sizes + ")";
   if (declared > size) return "truncated: " + sizes;
-  return "corrupt: " + std::to_string(size - declared) + " unexpected bytes after the message (" +
-         sizes + ")";
+  return "corrupt: " + std::to_string(size - declared) + " unexpected bytes after the message (" + sizes + ")";
 }
 
 std::string printable(std::string_view text) {
@@ -454,21 +444,20 @@ std::string printable(std::string_view text) {
   return text.size() > 40 ? out + "..." : out;
 }
 
-void read_buffer(const std::string& path, const std::string& what, schema::Buffer::Reader in,
-                 std::size_t file_size, std::vector<float>& out) {
+void read_buffer(const std::string& path, const std::string& what, schema::Buffer::Reader in, std::size_t file_size,
+                 std::vector<float>& out) {
   std::uint64_t count = in.getElementCount();
   if (count > file_size / sizeof(float)) {
-    fail(path, what + " declares " + std::to_string(count) + " elements, more than the " +
-                   std::to_string(file_size) + "-byte file can hold");
+    fail(path, what + " declares " + std::to_string(count) + " elements, more than the " + std::to_string(file_size) +
+                   "-byte file can hold");
   }
   auto chunks = in.getChunks();
   std::uint64_t total = 0;
   for (auto chunk : chunks) total += chunk.getData().size();
   if (total != count * sizeof(float)) {
     fail(path, what + " declares " + std::to_string(count) + " float32 elements (" +
-                   std::to_string(count * sizeof(float)) + " bytes), but its " +
-                   std::to_string(chunks.size()) + " chunks hold " + std::to_string(total) +
-                   " bytes");
+                   std::to_string(count * sizeof(float)) + " bytes), but its " + std::to_string(chunks.size()) +
+                   " chunks hold " + std::to_string(total) + " bytes");
   }
   out.assign(static_cast<std::size_t>(count), 0.0f);
   auto* dest = reinterpret_cast<unsigned char*>(out.data());
@@ -478,14 +467,12 @@ void read_buffer(const std::string& path, const std::string& what, schema::Buffe
     auto data = chunk.getData();
     std::string where = what + " chunk " + std::to_string(i) + " of " + std::to_string(chunks.size());
     if (data.size() % sizeof(float) != 0) {
-      fail(path, where + " holds " + std::to_string(data.size()) +
-                     " bytes, not a whole number of float32 elements");
+      fail(path, where + " holds " + std::to_string(data.size()) + " bytes, not a whole number of float32 elements");
     }
     auto crc = static_cast<std::uint32_t>(::crc32(0L, data.begin(), static_cast<uInt>(data.size())));
     if (crc != chunk.getCrc32()) {
       char numbers[64];
-      std::snprintf(numbers, sizeof numbers, "stored 0x%08" PRIx32 ", computed 0x%08" PRIx32,
-                    chunk.getCrc32(), crc);
+      std::snprintf(numbers, sizeof numbers, "stored 0x%08" PRIx32 ", computed 0x%08" PRIx32, chunk.getCrc32(), crc);
       fail(path, "CRC mismatch in " + where + " (elements " + std::to_string(offset / 4) + ".." +
                      std::to_string((offset + data.size()) / 4) + "): " + numbers);
     }
@@ -494,8 +481,8 @@ void read_buffer(const std::string& path, const std::string& what, schema::Buffe
   }
 }
 
-void read_scalars(const std::string& path, const std::string& what,
-                  capnp::List<schema::Scalar>::Reader in, std::map<std::string, double>& out) {
+void read_scalars(const std::string& path, const std::string& what, capnp::List<schema::Scalar>::Reader in,
+                  std::map<std::string, double>& out) {
   for (auto scalar : in) {
     std::string key = scalar.getKey();
     if (!out.emplace(key, scalar.getValue()).second) {
@@ -526,16 +513,15 @@ State decode(const std::string& path, const FileBytes& file) {
     }
     if (magic != schema::MAGIC_TEXT.get().cStr()) {
       fail(path, magic.empty() ? std::string("not a troupe checkpoint (no checkpoint magic)")
-                               : "not a troupe checkpoint (magic is '" + printable(magic) +
-                                     "', expected '" + schema::MAGIC_TEXT.get().cStr() + "')");
+                               : "not a troupe checkpoint (magic is '" + printable(magic) + "', expected '" +
+                                     schema::MAGIC_TEXT.get().cStr() + "')");
     }
   }
   s.troupe_version = root.getTroupeVersion();
   std::uint32_t version = root.getFormatVersion();
   if (version > schema::CURRENT_FORMAT_VERSION) {
-    fail(path, "format version " + std::to_string(version) + " (written by troupe " +
-                   printable(s.troupe_version) + ") is newer than this build (troupe " +
-                   TROUPE_VERSION + ") reads, up to format version " +
+    fail(path, "format version " + std::to_string(version) + " (written by troupe " + printable(s.troupe_version) +
+                   ") is newer than this build (troupe " + TROUPE_VERSION + ") reads, up to format version " +
                    std::to_string(schema::CURRENT_FORMAT_VERSION));
   }
   if (version == 0) fail(path, "invalid format version 0");
@@ -553,8 +539,7 @@ State decode(const std::string& path, const FileBytes& file) {
   auto optimizer = root.getOptimizer();
   s.optimizer.name = optimizer.getName();
   s.optimizer.spec = optimizer.getSpec();
-  read_scalars(path, "optimizer hyper-parameter", optimizer.getHyperParameters(),
-               s.optimizer.hyper_parameters);
+  read_scalars(path, "optimizer hyper-parameter", optimizer.getHyperParameters(), s.optimizer.hyper_parameters);
   std::set<std::string> names;
   for (auto buffer : optimizer.getState()) {
     NamedBuffer named;
@@ -611,10 +596,11 @@ State decode(const std::string& path, const FileBytes& file) {
   std::uint32_t computed = metadata_crc32(s, version, s.troupe_version, s.written_at_unix_ms);
   if (computed != root.getMetadataCrc32()) {
     char numbers[64];
-    std::snprintf(numbers, sizeof numbers, "stored 0x%08" PRIx32 ", computed 0x%08" PRIx32,
-                  root.getMetadataCrc32(), computed);
+    std::snprintf(numbers, sizeof numbers, "stored 0x%08" PRIx32 ", computed 0x%08" PRIx32, root.getMetadataCrc32(),
+                  computed);
     fail(path, std::string("metadata CRC mismatch (a step, setting, name or other non-tensor field "
-                           "is damaged): ") + numbers);
+                           "is damaged): ") +
+                   numbers);
   }
   return s;
 }
@@ -629,8 +615,7 @@ std::optional<std::uint64_t> step_of(const std::string& name) {
   if (name.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
   if (name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) return std::nullopt;
   std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  if (digits.size() > 20 || !std::all_of(digits.begin(), digits.end(),
-                                          [](char c) { return c >= '0' && c <= '9'; })) {
+  if (digits.size() > 20 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return std::nullopt;
   }
   errno = 0;
@@ -727,12 +712,11 @@ State read(const std::string& path) {
 void check_model(const State& state, const std::string& path, const std::string& requested_model,
                  std::optional<std::uint64_t> expected_parameter_count) {
   if (state.model.name != requested_model) {
-    throw CheckpointError(path, "checkpoint " + path + " is for model '" + state.model.name +
-                                    "', but '" + requested_model + "' was requested");
+    throw CheckpointError(path, "checkpoint " + path + " is for model '" + state.model.name + "', but '" +
+                                    requested_model + "' was requested");
   }
   if (expected_parameter_count && *expected_parameter_count != state.parameters.size()) {
-    throw CheckpointError(path, "checkpoint " + path + " has " +
-                                    std::to_string(state.parameters.size()) +
+    throw CheckpointError(path, "checkpoint " + path + " has " + std::to_string(state.parameters.size()) +
                                     " parameters, but model '" + requested_model + "' has " +
                                     std::to_string(*expected_parameter_count));
   }
@@ -740,23 +724,23 @@ void check_model(const State& state, const std::string& path, const std::string&
 
 // ---- Directory ---------------------------------------------------------------
 
-Directory::Directory(std::string dir, std::size_t keep_last_k)
-    : dir_(std::move(dir)), keep_last_k_(keep_last_k) {
+Directory::Directory(std::string dir, std::size_t keep_last_k) : dir_(std::move(dir)), keep_last_k_(keep_last_k) {
   if (dir_.empty()) throw CheckpointError(dir_, "checkpoint directory: empty path");
   using Kind = util::FolderProblem::Kind;
   const util::FolderProblem problem = util::check_writable_folder(dir_);
   switch (problem.kind) {
-    case Kind::none: return;
+    case Kind::none:
+      return;
     case Kind::not_a_folder:
       throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": exists but is not a directory");
     case Kind::cannot_create_folder:
       throw CheckpointError(dir_, "checkpoint directory " + dir_ + ": cannot create: " + problem.reason);
     case Kind::cannot_create_file:
-      throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot create a file in it: " +
-                                      problem.reason);
+      throw CheckpointError(
+          dir_, "checkpoint directory " + dir_ + " is not writable: cannot create a file in it: " + problem.reason);
     case Kind::cannot_write_file:
-      throw CheckpointError(dir_, "checkpoint directory " + dir_ + " is not writable: cannot write a file in it: " +
-                                      problem.reason);
+      throw CheckpointError(
+          dir_, "checkpoint directory " + dir_ + " is not writable: cannot write a file in it: " + problem.reason);
   }
 }
 
@@ -812,18 +796,15 @@ std::string Directory::save(const State& state) {
   for (std::size_t i = 0; i + keep_last_k_ < entries.size(); ++i) {
     if (entries[i].path == path) continue;  // never the one just written
     if (::unlink(entries[i].path.c_str()) != 0 && errno != ENOENT) {
-      throw CheckpointError(entries[i].path, "checkpoint " + entries[i].path +
-                                                 ": cannot delete old checkpoint: " +
-                                                 errno_text(errno));
+      throw CheckpointError(entries[i].path,
+                            "checkpoint " + entries[i].path + ": cannot delete old checkpoint: " + errno_text(errno));
     }
   }
   return path;
 }
 
 namespace testing {
-void set_write_fault_hook(std::function<int(const std::string& step)> hook) {
-  fault_hook() = std::move(hook);
-}
+void set_write_fault_hook(std::function<int(const std::string& step)> hook) { fault_hook() = std::move(hook); }
 }  // namespace testing
 
 }  // namespace troupe::checkpoint

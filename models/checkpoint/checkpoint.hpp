@@ -48,10 +48,10 @@ struct ModelInfo {
 };
 
 struct OptimizerState {
-  std::string name;                                 // "sgd", "adam", ...
-  std::string spec;                                 // spec text as given
+  std::string name;                                // "sgd", "adam", ...
+  std::string spec;                                // spec text as given
   std::map<std::string, double> hyper_parameters;  // "beta1" -> 0.9
-  std::vector<NamedBuffer> buffers;                 // "m", "v", "velocity"
+  std::vector<NamedBuffer> buffers;                // "m", "v", "velocity"
   std::map<std::string, double> scalars;           // "adam_step", "m_schedule"
 };
 
@@ -65,14 +65,15 @@ struct DataCursor {
 // none recorded.
 struct Segment {
   std::uint64_t start_clock = 0;
-  std::uint64_t offset = 0;       // permutation positions of the epoch used before it
+  std::uint64_t offset = 0;  // permutation positions of the epoch used before it
   std::uint32_t world = 0;
-  std::uint64_t batch = 0;        // per replica
-  std::uint64_t steps_before = 0; // steps of the epoch before it
+  std::uint64_t batch = 0;         // per replica
+  std::uint64_t steps_before = 0;  // steps of the epoch before it
   std::uint64_t epoch_examples = 0;
   double epoch_loss_sum = 0;
   std::uint64_t epoch_correct = 0;
-  std::uint64_t epoch_unscored = 0;  // of epoch_examples: used without a loss or correct count (a lost node's last step)
+  std::uint64_t epoch_unscored =
+      0;  // of epoch_examples: used without a loss or correct count (a lost node's last step)
   bool recorded() const { return world > 0; }
 };
 
@@ -83,7 +84,7 @@ struct Position {
   // Steps each replica had completed, by rank (the actor runtime writes it;
   // empty from the single-replica trainer and in older files).
   std::vector<std::uint64_t> replica_clocks;
-  Segment segment;                // the actor runtime writes it
+  Segment segment;  // the actor runtime writes it
 };
 
 struct ScheduleState {

@@ -123,7 +123,8 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
       // became infinity there (fuzz/csv found it). Below FLT_MAX + half an
       // ulp a double rounds to a finite float.
       if (!(std::fabs(value) < 0x1.ffffffp+127))
-        throw fail(line_number, column + ": " + shown(fields[c]) + " is outside the range of a 32-bit float (about +-3.4e38)");
+        throw fail(line_number,
+                   column + ": " + shown(fields[c]) + " is outside the range of a 32-bit float (about +-3.4e38)");
       (static_cast<std::int64_t>(c) == label_col ? targets : features).push_back(static_cast<float>(value));
     }
     ++rows;

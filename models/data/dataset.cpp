@@ -46,9 +46,7 @@ void check_output(const char* what, const Tensor& out, const Tensor& source, std
 
 }  // namespace
 
-const char* to_string(Task task) {
-  return task == Task::classification ? "classification" : "regression";
-}
+const char* to_string(Task task) { return task == Task::classification ? "classification" : "regression"; }
 
 Shape Dataset::feature_shape() const { return drop_leading(features.shape()); }
 Shape Dataset::label_shape() const { return drop_leading(labels.shape()); }
@@ -60,8 +58,7 @@ void Dataset::validate() const {
   const std::int64_t n = features.size(0);
   if (task == Task::classification) {
     if (labels.dtype() != DType::i32 || labels.shape() != Shape{n})
-      throw DataError(who + "classification labels must be i32[" + std::to_string(n) + "], got " +
-                      labels.describe());
+      throw DataError(who + "classification labels must be i32[" + std::to_string(n) + "], got " + labels.describe());
     if (num_classes < 1) throw DataError(who + "num_classes must be >= 1");
     const std::int32_t* y = labels.i32();
     for (std::int64_t i = 0; i < n; ++i) {
@@ -70,12 +67,11 @@ void Dataset::validate() const {
                         " is outside [0, " + std::to_string(num_classes) + ")");
     }
     if (!class_names.empty() && static_cast<int>(class_names.size()) != num_classes)
-      throw DataError(who + std::to_string(class_names.size()) + " class names for " +
-                      std::to_string(num_classes) + " classes");
+      throw DataError(who + std::to_string(class_names.size()) + " class names for " + std::to_string(num_classes) +
+                      " classes");
   } else {
     if (labels.dtype() != DType::f32 || labels.rank() != 2 || labels.size(0) != n)
-      throw DataError(who + "regression targets must be f32[" + std::to_string(n) + ", d], got " +
-                      labels.describe());
+      throw DataError(who + "regression targets must be f32[" + std::to_string(n) + ", d], got " + labels.describe());
   }
 }
 
@@ -121,8 +117,7 @@ std::string Dataset::describe() const {
   return out.str();
 }
 
-Dataset select_examples(const Dataset& source, const std::vector<std::int64_t>& indices,
-                        const std::string& split) {
+Dataset select_examples(const Dataset& source, const std::vector<std::int64_t>& indices, const std::string& split) {
   Dataset out;
   out.name = source.name;
   out.split = split;

@@ -65,8 +65,7 @@ struct Splits {
 
 // The rows `indices` of `source` as a new owning dataset with split name
 // `split` (used to cut train/test splits out of one table).
-Dataset select_examples(const Dataset& source, const std::vector<std::int64_t>& indices,
-                        const std::string& split);
+Dataset select_examples(const Dataset& source, const std::vector<std::int64_t>& indices, const std::string& split);
 
 // Which examples of n go to train and which to test: test takes
 // round(n * test_fraction) chosen by a seeded permutation (the same on every

@@ -26,8 +26,7 @@ void check(const PlanOptions& options, const Shard& shard) {
   if (options.examples < 0)
     throw std::invalid_argument("epoch plan: examples must be >= 0, got " + std::to_string(options.examples));
   if (options.batch_size < 1)
-    throw std::invalid_argument("epoch plan: batch_size must be >= 1, got " +
-                                std::to_string(options.batch_size));
+    throw std::invalid_argument("epoch plan: batch_size must be >= 1, got " + std::to_string(options.batch_size));
   if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
     throw std::invalid_argument("epoch plan: need 0 <= rank < world, got rank " + std::to_string(shard.rank) +
                                 ", world " + std::to_string(shard.world));
@@ -40,18 +39,16 @@ std::string Cursor::str() const {
          (offset ? " after position " + std::to_string(offset) : "");
 }
 
-std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
-                                            bool shuffle) {
+std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch, bool shuffle) {
   if (n < 0) throw std::invalid_argument("epoch_permutation: n must be >= 0, got " + std::to_string(n));
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   if (!shuffle) return order;
-  const std::uint64_t stream =
-      kernels::math::random_bits(seed ^ shuffle_domain, static_cast<std::uint64_t>(epoch));
+  const std::uint64_t stream = kernels::math::random_bits(seed ^ shuffle_domain, static_cast<std::uint64_t>(epoch));
   // Fisher-Yates: position i takes a uniform pick among positions 0..i.
   for (std::int64_t i = n - 1; i > 0; --i) {
-    const auto j = bounded(kernels::math::random_bits(stream, static_cast<std::uint64_t>(i)),
-                           static_cast<std::uint64_t>(i) + 1);
+    const auto j =
+        bounded(kernels::math::random_bits(stream, static_cast<std::uint64_t>(i)), static_cast<std::uint64_t>(i) + 1);
     std::swap(order[static_cast<std::size_t>(i)], order[j]);
   }
   return order;
@@ -87,8 +84,8 @@ EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_
 
 std::vector<std::int64_t> EpochPlan::batch(std::int64_t t) const {
   if (t < 0 || t >= batches_)
-    throw std::out_of_range("epoch plan: batch " + std::to_string(t) + " of an epoch with " +
-                            std::to_string(batches_) + " batches");
+    throw std::out_of_range("epoch plan: batch " + std::to_string(t) + " of an epoch with " + std::to_string(batches_) +
+                            " batches");
   const std::int64_t world = shard_.world;
   const std::int64_t first = offset_ + t * options_.batch_size * world + shard_.rank;
   std::vector<std::int64_t> indices;
@@ -140,7 +137,8 @@ BatchIterator::Batch BatchIterator::next() {
   out.cursor = cursor_;
   out.indices = plan_->batch(cursor_.batch);
   out.last_in_epoch = cursor_.batch + 1 == plan_->batches();
-  cursor_ = out.last_in_epoch ? Cursor{cursor_.epoch + 1, 0, 0} : Cursor{cursor_.epoch, cursor_.batch + 1, cursor_.offset};
+  cursor_ =
+      out.last_in_epoch ? Cursor{cursor_.epoch + 1, 0, 0} : Cursor{cursor_.epoch, cursor_.batch + 1, cursor_.offset};
   return out;
 }
 

@@ -14,8 +14,7 @@ class DataError : public std::runtime_error {
   // `file` may be empty (a generated dataset, an unknown name). `offset` is
   // a byte offset (in the decompressed stream for gzipped files), -1 when it
   // does not apply; `line` is 1-based, 0 when it does not apply.
-  explicit DataError(const std::string& message, std::string file = {},
-                     std::int64_t offset = -1, std::int64_t line = 0)
+  explicit DataError(const std::string& message, std::string file = {}, std::int64_t offset = -1, std::int64_t line = 0)
       : std::runtime_error(message), file_(std::move(file)), offset_(offset), line_(line) {}
 
   const std::string& file() const { return file_; }

@@ -2,11 +2,11 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <sys/stat.h>
 
 #include "models/data/error.hpp"
 

@@ -33,8 +33,8 @@ std::uint32_t be32(const std::string& bytes, std::size_t offset) {
 
 // Reads `path` and checks its header: magic, then `dims` u32 dimensions.
 // Returns the dimensions; the data starts at 4 + 4 * dims.
-std::vector<std::uint32_t> read_header(const std::string& path, const std::string& bytes,
-                                       std::uint32_t magic, const char* kind) {
+std::vector<std::uint32_t> read_header(const std::string& path, const std::string& bytes, std::uint32_t magic,
+                                       const char* kind) {
   const std::size_t dims = magic & 0xff;
   const std::size_t header = 4 + 4 * dims;
   if (bytes.size() < 4)
@@ -56,8 +56,8 @@ std::vector<std::uint32_t> read_header(const std::string& path, const std::strin
 }
 
 // Checks that the data after the header is exactly `expected` bytes.
-void check_data_size(const std::string& path, const std::string& bytes, std::size_t header,
-                     std::uint64_t expected, const std::string& what) {
+void check_data_size(const std::string& path, const std::string& bytes, std::size_t header, std::uint64_t expected,
+                     const std::string& what) {
   const std::uint64_t have = bytes.size() - header;
   if (have < expected)
     throw DataError(path + ": truncated at offset " + std::to_string(bytes.size()) + ": expected " +
@@ -88,11 +88,11 @@ Tensor read_idx_images(const std::string& path) {
                         " cannot fit in a file of " + std::to_string(bytes.size()) + " bytes",
                     path, static_cast<std::int64_t>(bytes.size()));
   const std::size_t header = 16;
-  check_data_size(path, bytes, header, count * rows * cols,
-                  "pixels (" + std::to_string(count) + " images of " + std::to_string(rows) + "x" +
-                      std::to_string(cols) + ")");
-  Tensor images = Tensor::empty(Shape{static_cast<std::int64_t>(count), 1, static_cast<std::int64_t>(rows),
-                                      static_cast<std::int64_t>(cols)});
+  check_data_size(
+      path, bytes, header, count * rows * cols,
+      "pixels (" + std::to_string(count) + " images of " + std::to_string(rows) + "x" + std::to_string(cols) + ")");
+  Tensor images = Tensor::empty(
+      Shape{static_cast<std::int64_t>(count), 1, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)});
   const auto* pixels = reinterpret_cast<const unsigned char*>(bytes.data()) + header;
   float* out = images.f32();
   const std::size_t n = static_cast<std::size_t>(count * rows * cols);
@@ -138,8 +138,8 @@ Dataset load_idx_split(const std::string& images_path, const std::string& labels
 }
 
 const char* const* idx_directory_stems() {
-  static const char* const stems[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                       "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+  static const char* const stems[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                       "t10k-labels-idx1-ubyte"};
   return stems;
 }
 
@@ -164,7 +164,8 @@ Splits load_idx_directory(const std::string& directory, const std::string& name,
   std::string missing;
   for (int i = 0; i < 4; ++i) {
     paths[i] = find_idx_file(directory, idx_directory_stems()[i]);
-    if (paths[i].empty()) missing += std::string(missing.empty() ? "" : ", ") + directory + "/" + idx_directory_stems()[i] + "[.gz]";
+    if (paths[i].empty())
+      missing += std::string(missing.empty() ? "" : ", ") + directory + "/" + idx_directory_stems()[i] + "[.gz]";
   }
   if (!missing.empty())
     throw DataError(name + ": missing " + missing + (missing_hint.empty() ? "" : "; " + missing_hint), directory);

@@ -23,8 +23,8 @@ kernels::Tensor read_idx_images(const std::string& path);
 kernels::Tensor read_idx_labels(const std::string& path, int num_classes = 10);
 
 // One split from an images file and a labels file whose counts must match.
-Dataset load_idx_split(const std::string& images_path, const std::string& labels_path,
-                       const std::string& name, const std::string& split, int num_classes = 10);
+Dataset load_idx_split(const std::string& images_path, const std::string& labels_path, const std::string& name,
+                       const std::string& split, int num_classes = 10);
 
 // The path of `stem` (e.g. "train-images-idx3-ubyte") in `directory`, with
 // ".gz" or without; empty when neither exists.

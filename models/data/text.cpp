@@ -37,7 +37,8 @@ std::vector<std::string> tokenize(const std::string& text) {
 }
 
 Vocabulary Vocabulary::build(const std::vector<const std::string*>& texts, int size) {
-  if (size < 2) throw std::invalid_argument("Vocabulary: size must be >= 2 (pad and unknown), got " + std::to_string(size));
+  if (size < 2)
+    throw std::invalid_argument("Vocabulary: size must be >= 2 (pad and unknown), got " + std::to_string(size));
   std::unordered_map<std::string, std::int64_t> counts;
   for (const std::string* text : texts) {
     for_each_token(*text, [&](const std::string& token) {

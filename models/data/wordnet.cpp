@@ -44,16 +44,21 @@ Dataset make_split(const std::vector<Gloss>& glosses, const std::vector<std::int
 }  // namespace
 
 const std::vector<std::string>& wordnet_lexicographer_files() {
-  static const std::vector<std::string> names = {
-      "adj.all",          "adj.pert",         "adv.all",          "noun.Tops",        "noun.act",
-      "noun.animal",      "noun.artifact",    "noun.attribute",   "noun.body",        "noun.cognition",
-      "noun.communication", "noun.event",     "noun.feeling",     "noun.food",        "noun.group",
-      "noun.location",    "noun.motive",      "noun.object",      "noun.person",      "noun.phenomenon",
-      "noun.plant",       "noun.possession",  "noun.process",     "noun.quantity",    "noun.relation",
-      "noun.shape",       "noun.state",       "noun.substance",   "noun.time",        "verb.body",
-      "verb.change",      "verb.cognition",   "verb.communication", "verb.competition", "verb.consumption",
-      "verb.contact",     "verb.creation",    "verb.emotion",     "verb.motion",      "verb.perception",
-      "verb.possession",  "verb.social",      "verb.stative",     "verb.weather",     "adj.ppl"};
+  static const std::vector<std::string> names = {"adj.all",          "adj.pert",           "adv.all",
+                                                 "noun.Tops",        "noun.act",           "noun.animal",
+                                                 "noun.artifact",    "noun.attribute",     "noun.body",
+                                                 "noun.cognition",   "noun.communication", "noun.event",
+                                                 "noun.feeling",     "noun.food",          "noun.group",
+                                                 "noun.location",    "noun.motive",        "noun.object",
+                                                 "noun.person",      "noun.phenomenon",    "noun.plant",
+                                                 "noun.possession",  "noun.process",       "noun.quantity",
+                                                 "noun.relation",    "noun.shape",         "noun.state",
+                                                 "noun.substance",   "noun.time",          "verb.body",
+                                                 "verb.change",      "verb.cognition",     "verb.communication",
+                                                 "verb.competition", "verb.consumption",   "verb.contact",
+                                                 "verb.creation",    "verb.emotion",       "verb.motion",
+                                                 "verb.perception",  "verb.possession",    "verb.social",
+                                                 "verb.stative",     "verb.weather",       "adj.ppl"};
   return names;
 }
 
@@ -94,7 +99,8 @@ Splits load_wordnet(const WordnetOptions& options) {
     directory = env && *env ? env : wordnet_default_dir;
   }
   if (options.sequence_length < 1)
-    throw std::invalid_argument("wordnet: sequence_length must be >= 1, got " + std::to_string(options.sequence_length));
+    throw std::invalid_argument("wordnet: sequence_length must be >= 1, got " +
+                                std::to_string(options.sequence_length));
 
   std::string missing;
   std::vector<std::string> paths;
@@ -113,8 +119,8 @@ Splits load_wordnet(const WordnetOptions& options) {
     std::vector<Gloss> part = read_wordnet_glosses(path);
     glosses.insert(glosses.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
-  const SplitIndices split = split_indices(static_cast<std::int64_t>(glosses.size()), options.test_fraction,
-                                           options.seed);
+  const SplitIndices split =
+      split_indices(static_cast<std::int64_t>(glosses.size()), options.test_fraction, options.seed);
   std::vector<const std::string*> train_texts;
   train_texts.reserve(split.train.size());
   for (const std::int64_t i : split.train) train_texts.push_back(&glosses[static_cast<std::size_t>(i)].text);

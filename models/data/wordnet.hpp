@@ -33,11 +33,11 @@ constexpr int wordnet_classes = 45;
 const std::vector<std::string>& wordnet_lexicographer_files();
 
 struct WordnetOptions {
-  std::string directory;         // empty: $TROUPE_WORDNET_DIR, else /usr/share/wordnet
-  int sequence_length = 300;     // the text CNN's input length
-  int vocabulary_size = 10000;   // V: ids 0 pad, 1 unknown, 2..V-1 words
+  std::string directory;        // empty: $TROUPE_WORDNET_DIR, else /usr/share/wordnet
+  int sequence_length = 300;    // the text CNN's input length
+  int vocabulary_size = 10000;  // V: ids 0 pad, 1 unknown, 2..V-1 words
   double test_fraction = 0.2;
-  std::uint64_t seed = 0;        // chooses the test synsets
+  std::uint64_t seed = 0;  // chooses the test synsets
 };
 
 struct Gloss {

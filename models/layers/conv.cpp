@@ -16,20 +16,21 @@ Padding Padding::parse(const std::string& text) {
     std::size_t used = 0;
     long long n = std::stoll(text, &used);
     if (used == text.size() && n >= 0 && n <= kMaxWindow) return {Kind::explicit_, n};
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw std::invalid_argument("padding '" + text + "': expected valid, same or a number from 0 to " +
                               std::to_string(kMaxWindow));
 }
 
 std::int64_t Padding::for_kernel(std::int64_t kernel) const {
   switch (kind) {
-    case Kind::valid: return 0;
-    case Kind::explicit_: return amount;
+    case Kind::valid:
+      return 0;
+    case Kind::explicit_:
+      return amount;
     case Kind::same:
       if (kernel % 2 == 0)
-        throw std::invalid_argument("padding 'same' needs an odd kernel size, got " +
-                                    std::to_string(kernel) + " (use an explicit padding)");
+        throw std::invalid_argument("padding 'same' needs an odd kernel size, got " + std::to_string(kernel) +
+                                    " (use an explicit padding)");
       return (kernel - 1) / 2;
   }
   return 0;
@@ -42,8 +43,7 @@ std::string Padding::str() const {
 namespace {
 void require_positive(const char* layer, const char* what, std::int64_t v) {
   if (v <= 0)
-    throw std::invalid_argument(std::string(layer) + ": " + what + " must be positive, got " +
-                                std::to_string(v));
+    throw std::invalid_argument(std::string(layer) + ": " + what + " must be positive, got " + std::to_string(v));
 }
 // A kernel size or stride: positive and at most kMaxWindow.
 void require_window(const char* layer, const char* what, std::int64_t v) {
@@ -61,8 +61,7 @@ void require_padding(const char* layer, const Padding& p) {
 
 // ---- Conv2D ----
 
-Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w,
-               std::int64_t stride, Padding padding)
+Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride, Padding padding)
     : filters_(filters), kernel_h_(kernel_h), kernel_w_(kernel_w), stride_(stride), padding_(padding) {
   require_positive("conv2d", "filters", filters);
   require_window("conv2d", "kernel", kernel_h);
@@ -72,16 +71,15 @@ Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_
 }
 
 std::string Conv2D::spec() const {
-  std::string kernel = kernel_h_ == kernel_w_ ? std::to_string(kernel_h_)
-                                              : std::to_string(kernel_h_) + "x" + std::to_string(kernel_w_);
-  return "conv2d filters=" + std::to_string(filters_) + " kernel=" + kernel +
-         " stride=" + std::to_string(stride_) + " padding=" + padding_.str();
+  std::string kernel =
+      kernel_h_ == kernel_w_ ? std::to_string(kernel_h_) : std::to_string(kernel_h_) + "x" + std::to_string(kernel_w_);
+  return "conv2d filters=" + std::to_string(filters_) + " kernel=" + kernel + " stride=" + std::to_string(stride_) +
+         " padding=" + padding_.str();
 }
 
 Shape Conv2D::build(const Shape& input, const Device& device) {
   if (input.rank() != 3)
-    throw std::invalid_argument("conv2d: expects an image input [channels, height, width], got " +
-                                input.str());
+    throw std::invalid_argument("conv2d: expects an image input [channels, height, width], got " + input.str());
   input_ = input;
   device_ = device;
   kernels::ops::Conv2dOptions o{stride_, stride_, padding_.for_kernel(kernel_h_), padding_.for_kernel(kernel_w_)};
@@ -144,8 +142,7 @@ std::string Conv1D::spec() const {
 
 Shape Conv1D::build(const Shape& input, const Device& device) {
   if (input.rank() != 2)
-    throw std::invalid_argument("conv1d: expects a sequence input [channels, length], got " +
-                                input.str());
+    throw std::invalid_argument("conv1d: expects a sequence input [channels, length], got " + input.str());
   input_ = input;
   device_ = device;
   Shape y = ops::conv1d_output_shape(Shape{1, input[0], input[1]}, Shape{filters_, input[0], kernel_},

@@ -9,8 +9,8 @@ namespace ops = kernels::ops;
 
 Embedding::Embedding(std::int64_t vocab, std::int64_t dim) : vocab_(vocab), dim_(dim) {
   if (vocab <= 0 || dim <= 0)
-    throw std::invalid_argument("embedding: vocab and dim must be positive, got " +
-                                std::to_string(vocab) + " and " + std::to_string(dim));
+    throw std::invalid_argument("embedding: vocab and dim must be positive, got " + std::to_string(vocab) + " and " +
+                                std::to_string(dim));
 }
 
 std::string Embedding::spec() const {
@@ -18,16 +18,13 @@ std::string Embedding::spec() const {
 }
 
 Shape Embedding::build(const Shape& input, const Device& device) {
-  if (input.rank() != 1)
-    throw std::invalid_argument("embedding: expects token ids [length], got " + input.str());
+  if (input.rank() != 1) throw std::invalid_argument("embedding: expects token ids [length], got " + input.str());
   length_ = input[0];
   device_ = device;
   return Shape{dim_, length_};
 }
 
-std::vector<ParameterInfo> Embedding::parameters() const {
-  return {{"table", Shape{vocab_, dim_}}};
-}
+std::vector<ParameterInfo> Embedding::parameters() const { return {{"table", Shape{vocab_, dim_}}}; }
 
 void Embedding::bind(const Tensor& params, const Tensor& grads) {
   table_ = params.slice(0, {vocab_, dim_});
@@ -37,8 +34,7 @@ void Embedding::bind(const Tensor& params, const Tensor& grads) {
 void Embedding::initialize(std::uint64_t seed) { ops::init_uniform(table_, -0.05f, 0.05f, seed); }
 
 const Tensor& Embedding::forward(const Tensor& x, bool) {
-  if (x.dtype() != DType::i32)
-    throw std::invalid_argument("embedding: token ids must be i32, got " + x.describe());
+  if (x.dtype() != DType::i32) throw std::invalid_argument("embedding: token ids must be i32, got " + x.describe());
   ids_ = x;
   // Gather rows [batch, length, dim], then make them channels-first for Conv1D.
   Tensor& rows = ensure(rows_, x.size(0), Shape{length_, dim_}, device_);

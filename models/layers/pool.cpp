@@ -12,8 +12,8 @@ std::int64_t checked_pool(const char* layer, std::int64_t pool) {
   if (pool <= 0)
     throw std::invalid_argument(std::string(layer) + ": pool must be positive, got " + std::to_string(pool));
   if (pool > kMaxWindow)
-    throw std::invalid_argument(std::string(layer) + ": pool must be at most " + std::to_string(kMaxWindow) +
-                                ", got " + std::to_string(pool));
+    throw std::invalid_argument(std::string(layer) + ": pool must be at most " + std::to_string(kMaxWindow) + ", got " +
+                                std::to_string(pool));
   return pool;
 }
 std::int64_t default_stride(const char* layer, std::int64_t stride, std::int64_t pool) {
@@ -35,12 +35,10 @@ std::string MaxPool2D::spec() const {
 
 Shape MaxPool2D::build(const Shape& input, const Device& device) {
   if (input.rank() != 3)
-    throw std::invalid_argument("maxpool2d: expects an image input [channels, height, width], got " +
-                                input.str());
+    throw std::invalid_argument("maxpool2d: expects an image input [channels, height, width], got " + input.str());
   input_ = input;
   device_ = device;
-  Shape y = ops::maxpool2d_output_shape(Shape{1, input[0], input[1], input[2]},
-                                        {pool_, pool_, stride_, stride_});
+  Shape y = ops::maxpool2d_output_shape(Shape{1, input[0], input[1], input[2]}, {pool_, pool_, stride_, stride_});
   output_ = Shape{y[1], y[2], y[3]};
   return output_;
 }
@@ -68,8 +66,7 @@ std::string MaxPool1D::spec() const {
 
 Shape MaxPool1D::build(const Shape& input, const Device& device) {
   if (input.rank() != 2)
-    throw std::invalid_argument("maxpool1d: expects a sequence input [channels, length], got " +
-                                input.str());
+    throw std::invalid_argument("maxpool1d: expects a sequence input [channels, length], got " + input.str());
   input_ = input;
   device_ = device;
   Shape y = ops::maxpool1d_output_shape(Shape{1, input[0], input[1]}, {pool_, stride_});

@@ -83,10 +83,14 @@ using Kind = schema::AuthMessage::Which;
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::UNSET: return "message that says nothing";
-    case Kind::CHALLENGE: return "handshake challenge";
-    case Kind::RESPONSE: return "handshake response";
-    case Kind::VERDICT: return "handshake verdict";
+    case Kind::UNSET:
+      return "message that says nothing";
+    case Kind::CHALLENGE:
+      return "handshake challenge";
+    case Kind::RESPONSE:
+      return "handshake response";
+    case Kind::VERDICT:
+      return "handshake verdict";
   }
   return "message of an unknown kind";
 }
@@ -153,10 +157,12 @@ std::string session_key(std::string_view key, std::string_view acceptor_nonce, s
 // Why two ends that disagree on sealing cannot talk; `peer` is "'worker/b'"
 // or "the acceptor".
 std::string links_disagree(const std::string& peer, bool peer_clear) {
-  return peer_clear ? peer + " runs with --insecure (its links unsealed after the handshake) and this node seals "
-                             "its links: every node of a cluster must agree (give all or none --insecure)"
-                    : peer + " seals its links and this node runs with --insecure (links unsealed after the "
-                             "handshake): every node of a cluster must agree (give all or none --insecure)";
+  return peer_clear ? peer +
+                          " runs with --insecure (its links unsealed after the handshake) and this node seals "
+                          "its links: every node of a cluster must agree (give all or none --insecure)"
+                    : peer +
+                          " seals its links and this node runs with --insecure (links unsealed after the "
+                          "handshake): every node of a cluster must agree (give all or none --insecure)";
 }
 }  // namespace
 
@@ -265,7 +271,8 @@ AuthResult Acceptor::verify(const JoinResponse& response) {
   if (!response.error.empty()) return refuse(who + " refused the handshake: " + response.error);
   if (!secret_.configured()) {
     if (response.has_secret)
-      return refuse(who + " has a cluster secret but this node has none: configure the same secret on both "
+      return refuse(who +
+                    " has a cluster secret but this node has none: configure the same secret on both "
                     "(--secret-file or TROUPE_SECRET)");
     AuthResult r;
     r.ok = true;
@@ -282,8 +289,10 @@ AuthResult Acceptor::verify(const JoinResponse& response) {
   const std::string expected =
       join_proof(secret_.key_, challenge_.nonce, response.nonce, response.identity, clear_links_);
   if (!constant_time_equal(expected, response.proof))
-    return refuse(who + " did not prove the cluster secret: its proof does not match (a different secret, or "
-                  "a replayed or altered response); this node's secret is from " + secret_.origin());
+    return refuse(who +
+                  " did not prove the cluster secret: its proof does not match (a different secret, or "
+                  "a replayed or altered response); this node's secret is from " +
+                  secret_.origin());
   AuthResult r;
   r.ok = true;
   r.identity = response.identity;
@@ -348,8 +357,10 @@ AuthResult Joiner::verify(std::string_view proof_a) {
   }
   const std::string expected = accept_proof(secret_.key_, acceptor_nonce_, nonce_, identity_, clear_links_);
   if (!constant_time_equal(expected, proof_a))
-    return refuse("the acceptor did not prove the cluster secret: its proof does not match (a different "
-                  "secret, or an altered message); this node's secret is from " + secret_.origin());
+    return refuse(
+        "the acceptor did not prove the cluster secret: its proof does not match (a different "
+        "secret, or an altered message); this node's secret is from " +
+        secret_.origin());
   AuthResult r;
   r.ok = true;
   r.session_key = session_key(secret_.key_, acceptor_nonce_, nonce_, identity_, clear_links_);

@@ -140,19 +140,19 @@ constexpr std::uint16_t kAuthProtocol = 2;
 constexpr std::size_t kMaxAuthMessageBytes = 4096;
 
 struct Challenge {
-  bool has_secret = false;  // whether the acceptor requires the secret
-  std::string nonce;        // nonce_bytes when has_secret, else empty
+  bool has_secret = false;   // whether the acceptor requires the secret
+  std::string nonce;         // nonce_bytes when has_secret, else empty
   bool clear_links = false;  // the acceptor's links stay unsealed (--insecure)
   std::string encode() const;
   static Challenge decode(std::string_view bytes);
 };
 
 struct JoinResponse {
-  bool has_secret = false;  // whether the joiner has a secret
-  std::string nonce;        // nonce_j
-  std::string identity;     // "ROLE/NAME", e.g. "worker/host-b"
-  std::string proof;        // proof_j
-  std::string error;        // set (and nothing sent) when the joiner refuses
+  bool has_secret = false;   // whether the joiner has a secret
+  std::string nonce;         // nonce_j
+  std::string identity;      // "ROLE/NAME", e.g. "worker/host-b"
+  std::string proof;         // proof_j
+  std::string error;         // set (and nothing sent) when the joiner refuses
   bool clear_links = false;  // the joiner's links stay unsealed (--insecure)
   // The joiner's troupe build, for the gate's version check (not signed;
   // Acceptor::verify ignores it).
@@ -175,9 +175,9 @@ struct Verdict {
 
 struct AuthResult {
   bool ok = false;
-  std::string reason;  // why not; never contains the secret or a proof
-  std::string proof;   // Acceptor::verify: proof_a to send when ok
-  std::string identity;  // Acceptor::verify: the joiner's identity
+  std::string reason;       // why not; never contains the secret or a proof
+  std::string proof;        // Acceptor::verify: proof_a to send when ok
+  std::string identity;     // Acceptor::verify: the joiner's identity
   std::string session_key;  // when ok with a secret: the same 32 bytes on both sides
 };
 

@@ -94,8 +94,10 @@ class RepeatedKeyCheck {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start: {
         std::string where = "an object";
-        if (open_.empty()) where = "the top-level object";
-        else if (!open_.back().is_array) where = "\"" + open_.back().last_key + "\"";
+        if (open_.empty())
+          where = "the top-level object";
+        else if (!open_.back().is_array)
+          where = "\"" + open_.back().last_key + "\"";
         open_.push_back({event == Json::parse_event_t::array_start, std::move(where), {}, {}});
         break;
       }
@@ -148,9 +150,12 @@ void refuse_deep_nesting(const std::string& json, const std::string& source) {
   for (const char c : json) {
     if (c == '\n') ++line;
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -207,7 +212,8 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
   spec.source = source;
   const Json* cluster_object = find_object(root, "cluster");
   if (cluster_object == nullptr)
-    throw std::invalid_argument(source + ": missing \"cluster\" object (e.g. {\"cluster\": {\"worker\": "
+    throw std::invalid_argument(source +
+                                ": missing \"cluster\" object (e.g. {\"cluster\": {\"worker\": "
                                 "[\"host-a:7000\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}})");
   const Json& cluster = *cluster_object;
   for (const auto& [key, value] : cluster.items()) {
@@ -227,20 +233,23 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
   // Duplicates (hosts compared case-insensitively, not resolved).
   std::map<std::string, std::string> seen;
   for (const auto* name : {"chief", "worker", "ps"}) {
-    const auto& list = std::string(name) == "chief" ? spec.chief : std::string(name) == "worker" ? spec.workers : spec.ps;
+    const auto& list = std::string(name) == "chief"    ? spec.chief
+                       : std::string(name) == "worker" ? spec.workers
+                                                       : spec.ps;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string entry = "cluster." + std::string(name) + "[" + std::to_string(i) + "]";
       const std::string key = lower(list[i].host) + ":" + std::to_string(list[i].port);
       const auto [it, fresh] = seen.emplace(key, entry);
       if (!fresh)
-        throw std::invalid_argument(source + ": duplicate address " + list[i].str() + " in " + it->second +
-                                    " and " + entry);
+        throw std::invalid_argument(source + ": duplicate address " + list[i].str() + " in " + it->second + " and " +
+                                    entry);
     }
   }
 
   const Json* task_object = find_object(root, "task");
   if (task_object == nullptr)
-    throw std::invalid_argument(source + ": missing \"task\" object (e.g. \"task\": {\"type\": \"worker\", "
+    throw std::invalid_argument(source +
+                                ": missing \"task\" object (e.g. \"task\": {\"type\": \"worker\", "
                                 "\"index\": 0})");
   const Json& task = *task_object;
   for (const auto& [key, value] : task.items()) {
@@ -255,9 +264,12 @@ ClusterSpec parse_cluster_spec(const std::string& json, const std::string& sourc
                                 type->dump(-1, ' ', false, Json::error_handler_t::replace));
   spec.task_type = type->get<std::string>();
   const std::vector<HostPort>* list = nullptr;
-  if (spec.task_type == "chief") list = &spec.chief;
-  else if (spec.task_type == "worker") list = &spec.workers;
-  else if (spec.task_type == "ps") list = &spec.ps;
+  if (spec.task_type == "chief")
+    list = &spec.chief;
+  else if (spec.task_type == "worker")
+    list = &spec.workers;
+  else if (spec.task_type == "ps")
+    list = &spec.ps;
   else
     throw std::invalid_argument(source + ": unknown task.type '" + spec.task_type + "' (known: chief, worker, ps)");
   const auto index_value = task.find("index");
@@ -320,12 +332,14 @@ std::vector<std::string> split_hosts(const std::string& list, const std::string&
 
 ClusterSpec cluster_spec_from_flags(const ClusterFlags& flags) {
   if (flags.worker_hosts.empty())
-    throw std::invalid_argument("--worker_hosts is missing: TF1's cluster flags need the workers' HOST:PORT list "
-                                "(e.g. --worker_hosts a:7000,b:7000 --job_name worker --task_index 0)");
+    throw std::invalid_argument(
+        "--worker_hosts is missing: TF1's cluster flags need the workers' HOST:PORT list "
+        "(e.g. --worker_hosts a:7000,b:7000 --job_name worker --task_index 0)");
   if (flags.job_name.empty())
     throw std::invalid_argument("--job_name is missing: ps or worker, with --task_index (worker 0 is the chief)");
   if (flags.job_name != "ps" && flags.job_name != "worker")
-    throw std::invalid_argument("--job_name '" + flags.job_name + "' is not ps or worker (TF1's cluster flags "
+    throw std::invalid_argument("--job_name '" + flags.job_name +
+                                "' is not ps or worker (TF1's cluster flags "
                                 "have no chief: worker 0 is the chief)");
   // The same spec in TF_CONFIG's shape, read by the one parser, so that
   // both spellings are checked alike.

@@ -41,18 +41,18 @@
 namespace troupe::net {
 
 struct ClusterSpec {
-  std::vector<HostPort> chief;    // zero or one
+  std::vector<HostPort> chief;  // zero or one
   std::vector<HostPort> workers;
   std::vector<HostPort> ps;
-  std::string task_type;          // "chief", "worker" or "ps"
+  std::string task_type;  // "chief", "worker" or "ps"
   int task_index = 0;
-  std::string source;             // "cluster spec FILE" or "TROUPE_CLUSTER"
+  std::string source;  // "cluster spec FILE" or "TROUPE_CLUSTER"
 
   // The training nodes in rank order: chief (if any), then workers.
   std::vector<HostPort> nodes() const;
-  const HostPort& coordinator() const;   // nodes()[0]
-  const HostPort& self() const;          // this task's address
-  bool is_coordinator() const;           // this task is rank 0
+  const HostPort& coordinator() const;  // nodes()[0]
+  const HostPort& self() const;         // this task's address
+  bool is_coordinator() const;          // this task is rank 0
   // This task's rank among nodes(); -1 for a ps task.
   int rank() const;
 };

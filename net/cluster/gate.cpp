@@ -315,8 +315,8 @@ HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline d
     try {
       challenge = Challenge::decode(read_frame(fd, deadline));
     } catch (const std::invalid_argument& e) {
-      r.reason = "the peer at " + r.peer_address + " is not a troupe gate (its first frame is not a challenge: " +
-                 e.what() + ")";
+      r.reason = "the peer at " + r.peer_address +
+                 " is not a troupe gate (its first frame is not a challenge: " + e.what() + ")";
       return r;
     }
     JoinResponse response = joiner.respond(challenge);
@@ -365,8 +365,7 @@ std::string sealing_note(const LinkKeys& keys, const HandshakeConfig& config) {
 
 std::function<LinkKeys(int, bool, Deadline)> handshake_hook(HandshakeConfig config) {
   return [config = std::move(config)](int fd, bool accepting, Deadline deadline) {
-    const HandshakeResult r =
-        accepting ? accept_handshake(fd, config, deadline) : join_handshake(fd, config, deadline);
+    const HandshakeResult r = accepting ? accept_handshake(fd, config, deadline) : join_handshake(fd, config, deadline);
     if (!r.ok) throw std::runtime_error(r.reason);
     return r.keys;
   };
@@ -651,7 +650,7 @@ struct JoinRelay::State {
   int listen_fd = -1;
   std::uint16_t port = 0;
   std::string local_host, gate_identity;
-  int first_fd = -1;  // the authenticated socket, until the first local connection takes it
+  int first_fd = -1;    // the authenticated socket, until the first local connection takes it
   LinkKeys first_keys;  // its keys
   WakePipe wake;
   ConnectionSet connections;
@@ -685,8 +684,8 @@ int JoinRelay::State::connect(Deadline deadline) {
       if (left < 0.1 || connections.stopping())
         throw std::runtime_error("cannot reach the troupe gate at " + config.gate_address + " (" +
                                  std::to_string(attempt) + (attempt == 1 ? " attempt" : " attempts") + "): " + why);
-      log("attempt " + std::to_string(attempt) + " to reach the coordinator at " + config.gate_address +
-          " failed (" + why + "); retrying, giving up in " + describe_seconds(std::round(left * 10) / 10));
+      log("attempt " + std::to_string(attempt) + " to reach the coordinator at " + config.gate_address + " failed (" +
+          why + "); retrying, giving up in " + describe_seconds(std::round(left * 10) / 10));
     } catch (const std::exception& e) {  // a malformed address: no point in retrying
       throw std::runtime_error("cannot reach the troupe gate at " + config.gate_address + ": " + e.what());
     }
@@ -711,24 +710,25 @@ void JoinRelay::State::accept_loop() {
     if (local == -2) return;
     if (local < 0) continue;
     const int first = std::exchange(first_fd, -1);
-    const bool started = connections.start(local, [this, first, keys = std::exchange(first_keys, {})](ConnectionSet::Connection& c) mutable {
-      int remote = first;
-      if (remote < 0) {  // a later connection: a connection and a handshake of its own
-        const Deadline deadline = Clock::now() + config.timeout;
-        try {
-          remote = connect(deadline);
-          if (!connections.adopt(c, remote)) return;  // registered first, so stop() wakes the handshake
-          keys = handshake(remote, deadline);
-        } catch (const std::exception& e) {
-          log(std::string("closed a local connection: ") + e.what());
-          return;
-        }
-      } else if (!connections.adopt(c, remote)) {
-        return;
-      }
-      log("spliced a local connection to " + config.gate_address + sealing_note(keys, config.handshake));
-      log("closed a connection to " + config.gate_address + ": " + splice(c.fds[0], remote, keys));
-    });
+    const bool started = connections.start(
+        local, [this, first, keys = std::exchange(first_keys, {})](ConnectionSet::Connection& c) mutable {
+          int remote = first;
+          if (remote < 0) {  // a later connection: a connection and a handshake of its own
+            const Deadline deadline = Clock::now() + config.timeout;
+            try {
+              remote = connect(deadline);
+              if (!connections.adopt(c, remote)) return;  // registered first, so stop() wakes the handshake
+              keys = handshake(remote, deadline);
+            } catch (const std::exception& e) {
+              log(std::string("closed a local connection: ") + e.what());
+              return;
+            }
+          } else if (!connections.adopt(c, remote)) {
+            return;
+          }
+          log("spliced a local connection to " + config.gate_address + sealing_note(keys, config.handshake));
+          log("closed a connection to " + config.gate_address + ": " + splice(c.fds[0], remote, keys));
+        });
     if (!started) {
       if (first >= 0) ::close(first);
       return;

@@ -81,8 +81,8 @@
 #include <string>
 
 #include "net/cluster/auth.hpp"
+#include "net/crypto/aead.hpp"  // LinkKeys
 #include "net/deadline.hpp"
-#include "net/crypto/aead.hpp"            // LinkKeys
 
 namespace troupe::net {
 
@@ -128,8 +128,7 @@ using AdmitHook = std::function<std::string(const std::string& peer_identity)>;
 // throw for anything the peer does; result.reason says what went wrong.
 // Neither reads a byte past the handshake, so the socket can be spliced
 // afterwards.
-HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline deadline,
-                                 const AdmitHook& admit = {});
+HandshakeResult accept_handshake(int fd, const HandshakeConfig& config, Deadline deadline, const AdmitHook& admit = {});
 HandshakeResult join_handshake(int fd, const HandshakeConfig& config, Deadline deadline);
 
 // For TcpGroupConfig::authenticate: runs accept_handshake or join_handshake
@@ -202,7 +201,6 @@ class Gate {
   std::size_t admitted() const;
   std::size_t refused() const;
 
-
  private:
   struct State;  // shared with its threads (gate.cpp)
   std::shared_ptr<State> state_;
@@ -243,7 +241,6 @@ class JoinRelay {
   std::string gate_identity() const;
   // As Gate::stop().
   void stop();
-
 
  private:
   struct State;  // shared with its threads (gate.cpp)

@@ -80,7 +80,8 @@ LauncherRole slurm_role(const Environment& env, const LauncherFlags& flags) {
   role.launcher = launcher;
   role.rank = count_of(env, launcher, "SLURM_PROCID");
   // SLURM_NPROCS is the older name of SLURM_NTASKS; srun sets both.
-  const std::string world_name = has(env, "SLURM_NTASKS") || !has(env, "SLURM_NPROCS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
+  const std::string world_name =
+      has(env, "SLURM_NTASKS") || !has(env, "SLURM_NPROCS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
   role.world_size = count_of(env, launcher, world_name);
   check_rank(launcher, "SLURM_PROCID", role.rank, world_name, role.world_size);
   std::string where;
@@ -92,8 +93,9 @@ LauncherRole slurm_role(const Environment& env, const LauncherFlags& flags) {
         has(env, "SLURM_JOB_NODELIST") || !has(env, "SLURM_NODELIST") ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
     const std::string* list = find(env, list_name);
     if (list == nullptr)
-      fail("SLURM environment: SLURM_JOB_NODELIST is not set (it names the coordinator's host; or give "
-           "--coordinator HOST:PORT)");
+      fail(
+          "SLURM environment: SLURM_JOB_NODELIST is not set (it names the coordinator's host; or give "
+          "--coordinator HOST:PORT)");
     const auto hosts = expand_host_list(*list, list_name + " '" + *list + "'");
     std::string port_source;
     role.coordinator.host = hosts.front();
@@ -119,11 +121,13 @@ HostPort master_address(const Environment& env, const LauncherFlags& flags, cons
   }
   const std::string* addr = find(env, "MASTER_ADDR");
   if (addr == nullptr || blank(*addr))
-    fail(launcher + " environment: " + rank_name + " is set but MASTER_ADDR is not (the coordinator's host; or give "
+    fail(launcher + " environment: " + rank_name +
+         " is set but MASTER_ADDR is not (the coordinator's host; or give "
          "--coordinator HOST:PORT)");
   HostPort hp;
   hp.host = *addr;
-  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']')
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
   std::string port_source;
   hp.port = flag_port(env, flags, &port_source);
   if (hp.port == 0) {
@@ -131,7 +135,8 @@ HostPort master_address(const Environment& env, const LauncherFlags& flags, cons
     if (port == nullptr)
       fail(launcher + " environment: MASTER_ADDR is set but MASTER_PORT is not (or give --port PORT or TROUPE_PORT)");
     if (agent_store)
-      fail(launcher + " environment: MASTER_PORT " + *port + " is taken by torchrun's own store "
+      fail(launcher + " environment: MASTER_PORT " + *port +
+           " is taken by torchrun's own store "
            "(TORCHELASTIC_USE_AGENT_STORE=True, the static rendezvous): give troupe a port of its own with --port "
            "PORT or TROUPE_PORT, or run torchrun with --rdzv-backend=c10d");
     hp.port = port_of(*port, launcher + " environment: MASTER_PORT");
@@ -160,8 +165,11 @@ LauncherRole torchrun_role(const Environment& env, const LauncherFlags& flags) {
   LauncherRole role;
   role.launcher = launcher;
   if (!has(env, "RANK")) {
-    const std::string present = has(env, "MASTER_ADDR") ? "MASTER_ADDR" : has(env, "WORLD_SIZE") ? "WORLD_SIZE" : "MASTER_PORT";
-    fail(launcher + " environment: " + present + " is set but RANK is not (torchrun sets RANK, WORLD_SIZE, "
+    const std::string present = has(env, "MASTER_ADDR")  ? "MASTER_ADDR"
+                                : has(env, "WORLD_SIZE") ? "WORLD_SIZE"
+                                                         : "MASTER_PORT";
+    fail(launcher + " environment: " + present +
+         " is set but RANK is not (torchrun sets RANK, WORLD_SIZE, "
          "MASTER_ADDR and MASTER_PORT)");
   }
   role.rank = count_of(env, launcher, "RANK");
@@ -183,9 +191,7 @@ bool torchrun_present(const Environment& env) {
   return has(env, "RANK") || has(env, "WORLD_SIZE") || has(env, "MASTER_ADDR") || has(env, "MASTER_PORT");
 }
 // See the header: mpirun or torchrun inside an allocation started this process.
-bool slurm_decides(const Environment& env) {
-  return slurm_present(env) && !open_mpi_present(env) && !has(env, "RANK");
-}
+bool slurm_decides(const Environment& env) { return slurm_present(env) && !open_mpi_present(env) && !has(env, "RANK"); }
 const std::string* tf_config(const Environment& env) {
   const std::string* value = find(env, "TF_CONFIG");
   return value != nullptr && !blank(*value) ? value : nullptr;
@@ -197,14 +203,15 @@ std::string LauncherRole::summary() const {
   if (ps_task)
     return rank_source + ": a ps task (parameter-server shards, no replica), joining " + coordinator.str() + " (" +
            coordinator_source + ")";
-  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (" + rank_source + "): " +
-         (is_coordinator() ? "the coordinator, listening at " : "a worker, joining ") + coordinator.str() + " (" +
-         coordinator_source + ")" +
+  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (" + rank_source +
+         "): " + (is_coordinator() ? "the coordinator, listening at " : "a worker, joining ") + coordinator.str() +
+         " (" + coordinator_source + ")" +
          (ps_tasks > 0 ? "; " + std::to_string(ps_tasks) + " ps task(s) host the parameter-server shards" : "");
 }
 
 std::string ps_task_refusal(const std::string& what) {
-  return what + " is a parameter-server task: start it with `troupe node` (it reads the same TF_CONFIG or cluster "
+  return what +
+         " is a parameter-server task: start it with `troupe node` (it reads the same TF_CONFIG or cluster "
          "flags, joins the chief and hosts the parameter-server shards); a MultiWorkerMirroredStrategy program is a "
          "chief or a worker";
 }
@@ -285,8 +292,8 @@ std::vector<std::string> expand_group(const std::string& group, std::size_t at, 
     }
     const unsigned long long low = std::stoull(lo), high = std::stoull(hi);
     if (low > high)
-      fail(what + ": range '" + item + "' at offset " + std::to_string(item_at) + " runs backwards (" + lo + " > " + hi +
-           ")");
+      fail(what + ": range '" + item + "' at offset " + std::to_string(item_at) + " runs backwards (" + lo + " > " +
+           hi + ")");
     if (high - low >= limit || out.size() + (high - low + 1) > limit)
       fail(what + ": more than " + std::to_string(limit) + " hosts");
     // Zero-padded to the width of LO, as Slurm writes them: 01-10 -> 01 .. 10.
@@ -313,7 +320,8 @@ void expand_name(const std::string& name, std::size_t at, const std::string& wha
       const std::size_t close = name.find(']', i);
       const std::string group = name.substr(i + 1, close - i - 1);
       const std::vector<std::string> values = expand_group(group, at + i + 1, what, limit);
-      if (partial.size() * values.size() + out.size() > limit) fail(what + ": more than " + std::to_string(limit) + " hosts");
+      if (partial.size() * values.size() + out.size() > limit)
+        fail(what + ": more than " + std::to_string(limit) + " hosts");
       std::vector<std::string> next;
       next.reserve(partial.size() * values.size());
       for (const auto& p : partial)
@@ -357,8 +365,10 @@ std::vector<std::string> expand_host_list(const std::string& list, const std::st
   depth = 0;
   for (std::size_t i = 0; i <= list.size(); ++i) {
     const char c = i < list.size() ? list[i] : ',';
-    if (c == '[') depth = 1;
-    else if (c == ']') depth = 0;
+    if (c == '[')
+      depth = 1;
+    else if (c == ']')
+      depth = 0;
     else if (c == ',' && depth == 0) {
       expand_name(list.substr(start, i - start), start, what, limit, hosts);
       start = i + 1;

@@ -60,10 +60,10 @@ struct LauncherFlags {
 };
 
 struct LauncherRole {
-  std::string launcher;      // "TROUPE_CLUSTER", "TF_CONFIG", "cluster spec FILE", "SLURM", "Open MPI", "torchrun"
-  int rank = 0;              // 0: the coordinator
-  int world_size = 1;        // nodes, the coordinator included
-  HostPort coordinator;      // where rank 0 listens and the others join
+  std::string launcher;  // "TROUPE_CLUSTER", "TF_CONFIG", "cluster spec FILE", "SLURM", "Open MPI", "torchrun"
+  int rank = 0;          // 0: the coordinator
+  int world_size = 1;    // nodes, the coordinator included
+  HostPort coordinator;  // where rank 0 listens and the others join
   // A cluster spec's own entry for this task (its data-plane address);
   // empty for the other launchers (the address peers reach the node by).
   std::string own_address;
@@ -108,11 +108,9 @@ std::optional<std::string> launcher_in_environment(const Environment& env);
 // number of bracket groups holding comma-separated numbers and ranges
 // LO-HI, each zero-padded to the width of its LO, as Slurm writes them
 // ("node[01-03,7],gpu-a[1-2]" -> node01 node02 node03 node7 gpu-a1 gpu-a2;
-// "n[8-10]" -> n8 n9 n10; "r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2). Throws std::invalid_argument starting with `what` (e.g.
-// "SLURM_JOB_NODELIST 'node[1-'") and naming the offset for an unclosed or
-// stray bracket, an empty name or range, LO > HI, a non-digit inside
-// brackets, or more than `limit` hosts.
-std::vector<std::string> expand_host_list(const std::string& list, const std::string& what,
-                                          std::size_t limit = 65536);
+// "n[8-10]" -> n8 n9 n10; "r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2). Throws std::invalid_argument starting with
+// `what` (e.g. "SLURM_JOB_NODELIST 'node[1-'") and naming the offset for an unclosed or stray bracket, an empty name or
+// range, LO > HI, a non-digit inside brackets, or more than `limit` hosts.
+std::vector<std::string> expand_host_list(const std::string& list, const std::string& what, std::size_t limit = 65536);
 
 }  // namespace troupe::net

@@ -4,17 +4,22 @@ namespace troupe::net {
 
 const char* to_string(CollectiveErrorKind kind) {
   switch (kind) {
-    case CollectiveErrorKind::timeout: return "timeout";
-    case CollectiveErrorKind::aborted: return "aborted";
-    case CollectiveErrorKind::invalid: return "invalid";
+    case CollectiveErrorKind::timeout:
+      return "timeout";
+    case CollectiveErrorKind::aborted:
+      return "aborted";
+    case CollectiveErrorKind::invalid:
+      return "invalid";
   }
   return "?";
 }
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::mean: return "mean";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::mean:
+      return "mean";
   }
   return "?";
 }

@@ -58,8 +58,7 @@ const char* to_string(CollectiveErrorKind kind);
 // waiting for ranks 2".
 class CollectiveError : public std::runtime_error {
  public:
-  CollectiveError(CollectiveErrorKind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+  CollectiveError(CollectiveErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   CollectiveErrorKind kind() const { return kind_; }
 
  private:
@@ -107,8 +106,7 @@ class Collective {
   // input.numel() / size(); rank r's output becomes chunk r of the reduced
   // input. f32 only. The output may be this rank's own chunk r of its input
   // (in place); it must not overlap anything else another rank reads.
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
-                                               ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
   // output.numel() == input.numel() * size(); output is the concatenation of
   // every rank's input in rank order. The input may be this rank's own chunk
   // of its output (in place).

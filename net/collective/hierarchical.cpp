@@ -10,17 +10,23 @@ class HierarchicalCollective final : public Collective {
  public:
   HierarchicalCollective(std::unique_ptr<Collective> local, std::shared_ptr<Collective> across, int first_rank,
                          int world, CollectiveOptions options)
-      : local_(std::move(local)), across_(std::move(across)), rank_(first_rank + local_->rank()), world_(world),
+      : local_(std::move(local)),
+        across_(std::move(across)),
+        rank_(first_rank + local_->rank()),
+        world_(world),
         options_(options) {}
 
   int rank() const override { return rank_; }
   int size() const override { return world_; }
-  std::string name() const override { return "hierarchical(" + local_->name() + (across_ ? "+" + across_->name() : "") + ")"; }
+  std::string name() const override {
+    return "hierarchical(" + local_->name() + (across_ ? "+" + across_->name() : "") + ")";
+  }
 
   std::shared_ptr<Work> allreduce(const Tensor& buffer, ReduceOp op) override {
     return run([&](Deadline deadline) {
       local_->allreduce(buffer, ReduceOp::sum)->wait(deadline);
-      if (leads()) on_host(buffer, [&](const Tensor& host) { across_->allreduce(host, ReduceOp::sum)->wait(deadline); });
+      if (leads())
+        on_host(buffer, [&](const Tensor& host) { across_->allreduce(host, ReduceOp::sum)->wait(deadline); });
       local_->broadcast(buffer, 0)->wait(deadline);
       if (op == ReduceOp::mean) kernels::ops::scale(buffer, 1.0f / static_cast<float>(world_));
     });
@@ -42,7 +48,9 @@ class HierarchicalCollective final : public Collective {
     });
   }
 
-  std::shared_ptr<Work> reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { return invalid("reduce_scatter"); }
+  std::shared_ptr<Work> reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override {
+    return invalid("reduce_scatter");
+  }
   std::shared_ptr<Work> allgather(const Tensor&, const Tensor&) override { return invalid("allgather"); }
   std::shared_ptr<Work> send(const Tensor&, int, int) override { return invalid("send"); }
   std::shared_ptr<Work> recv(const Tensor&, int, int) override { return invalid("recv"); }

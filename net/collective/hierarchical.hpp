@@ -31,8 +31,7 @@ namespace troupe::net {
 // Wraps one node's local group. `across` is the group of node leaders (null
 // or of size 1 on a single node); only the local rank 0 member uses it.
 std::vector<std::unique_ptr<Collective>> make_hierarchical_group(std::vector<std::unique_ptr<Collective>> local,
-                                                                 std::shared_ptr<Collective> across,
-                                                                 int first_rank, int world,
-                                                                 CollectiveOptions options);
+                                                                 std::shared_ptr<Collective> across, int first_rank,
+                                                                 int world, CollectiveOptions options);
 
 }  // namespace troupe::net

@@ -49,11 +49,16 @@ enum class OpKind { allreduce, broadcast, reduce_scatter, allgather, barrier };
 
 const char* to_string(OpKind kind) {
   switch (kind) {
-    case OpKind::allreduce: return "allreduce";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::allgather: return "allgather";
-    case OpKind::barrier: return "barrier";
+    case OpKind::allreduce:
+      return "allreduce";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::allgather:
+      return "allgather";
+    case OpKind::barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -68,9 +73,7 @@ struct Posting {
   int root = 0;
 };
 
-std::string describe(const Tensor& t) {
-  return t.defined() ? t.describe() : std::string("an undefined tensor");
-}
+std::string describe(const Tensor& t) { return t.defined() ? t.describe() : std::string("an undefined tensor"); }
 
 std::string format_timeout(std::chrono::milliseconds timeout) {
   const auto ms = timeout.count();
@@ -81,8 +84,7 @@ std::string format_timeout(std::chrono::milliseconds timeout) {
 // A flat view of `len` elements of `t` from element `offset`, on `device`
 // (cpu:0 and cpu:1 share memory, but ops want one device per call).
 Tensor flat_view(const Tensor& t, std::int64_t offset, std::int64_t len, Device device) {
-  auto* base = static_cast<char*>(t.raw()) +
-               static_cast<std::size_t>(offset) * kernels::element_size(t.dtype());
+  auto* base = static_cast<char*>(t.raw()) + static_cast<std::size_t>(offset) * kernels::element_size(t.dtype());
   return Tensor::view(base, Shape{len}, t.dtype(), device);
 }
 
@@ -100,8 +102,11 @@ std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t n, int world, int
 class LocalGroup {
  public:
   LocalGroup(int world, CollectiveOptions options)
-      : world_(world), options_(options), arrived_(static_cast<std::size_t>(world), 0),
-        postings_(static_cast<std::size_t>(world)), inside_(static_cast<std::size_t>(world), 0) {}
+      : world_(world),
+        options_(options),
+        arrived_(static_cast<std::size_t>(world), 0),
+        postings_(static_cast<std::size_t>(world)),
+        inside_(static_cast<std::size_t>(world), 0) {}
 
   int world() const { return world_; }
   const CollectiveOptions& options() const { return options_; }
@@ -155,8 +160,7 @@ class LocalGroup {
 
   void abort(int rank, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
-    break_locked(CollectiveErrorKind::aborted,
-                 "aborted (on rank " + std::to_string(rank) + "): " + reason);
+    break_locked(CollectiveErrorKind::aborted, "aborted (on rank " + std::to_string(rank) + "): " + reason);
   }
 
   // A rank failed inside an operation (a kernel threw): the others must not
@@ -166,10 +170,8 @@ class LocalGroup {
     break_locked(CollectiveErrorKind::aborted, what);
   }
 
-  void send(int rank, const Tensor& buffer, int dst, int tag, const std::string& label,
-            Deadline deadline);
-  void recv(int rank, const Tensor& buffer, int src, int tag, const std::string& label,
-            Deadline deadline);
+  void send(int rank, const Tensor& buffer, int dst, int tag, const std::string& label, Deadline deadline);
+  void recv(int rank, const Tensor& buffer, int src, int tag, const std::string& label, Deadline deadline);
 
  private:
   // One posted send, waiting for its recv.
@@ -180,8 +182,8 @@ class LocalGroup {
     std::string error;  // set by the receiver when the buffers do not match
   };
 
-  void barrier_locked(std::unique_lock<std::mutex>& lock, int rank, const std::string& label,
-                      Deadline deadline, const std::function<void()>& on_complete);
+  void barrier_locked(std::unique_lock<std::mutex>& lock, int rank, const std::string& label, Deadline deadline,
+                      const std::function<void()>& on_complete);
   std::string check_postings() const;
   // Nobody reads the posted buffers any more: drop the handles.
   void end_operation_locked() {
@@ -224,9 +226,8 @@ class LocalGroup {
   std::map<std::tuple<int, int, int>, std::shared_ptr<Mail>> mailbox_;  // (src, dst, tag)
 };
 
-void LocalGroup::barrier_locked(std::unique_lock<std::mutex>& lock, int rank,
-                                const std::string& label, Deadline deadline,
-                                const std::function<void()>& on_complete) {
+void LocalGroup::barrier_locked(std::unique_lock<std::mutex>& lock, int rank, const std::string& label,
+                                Deadline deadline, const std::function<void()>& on_complete) {
   if (broken_) throw broken_error(label);
   arrived_[static_cast<std::size_t>(rank)] = 1;
   if (++arrived_count_ == world_) {
@@ -257,9 +258,9 @@ std::string LocalGroup::check_postings() const {
   for (int r = 0; r < w; ++r) {
     const Posting& p = postings_[static_cast<std::size_t>(r)];
     if (p.kind != first.kind || p.seq != first.seq)
-      return std::string("ranks issued different operations: rank 0 ") + to_string(first.kind) +
-             " #" + std::to_string(first.seq) + ", rank " + std::to_string(r) + " " +
-             to_string(p.kind) + " #" + std::to_string(p.seq);
+      return std::string("ranks issued different operations: rank 0 ") + to_string(first.kind) + " #" +
+             std::to_string(first.seq) + ", rank " + std::to_string(r) + " " + to_string(p.kind) + " #" +
+             std::to_string(p.seq);
   }
   if (first.kind == OpKind::barrier) return {};
   const bool reduces = first.kind == OpKind::allreduce || first.kind == OpKind::reduce_scatter;
@@ -268,22 +269,20 @@ std::string LocalGroup::check_postings() const {
     const std::string rank = "rank " + std::to_string(r);
     for (const Tensor* t : {&p.a, &p.b}) {
       if (t == &p.b && (first.kind == OpKind::allreduce || first.kind == OpKind::broadcast)) continue;
-      if (!t->defined() || (t->numel() > 0 && t->raw() == nullptr))
-        return rank + " passed " + describe(*t);
-      if (reduces && t->dtype() != DType::f32)
-        return rank + " has " + t->describe() + ": reductions need f32";
+      if (!t->defined() || (t->numel() > 0 && t->raw() == nullptr)) return rank + " passed " + describe(*t);
+      if (reduces && t->dtype() != DType::f32) return rank + " has " + t->describe() + ": reductions need f32";
       if (!t->device().same_memory(first.a.device()))
-        return "buffers must share one memory space, but rank 0 has " + first.a.describe() +
-               " and " + rank + " has " + t->describe();
+        return "buffers must share one memory space, but rank 0 has " + first.a.describe() + " and " + rank + " has " +
+               t->describe();
     }
     if (p.a.numel() != first.a.numel() || p.a.dtype() != first.a.dtype())
       return "buffers differ across ranks: " + who(0, first.a) + ", " + who(r, p.a);
     if (p.reduce != first.reduce)
-      return std::string("reduce ops differ across ranks: rank 0 ") + to_string(first.reduce) +
-             ", " + rank + " " + to_string(p.reduce);
+      return std::string("reduce ops differ across ranks: rank 0 ") + to_string(first.reduce) + ", " + rank + " " +
+             to_string(p.reduce);
     if (p.root != first.root)
-      return "roots differ across ranks: rank 0 says " + std::to_string(first.root) + ", " + rank +
-             " says " + std::to_string(p.root);
+      return "roots differ across ranks: rank 0 says " + std::to_string(first.root) + ", " + rank + " says " +
+             std::to_string(p.root);
     if (first.kind == OpKind::broadcast && (p.root < 0 || p.root >= w))
       return "root " + std::to_string(p.root) + " is not a rank of a group of " + std::to_string(w);
     if (first.kind == OpKind::reduce_scatter) {
@@ -291,26 +290,23 @@ std::string LocalGroup::check_postings() const {
         return "the input " + p.a.describe() + " has " + std::to_string(p.a.numel()) +
                " elements, not a multiple of the group size " + std::to_string(w);
       if (p.b.numel() != p.a.numel() / w)
-        return rank + "'s output " + p.b.describe() + " should have " +
-               std::to_string(p.a.numel() / w) + " elements (input " + p.a.describe() + " / " +
-               std::to_string(w) + " ranks)";
+        return rank + "'s output " + p.b.describe() + " should have " + std::to_string(p.a.numel() / w) +
+               " elements (input " + p.a.describe() + " / " + std::to_string(w) + " ranks)";
     }
-    if (first.kind == OpKind::allgather &&
-        (p.b.numel() != p.a.numel() * w || p.b.dtype() != p.a.dtype()))
-      return rank + "'s output " + p.b.describe() + " should be " + kernels::to_string(p.a.dtype()) +
-             " with " + std::to_string(p.a.numel() * w) + " elements (input " + p.a.describe() +
-             " x " + std::to_string(w) + " ranks)";
+    if (first.kind == OpKind::allgather && (p.b.numel() != p.a.numel() * w || p.b.dtype() != p.a.dtype()))
+      return rank + "'s output " + p.b.describe() + " should be " + kernels::to_string(p.a.dtype()) + " with " +
+             std::to_string(p.a.numel() * w) + " elements (input " + p.a.describe() + " x " + std::to_string(w) +
+             " ranks)";
   }
   return {};
 }
 
-void LocalGroup::send(int rank, const Tensor& buffer, int dst, int tag, const std::string& label,
-                      Deadline deadline) {
+void LocalGroup::send(int rank, const Tensor& buffer, int dst, int tag, const std::string& label, Deadline deadline) {
   using State = Mail::State;
   if (dst < 0 || dst >= world_ || dst == rank)
-    throw CollectiveError(CollectiveErrorKind::invalid,
-                          label + ": rank " + std::to_string(dst) + " is not another rank of a group of " +
-                              std::to_string(world_));
+    throw CollectiveError(
+        CollectiveErrorKind::invalid,
+        label + ": rank " + std::to_string(dst) + " is not another rank of a group of " + std::to_string(world_));
   std::unique_lock<std::mutex> lock(mu_);
   if (broken_) throw broken_error(label);
   const auto key = std::make_tuple(rank, dst, tag);
@@ -331,20 +327,18 @@ void LocalGroup::send(int rank, const Tensor& buffer, int dst, int tag, const st
   if (mail->state == State::taken) {
     // The receiver is copying out of our buffer right now; we may not return
     // before it is done. A copy is short, but still bounded.
-    if (!cv_.wait_until(lock, Clock::now() + options_.timeout,
-                        [&] { return mail->state == State::done; }))
+    if (!cv_.wait_until(lock, Clock::now() + options_.timeout, [&] { return mail->state == State::done; }))
       throw CollectiveError(CollectiveErrorKind::timeout,
                             label + ": " + timeout_detail("rank " + std::to_string(dst) + "'s copy"));
   }
   if (!mail->error.empty()) throw CollectiveError(CollectiveErrorKind::invalid, label + ": " + mail->error);
 }
 
-void LocalGroup::recv(int rank, const Tensor& buffer, int src, int tag, const std::string& label,
-                      Deadline deadline) {
+void LocalGroup::recv(int rank, const Tensor& buffer, int src, int tag, const std::string& label, Deadline deadline) {
   if (src < 0 || src >= world_ || src == rank)
-    throw CollectiveError(CollectiveErrorKind::invalid,
-                          label + ": rank " + std::to_string(src) + " is not another rank of a group of " +
-                              std::to_string(world_));
+    throw CollectiveError(
+        CollectiveErrorKind::invalid,
+        label + ": rank " + std::to_string(src) + " is not another rank of a group of " + std::to_string(world_));
   std::unique_lock<std::mutex> lock(mu_);
   if (broken_) throw broken_error(label);
   const auto key = std::make_tuple(src, rank, tag);
@@ -368,8 +362,7 @@ void LocalGroup::recv(int rank, const Tensor& buffer, int src, int tag, const st
             std::to_string(rank) + " receives into " + describe(buffer);
   } else if (buffer.numel() > 0) {
     try {
-      flat_view(buffer, 0, buffer.numel(), buffer.device())
-          .copy_from(flat_view(from, 0, from.numel(), from.device()));
+      flat_view(buffer, 0, buffer.numel(), buffer.device()).copy_from(flat_view(from, 0, from.numel(), from.device()));
     } catch (const std::exception& e) {
       error = std::string("copy failed: ") + e.what();
     }
@@ -407,9 +400,7 @@ class LocalCollective final : public Collective {
   std::shared_ptr<Work> run(Posting posting, Body body);
   template <class Body>
   std::shared_ptr<Work> run_p2p(const std::string& label, Body body);
-  std::string where() const {
-    return " on rank " + std::to_string(rank_) + " of " + std::to_string(group_->world());
-  }
+  std::string where() const { return " on rank " + std::to_string(rank_) + " of " + std::to_string(group_->world()); }
 
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
@@ -450,8 +441,8 @@ std::shared_ptr<Work> LocalCollective::run_p2p(const std::string& label, Body bo
   } catch (const CollectiveError&) {
     return completed_work(std::current_exception());
   } catch (const std::exception& e) {
-    return completed_work(std::make_exception_ptr(
-        CollectiveError(CollectiveErrorKind::invalid, label + ": " + e.what())));
+    return completed_work(
+        std::make_exception_ptr(CollectiveError(CollectiveErrorKind::invalid, label + ": " + e.what())));
   }
 }
 
@@ -543,16 +534,14 @@ std::shared_ptr<Work> LocalCollective::barrier() {
 
 std::shared_ptr<Work> LocalCollective::send(const Tensor& buffer, int dst, int tag) {
   const std::string label = "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")" + where();
-  return run_p2p(label, [&](const std::string& l, Deadline deadline) {
-    group_->send(rank_, buffer, dst, tag, l, deadline);
-  });
+  return run_p2p(label,
+                 [&](const std::string& l, Deadline deadline) { group_->send(rank_, buffer, dst, tag, l, deadline); });
 }
 
 std::shared_ptr<Work> LocalCollective::recv(const Tensor& buffer, int src, int tag) {
   const std::string label = "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")" + where();
-  return run_p2p(label, [&](const std::string& l, Deadline deadline) {
-    group_->recv(rank_, buffer, src, tag, l, deadline);
-  });
+  return run_p2p(label,
+                 [&](const std::string& l, Deadline deadline) { group_->recv(rank_, buffer, src, tag, l, deadline); });
 }
 
 }  // namespace

@@ -42,7 +42,6 @@ namespace troupe::net {
 // The `world` ranks of one group; element r is rank r. Hand each to the
 // thread that runs that rank. The ranks share state that lives as long as
 // any of them.
-std::vector<std::unique_ptr<Collective>> make_local_group(int world,
-                                                          CollectiveOptions options = {});
+std::vector<std::unique_ptr<Collective>> make_local_group(int world, CollectiveOptions options = {});
 
 }  // namespace troupe::net

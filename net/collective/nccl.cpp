@@ -53,7 +53,8 @@ struct Library {
   const char* (*GetLastError)(ncclComm_t) = nullptr;
   ncclResult_t (*GroupStart)() = nullptr;
   ncclResult_t (*GroupEnd)() = nullptr;
-  ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t) = nullptr;
   ncclResult_t (*Broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                 cudaStream_t) = nullptr;
@@ -95,25 +96,28 @@ Library load_library() {
     return lib;
   }
   // Never dlclose'd: communicators may outlive any owner we could name.
-  bool ok = resolve(handle, "ncclGetVersion", lib.GetVersion) && resolve(handle, "ncclGetUniqueId", lib.GetUniqueId) &&
-            resolve(handle, "ncclCommInitRankConfig", lib.CommInitRankConfig) &&
-            resolve(handle, "ncclCommGetAsyncError", lib.CommGetAsyncError) &&
-            resolve(handle, "ncclCommAbort", lib.CommAbort) &&
-            resolve(handle, "ncclGetErrorString", lib.GetErrorString) &&
-            resolve(handle, "ncclGetLastError", lib.GetLastError) && resolve(handle, "ncclGroupStart", lib.GroupStart) &&
-            resolve(handle, "ncclGroupEnd", lib.GroupEnd) && resolve(handle, "ncclAllReduce", lib.AllReduce) &&
-            resolve(handle, "ncclBroadcast", lib.Broadcast) && resolve(handle, "ncclReduceScatter", lib.ReduceScatter) &&
-            resolve(handle, "ncclAllGather", lib.AllGather) && resolve(handle, "ncclSend", lib.Send) &&
-            resolve(handle, "ncclRecv", lib.Recv);
+  bool ok =
+      resolve(handle, "ncclGetVersion", lib.GetVersion) && resolve(handle, "ncclGetUniqueId", lib.GetUniqueId) &&
+      resolve(handle, "ncclCommInitRankConfig", lib.CommInitRankConfig) &&
+      resolve(handle, "ncclCommGetAsyncError", lib.CommGetAsyncError) &&
+      resolve(handle, "ncclCommAbort", lib.CommAbort) && resolve(handle, "ncclGetErrorString", lib.GetErrorString) &&
+      resolve(handle, "ncclGetLastError", lib.GetLastError) && resolve(handle, "ncclGroupStart", lib.GroupStart) &&
+      resolve(handle, "ncclGroupEnd", lib.GroupEnd) && resolve(handle, "ncclAllReduce", lib.AllReduce) &&
+      resolve(handle, "ncclBroadcast", lib.Broadcast) && resolve(handle, "ncclReduceScatter", lib.ReduceScatter) &&
+      resolve(handle, "ncclAllGather", lib.AllGather) && resolve(handle, "ncclSend", lib.Send) &&
+      resolve(handle, "ncclRecv", lib.Recv);
   if (!ok) {
-    lib.error = lib.path + " lacks NCCL functions troupe needs (ncclCommInitRankConfig and ncclCommGetAsyncError "
-                           "came with NCCL 2.14): " + std::string(dlerror() ? dlerror() : "");
+    lib.error = lib.path +
+                " lacks NCCL functions troupe needs (ncclCommInitRankConfig and ncclCommGetAsyncError "
+                "came with NCCL 2.14): " +
+                std::string(dlerror() ? dlerror() : "");
     return lib;
   }
   int version = 0;
   if (lib.GetVersion(&version) != ncclSuccess || version < NCCL_VERSION(2, 14, 0))
-    lib.error = lib.path + " is NCCL " + std::to_string(version) + "; troupe needs 2.14 or later (non-blocking "
-                                                                   "communicators)";
+    lib.error = lib.path + " is NCCL " + std::to_string(version) +
+                "; troupe needs 2.14 or later (non-blocking "
+                "communicators)";
   return lib;
 }
 
@@ -438,8 +442,8 @@ class NcclCollective final : public Collective {
     const std::string label = "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")" + where();
     if (auto bad = check(label, buffer, "buffer", false)) return *bad;
     if (dst < 0 || dst >= size() || dst == rank_)
-      return invalid(label, "rank " + std::to_string(dst) + " is not another rank of a group of " +
-                                std::to_string(size()));
+      return invalid(label,
+                     "rank " + std::to_string(dst) + " is not another rank of a group of " + std::to_string(size()));
     const std::size_t n = static_cast<std::size_t>(buffer.numel());
     return issue(label, [&](const Library& lib, ncclComm_t comm, cudaStream_t s) {
       return lib.Send(buffer.raw(), n, nccl_type(buffer.dtype()), dst, comm, s);
@@ -450,8 +454,8 @@ class NcclCollective final : public Collective {
     const std::string label = "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")" + where();
     if (auto bad = check(label, buffer, "buffer", false)) return *bad;
     if (src < 0 || src >= size() || src == rank_)
-      return invalid(label, "rank " + std::to_string(src) + " is not another rank of a group of " +
-                                std::to_string(size()));
+      return invalid(label,
+                     "rank " + std::to_string(src) + " is not another rank of a group of " + std::to_string(size()));
     const std::size_t n = static_cast<std::size_t>(buffer.numel());
     return issue(label, [&](const Library& lib, ncclComm_t comm, cudaStream_t s) {
       return lib.Recv(buffer.raw(), n, nccl_type(buffer.dtype()), src, comm, s);
@@ -473,8 +477,8 @@ class NcclCollective final : public Collective {
 
  private:
   std::string where() const {
-    return " on rank " + std::to_string(rank_) + " of " + std::to_string(size()) + " (nccl, cuda:" +
-           std::to_string(member_->device) + ")";
+    return " on rank " + std::to_string(rank_) + " of " + std::to_string(size()) +
+           " (nccl, cuda:" + std::to_string(member_->device) + ")";
   }
   std::string label_of(const char* op) { return std::string(op) + " #" + std::to_string(next_seq_++) + where(); }
 
@@ -491,8 +495,8 @@ class NcclCollective final : public Collective {
     if (!t.defined() || (t.numel() > 0 && t.raw() == nullptr))
       return invalid(label, std::string(what) + " is an undefined tensor");
     if (!t.device().is_cuda() || t.device().index != member_->device)
-      return invalid(label, std::string(what) + " " + t.describe() + " is not on this rank's GPU cuda:" +
-                                std::to_string(member_->device));
+      return invalid(label, std::string(what) + " " + t.describe() +
+                                " is not on this rank's GPU cuda:" + std::to_string(member_->device));
     if (reduces && t.dtype() != DType::f32)
       return invalid(label, std::string(what) + " " + t.describe() + ": reductions need f32");
     return std::nullopt;
@@ -529,9 +533,9 @@ class NcclCollective final : public Collective {
           if (r != ncclInProgress) break;
           if (Clock::now() >= bound) {
             lock.unlock();
-            shared_->break_group(CollectiveErrorKind::timeout,
-                                 "timed out after " + format_ms(shared_->options().timeout) +
-                                     " while NCCL was still enqueueing the operation");
+            shared_->break_group(CollectiveErrorKind::timeout, "timed out after " +
+                                                                   format_ms(shared_->options().timeout) +
+                                                                   " while NCCL was still enqueueing the operation");
             return completed_work(std::make_exception_ptr(*shared_->failure(label)));
           }
           lock.unlock();
@@ -593,7 +597,8 @@ NcclId nccl_unique_id() {
 }
 
 std::vector<std::unique_ptr<Collective>> make_nccl_group(const NcclId& id, int first_rank, int world,
-                                                         const std::vector<Device>& devices, CollectiveOptions options) {
+                                                         const std::vector<Device>& devices,
+                                                         CollectiveOptions options) {
   const int n = static_cast<int>(devices.size());
   auto bad = [](const std::string& why) { throw std::invalid_argument("make_nccl_group: " + why); };
   if (n < 1) bad("no devices");
@@ -659,8 +664,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_group(const NcclId& id, int f
     for (;;) {
       ncclResult_t state = ncclInProgress;
       const ncclResult_t q = m->comm ? lib.CommGetAsyncError(m->comm, &state) : ncclInternalError;
-      if (q != ncclSuccess)
-        throw std::runtime_error("make_nccl_group: NCCL failed: " + nccl_text(lib, q, m->comm));
+      if (q != ncclSuccess) throw std::runtime_error("make_nccl_group: NCCL failed: " + nccl_text(lib, q, m->comm));
       if (state == ncclSuccess) break;
       if (state != ncclInProgress)
         throw std::runtime_error("make_nccl_group: creating the communicator of cuda:" + std::to_string(m->device) +
@@ -675,12 +679,13 @@ std::vector<std::unique_ptr<Collective>> make_nccl_group(const NcclId& id, int f
   }
   std::vector<std::unique_ptr<Collective>> out;
   for (int i = 0; i < n; ++i)
-    out.push_back(std::make_unique<NcclCollective>(shared, shared->members[static_cast<std::size_t>(i)].get(),
-                                                   first_rank + i));
+    out.push_back(
+        std::make_unique<NcclCollective>(shared, shared->members[static_cast<std::size_t>(i)].get(), first_rank + i));
   return out;
 }
 
-std::vector<std::unique_ptr<Collective>> make_nccl_group(const std::vector<Device>& devices, CollectiveOptions options) {
+std::vector<std::unique_ptr<Collective>> make_nccl_group(const std::vector<Device>& devices,
+                                                         CollectiveOptions options) {
   return make_nccl_group(nccl_unique_id(), 0, static_cast<int>(devices.size()), devices, options);
 }
 

@@ -39,7 +39,8 @@ bool parse_fields(const std::string& text, std::string& ts, std::string& nonce, 
 std::string load_metrics_token(const std::string& path) {
   const std::string text = util::read_config_file(path, "metrics token file", 4096);
   const auto first = text.find_first_not_of(" \t\r\n");
-  const std::string token = first == std::string::npos ? "" : text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+  const std::string token =
+      first == std::string::npos ? "" : text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
   const std::string how = " (make one with: openssl rand -hex 32 > " + path + ")";
   if (token.size() < 16)
     throw util::ConfigFileError("metrics token file '" + path + "' holds " + std::to_string(token.size()) +
@@ -66,12 +67,11 @@ std::string sign_control_request(const std::string& key, const std::string& meth
 ControlAuth::ControlAuth(std::string key, std::chrono::seconds window)
     : key_(std::move(key)), window_(static_cast<std::int64_t>(window.count())) {}
 
-std::string ControlAuth::check(const std::string& authorization, const std::string& method,
-                               const std::string& target, const std::string& body, std::int64_t now) {
+std::string ControlAuth::check(const std::string& authorization, const std::string& method, const std::string& target,
+                               const std::string& body, std::int64_t now) {
   const std::string how = " (troupe ctl signs requests with --secret-file or TROUPE_SECRET, the job's secret)";
   if (authorization.empty())
-    return "no credential: this endpoint needs an Authorization: " + std::string(kControlAuthScheme) + " header" +
-           how;
+    return "no credential: this endpoint needs an Authorization: " + std::string(kControlAuthScheme) + " header" + how;
   const std::string scheme = std::string(kControlAuthScheme) + " ";
   std::string ts, nonce, mac;
   if (authorization.compare(0, scheme.size(), scheme) != 0 ||

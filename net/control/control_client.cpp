@@ -117,8 +117,8 @@ ControlResponse ControlClient::request(const std::string& method, const std::str
     // listens (a job still starting), and says so at once otherwise.
     fd = wire::connect_tcp_once(where, deadline);
   } catch (const wire::UnknownHost& e) {
-    throw std::invalid_argument("control address '" + where + "': unknown host '" + address_.host + "' (" +
-                                e.reason + ")");
+    throw std::invalid_argument("control address '" + where + "': unknown host '" + address_.host + "' (" + e.reason +
+                                ")");
   } catch (const wire::ConnectionRefused&) {
     throw ControlError("nothing is listening at " + where + " (is the job running with --control " + where + "?)",
                        /*refused=*/true);

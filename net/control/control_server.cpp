@@ -47,8 +47,8 @@ std::string message_json(bool ok, const std::string& message) {
 
 struct Answer {
   unsigned status = 200;
-  std::string body;   // JSON, or the Prometheus text of GET /metrics
-  std::string allow;  // the Allow header of a 405
+  std::string body;           // JSON, or the Prometheus text of GET /metrics
+  std::string allow;          // the Allow header of a 405
   bool authenticate = false;  // a 401: send WWW-Authenticate
   const char* content_type = "application/json";
 };
@@ -190,8 +190,8 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return self->close();
       beast::error_code ignored;
       self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      self->stream_.expires_after(std::min<std::chrono::milliseconds>(self->server_.options.io_timeout,
-                                                                        std::chrono::seconds(1)));
+      self->stream_.expires_after(
+          std::min<std::chrono::milliseconds>(self->server_.options.io_timeout, std::chrono::seconds(1)));
       self->drain();
     });
   }
@@ -255,8 +255,8 @@ std::string ControlServer::Impl::refusal(const std::string& credential, bool get
 }
 
 Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
-  static constexpr const char* names[] = {"GET /status",  "POST /mode",  "POST /checkpoint",
-                                          "POST /stop",   "POST /drain", "GET /metrics"};
+  static constexpr const char* names[] = {"GET /status", "POST /mode",  "POST /checkpoint",
+                                          "POST /stop",  "POST /drain", "GET /metrics"};
   const char* name = names[static_cast<int>(endpoint)];
   struct InHandler {
     InHandler() { in_handler = true; }
@@ -324,11 +324,11 @@ ControlServer::ControlServer(const std::string& address, Handlers handlers, Cont
                                 "has no credential to ask for: bind it to 127.0.0.1, or give the job a secret "
                                 "(--secret-file or TROUPE_SECRET) so that every request must be signed with it");
   if (s.options.auth_key.empty() && !s.options.metrics_token.empty())
-    throw std::invalid_argument("a metrics token needs a cluster secret: without one the control endpoint asks no "
-                                "credential at all (it binds loopback addresses only), so the token would protect "
-                                "nothing; give the job a secret (--secret-file or TROUPE_SECRET)");
-  if (!s.options.auth_key.empty())
-    s.auth = std::make_unique<ControlAuth>(s.options.auth_key, s.options.auth_window);
+    throw std::invalid_argument(
+        "a metrics token needs a cluster secret: without one the control endpoint asks no "
+        "credential at all (it binds loopback addresses only), so the token would protect "
+        "nothing; give the job a secret (--secret-file or TROUPE_SECRET)");
+  if (!s.options.auth_key.empty()) s.auth = std::make_unique<ControlAuth>(s.options.auth_key, s.options.auth_window);
   const auto fail = [&](const char* what) {
     throw ControlError("control endpoint: cannot " + std::string(what) + " " + address + " (" +
                        endpoint.address().to_string() + "): " + ec.message());
@@ -376,7 +376,8 @@ void ControlServer::start() {
 
 void ControlServer::stop() {
   Impl& s = *impl_;
-  if (in_handler) throw std::logic_error("ControlServer::stop called from a control handler (it would wait for itself)");
+  if (in_handler)
+    throw std::logic_error("ControlServer::stop called from a control handler (it would wait for itself)");
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.stopped) return;
   s.stopped = true;

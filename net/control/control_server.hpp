@@ -56,12 +56,12 @@ struct Reply {
 // server's handler thread, one at a time, and may throw (answered with 500).
 // They must not call ControlServer::stop() (std::logic_error if they do).
 struct Handlers {
-  std::function<std::string()> status;                    // GET /status: a JSON object, sent as is
-  std::function<Reply(const std::string& body)> mode;     // POST /mode: body "sync", "async", "ssp:3"
-  std::function<Reply()> checkpoint;                      // POST /checkpoint
-  std::function<Reply()> stop;                            // POST /stop
-  std::function<Reply(const std::string& body)> drain;    // POST /drain: body "2" or a node's name
-  std::function<std::string()> metrics;                   // GET /metrics: Prometheus text, sent as is
+  std::function<std::string()> status;                  // GET /status: a JSON object, sent as is
+  std::function<Reply(const std::string& body)> mode;   // POST /mode: body "sync", "async", "ssp:3"
+  std::function<Reply()> checkpoint;                    // POST /checkpoint
+  std::function<Reply()> stop;                          // POST /stop
+  std::function<Reply(const std::string& body)> drain;  // POST /drain: body "2" or a node's name
+  std::function<std::string()> metrics;                 // GET /metrics: Prometheus text, sent as is
 };
 
 struct ControlServerOptions {
@@ -99,8 +99,8 @@ class ControlServer {
   // (handlers keep their own timeouts of a few seconds). Idempotent.
   void stop();
 
-  std::uint16_t port() const;    // the bound port (the one picked when asked for 0)
-  std::string address() const;   // "HOST:PORT" with the bound port
+  std::uint16_t port() const;   // the bound port (the one picked when asked for 0)
+  std::string address() const;  // "HOST:PORT" with the bound port
 
   struct Impl;  // opaque; public only so the connection code in the .cpp can name it
 

@@ -39,7 +39,8 @@ void check_labels(const Family& f, const Labels& labels, std::set<std::string>& 
   std::set<std::string> names;
   for (const auto& [name, value] : labels) {
     if (!valid_name(name, false))
-      throw std::invalid_argument("metric " + f.name + ": label name '" + name + "' is not a valid Prometheus label name");
+      throw std::invalid_argument("metric " + f.name + ": label name '" + name +
+                                  "' is not a valid Prometheus label name");
     if (f.type == Type::histogram && name == "le")
       throw std::invalid_argument("metric " + f.name + ": the label 'le' is reserved for histogram buckets");
     if (!names.insert(name).second)
@@ -53,9 +54,12 @@ void check_labels(const Family& f, const Labels& labels, std::set<std::string>& 
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::gauge: return "gauge";
-    case Type::counter: return "counter";
-    case Type::histogram: return "histogram";
+    case Type::gauge:
+      return "gauge";
+    case Type::counter:
+      return "counter";
+    case Type::histogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -90,7 +94,8 @@ std::string format_value(double value) {
   // in full ("1000000", not "1e+06"); others as printf's %g would at that
   // precision ("0.25", "0.0001", "1e-07"), as Prometheus' Go clients do.
   const bool whole = value == std::trunc(value) && std::fabs(value) < 1e15;
-  const auto r = std::to_chars(buf, buf + sizeof buf, value, whole ? std::chars_format::fixed : std::chars_format::general);
+  const auto r =
+      std::to_chars(buf, buf + sizeof buf, value, whole ? std::chars_format::fixed : std::chars_format::general);
   return std::string(buf, r.ptr);
 }
 
@@ -98,10 +103,14 @@ std::string escape_label_value(const std::string& value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -110,9 +119,12 @@ std::string escape_help(const std::string& help) {
   std::string out;
   out.reserve(help.size());
   for (char c : help) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -126,7 +138,8 @@ std::string exposition(const std::vector<Family>& families) {
     if (!family_names.insert(f.name).second) throw std::invalid_argument("metric " + f.name + " written twice");
     const bool histogram = f.type == Type::histogram;
     if ((histogram && !f.values.empty()) || (!histogram && !f.histograms.empty()))
-      throw std::invalid_argument("metric " + f.name + " is a " + type_name(f.type) + " but has samples of another type");
+      throw std::invalid_argument("metric " + f.name + " is a " + type_name(f.type) +
+                                  " but has samples of another type");
     if (f.values.empty() && f.histograms.empty()) continue;  // nothing measured yet: no family (as client_golang)
     out += "# HELP " + f.name + " " + escape_help(f.help) + "\n";
     out += "# TYPE " + f.name + " " + type_name(f.type) + "\n";
@@ -143,7 +156,8 @@ std::string exposition(const std::vector<Family>& families) {
       std::uint64_t cumulative = 0;
       for (std::size_t i = 0; i < h.bounds.size(); ++i) {
         cumulative += h.counts[i];
-        out += f.name + "_bucket" + label_text(labels, format_value(h.bounds[i])) + " " + std::to_string(cumulative) + "\n";
+        out += f.name + "_bucket" + label_text(labels, format_value(h.bounds[i])) + " " + std::to_string(cumulative) +
+               "\n";
       }
       // +Inf is _count by definition: a histogram whose counts do not add
       // up to it would be written with buckets that are not cumulative.

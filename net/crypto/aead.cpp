@@ -86,7 +86,8 @@ void AeadCipher::seal(std::uint64_t number, const void* aad, std::size_t aad_byt
   auto* dst = static_cast<unsigned char*>(out);
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t piece = std::min(kPiece, bytes - done);
-    if (EVP_EncryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) openssl_fail("EVP_EncryptUpdate");
+    if (EVP_EncryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1)
+      openssl_fail("EVP_EncryptUpdate");
     done += piece;
   }
   if (EVP_EncryptFinal_ex(c, dst + bytes, &n) != 1) openssl_fail("EVP_EncryptFinal_ex");
@@ -111,7 +112,8 @@ bool AeadCipher::open(std::uint64_t number, const void* aad, std::size_t aad_byt
   auto* dst = static_cast<unsigned char*>(out);
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t piece = std::min(kPiece, bytes - done);
-    if (EVP_DecryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1) openssl_fail("EVP_DecryptUpdate");
+    if (EVP_DecryptUpdate(c, dst + done, &n, src + done, static_cast<int>(piece)) != 1)
+      openssl_fail("EVP_DecryptUpdate");
     done += piece;
   }
   unsigned char expected[kAeadTagBytes];
@@ -138,9 +140,7 @@ std::uint64_t AeadDirection::reserve(std::uint64_t count) {
   return first;
 }
 
-std::unique_ptr<AeadCipher> AeadDirection::twin() const {
-  return std::make_unique<AeadCipher>(cipher_.ctx_->key);
-}
+std::unique_ptr<AeadCipher> AeadDirection::twin() const { return std::make_unique<AeadCipher>(cipher_.ctx_->key); }
 
 void AeadDirection::seal(const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
                          unsigned char tag[kAeadTagBytes]) {

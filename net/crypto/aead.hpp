@@ -57,13 +57,13 @@ class AeadCipher {
   // Encrypts `bytes` of `in` into `out` (the same pointer is fine) as
   // message `number` and writes the tag, which also covers `aad` (sent in
   // the clear).
-  void seal(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
-            std::size_t bytes, unsigned char tag[kAeadTagBytes]);
+  void seal(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
+            unsigned char tag[kAeadTagBytes]);
   // Decrypts into `out` (the same pointer is fine) and checks the tag as
   // message `number`; false when it does not match (`out` then holds
   // garbage).
-  bool open(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out,
-            std::size_t bytes, const unsigned char tag[kAeadTagBytes]);
+  bool open(std::uint64_t number, const void* aad, std::size_t aad_bytes, const void* in, void* out, std::size_t bytes,
+            const unsigned char tag[kAeadTagBytes]);
 
  private:
   friend class AeadDirection;

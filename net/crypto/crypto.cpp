@@ -68,8 +68,8 @@ std::string Sha256::finish() {
 std::string sha256(std::string_view bytes) {
   std::string out(32, '\0');
   unsigned int n = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), reinterpret_cast<unsigned char*>(out.data()), &n, EVP_sha256(),
-                 nullptr) != 1)
+  if (EVP_Digest(bytes.data(), bytes.size(), reinterpret_cast<unsigned char*>(out.data()), &n, EVP_sha256(), nullptr) !=
+      1)
     openssl_fail("EVP_Digest(sha256)");
   out.resize(n);
   return out;

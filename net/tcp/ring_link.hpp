@@ -10,8 +10,8 @@
 #include <string>
 
 #include "net/crypto/aead.hpp"
-#include "net/transport/sealed.hpp"
 #include "net/tcp/wire.hpp"
+#include "net/transport/sealed.hpp"
 
 namespace troupe::net::ring {
 

@@ -62,8 +62,8 @@ void give_up_if_abandoned(const TcpGroupConfig& c) {
   const std::string why = c.abandon();
   if (!why.empty())
     throw CollectiveError(CollectiveErrorKind::aborted, "tcp group rank " + std::to_string(c.rank) + " of " +
-                                                            std::to_string(c.addresses.size()) + ": gave up connecting: " +
-                                                            why);
+                                                            std::to_string(c.addresses.size()) +
+                                                            ": gave up connecting: " + why);
 }
 
 // With `abandon`: waits until the peer on `fd` has sent something (or
@@ -78,7 +78,8 @@ void await_peer(const TcpGroupConfig& c, int fd, Deadline deadline) {
     if (now >= deadline) return;
     const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
     pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
+    const int n =
+        ::poll(&p, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
     if (n > 0 || (n < 0 && errno != EINTR)) return;  // readable, closed or failed: the read says which
   }
 }
@@ -103,8 +104,8 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
       // connection, and nothing answers), it is asked every 100 ms. A slow
       // peer is never given up on: a connection this rank dropped could be
       // the one the peer takes.
-      fd = wire::connect_tcp(address, c.abandon ? std::min(deadline, Clock::now() + std::chrono::seconds(1))
-                                                : deadline);
+      fd =
+          wire::connect_tcp(address, c.abandon ? std::min(deadline, Clock::now() + std::chrono::seconds(1)) : deadline);
       if (c.authenticate) await_peer(c, fd, deadline);  // the acceptor speaks first
       Link link = make_link(fd, c.authenticate ? c.authenticate(fd, false, deadline) : LinkKeys{});
       wire::write_hello(link.fd, link.sealer.get(), my_hello(c), deadline);
@@ -120,10 +121,10 @@ Link connect_next(const TcpGroupConfig& c, Deadline deadline) {
     if (fd >= 0) ::close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw CollectiveError(CollectiveErrorKind::timeout,
-                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) +
-                            ": timed out after " + format_timeout(c.connect_timeout) + " connecting to rank " +
-                            std::to_string(next) + " (" + address + "): " + last);
+  throw CollectiveError(CollectiveErrorKind::timeout, "tcp group rank " + std::to_string(c.rank) + " of " +
+                                                          std::to_string(world) + ": timed out after " +
+                                                          format_timeout(c.connect_timeout) + " connecting to rank " +
+                                                          std::to_string(next) + " (" + address + "): " + last);
 }
 
 // Accepts connections until rank r-1's passes the handshake. Connections
@@ -165,9 +166,10 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
     const auto now = Clock::now();
     for (std::size_t i = pending.size(); i-- > 0;)
       if (pending[i].until <= now)
-        drop(i, pending[i].got ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
-                                     std::to_string(pending[i].expected) + " bytes) in " + format_timeout(c.options.timeout)
-                               : "sent nothing within " + format_timeout(c.options.timeout));
+        drop(i, pending[i].got
+                    ? "an incomplete handshake (" + std::to_string(pending[i].got) + " of " +
+                          std::to_string(pending[i].expected) + " bytes) in " + format_timeout(c.options.timeout)
+                    : "sent nothing within " + format_timeout(c.options.timeout));
     if (now >= deadline) break;
     try {
       give_up_if_abandoned(c);
@@ -262,9 +264,9 @@ Link accept_prev(const TcpGroupConfig& c, int listen_fd, Deadline deadline) {
   }
   for (auto& p : pending) ::close(p.fd);
   throw CollectiveError(CollectiveErrorKind::timeout,
-                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) + ": timed out after " +
-                            format_timeout(c.connect_timeout) + " waiting for rank " + std::to_string(prev) + " (" +
-                            c.addresses[static_cast<std::size_t>(prev)] + ") to connect");
+                        "tcp group rank " + std::to_string(c.rank) + " of " + std::to_string(world) +
+                            ": timed out after " + format_timeout(c.connect_timeout) + " waiting for rank " +
+                            std::to_string(prev) + " (" + c.addresses[static_cast<std::size_t>(prev)] + ") to connect");
 }
 
 }  // namespace

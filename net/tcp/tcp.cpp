@@ -41,16 +41,29 @@ using wire::FrameFields;
 using wire::IoError;
 
 // The numbers of schema::OpKind.
-enum Kind : std::uint16_t { kAllreduce = 0, kBroadcast = 1, kReduceScatter = 2, kAllgather = 3, kBarrier = 4, kSend = 5 };
+enum Kind : std::uint16_t {
+  kAllreduce = 0,
+  kBroadcast = 1,
+  kReduceScatter = 2,
+  kAllgather = 3,
+  kBarrier = 4,
+  kSend = 5
+};
 
 const char* kind_name(std::uint16_t kind) {
   switch (kind) {
-    case kAllreduce: return "allreduce";
-    case kBroadcast: return "broadcast";
-    case kReduceScatter: return "reduce_scatter";
-    case kAllgather: return "allgather";
-    case kBarrier: return "barrier";
-    case kSend: return "send";
+    case kAllreduce:
+      return "allreduce";
+    case kBroadcast:
+      return "broadcast";
+    case kReduceScatter:
+      return "reduce_scatter";
+    case kAllgather:
+      return "allgather";
+    case kBarrier:
+      return "barrier";
+    case kSend:
+      return "send";
   }
   return "an unknown operation";
 }
@@ -78,7 +91,7 @@ struct SendJob {
 };
 
 struct RecvJob {
-  FrameFields expect;  // length is the exact payload size expected
+  FrameFields expect;    // length is the exact payload size expected
   char* dest = nullptr;  // null: the next staging slot
   std::uint64_t staged_index = 0;
   Deadline deadline;
@@ -125,11 +138,13 @@ class TcpGroup final : public Collective {
   template <class Body>
   std::shared_ptr<Work> run(const std::string& label, Body body);
   std::string where() const { return " on rank " + std::to_string(rank_) + " of " + std::to_string(world_); }
-  std::string peer(int r) const { return "rank " + std::to_string(r) + " (" + addresses_[static_cast<std::size_t>(r)] + ")"; }
+  std::string peer(int r) const {
+    return "rank " + std::to_string(r) + " (" + addresses_[static_cast<std::size_t>(r)] + ")";
+  }
   int next() const { return (rank_ + 1) % world_; }
   int prev() const { return (rank_ + world_ - 1) % world_; }
-  FrameFields frame(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, std::uint32_t step,
-                    std::uint32_t chunk, std::uint64_t length) const {
+  FrameFields frame(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, std::uint32_t step, std::uint32_t chunk,
+                    std::uint64_t length) const {
     FrameFields f;
     f.job_id = job_id_;
     f.kind = kind;
@@ -162,7 +177,7 @@ class TcpGroup final : public Collective {
   // all-gather that follows it on the same buffer.
   using SendIndex = std::vector<std::vector<std::uint64_t>>;
   SendIndex ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
-                           const std::vector<Segment>& segs, ReduceOp op, bool gather_after, Deadline deadline);
+                                const std::vector<Segment>& segs, ReduceOp op, bool gather_after, Deadline deadline);
   void ring_allgather(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
                       const std::vector<Segment>& segs, std::uint32_t step_base, const SendIndex* after,
                       Deadline deadline);
@@ -234,13 +249,20 @@ class TcpGroup final : public Collective {
 };
 
 TcpGroup::TcpGroup(const TcpGroupConfig& config, Link send, Link recv)
-    : rank_(config.rank), world_(static_cast<int>(config.addresses.size())), job_id_(config.job_id),
-      options_(config.options), chunk_bytes_(config.chunk_bytes), addresses_(config.addresses),
-      send_link_(std::move(send)), recv_link_(std::move(recv)), send_fd_(send_link_.fd), recv_fd_(recv_link_.fd) {
+    : rank_(config.rank),
+      world_(static_cast<int>(config.addresses.size())),
+      job_id_(config.job_id),
+      options_(config.options),
+      chunk_bytes_(config.chunk_bytes),
+      addresses_(config.addresses),
+      send_link_(std::move(send)),
+      recv_link_(std::move(recv)),
+      send_fd_(send_link_.fd),
+      recv_fd_(recv_link_.fd) {
   if (world_ > 1) {
     if (send_link_.sealed()) {
-      const int helpers = config.seal_helpers >= 0 ? config.seal_helpers
-                                                   : ring_seal_helpers(std::thread::hardware_concurrency());
+      const int helpers =
+          config.seal_helpers >= 0 ? config.seal_helpers : ring_seal_helpers(std::thread::hardware_concurrency());
       send_link_.sealer->set_helpers(helpers, config.seal_spin);
       recv_link_.opener->set_helpers(helpers, config.seal_spin);
     }
@@ -317,7 +339,7 @@ void TcpGroup::receiver_loop() {
     if (broken_) continue;
     if (job.after_sends > sends_done_) {
       if (!recv_cv_.wait_until(lock, job.deadline,
-                          [&] { return broken_ || stopping_ || sends_done_ >= job.after_sends; }))
+                               [&] { return broken_ || stopping_ || sends_done_ >= job.after_sends; }))
         break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
                                                        " waiting for " + peer(next()) + " to take this rank's frames");
       if (broken_ || stopping_) continue;
@@ -341,10 +363,10 @@ void TcpGroup::receiver_loop() {
     } catch (const IoError& e) {
       const FrameFields& x = job.expect;
       fail(e.timed_out ? CollectiveErrorKind::timeout : CollectiveErrorKind::aborted,
-           e.timed_out ? "timed out after " + format_timeout(options_.timeout) + " waiting for " + peer(prev()) +
-                             " to send " + kind_name(x.kind) + " step " + std::to_string(x.step) + " chunk " +
-                             std::to_string(x.chunk)
-                       : "connection from " + peer(prev()) + " lost: " + e.what());
+           e.timed_out
+               ? "timed out after " + format_timeout(options_.timeout) + " waiting for " + peer(prev()) + " to send " +
+                     kind_name(x.kind) + " step " + std::to_string(x.step) + " chunk " + std::to_string(x.chunk)
+               : "connection from " + peer(prev()) + " lost: " + e.what());
     } catch (const std::exception& e) {
       fail(CollectiveErrorKind::aborted, std::string("receiving from ") + peer(prev()) + ": " + e.what());
     }
@@ -375,9 +397,9 @@ void TcpGroup::receive_one(const RecvJob& job) {
     sealed_bytes = recv_link_.opener->read(recv_fd_, buffer + 4, 4 + wire::kMaxHeaderBytes, job.deadline);
   else
     wire::read_all(recv_fd_, buffer + 4, 4, job.deadline);
-  const std::uint32_t header_bytes = static_cast<std::uint32_t>(prefix[0]) | (static_cast<std::uint32_t>(prefix[1]) << 8) |
-                                     (static_cast<std::uint32_t>(prefix[2]) << 16) |
-                                     (static_cast<std::uint32_t>(prefix[3]) << 24);
+  const std::uint32_t header_bytes =
+      static_cast<std::uint32_t>(prefix[0]) | (static_cast<std::uint32_t>(prefix[1]) << 8) |
+      (static_cast<std::uint32_t>(prefix[2]) << 16) | (static_cast<std::uint32_t>(prefix[3]) << 24);
   if (header_bytes == 0 || header_bytes > wire::kMaxHeaderBytes || header_bytes % 8 != 0 ||
       (recv_link_.sealed() && sealed_bytes != 4 + header_bytes))
     bad(CollectiveErrorKind::aborted, "header length field " + std::to_string(header_bytes) +
@@ -390,7 +412,8 @@ void TcpGroup::receive_one(const RecvJob& job) {
   } catch (const std::runtime_error& e) {
     bad(CollectiveErrorKind::aborted, e.what());
   }
-  if (f.job_id != x.job_id) bad(CollectiveErrorKind::aborted, "job id " + hex(f.job_id) + ", expected " + hex(x.job_id));
+  if (f.job_id != x.job_id)
+    bad(CollectiveErrorKind::aborted, "job id " + hex(f.job_id) + ", expected " + hex(x.job_id));
   if (f.kind != x.kind || f.op_seq != x.op_seq)
     bad(CollectiveErrorKind::invalid, std::string("the peer issued ") + kind_name(f.kind) + " #" +
                                           std::to_string(f.op_seq) + " (op number or kind differs)");
@@ -401,8 +424,8 @@ void TcpGroup::receive_one(const RecvJob& job) {
   if (f.step != x.step) bad(CollectiveErrorKind::aborted, "step " + std::to_string(f.step));
   if (f.chunk != x.chunk) bad(CollectiveErrorKind::aborted, "chunk " + std::to_string(f.chunk));
   if (f.length != x.length)
-    bad(CollectiveErrorKind::aborted, "payload length field " + std::to_string(f.length) + " bytes, expected " +
-                                          std::to_string(x.length));
+    bad(CollectiveErrorKind::aborted,
+        "payload length field " + std::to_string(f.length) + " bytes, expected " + std::to_string(x.length));
   if (recv_link_.sealed()) {
     // Opened in place: when the tag does not match, the destination holds
     // garbage and the operation fails (the group is broken), so nothing
@@ -426,8 +449,7 @@ std::uint64_t TcpGroup::post_send(const FrameFields& f, const char* data, Deadli
   return sends_posted_++;
 }
 
-std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadline deadline,
-                                  std::uint64_t after_sends) {
+std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadline deadline, std::uint64_t after_sends) {
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) throw_broken_locked();
   RecvJob job{expect, dest, 0, deadline, after_sends};
@@ -440,18 +462,17 @@ std::uint64_t TcpGroup::post_recv(const FrameFields& expect, char* dest, Deadlin
 void TcpGroup::wait_recv(std::uint64_t index, const FrameFields& x, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_cv_.wait_until(lock, deadline, [&] { return broken_ || recvs_done_ > index; }))
-    break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
-                                                   " waiting for " + peer(prev()) + " to send " + kind_name(x.kind) +
-                                                   " step " + std::to_string(x.step) + " chunk " +
-                                                   std::to_string(x.chunk));
+    break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) + " waiting for " +
+                                                   peer(prev()) + " to send " + kind_name(x.kind) + " step " +
+                                                   std::to_string(x.step) + " chunk " + std::to_string(x.chunk));
   if (broken_) throw_broken_locked();
 }
 
 void TcpGroup::wait_sends(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_cv_.wait_until(lock, deadline, [&] { return broken_ || sends_done_ == sends_posted_; }))
-    break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) +
-                                                   " waiting for " + peer(next()) + " to take this rank's frames");
+    break_locked(CollectiveErrorKind::timeout, "timed out after " + format_timeout(options_.timeout) + " waiting for " +
+                                                   peer(next()) + " to take this rank's frames");
   if (broken_) throw_broken_locked();
 }
 
@@ -487,8 +508,8 @@ std::shared_ptr<Work> TcpGroup::run(const std::string& label, Body body) {
   } catch (const std::exception& e) {
     fail(CollectiveErrorKind::aborted, std::string("failed: ") + e.what());
     quiesce();
-    return completed_work(std::make_exception_ptr(
-        CollectiveError(CollectiveErrorKind::aborted, label + ": failed: " + e.what())));
+    return completed_work(
+        std::make_exception_ptr(CollectiveError(CollectiveErrorKind::aborted, label + ": failed: " + e.what())));
   }
 }
 
@@ -496,9 +517,9 @@ std::shared_ptr<Work> TcpGroup::run(const std::string& label, Body body) {
 // holds the sum over all ranks (each rank adds its own contribution to the
 // partial sum it received and passes it on). Step s sends segment r-1-s and
 // receives segment r-2-s, which is the one step s+1 sends, chunk by chunk.
-TcpGroup::SendIndex TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total, char* base,
-                                   const std::vector<Segment>& segs, ReduceOp op, bool gather_after,
-                                   Deadline deadline) {
+TcpGroup::SendIndex TcpGroup::ring_reduce_scatter(std::uint16_t kind, std::uint64_t seq, std::uint64_t total,
+                                                  char* base, const std::vector<Segment>& segs, ReduceOp op,
+                                                  bool gather_after, Deadline deadline) {
   const int w = world_;
   auto send_seg = [&](int s) { return segs[static_cast<std::size_t>(mod(rank_ - 1 - s, w))]; };
   auto recv_seg = [&](int s) { return segs[static_cast<std::size_t>(mod(rank_ - 2 - s, w))]; };
@@ -560,8 +581,8 @@ void TcpGroup::ring_allgather(std::uint16_t kind, std::uint64_t seq, std::uint64
     const Segment seg = recv_seg(t);
     for (std::size_t c = 0; c < chunks_of(seg.bytes); ++c) {
       const Segment ch = chunk_in(seg, c);
-      expects.push_back(frame(kind, seq, total, step_base + static_cast<std::uint32_t>(t),
-                              static_cast<std::uint32_t>(c), ch.bytes));
+      expects.push_back(
+          frame(kind, seq, total, step_base + static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(c), ch.bytes));
       // The reduce-scatter's step t sent from this very chunk.
       const std::uint64_t after_sends = after ? (*after)[static_cast<std::size_t>(t)][c] + 1 : 0;
       ids.push_back(post_recv(expects.back(), base + ch.offset, deadline, after_sends));
@@ -631,8 +652,8 @@ std::shared_ptr<Work> TcpGroup::allreduce(const Tensor& buffer, ReduceOp op) {
     if (world_ == 1 || buffer.numel() == 0) return;
     char* base = static_cast<char*>(buffer.raw());
     const auto segs = aligned_segments(buffer.bytes(), world_);
-    const auto sent = ring_reduce_scatter(kAllreduce, seq, buffer.bytes(), base, segs, op, /*gather_after=*/true,
-                                          deadline);
+    const auto sent =
+        ring_reduce_scatter(kAllreduce, seq, buffer.bytes(), base, segs, op, /*gather_after=*/true, deadline);
     ring_allgather(kAllreduce, seq, buffer.bytes(), base, segs, static_cast<std::uint32_t>(world_ - 1), &sent,
                    deadline);
     wait_sends(deadline);
@@ -651,10 +672,10 @@ std::shared_ptr<Work> TcpGroup::reduce_scatter(const Tensor& input, const Tensor
                             label + ": the input " + input.describe() + " has " + std::to_string(input.numel()) +
                                 " elements, not a multiple of the group size " + std::to_string(w));
     if (output.numel() != input.numel() / w)
-      throw CollectiveError(CollectiveErrorKind::invalid,
-                            label + ": the output " + output.describe() + " should have " +
-                                std::to_string(input.numel() / w) + " elements (input " + input.describe() + " / " +
-                                std::to_string(w) + " ranks)");
+      throw CollectiveError(CollectiveErrorKind::invalid, label + ": the output " + output.describe() +
+                                                              " should have " + std::to_string(input.numel() / w) +
+                                                              " elements (input " + input.describe() + " / " +
+                                                              std::to_string(w) + " ranks)");
     const std::size_t each = output.bytes();
     if (each == 0) return;
     // The ring sums in place, so it works on a copy and leaves the input as
@@ -680,9 +701,8 @@ std::shared_ptr<Work> TcpGroup::allgather(const Tensor& input, const Tensor& out
     if (output.numel() != input.numel() * world_ || output.dtype() != input.dtype())
       throw CollectiveError(CollectiveErrorKind::invalid,
                             label + ": the output " + output.describe() + " should be " +
-                                kernels::to_string(input.dtype()) + " with " +
-                                std::to_string(input.numel() * world_) + " elements (input " + input.describe() +
-                                " x " + std::to_string(world_) + " ranks)");
+                                kernels::to_string(input.dtype()) + " with " + std::to_string(input.numel() * world_) +
+                                " elements (input " + input.describe() + " x " + std::to_string(world_) + " ranks)");
     const std::size_t each = input.bytes();
     if (each == 0) return;
     char* base = static_cast<char*>(output.raw());
@@ -782,8 +802,8 @@ std::shared_ptr<Work> TcpGroup::send(const Tensor& buffer, int dst, int tag) {
       got_tag = (got_tag << 8) | ack[4 + i];
     }
     if (magic != wire::kAckMagic || static_cast<int>(got_tag) != tag)
-      throw Broken{CollectiveErrorKind::aborted, "bad acknowledgement from " + peer(next()) + " (magic " +
-                                                     hex(magic) + ", tag " + std::to_string(static_cast<int>(got_tag)) + ")"};
+      throw Broken{CollectiveErrorKind::aborted, "bad acknowledgement from " + peer(next()) + " (magic " + hex(magic) +
+                                                     ", tag " + std::to_string(static_cast<int>(got_tag)) + ")"};
   });
 }
 
@@ -794,7 +814,8 @@ std::shared_ptr<Work> TcpGroup::recv(const Tensor& buffer, int src, int tag) {
     if (src < 0 || src >= world_ || src == rank_ || src != prev())
       throw CollectiveError(CollectiveErrorKind::invalid,
                             label + ": the tcp backend receives along the ring only, on rank " + std::to_string(rank_) +
-                                " from rank " + std::to_string(prev()) + " (not from rank " + std::to_string(src) + ")");
+                                " from rank " + std::to_string(prev()) + " (not from rank " + std::to_string(src) +
+                                ")");
     const Segment all{0, buffer.bytes()};
     const auto total = static_cast<std::uint64_t>(buffer.bytes());
     const auto seq = static_cast<std::uint64_t>(static_cast<std::int64_t>(tag));

@@ -68,7 +68,7 @@
 #include <vector>
 
 #include "net/collective/collective.hpp"
-#include "net/crypto/aead.hpp"  // LinkKeys
+#include "net/crypto/aead.hpp"       // LinkKeys
 #include "net/transport/socket.hpp"  // listen_tcp, for a listening socket to pass in
 
 namespace troupe::net {

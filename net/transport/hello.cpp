@@ -14,9 +14,12 @@ namespace troupe::net::wire {
 
 std::string purpose_name(Purpose purpose) {
   switch (purpose) {
-    case Purpose::unset: return "unset";
-    case Purpose::ring: return "ring";
-    case Purpose::push_link: return "push link";
+    case Purpose::unset:
+      return "unset";
+    case Purpose::ring:
+      return "ring";
+    case Purpose::push_link:
+      return "push link";
   }
   return "unknown purpose " + std::to_string(static_cast<unsigned>(purpose));
 }

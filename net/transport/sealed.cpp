@@ -128,8 +128,7 @@ void RecordWorkers::helper_loop(AeadCipher& cipher) {
 
 void RecordWorkers::finish(AeadCipher& own) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (run_one(lock, own)) {
-  }
+  while (run_one(lock, own)) {}
   // What the helpers still run is CPU work on records already in memory:
   // it ends without waiting on any peer.
   while (!queue_.empty() || in_flight_ > 0) await_an_end(lock);
@@ -194,8 +193,7 @@ void RecordSealer::set_helpers(int helpers, std::chrono::microseconds spin) {
   workers_ = helpers > 0 ? std::make_unique<RecordWorkers>(aead_, helpers, spin) : nullptr;
 }
 
-void RecordSealer::write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes,
-                               Deadline deadline) {
+void RecordSealer::write_split(int fd, const void* in, std::size_t bytes, std::size_t record_bytes, Deadline deadline) {
   const std::vector<std::size_t> sizes = workers_ ? split_records(bytes, record_bytes) : std::vector<std::size_t>{};
   // Without helpers one record costs least (one cipher set-up, fewer reads
   // at the other end); the opener takes either layout.
@@ -332,8 +330,8 @@ void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::
     aead_.spend();
     throw std::runtime_error("record " + std::to_string(aead_.messages()) + " has a length field of " +
                              std::to_string(first_length) + " bytes, expected " + std::to_string(bytes) +
-                             (sizes.size() > 1 ? " (one record) or " + std::to_string(sizes[0]) +
-                                                     " (the first of " + std::to_string(sizes.size()) + " records)"
+                             (sizes.size() > 1 ? " (one record) or " + std::to_string(sizes[0]) + " (the first of " +
+                                                     std::to_string(sizes.size()) + " records)"
                                                : std::string()) +
                              " (altered on the way, or a peer that does not protect its link)");
   }
@@ -346,8 +344,7 @@ void RecordOpener::read_exact_split(int fd, void* dest, std::size_t bytes, std::
   for (std::size_t i = 1; i < n; ++i) at[i] = at[i - 1] + sizes[i - 1];
   char* d = static_cast<char*>(dest);
   auto open_one = [&](std::size_t i, AeadCipher& cipher) {
-    if (!cipher.open(first + i, prefixes[i].data(), kRecordPrefixBytes, d + at[i], d + at[i], sizes[i],
-                     tags[i].data()))
+    if (!cipher.open(first + i, prefixes[i].data(), kRecordPrefixBytes, d + at[i], d + at[i], sizes[i], tags[i].data()))
       failed[i] = 1;
   };
   const bool parallel = workers_ && n > 1;

@@ -34,8 +34,8 @@
 #include <thread>
 #include <vector>
 
-#include "net/deadline.hpp"
 #include "net/crypto/aead.hpp"
+#include "net/deadline.hpp"
 
 namespace troupe::net::wire {
 

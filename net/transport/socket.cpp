@@ -41,7 +41,6 @@ void wait_fd(int fd, short events, Deadline deadline) {
   }
 }
 
-
 }  // namespace
 
 std::string errno_text(int err) {
@@ -87,8 +86,7 @@ void transfer_all(int fd, iovec iov[2], bool sending, Deadline deadline) {
 }
 }  // namespace
 
-void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
-               Deadline deadline) {
+void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes, Deadline deadline) {
   iovec iov[2] = {{const_cast<void*>(a), a_bytes}, {const_cast<void*>(b), b_bytes}};
   transfer_all(fd, iov, /*sending=*/true, deadline);
 }
@@ -213,8 +211,7 @@ int connect_tcp(const std::string& address, Deadline deadline) {
   for (;;) {
     const Attempt a = attempt_connect(host, port, deadline);
     if (a.fd >= 0) return a.fd;
-    const std::string last_error =
-        a.failure == Attempt::Failure::unresolved ? "cannot resolve: " + a.error : a.error;
+    const std::string last_error = a.failure == Attempt::Failure::unresolved ? "cannot resolve: " + a.error : a.error;
     if (Clock::now() + std::chrono::milliseconds(20) >= deadline)
       throw IoError("could not connect to " + address + ": " + last_error, true);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not listening yet: retry
@@ -227,11 +224,16 @@ int connect_tcp_once(const std::string& address, Deadline deadline) {
   const Attempt a = attempt_connect(host, port, deadline);
   const std::string what = "could not connect to " + address + ": " + a.error;
   switch (a.failure) {
-    case Attempt::Failure::none: return a.fd;
-    case Attempt::Failure::unresolved: throw UnknownHost(host, a.error);
-    case Attempt::Failure::refused: throw ConnectionRefused(what);
-    case Attempt::Failure::timed_out: throw IoError(what, true);
-    case Attempt::Failure::other: break;
+    case Attempt::Failure::none:
+      return a.fd;
+    case Attempt::Failure::unresolved:
+      throw UnknownHost(host, a.error);
+    case Attempt::Failure::refused:
+      throw ConnectionRefused(what);
+    case Attempt::Failure::timed_out:
+      throw IoError(what, true);
+    case Attempt::Failure::other:
+      break;
   }
   throw IoError(what, false);
 }
@@ -273,7 +275,7 @@ int listen_tcp(const std::string& address, std::uint16_t* port) {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
       if (port)
         *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
       ::freeaddrinfo(found);
       return fd;
     }
@@ -281,13 +283,12 @@ int listen_tcp(const std::string& address, std::uint16_t* port) {
     ::close(fd);
     error = err == EADDRINUSE ? "port " + service +
                                     " is already in use by another process (see which one holds it with "
-                                    "`ss -ltnp 'sport = :" + service + "'`), or choose another port"
+                                    "`ss -ltnp 'sport = :" +
+                                    service + "'`), or choose another port"
                               : std::strerror(err);
   }
   ::freeaddrinfo(found);
   throw std::runtime_error("cannot listen on " + address + ": " + error);
 }
-
-
 
 }  // namespace troupe::net

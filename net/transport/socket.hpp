@@ -48,15 +48,13 @@ constexpr std::size_t kLengthPrefixBytes = 4;
 
 // A failed socket operation. `timed_out` when the deadline passed first.
 struct IoError : std::runtime_error {
-  IoError(const std::string& what, bool timed_out_)
-      : std::runtime_error(what), timed_out(timed_out_) {}
+  IoError(const std::string& what, bool timed_out_) : std::runtime_error(what), timed_out(timed_out_) {}
   bool timed_out;
 };
 
 // On a non-blocking socket, bounded by `deadline`; throw IoError ("end of
 // stream", "connection reset by peer", "timed out").
-void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
-               Deadline deadline);
+void write_all(int fd, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes, Deadline deadline);
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline);
 // Into two buffers, `a` then `b`, in as few system calls as the data's
 // arrival allows (a sealed record's ciphertext, then its tag and the next

@@ -55,7 +55,8 @@ TEST(CollectiveChoice, LogicalReplicasOnOneGpuUseLocal) {
 }
 
 TEST(CollectiveChoice, DistinctGpusUseNccl) {
-  for (const char* text : {"cuda:0,cuda:1", "cuda:1,cuda:0", "cuda:0,cuda:1,cuda:2,cuda:3,cuda:4,cuda:5,cuda:6,cuda:7"}) {
+  for (const char* text :
+       {"cuda:0,cuda:1", "cuda:1,cuda:0", "cuda:0,cuda:1,cuda:2,cuda:3,cuda:4,cuda:5,cuda:6,cuda:7"}) {
     const CollectiveChoice c = choose_collective(devices(text), true);
     EXPECT_EQ(c.kind, CollectiveKind::nccl) << text;
     EXPECT_NE(c.why.find("nccl"), std::string::npos) << c.why;
@@ -143,10 +144,10 @@ NodeFacts node(const std::string& name, const std::string& host, const std::stri
 
 TEST(CollectiveAcrossNodes, GpuNodesWhereNcclLoadsShareOneNcclGroup) {
   // One GPU per host (the usual cluster), and several per host.
-  for (const auto& nodes : {std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0"), node("b", "10.0.0.2", "cuda:0")},
-                            std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0,cuda:1"),
-                                                   node("b", "10.0.0.2", "cuda:0,cuda:1,cuda:2"),
-                                                   node("c", "10.0.0.3", "cuda:3")}}) {
+  for (const auto& nodes :
+       {std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0"), node("b", "10.0.0.2", "cuda:0")},
+        std::vector<NodeFacts>{node("a", "10.0.0.1", "cuda:0,cuda:1"), node("b", "10.0.0.2", "cuda:0,cuda:1,cuda:2"),
+                               node("c", "10.0.0.3", "cuda:3")}}) {
     const AcrossChoice c = choose_across_nodes(nodes, false);
     EXPECT_EQ(c.kind, AcrossKind::nccl) << c.why;
     EXPECT_NE(c.why.find("nccl"), std::string::npos) << c.why;

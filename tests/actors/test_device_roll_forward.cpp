@@ -92,7 +92,8 @@ ViewAssignment view(std::uint32_t number, int rank, int world, std::int64_t cloc
   return a;
 }
 
-bool enter(caf::scoped_actor& coordinator, Pair& p, int replica, const ViewAssignment& a, std::string* error = nullptr) {
+bool enter(caf::scoped_actor& coordinator, Pair& p, int replica, const ViewAssignment& a,
+           std::string* error = nullptr) {
   bool ok = false;
   coordinator->request(p.replicas[static_cast<std::size_t>(replica)].device, 20s, reconfig_atom::value, a)
       .receive([&](caf::ok_atom) { ok = true; },
@@ -122,11 +123,12 @@ TEST(DeviceRollForward, AFailedStepAppliesNothingAndABehindReplicaTakesTheNewerS
   std::this_thread::sleep_for(200ms);
   p.group[1]->abort("replica 1 was lost");
   std::int64_t aborted_at = -1;
-  coordinator->receive([&](step_aborted_atom, std::uint32_t, int rank, std::int64_t clock, const std::string&) {
-    EXPECT_EQ(rank, 0);
-    aborted_at = clock;
-  },
-                       caf::after(20s) >> [&] { FAIL() << "replica 0 did not report the aborted step"; });
+  coordinator->receive(
+      [&](step_aborted_atom, std::uint32_t, int rank, std::int64_t clock, const std::string&) {
+        EXPECT_EQ(rank, 0);
+        aborted_at = clock;
+      },
+      caf::after(20s) >> [&] { FAIL() << "replica 0 did not report the aborted step"; });
   ASSERT_EQ(aborted_at, 1);
   EXPECT_EQ(p.digest(0), after_step1) << "the failed step changed the replica";
 

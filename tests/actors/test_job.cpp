@@ -132,7 +132,8 @@ TEST(Job, EvaluatesEveryNStepsAcrossAModeSwitch) {
   Job job(c);
   JobResult r = job.run(callbacks);
   expect_accounting(r);
-  ASSERT_EQ(seen.size(), 2u) << "evaluations at steps 100 and 200 (250 is the step limit, evaluated as the final result)";
+  ASSERT_EQ(seen.size(), 2u)
+      << "evaluations at steps 100 and 200 (250 is the step limit, evaluated as the final result)";
   EXPECT_EQ(seen[0].step, 100);
   EXPECT_EQ(seen[1].step, 200);
   EXPECT_GT(seen[1].seconds, seen[0].seconds);

@@ -6,8 +6,8 @@
 
 #include <fstream>
 
-#include "kernels/config.hpp"
 #include "actors/job_file.hpp"
+#include "kernels/config.hpp"
 
 namespace troupe::actors {
 namespace {
@@ -21,10 +21,10 @@ std::string error_of(const std::string& text) {
   return "";
 }
 
-#define EXPECT_JOB_ERROR(text, expected)                                          \
-  do {                                                                            \
-    const std::string message = error_of(text);                                   \
-    EXPECT_NE(message.find(expected), std::string::npos) << "got: " << message;   \
+#define EXPECT_JOB_ERROR(text, expected)                                        \
+  do {                                                                          \
+    const std::string message = error_of(text);                                 \
+    EXPECT_NE(message.find(expected), std::string::npos) << "got: " << message; \
   } while (0)
 
 TEST(ClusterJobFile, EmptyFileGivesTheDefaults) {
@@ -109,18 +109,23 @@ TEST(ClusterJobFile, TrainingTableAndCrLf) {
 // TOML syntax errors are toml++'s, as FILE:LINE:COLUMN: what it says.
 TEST(ClusterJobFile, SyntaxErrorsNameFileLineAndColumn) {
   EXPECT_JOB_ERROR("epochs = 1\nbatch 64\n", "JOB.toml:2:7: Error while parsing key-value pair: expected '=', saw '6'");
-  EXPECT_JOB_ERROR("= 3\n", "JOB.toml:1:1: Error while parsing root table: expected keys, tables, whitespace or comments");
+  EXPECT_JOB_ERROR("= 3\n",
+                   "JOB.toml:1:1: Error while parsing root table: expected keys, tables, whitespace or comments");
   EXPECT_JOB_ERROR("\n\nmodel =\n", "JOB.toml:3:8: Error while parsing key-value pair: expected value");
   EXPECT_JOB_ERROR("model = \"a\\qb\"\n", "JOB.toml:1:12: Error while parsing string: unknown escape sequence '\\q'");
-  EXPECT_JOB_ERROR("model = cnn\n", "JOB.toml:1:9: Error while parsing value: could not determine value type (strings "
-                                   "need quotes: \"cnn\" or 'cnn')");
+  EXPECT_JOB_ERROR("model = cnn\n",
+                   "JOB.toml:1:9: Error while parsing value: could not determine value type (strings "
+                   "need quotes: \"cnn\" or 'cnn')");
   EXPECT_JOB_ERROR("epochs = 3 4\n",
                    "JOB.toml:1:12: Error while parsing key-value pair: expected a comment or whitespace, saw '4'");
   EXPECT_JOB_ERROR("[optimizer\n", "JOB.toml:1:11: Error while parsing table header: expected ']'");
-  EXPECT_JOB_ERROR("[optimizer] x\n", "JOB.toml:1:13: Error while parsing table header: expected a comment or whitespace");
-  EXPECT_JOB_ERROR("epochs = 01\n", "JOB.toml:1:12: Error while parsing decimal integer: leading zeroes are prohibited");
+  EXPECT_JOB_ERROR("[optimizer] x\n",
+                   "JOB.toml:1:13: Error while parsing table header: expected a comment or whitespace");
+  EXPECT_JOB_ERROR("epochs = 01\n",
+                   "JOB.toml:1:12: Error while parsing decimal integer: leading zeroes are prohibited");
   EXPECT_JOB_ERROR("\nlr = 1.\n", "JOB.toml:2:8: Error while parsing floating-point: expected decimal digit");
-  EXPECT_JOB_ERROR("epochs = 1__0\n", "JOB.toml:1:12: Error while parsing decimal integer: underscores may only follow digits");
+  EXPECT_JOB_ERROR("epochs = 1__0\n",
+                   "JOB.toml:1:12: Error while parsing decimal integer: underscores may only follow digits");
   EXPECT_JOB_ERROR("model = \"cnn\n", "JOB.toml:1:13: Error while parsing string:");
   EXPECT_JOB_ERROR("\xff = 1\n", "JOB.toml:1:1: Encountered invalid utf-8 sequence");
   // TOML's inline tables are closed: a dotted key cannot add to one.
@@ -177,13 +182,16 @@ beta1 = 0.8
   // the line of each.
   EXPECT_JOB_ERROR("momentum = 0.9\noptimizer = { name = \"sgd\", momentum = 0.8 }\n",
                    "JOB.toml:2: key 'optimizer.momentum': sets what key 'momentum' on line 1 already set");
-  EXPECT_JOB_ERROR("epochs = 2\n\noptimizer.beta2 = 1.5\n", "JOB.toml:3: key 'optimizer.beta2': 1.5 is out of range [0, 1)");
+  EXPECT_JOB_ERROR("epochs = 2\n\noptimizer.beta2 = 1.5\n",
+                   "JOB.toml:3: key 'optimizer.beta2': 1.5 is out of range [0, 1)");
   EXPECT_JOB_ERROR("training.threads = 2\nthreads_per_device = 3\n",
                    "JOB.toml:2: key 'threads_per_device': sets what key 'threads' on line 1 already set");
   // Control characters given as escapes are kept, and written back as
   // escapes (TOML refuses them raw).
   const actors::JobConfig escaped = parse_job_text("data = \"a\\u0001b\\rc\"\n", "JOB.toml");
-  EXPECT_EQ(escaped.train.data, "a\x01" "b\rc");
+  EXPECT_EQ(escaped.train.data,
+            "a\x01"
+            "b\rc");
   EXPECT_NE(to_job_text(escaped).find("data = \"a\\u0001b\\u000Dc\"\n"), std::string::npos) << to_job_text(escaped);
   EXPECT_EQ(parse_job_text(to_job_text(escaped), "round-trip").train.data, escaped.train.data);
 }
@@ -278,10 +286,12 @@ TEST(ClusterJobFile, WrongTypes) {
 TEST(ClusterJobFile, DuplicatesNameTheFirstLine) {
   EXPECT_JOB_ERROR("lr = 0.1\nepochs = 2\nlr = 0.2\n", "JOB.toml:3: key 'lr': duplicate key (first set on line 1)");
   EXPECT_JOB_ERROR("epochs = 2\n[training]\nepochs = 3\n", "JOB.toml:3: key 'epochs': duplicate key");
-  EXPECT_JOB_ERROR("[optimizer]\nname = \"sgd\"\n[optimizer]\n", "JOB.toml:3: duplicate table [optimizer] (first on line 1)");
+  EXPECT_JOB_ERROR("[optimizer]\nname = \"sgd\"\n[optimizer]\n",
+                   "JOB.toml:3: duplicate table [optimizer] (first on line 1)");
   // TOML refuses these itself; toml++ names the second line only, and the
   // first is looked up in the lines before it.
-  EXPECT_JOB_ERROR("[training]\nlr = 1\n[optimizer]\n[ training ]\n", "JOB.toml:4: duplicate table [training] (first on line 1)");
+  EXPECT_JOB_ERROR("[training]\nlr = 1\n[optimizer]\n[ training ]\n",
+                   "JOB.toml:4: duplicate table [training] (first on line 1)");
   EXPECT_JOB_ERROR("[optimizer]\nname = \"sgd\"\n\nname = \"adam\"\n",
                    "JOB.toml:4: key 'optimizer.name': duplicate key (first set on line 2)");
   EXPECT_JOB_ERROR("optimizer.name = \"sgd\"\noptimizer . name = \"adam\"\n",
@@ -325,8 +335,9 @@ TEST(ClusterJobFile, SeedsOutsideUint64AreRefused) {
                    "0..18446744073709551615)");
   EXPECT_JOB_ERROR("seed = -99999999999999999999\n", "key 'seed': -99999999999999999999 is out of range");
   EXPECT_JOB_ERROR("seed = -1\n", "JOB.toml:1: key 'seed': -1 is out of range (a seed is an integer in 0..");
-  EXPECT_JOB_ERROR("seed = 1e3\n", "JOB.toml:1: key 'seed': expected a non-negative integer, or a string of decimal "
-                                   "digits, got a float 1e3");
+  EXPECT_JOB_ERROR("seed = 1e3\n",
+                   "JOB.toml:1: key 'seed': expected a non-negative integer, or a string of decimal "
+                   "digits, got a float 1e3");
   for (const char* not_digits : {"", "+7", "-7", "7_000", " 7", "0x10", "1e3"})
     EXPECT_JOB_ERROR("seed = \"" + std::string(not_digits) + "\"\n",
                      "JOB.toml:1: key 'seed': \"" + std::string(not_digits) +
@@ -392,8 +403,7 @@ TEST(ClusterJobFile, OnlyRegularFilesOfBoundedSize) {
       ADD_FAILURE() << path << " was accepted";
     } catch (const JobFileError& e) {
       EXPECT_NE(std::string(e.what()).find("job file '" + path + "' is a "), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 1 MiB"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 1 MiB"), std::string::npos) << e.what();
     }
   }
   ::rmdir(dir.c_str());
@@ -530,11 +540,14 @@ TEST(ClusterJobFile, ControlCharactersInStringsAreRefused) {
 // (upstream issues 190 and 295). Debian's compiled library, which troupe
 // links, gives a parse error; this keeps it so on that library.
 TEST(ClusterJobFile, NonAsciiWhereTomlExpectsWhitespaceIsASyntaxError) {
-  EXPECT_JOB_ERROR("epochs = 2\nseed = 9_223_37\xce\x9f" "036\n",
-                   "JOB.toml:2:16: Error while parsing decimal integer: expected digit");
+  EXPECT_JOB_ERROR(
+      "epochs = 2\nseed = 9_223_37\xce\x9f"
+      "036\n",
+      "JOB.toml:2:16: Error while parsing decimal integer: expected digit");
   EXPECT_JOB_ERROR("lr = 1\xc2\xa7\n", "JOB.toml:1:7: Error while parsing decimal integer: expected digit");
-  EXPECT_JOB_ERROR("epochs = 2 \xc2\xa1\n", "JOB.toml:1:12: Error while parsing key-value pair: expected a comment or "
-                                            "whitespace");
+  EXPECT_JOB_ERROR("epochs = 2 \xc2\xa1\n",
+                   "JOB.toml:1:12: Error while parsing key-value pair: expected a comment or "
+                   "whitespace");
   EXPECT_JOB_ERROR("\xcc\xaa", "JOB.toml:1:1: Error while parsing root table");
   // Upstream's example: after a line-ending backslash in a multi-line string.
   EXPECT_EQ(parse_job_text("model = \"\"\"\\\n\xc2\xa7\"\"\"\n", "JOB.toml").train.model, "\xc2\xa7");

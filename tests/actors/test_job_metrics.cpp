@@ -72,8 +72,8 @@ TEST(JobMetrics, OneHostSeriesFromTheCallbacksAndTheReports) {
   eval.test_loss = 0.25;
   cb.on_evaluate(eval);
   cb.on_mode_switch(140, "ssp:3");
-  m.record_step(report(0, 0, 139, 0.003, 0.0004, false));   // sync: an all-reduce
-  m.record_step(report(0, 1, 140, 0.012, 0.002, true));     // async: a push
+  m.record_step(report(0, 0, 139, 0.003, 0.0004, false));  // sync: an all-reduce
+  m.record_step(report(0, 1, 140, 0.012, 0.002, true));    // async: a push
   m.record_push_staleness(0, 1, 1);
   text = m.prometheus_text();
   EXPECT_EQ(sample(text, "troupe_step"), "140");
@@ -218,7 +218,8 @@ TEST(JobMetrics, ARealJobsCountsMatchItsAccounting) {
   EXPECT_EQ(std::stoll(sample(text, "troupe_step_seconds_count")), 2 * r.sync_steps + r.pushes);
   // Every step took some time, and the all-reduces only part of it.
   EXPECT_GT(std::stod(sample(text, "troupe_step_seconds_sum")), 0.0);
-  EXPECT_LT(std::stod(sample(text, "troupe_allreduce_seconds_sum")), std::stod(sample(text, "troupe_step_seconds_sum")));
+  EXPECT_LT(std::stod(sample(text, "troupe_allreduce_seconds_sum")),
+            std::stod(sample(text, "troupe_step_seconds_sum")));
   // With two replicas a push's staleness is the other replica's pushes
   // applied since this one last pulled: each push is counted by at most one
   // later push (the other replica's next), so the sum is at most the pushes,

@@ -251,7 +251,8 @@ TEST(PsShards, TheFrontTakesWholePushesAsOneServerWould) {
     start.buffers = {{"m", Tensor::zeros({total})}, {"v", Tensor::zeros({total})}};
     start.scalars = {{"steps", 0.0}};
     auto fail = [&](caf::error& e) { ADD_FAILURE() << system.render(e); };
-    self->request(server.front, std::chrono::seconds(20), set_state_atom::value, start).receive([](caf::ok_atom) {}, fail);
+    self->request(server.front, std::chrono::seconds(20), set_state_atom::value, start)
+        .receive([](caf::ok_atom) {}, fail);
     for (int k = 0; k < 6; ++k) {
       GradientPush push{0, k % 2, k / 2 + 1, Tensor::from_vector({total}, values(1.0 + k))};
       self->request(server.front, std::chrono::seconds(20), push_atom::value, push)

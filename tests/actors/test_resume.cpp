@@ -93,7 +93,8 @@ TEST(Resume, SyncMidEpochEqualsAnUninterruptedRunBitwise) {
   EXPECT_EQ(w.steps, 90);
   ASSERT_EQ(r.parameters.size(), 2u);
   ASSERT_EQ(whole.replica_parameters().size(), 2u);
-  EXPECT_TRUE(r.parameters[0] == whole.replica_parameters()[0]) << "resumed parameters differ from an uninterrupted run";
+  EXPECT_TRUE(r.parameters[0] == whole.replica_parameters()[0])
+      << "resumed parameters differ from an uninterrupted run";
   EXPECT_TRUE(r.parameters[1] == whole.replica_parameters()[1]);
 }
 

@@ -63,8 +63,9 @@ TEST(ResumePlan, TheUnscoredExamplesComeBackAndMustBeAmongTheEpochs) {
     plan_resume(written({37, 37}, g), "ck.troupe", 2, 32, kData);
     FAIL() << "more unscored examples than the epoch's were accepted";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("ck.troupe: the data segment counts 2369 examples without a loss among only 2368"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("ck.troupe: the data segment counts 2369 examples without a loss among only 2368"),
+        std::string::npos)
         << e.what();
   }
 }

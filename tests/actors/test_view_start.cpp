@@ -83,10 +83,8 @@ TEST(ViewStart, ALostNodesReportOfAStepNobodyCompletedIsTakenBack) {
 }
 
 TEST(ViewStart, ReplicasTwoStepsApartAreRefused) {
-  EXPECT_THROW(plan_view_start(end_with({109, 111, 111, 111, 111}, {true, true, true, true, true})),
-               std::logic_error);
-  EXPECT_THROW(plan_view_start(end_with({110, 110, 112, 110, 110}, {true, true, false, true, true})),
-               std::logic_error);
+  EXPECT_THROW(plan_view_start(end_with({109, 111, 111, 111, 111}, {true, true, true, true, true})), std::logic_error);
+  EXPECT_THROW(plan_view_start(end_with({110, 110, 112, 110, 110}, {true, true, false, true, true})), std::logic_error);
 }
 
 }  // namespace

@@ -128,11 +128,14 @@ TEST(Api, CustomLoopScalesByTheGlobalBatch) {
     s.distribute(data.train, 64, 7);
     double loss = 0;
     for (int step = 0; step < 10; ++step)
-      loss = troupe::MirroredStrategy::reduce(troupe::ReduceOp::SUM, s.run([](troupe::ReplicaContext& ctx) {
-        const double l = ctx.compute_average_loss(ctx.model.forward(ctx.features, true));
-        ctx.model.backward(ctx.output_gradient());
-        return l;
-      }, 0.1f));
+      loss = troupe::MirroredStrategy::reduce(
+          troupe::ReduceOp::SUM, s.run(
+                                     [](troupe::ReplicaContext& ctx) {
+                                       const double l = ctx.compute_average_loss(ctx.model.forward(ctx.features, true));
+                                       ctx.model.backward(ctx.output_gradient());
+                                       return l;
+                                     },
+                                     0.1f));
     return std::make_pair(s.replica(0).parameters().to_vector(), loss);
   };
   auto [two, loss_two] = train("cpu:0,cpu:1");

@@ -99,18 +99,20 @@ TEST(PrometheusServer, ARealServerScrapesARunningClusterWithItsBearerToken) {
   // Sync for 300 steps, then async: every histogram gets samples. An
   // evaluation every 200 steps gives troupe_test_accuracy. 20 epochs is far
   // longer than the test runs; it stops the job itself.
-  const std::string job = write(d + "/job.toml", "model = \"mlp\"\ndata = \"fashion-mnist\"\nseed = 5\nepochs = 20\n"
-                                                 "batch = 32\nmode = \"sync\"\nswitch = \"300:async\"\neval_every = 200\n");
+  const std::string job = write(d + "/job.toml",
+                                "model = \"mlp\"\ndata = \"fashion-mnist\"\nseed = 5\nepochs = 20\n"
+                                "batch = 32\nmode = \"sync\"\nswitch = \"300:async\"\neval_every = 200\n");
   const int cluster_port = troupe::testing::free_loopback_port();
   const int control_port = troupe::testing::free_loopback_port();
   const int prometheus_port = troupe::testing::free_loopback_port();
   const std::string cluster = "127.0.0.1:" + std::to_string(cluster_port);
   const std::string control = "127.0.0.1:" + std::to_string(control_port);
 
-  Process coordinator({TROUPE_BINARY, "node", "--listen", cluster, "--job", job, "--min-nodes", "2", "--devices", "cpu:0",
-                       "--control", control, "--secret-file", secret, "--metrics-token-file", token, "--timeout", "30",
-                       "--wait-timeout", "60"},
-                      d + "/coordinator.log");
+  Process coordinator(
+      {TROUPE_BINARY, "node",  "--listen",       cluster, "--job",         job,    "--min-nodes",          "2",
+       "--devices",   "cpu:0", "--control",      control, "--secret-file", secret, "--metrics-token-file", token,
+       "--timeout",   "30",    "--wait-timeout", "60"},
+      d + "/coordinator.log");
   Process worker({TROUPE_BINARY, "node", "--join", cluster, "--devices", "cpu:0", "--secret-file", secret, "--timeout",
                   "30", "--rejoin-timeout", "0"},
                  d + "/worker.log");
@@ -125,12 +127,17 @@ TEST(PrometheusServer, ARealServerScrapesARunningClusterWithItsBearerToken) {
                                    "  - job_name: troupe\n"
                                    "    authorization:\n"
                                    "      type: Bearer\n"
-                                   "      credentials_file: " + token + "\n"
-                                   "    static_configs:\n"
-                                   "      - targets: ['" + control + "']\n"
-                                   "  - job_name: troupe-no-token\n"
-                                   "    static_configs:\n"
-                                   "      - targets: ['" + control + "']\n");
+                                   "      credentials_file: " +
+                                       token +
+                                       "\n"
+                                       "    static_configs:\n"
+                                       "      - targets: ['" +
+                                       control +
+                                       "']\n"
+                                       "  - job_name: troupe-no-token\n"
+                                       "    static_configs:\n"
+                                       "      - targets: ['" +
+                                       control + "']\n");
   Process server({prometheus, "--config.file=" + config, "--storage.tsdb.path=" + d + "/tsdb",
                   "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port), "--log.level=warn"},
                  d + "/prometheus.log");
@@ -141,16 +148,19 @@ TEST(PrometheusServer, ARealServerScrapesARunningClusterWithItsBearerToken) {
 
   // Every wait below shares one deadline.
   const auto deadline = Clock::now() + 60s;
-  while (Clock::now() < deadline && server.running() && troupe::testing::http_get(prometheus_port, "/-/ready").status != 200)
+  while (Clock::now() < deadline && server.running() &&
+         troupe::testing::http_get(prometheus_port, "/-/ready").status != 200)
     std::this_thread::sleep_for(200ms);
-  ASSERT_EQ(troupe::testing::http_get(prometheus_port, "/-/ready").status, 200) << "Prometheus is not ready\n" << logs();
+  ASSERT_EQ(troupe::testing::http_get(prometheus_port, "/-/ready").status, 200) << "Prometheus is not ready\n"
+                                                                                << logs();
 
   // Until the target is up and the cluster has pushed gradients (sync, then
   // async), as Prometheus has stored it.
   Json up = nullptr;
   while (Clock::now() < deadline && coordinator.running()) {
     up = target(prometheus_port, "troupe");
-    if (!up.is_null() && up.value("health", "") == "up" && scalar(prometheus_port, "sum(troupe_push_seconds_count)") > 0)
+    if (!up.is_null() && up.value("health", "") == "up" &&
+        scalar(prometheus_port, "sum(troupe_push_seconds_count)") > 0)
       break;
     std::this_thread::sleep_for(500ms);
   }

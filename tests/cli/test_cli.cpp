@@ -18,10 +18,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include "tests/support/ports.hpp"
 #include <thread>
-#include "kernels/config.hpp"
 #include <vector>
+#include "kernels/config.hpp"
+#include "tests/support/ports.hpp"
 
 namespace {
 
@@ -121,9 +121,8 @@ TEST(Cli, HelpListsCommandsAndOptions) {
   EXPECT_CONTAINS(r.output, "eval");
   r = troupe("train --help");
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--model", "--data", "--epochs", "--batch", "--optimizer", "--lr", "--schedule",
-                           "--threads", "--seed", "--steps", "--checkpoint-dir", "--resume", "--metrics",
-                           "--summary-json"})
+  for (const char* flag : {"--model", "--data", "--epochs", "--batch", "--optimizer", "--lr", "--schedule", "--threads",
+                           "--seed", "--steps", "--checkpoint-dir", "--resume", "--metrics", "--summary-json"})
     EXPECT_CONTAINS(r.output, flag);
 }
 
@@ -155,7 +154,7 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
   const std::string dir = temp("run");
   fs::create_directories(dir);
   Result r = troupe("train --model mlp --steps 60 --log-every 20 --checkpoint-dir " + dir + "/ckpt --metrics " + dir +
-                 "/m.csv --summary-json " + dir + "/s.json");
+                    "/m.csv --summary-json " + dir + "/s.json");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "test accuracy");
   std::ifstream metrics(dir + "/m.csv");
@@ -189,8 +188,10 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
 TEST(Cli, ShardedParameterServerTrainsAndItsCheckpointEvaluates) {
   const std::string dir = temp("ps_shards");
   fs::remove_all(dir);
-  Result r = troupe("train --model mlp --steps 60 --mode async --devices cpu:0,cpu:1 --ps-shards 3 "
-                    "--ps-split-above 10000 --checkpoint-dir " + dir);
+  Result r = troupe(
+      "train --model mlp --steps 60 --mode async --devices cpu:0,cpu:1 --ps-shards 3 "
+      "--ps-split-above 10000 --checkpoint-dir " +
+      dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "test accuracy");
   std::string ckpt;
@@ -245,10 +246,14 @@ TEST(Cli, TruncatedIdxNamesFileAndOffset) {
   };
   for (std::string split : {"train", "t10k"}) {
     std::ofstream images(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
-    be32(images, 0x803); be32(images, 10); be32(images, 28); be32(images, 28);
+    be32(images, 0x803);
+    be32(images, 10);
+    be32(images, 28);
+    be32(images, 28);
     images << std::string(split == "train" ? 5 * 784 : 10 * 784, '\x10');
     std::ofstream labels(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
-    be32(labels, 0x801); be32(labels, 10);
+    be32(labels, 0x801);
+    be32(labels, 10);
     labels << std::string(10, '\x01');
   }
   Result r = troupe("train --steps 1 --data " + dir);
@@ -331,8 +336,8 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   // another process, and stop it through the endpoint.
   const std::string port = std::to_string(troupe::testing::free_loopback_port());
   std::string cmd = binary() + " train --model mlp --devices cpu:0,cpu:1 --batch 32 --epochs 3" +
-                    " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir +
-                    "/ckpt > " + dir + "/log 2>&1 & echo $!";
+                    " --switch 100:async --control 127.0.0.1:" + port + " --checkpoint-dir " + dir + "/ckpt > " + dir +
+                    "/log 2>&1 & echo $!";
   FILE* p = popen(cmd.c_str(), "r");
   char pid[32] = {0};
   ASSERT_TRUE(std::fgets(pid, sizeof pid, p));
@@ -386,8 +391,8 @@ TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
 TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   const std::string dir = temp("sigterm");
   fs::create_directories(dir);
-  Process p = start_troupe("train --model mlp --devices cpu:0,cpu:1 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
-                               dir + "/ckpt",
+  Process p = start_troupe("train --model mlp --devices cpu:0,cpu:1 --epochs 5 --log-every 1 --metrics " + dir +
+                               "/m.csv --checkpoint-dir " + dir + "/ckpt",
                            dir + "/log");
   // Let it load the data and train a little.
   ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps
@@ -502,7 +507,8 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
            {"fly", "troupe: unknown command 'fly'; expected one of: train, eval, ctl, node"},
            {"", "troupe: 'troupe' needs a command: train, eval, ctl, node, version"},
            {"ctl --at 127.0.0.1:9 stauts", "troupe: unknown ctl command 'stauts'; did you mean 'status'?"},
-           {"ctl --at 127.0.0.1:9", "troupe: 'troupe ctl' needs a command: status, mode, checkpoint, stop, drain, metrics"},
+           {"ctl --at 127.0.0.1:9",
+            "troupe: 'troupe ctl' needs a command: status, mode, checkpoint, stop, drain, metrics"},
            {"ctl status", "troupe: --at is required"},
            {"ctl --at nonsense status", "troupe: control address 'nonsense'"},
            {"--epochs 3 train", "troupe: --epochs is an option of 'troupe train': give it after 'train'"},
@@ -517,8 +523,8 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
     EXPECT_EQ(r.status, 2) << c.args << ":\n" << r.output;
     const std::vector<std::string> lines = lines_of(r.output);
     ASSERT_EQ(lines.size(), 1u) << c.args << ":\n" << r.output;
-    EXPECT_EQ(lines[0].rfind(c.message, 0), 0u) << c.args << ": expected a line starting with\n  " << c.message
-                                                << "\ngot\n  " << lines[0];
+    EXPECT_EQ(lines[0].rfind(c.message, 0), 0u)
+        << c.args << ": expected a line starting with\n  " << c.message << "\ngot\n  " << lines[0];
   }
 }
 
@@ -527,10 +533,11 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
 TEST(CliIssue11, CtrlCExits130AndSaysResumeWithResume) {
   const std::string dir = temp("sigint");
   fs::create_directories(dir);
-  Process p = start_troupe("train --model mlp --devices cpu:0 --epochs 5 --log-every 1 --metrics " + dir + "/m.csv --checkpoint-dir " +
-                               dir + "/ckpt",
+  Process p = start_troupe("train --model mlp --devices cpu:0 --epochs 5 --log-every 1 --metrics " + dir +
+                               "/m.csv --checkpoint-dir " + dir + "/ckpt",
                            dir + "/log");
-  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60)) << read_text(p.log);  // the header and two steps  // training has begun
+  ASSERT_TRUE(wait_for_lines(dir + "/m.csv", 3, 60))
+      << read_text(p.log);  // the header and two steps  // training has begun
   ASSERT_EQ(kill(p.pid, SIGINT), 0);
   const int status = wait_exit(p, 10);
   const std::string log = read_text(p.log);
@@ -606,8 +613,9 @@ TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
   for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {
     Result r = troupe(std::string("train --model mlp --data wordnet --steps 2 --devices ") + devices);
     EXPECT_EQ(r.status, 2) << devices << ": " << r.output;
-    EXPECT_CONTAINS(r.output, "troupe: model mlp takes f32 features of shape [300], but dataset wordnet gives i32 "
-                              "token ids of shape [300]: use textcnn");
+    EXPECT_CONTAINS(r.output,
+                    "troupe: model mlp takes f32 features of shape [300], but dataset wordnet gives i32 "
+                    "token ids of shape [300]: use textcnn");
     EXPECT_EQ(r.output.find("must be f32"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "training started:\n" << r.output;
   }
@@ -623,8 +631,9 @@ TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
   std::ofstream(spec) << "name flat\ninput 784\ndense units=10\n";
   Result r = troupe("train --model " + spec + " --data fashion-mnist --steps 2 --devices cpu:0");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_CONTAINS(r.output, "troupe: model flat takes f32 features of shape [784], but dataset fashion-mnist gives "
-                            "f32 features of shape [1, 28, 28]: the model's input line must be 'input 1 28 28'");
+  EXPECT_CONTAINS(r.output,
+                  "troupe: model flat takes f32 features of shape [784], but dataset fashion-mnist gives "
+                  "f32 features of shape [1, 28, 28]: the model's input line must be 'input 1 28 28'");
 }
 
 }  // namespace

@@ -34,8 +34,7 @@ struct Result {
 
 // `timeout` bounds a regression that would read forever or wait for peers.
 Result troupe(const std::string& args, const std::string& env = "", int limit_s = 60) {
-  const std::string cmd =
-      env + " timeout -s KILL " + std::to_string(limit_s) + " " TROUPE_BINARY " " + args + " 2>&1";
+  const std::string cmd = env + " timeout -s KILL " + std::to_string(limit_s) + " " TROUPE_BINARY " " + args + " 2>&1";
   const auto start = Clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
@@ -144,8 +143,9 @@ TEST(ConfigFiles, SeedOutOfRangeNamesFileLineAndKey) {
     EXPECT_CONTAINS(r.output, job + expected);
   }
   // 2^64 - 1, as --seed takes it, as a string: the job trains.
-  const std::string job = write(dir, "job.toml", "model = \"linreg\"\ndata = \"linreg\"\nsteps = 1\n"
-                                                 "seed = \"18446744073709551615\"\n");
+  const std::string job = write(dir, "job.toml",
+                                "model = \"linreg\"\ndata = \"linreg\"\nsteps = 1\n"
+                                "seed = \"18446744073709551615\"\n");
   const Result r = troupe(coordinator(job), "", 60);
   EXPECT_EQ(r.status, 0) << r.output;
   fs::remove_all(dir);
@@ -174,11 +174,11 @@ TEST(ConfigFiles, FlatOptimizerKeysTrainAsTheTable) {
   EXPECT_EQ(flat_loss, final_loss(table, "table"));
   EXPECT_NE(flat_loss, final_loss(plain, "plain"));
 
-  const std::string both =
-      write(dir, "both.toml", common + "optimizer = \"adam\"\n\n[optimizer]\nname = \"sgd\"\n");
+  const std::string both = write(dir, "both.toml", common + "optimizer = \"adam\"\n\n[optimizer]\nname = \"sgd\"\n");
   Result r = troupe(coordinator(both), "", 20);
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_CONTAINS(r.output, both + ":8: key 'optimizer' (line 6) and table [optimizer] (line 8) both name the optimizer");
+  EXPECT_CONTAINS(r.output,
+                  both + ":8: key 'optimizer' (line 6) and table [optimizer] (line 8) both name the optimizer");
   const std::string twice = write(dir, "twice.toml", common + "momentum = 0.9\n[optimizer]\nmomentum = 0.5\n");
   r = troupe(coordinator(twice), "", 20);
   EXPECT_EQ(r.status, 2) << r.output;

@@ -29,7 +29,8 @@ using troupe::testing::Process;
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "text was:\n" << (haystack)
 
 std::string temp_dir(const std::string& name) {
-  const auto p = std::filesystem::path(::testing::TempDir()) / ("troupe_metrics_" + name + "_" + std::to_string(::getpid()));
+  const auto p =
+      std::filesystem::path(::testing::TempDir()) / ("troupe_metrics_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
@@ -71,12 +72,18 @@ TEST(MetricsEndpoint, EveryLineOfALiveResponseParsesAndEveryHistogramIsCumulativ
   EXPECT_TRUE(e.problems.empty()) << r.body;
 
   // Every series the user guide lists for a job on one host, with its type.
-  for (const auto& [name, type] : std::map<std::string, std::string>{
-           {"troupe_step", "gauge"}, {"troupe_epoch", "gauge"}, {"troupe_samples_per_second", "gauge"},
-           {"troupe_loss", "gauge"}, {"troupe_mode", "gauge"}, {"troupe_nodes", "gauge"},
-           {"troupe_replicas", "gauge"}, {"troupe_examples_total", "counter"},
-           {"troupe_step_seconds", "histogram"}, {"troupe_allreduce_seconds", "histogram"},
-           {"troupe_push_seconds", "histogram"}, {"troupe_push_staleness", "histogram"}})
+  for (const auto& [name, type] : std::map<std::string, std::string>{{"troupe_step", "gauge"},
+                                                                     {"troupe_epoch", "gauge"},
+                                                                     {"troupe_samples_per_second", "gauge"},
+                                                                     {"troupe_loss", "gauge"},
+                                                                     {"troupe_mode", "gauge"},
+                                                                     {"troupe_nodes", "gauge"},
+                                                                     {"troupe_replicas", "gauge"},
+                                                                     {"troupe_examples_total", "counter"},
+                                                                     {"troupe_step_seconds", "histogram"},
+                                                                     {"troupe_allreduce_seconds", "histogram"},
+                                                                     {"troupe_push_seconds", "histogram"},
+                                                                     {"troupe_push_staleness", "histogram"}})
     EXPECT_EQ(e.types[name], type) << name << " in\n" << r.body;
 
   EXPECT_GT(value_of(e, "troupe_step"), 150);
@@ -108,8 +115,10 @@ TEST(MetricsEndpoint, EveryLineOfALiveResponseParsesAndEveryHistogramIsCumulativ
 TEST(MetricsEndpoint, TheTestsReaderCatchesEveryProblemItChecks) {
   const std::string head = "# HELP h H.\n# TYPE h histogram\n";
   const std::map<std::string, std::string> broken{
-      {head + "h_bucket{le=\"1\"} 3\nh_bucket{le=\"2\"} 2\nh_bucket{le=\"+Inf\"} 3\nh_sum 1\nh_count 3\n", "not cumulative"},
-      {head + "h_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n", "does not ascend"},
+      {head + "h_bucket{le=\"1\"} 3\nh_bucket{le=\"2\"} 2\nh_bucket{le=\"+Inf\"} 3\nh_sum 1\nh_count 3\n",
+       "not cumulative"},
+      {head + "h_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n",
+       "does not ascend"},
       {head + "h_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", "do not end with le=\"+Inf\""},
       {head + "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n", "the +Inf bucket is not _count"},
       {head + "h_bucket{le=\"+Inf\"} 2\nh_count 2\n", "no _sum"},
@@ -128,8 +137,10 @@ TEST(MetricsEndpoint, TheTestsReaderCatchesEveryProblemItChecks) {
     for (const auto& p : e.problems) all += p + "\n";
     EXPECT_CONTAINS(all, why) << "for the text:\n" << text;
   }
-  const Exposition good = troupe::testing::parse_exposition(
-      head + "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum NaN\nh_count 2\n# TYPE g gauge\ng{a=\"q\\\"\\\\\\n\"} -Inf\n");
+  const Exposition good =
+      troupe::testing::parse_exposition(head +
+                                        "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum NaN\nh_count 2\n# TYPE g "
+                                        "gauge\ng{a=\"q\\\"\\\\\\n\"} -Inf\n");
   EXPECT_TRUE(good.problems.empty()) << good.problems.front();
   EXPECT_EQ(good.find("g").at(0).labels.at("a"), "q\"\\\n");
 }
@@ -141,14 +152,18 @@ TEST(MetricsEndpoint, AMetricsTokenNeedsTheEndpointAndASecret) {
   ::chmod(token.c_str(), 0600);
   const std::string port = std::to_string(troupe::testing::free_loopback_port());
   const auto run = [&](const std::string& args) {
-    Process p({"/bin/sh", "-c", "exec env -u TROUPE_SECRET " + std::string(TROUPE_BINARY) + " " + args}, dir + "/out.log");
+    Process p({"/bin/sh", "-c", "exec env -u TROUPE_SECRET " + std::string(TROUPE_BINARY) + " " + args},
+              dir + "/out.log");
     const int status = p.wait_for(60s);
     return std::make_pair(status, p.output());
   };
   auto [status, out] = run("train --model mlp --steps 1 --metrics-token-file " + token);
   EXPECT_EQ(status, 2) << out;
-  EXPECT_CONTAINS(out, "troupe: --metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
-  std::tie(status, out) = run("train --model mlp --steps 1 --control 127.0.0.1:" + port + " --metrics-token-file " + token);
+  EXPECT_CONTAINS(
+      out,
+      "troupe: --metrics-token-file is the credential of GET /metrics on the control endpoint: give --control too");
+  std::tie(status, out) =
+      run("train --model mlp --steps 1 --control 127.0.0.1:" + port + " --metrics-token-file " + token);
   EXPECT_EQ(status, 2) << out;
   EXPECT_CONTAINS(out, "without a cluster secret the control endpoint asks no credential at all");
   std::tie(status, out) = run("node --join 127.0.0.1:" + port + " --metrics-token-file " + token);

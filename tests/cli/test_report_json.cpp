@@ -30,8 +30,8 @@ TEST(ReportJson, MetricsLineWithNonFiniteNumbersParsesWithNulls) {
   EXPECT_FALSE(row.contains("test_loss"));
   EXPECT_TRUE(row["world"].is_null()) << line;  // unknown
   EXPECT_DOUBLE_EQ(row["seconds"].get<double>(), 0.0);
-  const Json view = Json::parse(metrics_json_line("view", 0, 40, std::nan(""), std::nan(""), std::nan(""), 0.5f,
-                                                  nullptr, 12.5, 3));
+  const Json view =
+      Json::parse(metrics_json_line("view", 0, 40, std::nan(""), std::nan(""), std::nan(""), 0.5f, nullptr, 12.5, 3));
   EXPECT_EQ(view["world"], 3);
   EXPECT_DOUBLE_EQ(view["seconds"].get<double>(), 12.5);
 

@@ -122,9 +122,10 @@ TEST(ResumeCli, ResumeWithoutACheckpointIsRefused) {
 TEST(ResumeCli, ADivergedRunFailsAndNeverScoresAsAccurate) {
   const std::string dir = temp("nan");
   const std::string log = dir + "/log";
-  const int status = run("train --devices cpu:0,cpu:1 --model mlp --steps 50 --optimizer sgd --lr 1e6 --checkpoint-dir " +
-                             dir + "/ckpt --summary-json " + dir + "/s.json",
-                         log);
+  const int status =
+      run("train --devices cpu:0,cpu:1 --model mlp --steps 50 --optimizer sgd --lr 1e6 --checkpoint-dir " + dir +
+              "/ckpt --summary-json " + dir + "/s.json",
+          log);
   const std::string out = slurp(log);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("not finite"), std::string::npos) << out;
@@ -141,9 +142,11 @@ TEST(ResumeCli, ADivergedRunFailsAndNeverScoresAsAccurate) {
 TEST(ResumeCli, ADivergedRunsMetricsLinesAllParse) {
   const std::string dir = temp("nan-jsonl");
   const std::string log = dir + "/log";
-  const int status = run("train --devices cpu:0,cpu:1 --model mlp --steps 50 --optimizer sgd --lr 1e6 --log-every 1 "
-                         "--metrics " + dir + "/m.jsonl",
-                         log);
+  const int status =
+      run("train --devices cpu:0,cpu:1 --model mlp --steps 50 --optimizer sgd --lr 1e6 --log-every 1 "
+          "--metrics " +
+              dir + "/m.jsonl",
+          log);
   EXPECT_EQ(status, 1) << slurp(log);
   EXPECT_NE(slurp(log).find("not finite"), std::string::npos) << slurp(log);
   std::ifstream in(dir + "/m.jsonl");

@@ -91,9 +91,12 @@ std::vector<Field> fields(const std::string& message) {
     const std::uint64_t key = varint(message, at);
     f.number = static_cast<int>(key >> 3);
     f.type = static_cast<int>(key & 7);
-    if (f.type == 0) f.bits = varint(message, at);
-    else if (f.type == 1) f.bits = le(message, at, 8), at += 8;
-    else if (f.type == 5) f.bits = le(message, at, 4), at += 4;
+    if (f.type == 0)
+      f.bits = varint(message, at);
+    else if (f.type == 1)
+      f.bits = le(message, at, 8), at += 8;
+    else if (f.type == 5)
+      f.bits = le(message, at, 4), at += 4;
     else if (f.type == 2) {
       const std::uint64_t n = varint(message, at);
       f.bytes = message.substr(at, n);
@@ -141,12 +144,11 @@ Event decode_event(const std::string& data) {
     }
     if (const Field* tensor = field(v, 8)) {
       const auto t = fields(tensor->bytes);
-      EXPECT_EQ(field(t, 1)->bits, 7u);        // DT_STRING
-      EXPECT_EQ(field(t, 2)->bytes, "");        // a scalar: no dimensions
+      EXPECT_EQ(field(t, 1)->bits, 7u);   // DT_STRING
+      EXPECT_EQ(field(t, 2)->bytes, "");  // a scalar: no dimensions
       e.text = field(t, 8)->bytes;
     }
-    if (const Field* meta = field(v, 9))
-      e.plugin = field(fields(field(fields(meta->bytes), 1)->bytes), 1)->bytes;
+    if (const Field* meta = field(v, 9)) e.plugin = field(fields(field(fields(meta->bytes), 1)->bytes), 1)->bytes;
   }
   return e;
 }
@@ -261,8 +263,9 @@ std::vector<std::string> split(const std::string& line) {
 void check_run_against_csv(const std::string& devices) {
   const std::string dir = temp(devices == "cpu:0" ? "single" : "job");
   const std::string csv = dir + "/m.csv", tb = dir + "/tb", log = dir + "/log";
-  const std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --steps 60 --log-every 20 --epochs 2 --batch 1000 --devices " +
-                          devices + " --metrics " + csv + " --tensorboard " + tb + " > " + log + " 2>&1";
+  const std::string cmd = std::string(TROUPE_BINARY) +
+                          " train --model mlp --steps 60 --log-every 20 --epochs 2 --batch 1000 --devices " + devices +
+                          " --metrics " + csv + " --tensorboard " + tb + " > " + log + " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
 
@@ -331,7 +334,7 @@ void check_run_against_csv(const std::string& devices) {
       expect_point("test/top5", step, c[9]);
     }
   }
-  EXPECT_EQ(steps, 3);  // 20, 40, 60
+  EXPECT_EQ(steps, 3);                            // 20, 40, 60
   EXPECT_EQ(epochs, devices == "cpu:0" ? 1 : 2);  // 60 or 30 steps per epoch
   // The single-replica trainer has no on_evaluate; the actor runtime writes
   // an "eval" row at each epoch end here.
@@ -352,8 +355,9 @@ TEST(TensorBoard, JobFileKeyAndALiveModeSwitch) {
   const std::string tb = dir + "/tb", log = dir + "/log", job = dir + "/job.toml";
   std::ofstream(job) << "model = \"mlp\"\nbatch = 100\nsteps = 40\nswitch = \"20:async\"\ntensorboard = \"" << tb
                      << "\"\n";
-  const std::string cmd = std::string(TROUPE_BINARY) + " node --listen 127.0.0.1:0 --min-nodes 1 --devices cpu:0,cpu:1 --job " +
-                          job + " > " + log + " 2>&1";
+  const std::string cmd = std::string(TROUPE_BINARY) +
+                          " node --listen 127.0.0.1:0 --min-nodes 1 --devices cpu:0,cpu:1 --job " + job + " > " + log +
+                          " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
   std::vector<std::pair<std::int64_t, float>> modes;

@@ -74,8 +74,8 @@ std::vector<std::string> names(const std::vector<Span>& spans) {
 
 TEST(Timeline, SyncStepsOfEveryReplicaInTheWindowInTheirOrder) {
   const std::string file = scratch("sync.json");
-  const std::string out = train({"train", "--model", "mlp", "--devices", "cpu:0,cpu:1", "--steps", "40",
-                                 "--timeline", file, "--timeline-steps", "5:24"},
+  const std::string out = train({"train", "--model", "mlp", "--devices", "cpu:0,cpu:1", "--steps", "40", "--timeline",
+                                 file, "--timeline-steps", "5:24"},
                                 scratch("sync.log"));
   EXPECT_NE(out.find("timeline: " + file + " (steps 5 to 24"), std::string::npos) << out;
   const nlohmann::json trace = read_json(file);
@@ -97,7 +97,8 @@ TEST(Timeline, SyncStepsOfEveryReplicaInTheWindowInTheirOrder) {
   std::set<std::string> thread_names;
   bool evaluation = false;
   for (const auto& e : trace.at("traceEvents")) {
-    if (e.at("ph") == "M" && e.at("name") == "thread_name") thread_names.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      thread_names.insert(e.at("args").at("name").get<std::string>());
     if (e.at("ph") == "i" && e.at("name") == "evaluation") {
       evaluation = true;
       EXPECT_NE(e.at("args").at("what").get<std::string>().find("test accuracy"), std::string::npos) << e;
@@ -139,24 +140,26 @@ TEST(Timeline, TwoNodesFilesMergeIntoOneTraceAndDrawAsAPicture) {
   Process coordinator({TROUPE_BINARY, "node", "--listen", at, "--job", job, "--min-nodes", "2", "--devices", "cpu:0",
                        "--timeline", c, "--timeline-steps", "5:10"},
                       scratch("c.log"));
-  Process worker({TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeline", w, "--timeline-steps", "5:10",
-                  "--rejoin-timeout", "0"},
+  Process worker({TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeline", w, "--timeline-steps",
+                  "5:10", "--rejoin-timeout", "0"},
                  scratch("w.log"));
   ASSERT_EQ(coordinator.wait_for(180s), 0) << coordinator.output();
   ASSERT_EQ(worker.wait_for(60s), 0) << worker.output();
-  Process merge({"/usr/bin/python3", TROUPE_SOURCE_DIR "/scripts/timeline.py", "merge", both, c, w}, scratch("merge.log"));
+  Process merge({"/usr/bin/python3", TROUPE_SOURCE_DIR "/scripts/timeline.py", "merge", both, c, w},
+                scratch("merge.log"));
   ASSERT_EQ(merge.wait_for(60s), 0) << merge.output();
   const nlohmann::json trace = read_json(both);
   std::set<std::string> processes;
   std::map<int, std::set<std::int64_t>> steps_by_pid;
   std::map<std::int64_t, std::vector<double>> allreduce_end_by_step;
   for (const auto& e : trace.at("traceEvents")) {
-    if (e.at("ph") == "M" && e.at("name") == "process_name") processes.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") == "M" && e.at("name") == "process_name")
+      processes.insert(e.at("args").at("name").get<std::string>());
     if (e.at("ph") != "X") continue;
     steps_by_pid[e.at("pid").get<int>()].insert(e.at("args").at("step").get<std::int64_t>());
     if (e.at("name") == "all-reduce")
       allreduce_end_by_step[e.at("args").at("step").get<std::int64_t>()].push_back(e.at("ts").get<double>() +
-                                                                                 e.at("dur").get<double>());
+                                                                                   e.at("dur").get<double>());
   }
   EXPECT_EQ(processes, (std::set<std::string>{"coordinator", "worker " + at}));
   ASSERT_EQ(steps_by_pid.size(), 2u);

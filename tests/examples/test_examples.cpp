@@ -78,7 +78,8 @@ TEST(Examples, MirroredFashionMnistShort) {
   EXPECT_CONTAINS(r.output, "same accuracy after fit, from the latest checkpoint and after reloading");
   EXPECT_EQ(lines(dir + "/metrics.csv"), 1 + 8);  // header + one row per epoch
   int checkpoints = 0;
-  for (const auto& e : fs::directory_iterator(dir + "/training_checkpoints")) checkpoints += e.path().extension() == ".troupe";
+  for (const auto& e : fs::directory_iterator(dir + "/training_checkpoints"))
+    checkpoints += e.path().extension() == ".troupe";
   EXPECT_EQ(checkpoints, 8);  // one per epoch, all kept
   EXPECT_TRUE(fs::exists(dir + "/saved_model.troupe"));
   EXPECT_GT(number_after(r.output, "same accuracy after fit, from the latest checkpoint and after reloading: "), 0.6);
@@ -126,7 +127,8 @@ TEST(Examples, ModeSwitchExperimentShort) {
   const std::string dir = temp("modes");
   Result r = run(EXAMPLE_MODE_SWITCH_EXPERIMENT, "--short --dir " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* row : {"| sync |", "| async |", "| ssp:2 |", "| sync->async->sync |"}) EXPECT_CONTAINS(r.output, row);
+  for (const char* row : {"| sync |", "| async |", "| ssp:2 |", "| sync->async->sync |"})
+    EXPECT_CONTAINS(r.output, row);
   // Back to sync at the first step boundary from step 63 on where every
   // replica has done the same number of steps (the slower one catches up
   // in async first), so the exact step depends on timing.
@@ -153,7 +155,8 @@ TEST(Examples, ModeSwitchExperimentShort) {
   if (!gnuplot) return;
   std::string runs;
   for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) runs += " " + dir + "/tensorboard/" + file;
-  Result plot = run("/usr/bin/python3 " TROUPE_SOURCE_DIR "/scripts/tensorboard_plot.py", dir + "/tb.png test/accuracy" + runs);
+  Result plot =
+      run("/usr/bin/python3 " TROUPE_SOURCE_DIR "/scripts/tensorboard_plot.py", dir + "/tb.png test/accuracy" + runs);
   ASSERT_EQ(plot.status, 0) << plot.output;
   EXPECT_GT(fs::file_size(dir + "/tb.png"), 2000u);
   for (const char* file : {"sync", "async", "ssp2", "sync_async_sync"}) {

@@ -37,8 +37,8 @@ TEST(Launch, AFailedChildStopsTheOthersAtOnce) {
   auto failing = shell("sleep 0.3; exit 3", "failing");
   auto waiting = shell("exec sleep 60", "waiting");  // a chief waiting for its lost worker
   const auto start = Clock::now();
-  const bool ended = examples::wait_all({failing.get(), waiting.get()}, std::chrono::seconds(50),
-                                        examples::OnFailure::stop_the_rest);
+  const bool ended =
+      examples::wait_all({failing.get(), waiting.get()}, std::chrono::seconds(50), examples::OnFailure::stop_the_rest);
   EXPECT_TRUE(ended);
   EXPECT_LT(seconds_since(start), 10.0);  // SIGTERM ends sleep at once; not the 50 s limit
   EXPECT_EQ(failing->status, 3);
@@ -80,9 +80,10 @@ TEST(Launch, ALostPortIsRecognisedFromTheChildsLog) {
   // What `troupe node` prints when another process bound its port first.
   auto lost = shell("echo 'troupe node: cannot listen on 127.0.0.1:47311: Address already in use'; exit 1", "lost");
   // What troupe prints today (net::listen_tcp), less its `ss` hint.
-  auto taken = shell("echo 'troupe: cannot listen on 127.0.0.1:44039: port 44039 is already in use by another "
-                     "process, or choose another port'; exit 1",
-                     "taken");
+  auto taken = shell(
+      "echo 'troupe: cannot listen on 127.0.0.1:44039: port 44039 is already in use by another "
+      "process, or choose another port'; exit 1",
+      "taken");
   auto other = shell("echo 'error: fit: worker node ended with status 1'; exit 1", "other");
   auto fine = shell("echo 'cannot listen on 127.0.0.1:1: Address already in use (retried)'; exit 0", "fine");
   examples::wait_all({lost.get(), taken.get(), other.get(), fine.get()}, std::chrono::seconds(10));
@@ -102,9 +103,9 @@ TEST(Launch, TroupeNodeOnATakenPortIsALostPort) {
   const auto tmp = std::filesystem::temp_directory_path();
   const std::string log = (tmp / "troupe-launch-taken.log").string(), job = (tmp / "troupe-launch-taken.toml").string();
   std::ofstream(job) << "model = \"mlp\"\ndata = \"fashion-mnist\"\nepochs = 1\n";
-  examples::Child node({TROUPE_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port), "--job", job,
-                        "--devices", "cpu:0"},
-                       "", log, TROUPE_BINARY);
+  examples::Child node(
+      {TROUPE_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port), "--job", job, "--devices", "cpu:0"}, "",
+      log, TROUPE_BINARY);
   EXPECT_TRUE(examples::wait_all({&node}, std::chrono::seconds(60)));
   EXPECT_NE(node.status, 0) << node.output();
   EXPECT_TRUE(examples::lost_a_port({&node})) << node.output();

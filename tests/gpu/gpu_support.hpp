@@ -18,12 +18,12 @@
 namespace troupe::gpu_test {
 
 // Skips the test, with a message, unless the machine has `n` GPUs.
-#define TROUPE_REQUIRE_GPUS(n)                                                                         \
-  do {                                                                                                 \
-    const int troupe_gpus_ = ::troupe::kernels::cuda_device_count();                                   \
-    if (troupe_gpus_ < (n))                                                                            \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << troupe_gpus_          \
-                   << ((n) > 1 ? " (multi-GPU: runs where that many GPUs are)" : "");                  \
+#define TROUPE_REQUIRE_GPUS(n)                                                                \
+  do {                                                                                        \
+    const int troupe_gpus_ = ::troupe::kernels::cuda_device_count();                          \
+    if (troupe_gpus_ < (n))                                                                   \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << troupe_gpus_ \
+                   << ((n) > 1 ? " (multi-GPU: runs where that many GPUs are)" : "");         \
   } while (0)
 
 inline std::vector<float> random_values(std::int64_t n, unsigned seed) {
@@ -61,8 +61,8 @@ void run_ranks(std::vector<std::unique_ptr<net::Collective>>& group, const Devic
                const std::function<void(int, net::Collective&)>& body);
 // allreduce sum and mean of random buffers of `sizes` against a double
 // reference; every rank's result bitwise equal.
-void expect_allreduce_matches_reference(std::vector<std::unique_ptr<net::Collective>>& group,
-                                        const DeviceOf& device_of, const std::vector<std::int64_t>& sizes);
+void expect_allreduce_matches_reference(std::vector<std::unique_ptr<net::Collective>>& group, const DeviceOf& device_of,
+                                        const std::vector<std::int64_t>& sizes);
 // broadcast from each root into NaN-poisoned buffers.
 void expect_broadcast_from_each_root(std::vector<std::unique_ptr<net::Collective>>& group, const DeviceOf& device_of);
 // reduce_scatter (sum) into NaN-poisoned chunks of `chunk` elements, then

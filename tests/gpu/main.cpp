@@ -13,8 +13,8 @@ int main(int argc, char** argv) {
   const int gpus = troupe::kernels::cuda_device_count();
   const std::string nccl = troupe::net::nccl_unavailable();
   std::printf("CUDA devices: %d%s\n", gpus, gpus == 0 ? " (every GPU test will skip)" : "");
-  std::printf("NCCL: %s\n", nccl.empty() ? ("loads, version " + std::to_string(troupe::net::nccl_version())).c_str()
-                                         : nccl.c_str());
+  std::printf("NCCL: %s\n",
+              nccl.empty() ? ("loads, version " + std::to_string(troupe::net::nccl_version())).c_str() : nccl.c_str());
   std::fflush(stdout);
   return RUN_ALL_TESTS();
 }

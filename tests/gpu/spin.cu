@@ -15,8 +15,7 @@ namespace {
 
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
+  while (clock64() - start < cycles) {}
 }
 
 }  // namespace

@@ -61,9 +61,9 @@ TEST(NcclAcrossNodes, TwoNodesOnTwoGpusTrainInSyncThroughOneNcclGroupAndEqualOne
   testing::Process coordinator({troupe, "node", "--listen", address, "--job", job, "--min-nodes", "2", "--devices",
                                 "cuda:0", "--timeout", "60", "--wait-timeout", "120"},
                                (dir / "coordinator.log").string());
-  testing::Process worker({troupe, "node", "--join", address, "--devices", "cuda:1", "--timeout", "60",
-                           "--rejoin-timeout", "0"},
-                          (dir / "worker.log").string());
+  testing::Process worker(
+      {troupe, "node", "--join", address, "--devices", "cuda:1", "--timeout", "60", "--rejoin-timeout", "0"},
+      (dir / "worker.log").string());
   const auto logs = [&] { return "--- coordinator:\n" + coordinator.output() + "--- worker:\n" + worker.output(); };
   ASSERT_EQ(coordinator.wait_for(300s), 0) << logs();
   ASSERT_EQ(worker.wait_for(30s), 0) << logs();
@@ -77,8 +77,7 @@ TEST(NcclAcrossNodes, TwoNodesOnTwoGpusTrainInSyncThroughOneNcclGroupAndEqualOne
   ASSERT_TRUE(latest.has_value()) << logs();
   const checkpoint::State state = checkpoint::read(*latest);
   EXPECT_EQ(state.position.global_step, 30u);
-  EXPECT_LT(testing::rel_diff(state.parameters, testing::single_process_mlp_parameters(64, 30, 0.02f)), 1e-4)
-      << logs();
+  EXPECT_LT(testing::rel_diff(state.parameters, testing::single_process_mlp_parameters(64, 30, 0.02f)), 1e-4) << logs();
   fs::remove_all(dir);
 }
 

@@ -28,8 +28,7 @@
 namespace troupe::kernels::testing {
 
 // A host tensor of U(low, high) values, different for each seed.
-inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, float low = -1.0f,
-                            float high = 1.0f) {
+inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, float low = -1.0f, float high = 1.0f) {
   Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
   float* p = t.f32();
   for (std::int64_t i = 0; i < t.numel(); ++i)
@@ -61,9 +60,7 @@ inline double rel_error(const std::vector<float>& got, const std::vector<float>&
   double r = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
   return std::isnan(r) ? INFINITY : r;
 }
-inline double rel_error(const Tensor& got, const Tensor& want) {
-  return rel_error(got.to_vector(), want.to_vector());
-}
+inline double rel_error(const Tensor& got, const Tensor& want) { return rel_error(got.to_vector(), want.to_vector()); }
 
 // A backend to test against ref, with the device its tensors live on.
 struct BackendUnderTest {
@@ -102,10 +99,11 @@ auto run_ref(Body&& body) {
 
 // Skips the current test when nothing but ref is available (the GPU test
 // binary on a machine without a GPU).
-#define TROUPE_REQUIRE_BACKENDS(list)                                                  \
-  do {                                                                                 \
-    if ((list).empty()) GTEST_SKIP() << "no backend to compare with ref on this machine " \
-                                        "(no GPU, and the cpu backend is not linked)"; \
+#define TROUPE_REQUIRE_BACKENDS(list)                                   \
+  do {                                                                  \
+    if ((list).empty())                                                 \
+      GTEST_SKIP() << "no backend to compare with ref on this machine " \
+                      "(no GPU, and the cpu backend is not linked)";    \
   } while (0)
 
 // Finite-difference gradient check in the style of Caffe's GradientChecker.
@@ -115,11 +113,9 @@ auto run_ref(Body&& body) {
 // element i is perturbed by +-step and the central difference is compared
 // with analytic[i] within threshold * max(|computed|, |estimated|, 1). On a
 // failure it reports which element and both values.
-inline void check_gradient(const std::string& what, std::vector<double>& inputs,
-                           const std::vector<double>& analytic,
-                           const std::function<double(const std::vector<double>&)>& loss,
-                           double step = 1e-6, double threshold = 1e-5,
-                           std::size_t max_checked = 4096) {
+inline void check_gradient(const std::string& what, std::vector<double>& inputs, const std::vector<double>& analytic,
+                           const std::function<double(const std::vector<double>&)>& loss, double step = 1e-6,
+                           double threshold = 1e-5, std::size_t max_checked = 4096) {
   ASSERT_EQ(inputs.size(), analytic.size()) << what;
   // Large inputs: check an evenly spread subset to keep the test fast.
   const std::size_t stride = std::max<std::size_t>(1, inputs.size() / max_checked);
@@ -134,17 +130,15 @@ inline void check_gradient(const std::string& what, std::vector<double>& inputs,
     const double computed = analytic[i];
     const double scale = std::max({std::fabs(computed), std::fabs(estimated), 1.0});
     ASSERT_NEAR(computed, estimated, threshold * scale)
-        << what << ": gradient element " << i << " of " << inputs.size()
-        << " (analytic " << computed << ", finite difference " << estimated << ")";
+        << what << ": gradient element " << i << " of " << inputs.size() << " (analytic " << computed
+        << ", finite difference " << estimated << ")";
   }
 }
 
 // Deterministic double vectors for gradient checks.
-inline std::vector<double> random_doubles(std::size_t n, std::uint64_t seed, double low = -1.0,
-                                          double high = 1.0) {
+inline std::vector<double> random_doubles(std::size_t n, std::uint64_t seed, double low = -1.0, double high = 1.0) {
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = low + (high - low) * double(math::random_uniform(seed ^ 0xd0b1eULL, i));
+  for (std::size_t i = 0; i < n; ++i) out[i] = low + (high - low) * double(math::random_uniform(seed ^ 0xd0b1eULL, i));
   return out;
 }
 

@@ -13,8 +13,6 @@ int main(int argc, char** argv) {
   for (const auto& n : registry.names()) names += " " + n;
   std::printf("troupe kernels tests: backends linked:%s; CUDA devices: %d%s\n", names.c_str(),
               troupe::kernels::cuda_device_count(),
-              troupe::kernels::cuda_device_count() == 0 && registry.find("cuda")
-                  ? " (GPU comparisons will skip)"
-                  : "");
+              troupe::kernels::cuda_device_count() == 0 && registry.find("cuda") ? " (GPU comparisons will skip)" : "");
   return RUN_ALL_TESTS();
 }

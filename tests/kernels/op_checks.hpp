@@ -33,8 +33,7 @@ inline std::vector<BackendUnderTest> ref_and_backends_under_test() {
 
 // Bit-exact comparison that reports the first differing element, not two
 // 300000-element vectors.
-inline ::testing::AssertionResult same_values(const std::vector<float>& got,
-                                              const std::vector<float>& want) {
+inline ::testing::AssertionResult same_values(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -47,8 +46,7 @@ inline ::testing::AssertionResult same_values(const std::vector<float>& got,
 
 // `call` must throw std::invalid_argument whose text contains every one of
 // `parts` (the op's name and the shapes involved).
-inline void expect_invalid_argument(const std::function<void()>& call,
-                                    std::initializer_list<std::string> parts) {
+inline void expect_invalid_argument(const std::function<void()>& call, std::initializer_list<std::string> parts) {
   try {
     call();
     ADD_FAILURE() << "no exception; expected std::invalid_argument naming " << *parts.begin();
@@ -59,8 +57,6 @@ inline void expect_invalid_argument(const std::function<void()>& call,
   }
 }
 
-inline std::vector<double> to_doubles(const std::vector<float>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
+inline std::vector<double> to_doubles(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 }  // namespace troupe::kernels::testing

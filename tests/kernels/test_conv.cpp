@@ -31,21 +31,19 @@ struct ConvCase {
 };
 
 const ConvCase kCases[] = {
-    {{2, 3, 7, 7}, {4, 3, 3, 3}, {1, 1, 0, 0}},
-    {{2, 3, 8, 9}, {5, 3, 3, 3}, {2, 2, 1, 1}},       // stride 2, padding 1
-    {{1, 1, 5, 5}, {1, 1, 1, 1}, {1, 1, 0, 0}},       // 1x1: cpu skips im2col
-    {{2, 4, 6, 6}, {3, 4, 1, 1}, {2, 2, 0, 0}},       // 1x1 but strided
-    {{3, 2, 9, 7}, {4, 2, 3, 2}, {2, 1, 1, 0}},       // non-square filter and stride
-    {{1, 7, 33, 1}, {2, 7, 3, 1}, {1, 1, 1, 0}},      // a column
-    {{2, 2, 5, 5}, {3, 2, 5, 5}, {1, 1, 0, 0}},       // filter as large as the input
-    {{2, 3, 7, 8}, {2, 3, 3, 3}, {3, 2, 2, 1}},       // stride leaves columns unread
-    {{4, 1, 28, 28}, {32, 1, 3, 3}, {1, 1, 0, 0}},    // the seed CNN, small batch
+    {{2, 3, 7, 7}, {4, 3, 3, 3}, {1, 1, 0, 0}},    {{2, 3, 8, 9}, {5, 3, 3, 3}, {2, 2, 1, 1}},  // stride 2, padding 1
+    {{1, 1, 5, 5}, {1, 1, 1, 1}, {1, 1, 0, 0}},                                                 // 1x1: cpu skips im2col
+    {{2, 4, 6, 6}, {3, 4, 1, 1}, {2, 2, 0, 0}},                                                 // 1x1 but strided
+    {{3, 2, 9, 7}, {4, 2, 3, 2}, {2, 1, 1, 0}},     // non-square filter and stride
+    {{1, 7, 33, 1}, {2, 7, 3, 1}, {1, 1, 1, 0}},    // a column
+    {{2, 2, 5, 5}, {3, 2, 5, 5}, {1, 1, 0, 0}},     // filter as large as the input
+    {{2, 3, 7, 8}, {2, 3, 3, 3}, {3, 2, 2, 1}},     // stride leaves columns unread
+    {{4, 1, 28, 28}, {32, 1, 3, 3}, {1, 1, 0, 0}},  // the seed CNN, small batch
 };
 
 std::string describe(const ConvCase& cc) {
-  return "x " + cc.x.str() + " w " + cc.w.str() + " stride " + std::to_string(cc.o.stride_h) +
-         "x" + std::to_string(cc.o.stride_w) + " pad " + std::to_string(cc.o.pad_h) + "x" +
-         std::to_string(cc.o.pad_w);
+  return "x " + cc.x.str() + " w " + cc.w.str() + " stride " + std::to_string(cc.o.stride_h) + "x" +
+         std::to_string(cc.o.stride_w) + " pad " + std::to_string(cc.o.pad_h) + "x" + std::to_string(cc.o.pad_w);
 }
 
 TEST(Conv2d, ForwardMatchesRef) {
@@ -123,10 +121,12 @@ TEST(Conv2d, BackwardFilterMatchesRefAndOverwrites) {
 TEST(Conv1d, AllDirectionsMatchRef) {
   const auto backends = backends_under_test();
   TROUPE_REQUIRE_BACKENDS(backends);
-  struct Case1d { Shape x, w; ops::Conv1dOptions o; };
-  const Case1d cases[] = {{{2, 7, 30}, {4, 7, 5}, {1, 0}},
-                          {{3, 2, 33}, {5, 2, 3}, {2, 2}},
-                          {{1, 1, 1}, {1, 1, 1}, {1, 0}}};
+  struct Case1d {
+    Shape x, w;
+    ops::Conv1dOptions o;
+  };
+  const Case1d cases[] = {
+      {{2, 7, 30}, {4, 7, 5}, {1, 0}}, {{3, 2, 33}, {5, 2, 3}, {2, 2}}, {{1, 1, 1}, {1, 1, 1}, {1, 0}}};
   for (const auto& backend : backends) {
     SCOPED_TRACE(backend.name);
     std::uint64_t seed = 4000;
@@ -160,15 +160,23 @@ TEST(Conv1d, OutputShape) {
 // bias are backward_data(G, w), backward_filter(x, G) and sum(G).
 TEST(Conv2d, GradientsOfInputWeightsAndBias) {
   Conv2dShape sh;
-  sh.n = 2; sh.c = 2; sh.h = 5; sh.w = 6; sh.k = 3; sh.r = 3; sh.s = 2;
-  sh.stride_h = 2; sh.stride_w = 1; sh.pad_h = 1; sh.pad_w = 1;
+  sh.n = 2;
+  sh.c = 2;
+  sh.h = 5;
+  sh.w = 6;
+  sh.k = 3;
+  sh.r = 3;
+  sh.s = 2;
+  sh.stride_h = 2;
+  sh.stride_w = 1;
+  sh.pad_h = 1;
+  sh.pad_w = 1;
   const std::size_t xs = sh.n * sh.c * sh.h * sh.w, ws = sh.k * sh.c * sh.r * sh.s;
   const std::size_t ys = sh.n * sh.k * sh.p() * sh.q();
   std::vector<double> x = testing::random_doubles(xs, 1), w = testing::random_doubles(ws, 2);
   std::vector<double> b = testing::random_doubles(sh.k, 3);
   const std::vector<double> g = testing::random_doubles(ys, 4);
-  auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv,
-                  const std::vector<double>& bv) {
+  auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv, const std::vector<double>& bv) {
     std::vector<double> y(ys);
     ref::conv2d_forward(sh, xv.data(), wv.data(), bv.data(), y.data());
     double sum = 0.0;
@@ -226,26 +234,49 @@ void expect_invalid(Call&& call, std::initializer_list<std::string> parts) {
 
 TEST(ConvErrors, NameTheOpAndBothShapes) {
   Tensor x = Tensor::zeros({2, 3, 8, 8}), w = Tensor::zeros({4, 2, 3, 3});
-  expect_invalid([&] { ops::conv2d_forward(x, w, Tensor(), Tensor::zeros({2, 4, 6, 6})); },
-                 {"conv2d_forward", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_forward(x, w, Tensor(), Tensor::zeros({2, 4, 6, 6}));
+      },
+      {"conv2d_forward", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
   Tensor w3 = Tensor::zeros({4, 3, 3, 3});
-  expect_invalid([&] { ops::conv2d_forward(x, w3, Tensor(), Tensor::zeros({2, 4, 7, 7})); },
-                 {"conv2d_forward", "[2, 4, 7, 7]", "[2, 4, 6, 6]"});
-  expect_invalid([&] { ops::conv2d_forward(x, w3, Tensor::zeros({3}), Tensor::zeros({2, 4, 6, 6})); },
-                 {"conv2d_forward", "bias f32[3]", "[4]"});
-  expect_invalid([&] { ops::conv2d_backward_data(Tensor::zeros({2, 4, 5, 6}), w3, x); },
-                 {"conv2d_backward_data", "[2, 4, 5, 6]", "[2, 4, 6, 6]"});
-  expect_invalid([&] { ops::conv2d_backward_filter(x, Tensor::zeros({2, 4, 6, 6}), w, Tensor()); },
-                 {"conv2d_backward_filter", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
-  expect_invalid([&] { ops::conv2d_forward(Tensor::zeros({1, 1, 2, 2}), Tensor::zeros({1, 1, 3, 3}),
-                                           Tensor(), Tensor::zeros({1, 1, 1, 1})); },
-                 {"conv2d_forward", "[1, 1, 3, 3]", "[1, 1, 2, 2]"});
-  expect_invalid([&] { ops::conv1d_forward(Tensor::zeros({2, 3, 8}), Tensor::zeros({4, 2, 3}),
-                                           Tensor(), Tensor::zeros({2, 4, 6})); },
-                 {"conv2d_forward", "[2, 3, 1, 8]", "[4, 2, 1, 3]"});
-  expect_invalid([&] { ops::conv2d_forward(x, Tensor::zeros({4, 3, 3, 3}, DType::f32, Device::cpu(1)),
-                                           Tensor(), Tensor::zeros({2, 4, 6, 6})); },
-                 {"conv2d_forward", "[2, 3, 8, 8] on cpu:0", "[4, 3, 3, 3] on cpu:1"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_forward(x, w3, Tensor(), Tensor::zeros({2, 4, 7, 7}));
+      },
+      {"conv2d_forward", "[2, 4, 7, 7]", "[2, 4, 6, 6]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_forward(x, w3, Tensor::zeros({3}), Tensor::zeros({2, 4, 6, 6}));
+      },
+      {"conv2d_forward", "bias f32[3]", "[4]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_backward_data(Tensor::zeros({2, 4, 5, 6}), w3, x);
+      },
+      {"conv2d_backward_data", "[2, 4, 5, 6]", "[2, 4, 6, 6]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_backward_filter(x, Tensor::zeros({2, 4, 6, 6}), w, Tensor());
+      },
+      {"conv2d_backward_filter", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_forward(Tensor::zeros({1, 1, 2, 2}), Tensor::zeros({1, 1, 3, 3}), Tensor(),
+                            Tensor::zeros({1, 1, 1, 1}));
+      },
+      {"conv2d_forward", "[1, 1, 3, 3]", "[1, 1, 2, 2]"});
+  expect_invalid(
+      [&] {
+        ops::conv1d_forward(Tensor::zeros({2, 3, 8}), Tensor::zeros({4, 2, 3}), Tensor(), Tensor::zeros({2, 4, 6}));
+      },
+      {"conv2d_forward", "[2, 3, 1, 8]", "[4, 2, 1, 3]"});
+  expect_invalid(
+      [&] {
+        ops::conv2d_forward(x, Tensor::zeros({4, 3, 3, 3}, DType::f32, Device::cpu(1)), Tensor(),
+                            Tensor::zeros({2, 4, 6, 6}));
+      },
+      {"conv2d_forward", "[2, 3, 8, 8] on cpu:0", "[4, 3, 3, 3] on cpu:1"});
 }
 
 }  // namespace

@@ -22,9 +22,7 @@ using testing::run_ref;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 struct GemmCase {
   std::int64_t m, n, k;
@@ -33,8 +31,7 @@ struct GemmCase {
 TEST(Gemm, MatchesRefForAllTransposesAndShapes) {
   const auto backends = backends_under_test();
   TROUPE_REQUIRE_BACKENDS(backends);
-  const GemmCase cases[] = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {64, 10, 128}, {3, 1, 17},
-                            {1, 65, 1}, {64, 256, 784}};
+  const GemmCase cases[] = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {64, 10, 128}, {3, 1, 17}, {1, 65, 1}, {64, 256, 784}};
   std::uint64_t seed = 100;
   for (const auto& backend : backends) {
     SCOPED_TRACE(backend.name);
@@ -42,9 +39,8 @@ TEST(Gemm, MatchesRefForAllTransposesAndShapes) {
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 2.0f}}) {
-            SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k
-                                              << " ta=" << ta << " tb=" << tb
-                                              << " alpha=" << alpha << " beta=" << beta);
+            SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k << " ta=" << ta
+                                              << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
             Tensor a = random_tensor(ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k}, ++seed);
             Tensor b = random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, ++seed);
             Tensor c0 = random_tensor({gc.m, gc.n}, ++seed);
@@ -82,10 +78,14 @@ TEST(Gemm, GradientOfBothInputsForAllTransposes) {
         return sum;
       };
       std::vector<double> da(m * k), db(k * n);
-      if (!ta) ref::gemm(GemmShape{false, !tb, m, k, n}, 1.0, g.data(), b.data(), 0.0, da.data());
-      else     ref::gemm(GemmShape{tb, true, k, m, n}, 1.0, b.data(), g.data(), 0.0, da.data());
-      if (!tb) ref::gemm(GemmShape{!ta, false, k, n, m}, 1.0, a.data(), g.data(), 0.0, db.data());
-      else     ref::gemm(GemmShape{true, ta, n, k, m}, 1.0, g.data(), a.data(), 0.0, db.data());
+      if (!ta)
+        ref::gemm(GemmShape{false, !tb, m, k, n}, 1.0, g.data(), b.data(), 0.0, da.data());
+      else
+        ref::gemm(GemmShape{tb, true, k, m, n}, 1.0, b.data(), g.data(), 0.0, da.data());
+      if (!tb)
+        ref::gemm(GemmShape{!ta, false, k, n, m}, 1.0, a.data(), g.data(), 0.0, db.data());
+      else
+        ref::gemm(GemmShape{true, ta, n, k, m}, 1.0, g.data(), a.data(), 0.0, db.data());
       testing::check_gradient("gemm dA", a, da, [&](const std::vector<double>& av) { return loss(av, b); });
       testing::check_gradient("gemm dB", b, db, [&](const std::vector<double>& bv) { return loss(a, bv); });
     }
@@ -98,8 +98,8 @@ TEST(Gemm, EmptyInnerDimensionScalesC) {
     SCOPED_TRACE(backend.name);
     Tensor got = backend.run([&](Device d) {
       Tensor c = Tensor::full({2, 3}, 4.0f, d);
-      ops::gemm(Tensor::empty({2, 0}, DType::f32, d), Tensor::empty({0, 3}, DType::f32, d), c,
-                false, false, 1.0f, 0.5f);
+      ops::gemm(Tensor::empty({2, 0}, DType::f32, d), Tensor::empty({0, 3}, DType::f32, d), c, false, false, 1.0f,
+                0.5f);
       return c;
     });
     EXPECT_EQ(got.to_vector(), std::vector<float>(6, 2.0f));
@@ -215,21 +215,28 @@ void expect_invalid(Call&& call, std::initializer_list<std::string> parts) {
 TEST(DenseErrors, NameTheOpAndBothShapes) {
   Tensor a = Tensor::zeros({7, 5}), b = Tensor::zeros({4, 3}), c = Tensor::zeros({7, 3});
   expect_invalid([&] { ops::gemm(a, b, c); }, {"gemm", "[7, 5]", "[4, 3]"});
-  expect_invalid([&] { ops::gemm(a, Tensor::zeros({5, 3}), Tensor::zeros({3, 7})); },
-                 {"gemm", "c f32[3, 7]", "[7, 3]"});
-  expect_invalid([&] { ops::bias_add(Tensor::zeros({2, 7}), Tensor::zeros({5})); },
-                 {"bias_add", "[5]", "[2, 7]"});
-  expect_invalid([&] { ops::bias_grad(Tensor::zeros({2, 7}), Tensor::zeros({6})); },
-                 {"bias_grad", "[6]", "[2, 7]"});
-  expect_invalid([&] { ops::transpose_last2(Tensor::zeros({2, 7}), Tensor::zeros({2, 7})); },
-                 {"transpose_last2", "[2, 7]", "[7, 2]"});
+  expect_invalid(
+      [&] {
+        ops::gemm(a, Tensor::zeros({5, 3}), Tensor::zeros({3, 7}));
+      },
+      {"gemm", "c f32[3, 7]", "[7, 3]"});
+  expect_invalid([&] { ops::bias_add(Tensor::zeros({2, 7}), Tensor::zeros({5})); }, {"bias_add", "[5]", "[2, 7]"});
+  expect_invalid([&] { ops::bias_grad(Tensor::zeros({2, 7}), Tensor::zeros({6})); }, {"bias_grad", "[6]", "[2, 7]"});
+  expect_invalid(
+      [&] {
+        ops::transpose_last2(Tensor::zeros({2, 7}), Tensor::zeros({2, 7}));
+      },
+      {"transpose_last2", "[2, 7]", "[7, 2]"});
 }
 
 TEST(DenseErrors, MixedDevicesNameBothTensors) {
   // cpu:0 and cpu:1 are different devices (two replicas), even on one host.
   Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({3, 4}, DType::f32, Device::cpu(1));
-  expect_invalid([&] { ops::gemm(a, b, Tensor::zeros({2, 4})); },
-                 {"gemm", "f32[2, 3] on cpu:0", "f32[3, 4] on cpu:1", "different devices"});
+  expect_invalid(
+      [&] {
+        ops::gemm(a, b, Tensor::zeros({2, 4}));
+      },
+      {"gemm", "f32[2, 3] on cpu:0", "f32[3, 4] on cpu:1", "different devices"});
   expect_invalid([&] { ops::bias_add(a, Tensor::zeros({3}, DType::f32, Device::cpu(1))); },
                  {"bias_add", "f32[2, 3] on cpu:0", "f32[3] on cpu:1"});
 }

@@ -60,8 +60,7 @@ TEST(Elementwise, SumNMatchesRefWithAndWithoutAliasing) {
           auto body = [&](Device d) {
             std::vector<Tensor> srcs;
             for (const Tensor& h : host) srcs.push_back(h.to(d));
-            Tensor dst = dst_alias < 0 ? Tensor::empty({n}, DType::f32, d)
-                                       : srcs[static_cast<std::size_t>(dst_alias)];
+            Tensor dst = dst_alias < 0 ? Tensor::empty({n}, DType::f32, d) : srcs[static_cast<std::size_t>(dst_alias)];
             ops::sum_n(srcs, dst);
             return dst.to_vector();
           };
@@ -98,27 +97,28 @@ TEST(Elementwise, BadShapesThrowNamingTheOpAndBothShapes) {
   expect_invalid_argument([&] { ops::sum_n({a7, b8}, a7); }, {"ops::sum_n", "[7]", "[8]"});
   expect_invalid_argument([&] { ops::relu_forward(a7, b8); }, {"ops::relu_forward", "[7]", "[8]"});
   expect_invalid_argument([&] { ops::relu_backward(a7, a7, b8); }, {"ops::relu_backward", "[7]", "[8]"});
-  expect_invalid_argument([&] { ops::dropout_forward(a7, b8, 0.5f, 1); },
-                          {"ops::dropout_forward", "[7]", "[8]"});
-  expect_invalid_argument([&] { ops::dropout_backward(a7, b8, 0.5f, 1); },
-                          {"ops::dropout_backward", "[7]", "[8]"});
-  expect_invalid_argument([&] { ops::mse(m, Tensor::zeros({7, 4}), a7, Tensor(), 1.0f); },
-                          {"ops::mse", "[7, 3]", "[7, 4]"});
+  expect_invalid_argument([&] { ops::dropout_forward(a7, b8, 0.5f, 1); }, {"ops::dropout_forward", "[7]", "[8]"});
+  expect_invalid_argument([&] { ops::dropout_backward(a7, b8, 0.5f, 1); }, {"ops::dropout_backward", "[7]", "[8]"});
+  expect_invalid_argument(
+      [&] {
+        ops::mse(m, Tensor::zeros({7, 4}), a7, Tensor(), 1.0f);
+      },
+      {"ops::mse", "[7, 3]", "[7, 4]"});
   const Tensor labels7 = Tensor::zeros({7}, DType::i32);
   expect_invalid_argument([&] { ops::softmax_xent(m, labels7, b8, Tensor(), 1.0f); },
                           {"ops::softmax_xent", "[8]", "[7]"});
-  expect_invalid_argument([&] { ops::softmax_xent(m, labels7, a7, Tensor::zeros({7, 2}), 1.0f); },
-                          {"ops::softmax_xent", "[7, 3]", "[7, 2]"});
+  expect_invalid_argument(
+      [&] {
+        ops::softmax_xent(m, labels7, a7, Tensor::zeros({7, 2}), 1.0f);
+      },
+      {"ops::softmax_xent", "[7, 3]", "[7, 2]"});
   expect_invalid_argument([&] { ops::topk_correct(m, Tensor::zeros({8}, DType::i32), a7, 1); },
                           {"ops::topk_correct", "[8]", "[7]"});
-  expect_invalid_argument([&] { ops::sgd_update(a7, b8, Tensor(), SgdParams{}); },
-                          {"ops::sgd_update", "[7]", "[8]"});
+  expect_invalid_argument([&] { ops::sgd_update(a7, b8, Tensor(), SgdParams{}); }, {"ops::sgd_update", "[7]", "[8]"});
   SgdParams momentum;
   momentum.momentum = 0.9f;
-  expect_invalid_argument([&] { ops::sgd_update(a7, a7, b8, momentum); },
-                          {"ops::sgd_update", "[7]", "[8]"});
-  expect_invalid_argument([&] { ops::adam_update(a7, a7, a7, b8, AdamParams{}); },
-                          {"ops::adam_update", "[7]", "[8]"});
+  expect_invalid_argument([&] { ops::sgd_update(a7, a7, b8, momentum); }, {"ops::sgd_update", "[7]", "[8]"});
+  expect_invalid_argument([&] { ops::adam_update(a7, a7, a7, b8, AdamParams{}); }, {"ops::adam_update", "[7]", "[8]"});
 }
 
 TEST(Elementwise, BadDtypesThrowNamingTheOp) {
@@ -129,8 +129,11 @@ TEST(Elementwise, BadDtypesThrowNamingTheOp) {
   expect_invalid_argument([&] { ops::relu_forward(i, f); }, {"ops::relu_forward", "i32[7]"});
   expect_invalid_argument([&] { ops::init_uniform(i, 0.0f, 1.0f, 1); }, {"ops::init_uniform", "i32[7]"});
   // Labels must be i32, not f32 class indices.
-  expect_invalid_argument([&] { ops::softmax_xent(Tensor::zeros({7, 3}), f, f, Tensor(), 1.0f); },
-                          {"ops::softmax_xent", "labels", "f32[7]", "i32"});
+  expect_invalid_argument(
+      [&] {
+        ops::softmax_xent(Tensor::zeros({7, 3}), f, f, Tensor(), 1.0f);
+      },
+      {"ops::softmax_xent", "labels", "f32[7]", "i32"});
 }
 
 TEST(Elementwise, MixedDevicesThrowNamingBothTensors) {
@@ -139,12 +142,13 @@ TEST(Elementwise, MixedDevicesThrowNamingBothTensors) {
   if (!have_cuda) GTEST_SKIP() << "needs a GPU to place a tensor on another device";
   const Tensor host = Tensor::zeros({7});
   const Tensor gpu = Tensor::zeros({7}, DType::f32, Device::cuda(0));
-  expect_invalid_argument([&] { ops::add(host, gpu, host); },
-                          {"ops::add", "cpu:0", "cuda:0", "different devices"});
-  expect_invalid_argument([&] { ops::axpy(1.0f, gpu, host); },
-                          {"ops::axpy", "cpu:0", "cuda:0", "different devices"});
-  expect_invalid_argument([&] { ops::sum_n({host, gpu}, host); },
-                          {"ops::sum_n", "cpu:0", "cuda:0", "different devices"});
+  expect_invalid_argument([&] { ops::add(host, gpu, host); }, {"ops::add", "cpu:0", "cuda:0", "different devices"});
+  expect_invalid_argument([&] { ops::axpy(1.0f, gpu, host); }, {"ops::axpy", "cpu:0", "cuda:0", "different devices"});
+  expect_invalid_argument(
+      [&] {
+        ops::sum_n({host, gpu}, host);
+      },
+      {"ops::sum_n", "cpu:0", "cuda:0", "different devices"});
   expect_invalid_argument([&] { ops::adam_update(gpu, gpu, host, gpu, AdamParams{}); },
                           {"ops::adam_update", "cpu:0", "cuda:0", "different devices"});
 }

@@ -28,8 +28,7 @@ struct EmbeddingCase {
 };
 
 // Counts larger than vocab guarantee repeated ids.
-const EmbeddingCase kCases[] = {
-    {{7}, 10, 33}, {{4, 33}, 50, 8}, {{5}, 1, 1}, {{64, 300}, 1000, 7}, {{1}, 3, 128}};
+const EmbeddingCase kCases[] = {{{7}, 10, 33}, {{4, 33}, 50, 8}, {{5}, 1, 1}, {{64, 300}, 1000, 7}, {{1}, 3, 128}};
 
 TEST(Embedding, ForwardAndBackwardMatchRef) {
   const auto backends = backends_under_test();
@@ -38,8 +37,7 @@ TEST(Embedding, ForwardAndBackwardMatchRef) {
     SCOPED_TRACE(backend.name);
     std::uint64_t seed = 11000;
     for (const auto& ec : kCases) {
-      SCOPED_TRACE("ids " + ec.ids.str() + " vocab " + std::to_string(ec.vocab) + " dim " +
-                   std::to_string(ec.dim));
+      SCOPED_TRACE("ids " + ec.ids.str() + " vocab " + std::to_string(ec.vocab) + " dim " + std::to_string(ec.dim));
       Tensor ids = random_ints(ec.ids, ++seed, static_cast<std::int32_t>(ec.vocab));
       Tensor table = random_tensor({ec.vocab, ec.dim}, ++seed);
       std::vector<std::int64_t> out_dims = ec.ids.dims();
@@ -142,15 +140,26 @@ void expect_invalid(Call&& call, std::initializer_list<std::string> parts) {
 
 TEST(EmbeddingErrors, NameTheOpAndBothShapes) {
   Tensor ids = Tensor::zeros({4, 3}, DType::i32), table = Tensor::zeros({10, 8});
-  expect_invalid([&] { ops::embedding_forward(ids, table, Tensor::zeros({4, 3, 7})); },
-                 {"embedding_forward", "[4, 3, 7]", "[4, 3, 8]"});
-  expect_invalid([&] { ops::embedding_backward(ids, Tensor::zeros({4, 8}), table); },
-                 {"embedding_backward", "[4, 8]", "[4, 3, 8]"});
-  expect_invalid([&] { ops::embedding_forward(Tensor::zeros({4, 3}), table, Tensor::zeros({4, 3, 8})); },
-                 {"embedding_forward", "ids", "i32"});
-  expect_invalid([&] { ops::embedding_forward(ids, Tensor::zeros({10, 8}, DType::f32, Device::cpu(1)),
-                                              Tensor::zeros({4, 3, 8})); },
-                 {"embedding_forward", "[4, 3] on cpu:0", "[10, 8] on cpu:1"});
+  expect_invalid(
+      [&] {
+        ops::embedding_forward(ids, table, Tensor::zeros({4, 3, 7}));
+      },
+      {"embedding_forward", "[4, 3, 7]", "[4, 3, 8]"});
+  expect_invalid(
+      [&] {
+        ops::embedding_backward(ids, Tensor::zeros({4, 8}), table);
+      },
+      {"embedding_backward", "[4, 8]", "[4, 3, 8]"});
+  expect_invalid(
+      [&] {
+        ops::embedding_forward(Tensor::zeros({4, 3}), table, Tensor::zeros({4, 3, 8}));
+      },
+      {"embedding_forward", "ids", "i32"});
+  expect_invalid(
+      [&] {
+        ops::embedding_forward(ids, Tensor::zeros({10, 8}, DType::f32, Device::cpu(1)), Tensor::zeros({4, 3, 8}));
+      },
+      {"embedding_forward", "[4, 3] on cpu:0", "[10, 8] on cpu:1"});
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ std::vector<Initialiser> initialisers() {
   };
 }
 
-std::vector<float> generate(const BackendUnderTest& backend, const Initialiser& init,
-                            const Shape& shape, std::uint64_t seed) {
+std::vector<float> generate(const BackendUnderTest& backend, const Initialiser& init, const Shape& shape,
+                            std::uint64_t seed) {
   return backend.run([&](Device d) {
     Tensor x = Tensor::empty(shape, DType::f32, d);
     init.init(x, seed);

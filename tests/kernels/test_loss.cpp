@@ -23,8 +23,7 @@ struct Rows {
 };
 // Row counts and widths from one element up to a few hundred thousand, with
 // widths that are and are not multiples of a vector width.
-const std::vector<Rows> kRowShapes{{1, 1},    {1, 7},    {7, 10},   {33, 33},
-                                   {1000, 10}, {128, 1000}, {3000, 100}};
+const std::vector<Rows> kRowShapes{{1, 1}, {1, 7}, {7, 10}, {33, 33}, {1000, 10}, {128, 1000}, {3000, 100}};
 
 TEST(SoftmaxXent, MatchesRef) {
   auto backends = backends_under_test();
@@ -86,8 +85,7 @@ TEST(SoftmaxXent, GradientCheck) {
     const std::int64_t n = rows.n, c = rows.c;
     SCOPED_TRACE("[" + std::to_string(n) + ", " + std::to_string(c) + "]");
     std::vector<double> logits = random_doubles(static_cast<std::size_t>(n * c), 11, -4.0, 4.0);
-    const std::vector<std::int32_t> labels =
-        random_ints({n}, 12, static_cast<std::int32_t>(c)).to_int_vector();
+    const std::vector<std::int32_t> labels = random_ints({n}, 12, static_cast<std::int32_t>(c)).to_int_vector();
     const double scale = 1.0 / double(n);
     std::vector<double> loss(static_cast<std::size_t>(n)), analytic(logits.size());
     ref::softmax_xent(n, c, logits.data(), labels.data(), loss.data(), analytic.data(), scale);
@@ -217,11 +215,9 @@ TEST(TopkCorrect, MatchesRef) {
 TEST(TopkCorrect, TiesCountForTheLabelUpToK) {
   // Row: 1, 2, 2, 0. Label 1 or 2 (a tied maximum) is top-1; label 0 has two
   // logits strictly above it, so it is top-3 but not top-2; label 3 is top-4.
-  const Tensor logits = Tensor::from_vector({4, 4}, std::vector<float>{1, 2, 2, 0, 1, 2, 2, 0,
-                                                                       1, 2, 2, 0, 1, 2, 2, 0});
+  const Tensor logits = Tensor::from_vector({4, 4}, std::vector<float>{1, 2, 2, 0, 1, 2, 2, 0, 1, 2, 2, 0, 1, 2, 2, 0});
   const Tensor labels = Tensor::from_vector({4}, std::vector<std::int32_t>{1, 2, 0, 3});
-  const std::vector<std::vector<float>> want{
-      {1, 1, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};  // k = 1..4
+  const std::vector<std::vector<float>> want{{1, 1, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};  // k = 1..4
   const Tensor flat = Tensor::full({1, 5}, 3.0f);  // all tied: every label is top-1
   const Tensor flat_label = Tensor::from_vector({1}, std::vector<std::int32_t>{4});
   for (const auto& backend : ref_and_backends_under_test()) {

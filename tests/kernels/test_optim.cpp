@@ -39,8 +39,8 @@ std::vector<SgdParams> sgd_configs() {
 }
 
 std::string describe(const SgdParams& p) {
-  return "lr " + std::to_string(p.lr) + ", momentum " + std::to_string(p.momentum) +
-         (p.nesterov ? " (nesterov)" : "") + ", weight decay " + std::to_string(p.weight_decay);
+  return "lr " + std::to_string(p.lr) + ", momentum " + std::to_string(p.momentum) + (p.nesterov ? " (nesterov)" : "") +
+         ", weight decay " + std::to_string(p.weight_decay);
 }
 
 // Runs kSteps SGD updates from `param0` on `d`; returns param and velocity.
@@ -121,12 +121,10 @@ std::string describe(const AdamParams& p) {
 // Runs kSteps Adam (or Nadam) updates; returns param, m and v.
 Outputs run_adam(Device d, const Tensor& param0, const AdamParams& base, bool nadam) {
   const std::int64_t n = param0.numel();
-  Tensor param = param0.to(d), m = Tensor::zeros({n}, DType::f32, d),
-         v = Tensor::zeros({n}, DType::f32, d);
+  Tensor param = param0.to(d), m = Tensor::zeros({n}, DType::f32, d), v = Tensor::zeros({n}, DType::f32, d);
   double m_schedule = 1.0;
   for (int t = 1; t <= kSteps; ++t) {
-    const AdamParams p = nadam ? ops::nadam_coefficients(base, t, m_schedule)
-                               : ops::adam_coefficients(base, t);
+    const AdamParams p = nadam ? ops::nadam_coefficients(base, t, m_schedule) : ops::adam_coefficients(base, t);
     ops::adam_update(param, step_gradient(n, t).to(d), m, v, p);
   }
   return Outputs{param.to_vector(), m.to_vector(), v.to_vector()};
@@ -155,8 +153,7 @@ TEST(Adam, MatchesRef) {
 
 // Compares the change of the parameters, not the parameters: an update of
 // 1e-2 on a parameter of 1 would hide a wrong update in the sixth digit.
-double update_error(const std::vector<float>& got, const std::vector<double>& want,
-                    const std::vector<float>& start) {
+double update_error(const std::vector<float>& got, const std::vector<double>& want, const std::vector<float>& start) {
   std::vector<float> got_delta(got.size()), want_delta(got.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     got_delta[i] = float(double(got[i]) - double(start[i]));
@@ -189,8 +186,8 @@ TEST(Adam, FollowsKingmaBaWithBiasCorrection) {
           v[i] = b2 * v[i] + (1 - b2) * g * g;
           const double m_hat = m[i] / (1 - std::pow(b1, t));
           const double v_hat = v[i] / (1 - std::pow(b2, t));
-          param[i] = param[i] - lr * m_hat / (std::sqrt(v_hat) + eps) -
-                     lr * double(p.decoupled_weight_decay) * param[i];
+          param[i] =
+              param[i] - lr * m_hat / (std::sqrt(v_hat) + eps) - lr * double(p.decoupled_weight_decay) * param[i];
         }
       }
       const Outputs got = backend.run([&](Device d) { return run_adam(d, param0, p, false); });

@@ -28,19 +28,16 @@ struct PoolCase {
 };
 
 const PoolCase kCases[] = {
-    {{2, 3, 8, 8}, {2, 2, 2, 2}},
-    {{1, 2, 7, 9}, {2, 2, 2, 2}},     // odd sizes: the last row and column are not read
-    {{2, 2, 7, 7}, {3, 3, 1, 1}},     // overlapping windows
-    {{1, 1, 1, 5}, {1, 2, 1, 2}},
-    {{3, 1, 9, 6}, {3, 2, 2, 3}},     // non-square window and stride
-    {{64, 32, 26, 26}, {2, 2, 2, 2}}, // the seed CNN
+    {{2, 3, 8, 8}, {2, 2, 2, 2}},     {{1, 2, 7, 9}, {2, 2, 2, 2}},  // odd sizes: the last row and column are not read
+    {{2, 2, 7, 7}, {3, 3, 1, 1}},                                    // overlapping windows
+    {{1, 1, 1, 5}, {1, 2, 1, 2}},     {{3, 1, 9, 6}, {3, 2, 2, 3}},  // non-square window and stride
+    {{64, 32, 26, 26}, {2, 2, 2, 2}},                                // the seed CNN
     {{1, 1, 1, 1}, {1, 1, 1, 1}},
 };
 
 std::string describe(const PoolCase& pc) {
-  return "x " + pc.x.str() + " window " + std::to_string(pc.o.window_h) + "x" +
-         std::to_string(pc.o.window_w) + " stride " + std::to_string(pc.o.stride_h) + "x" +
-         std::to_string(pc.o.stride_w);
+  return "x " + pc.x.str() + " window " + std::to_string(pc.o.window_h) + "x" + std::to_string(pc.o.window_w) +
+         " stride " + std::to_string(pc.o.stride_h) + "x" + std::to_string(pc.o.stride_w);
 }
 
 // Values from {-1, -0.5, 0, 0.5, 1}: most windows hold ties, so any backend
@@ -125,7 +122,10 @@ TEST(MaxPool2d, BackwardMatchesRefAndOverwrites) {
 TEST(MaxPool1d, MatchesRef) {
   const auto backends = backends_under_test();
   TROUPE_REQUIRE_BACKENDS(backends);
-  struct Case1d { Shape x; ops::Pool1dOptions o; };
+  struct Case1d {
+    Shape x;
+    ops::Pool1dOptions o;
+  };
   const Case1d cases[] = {{{2, 3, 33}, {2, 2}}, {{1, 64, 296}, {3, 1}}, {{4, 1, 7}, {7, 7}}};
   for (const auto& backend : backends) {
     SCOPED_TRACE(backend.name);
@@ -157,9 +157,14 @@ TEST(MaxPool2d, GradientOfInput) {
   for (const auto& pc : {PoolCase{{2, 2, 7, 7}, {3, 3, 1, 1}}, PoolCase{{1, 3, 6, 9}, {2, 3, 2, 2}}}) {
     SCOPED_TRACE(describe(pc));
     Pool2dShape sh;
-    sh.n = pc.x[0]; sh.c = pc.x[1]; sh.h = pc.x[2]; sh.w = pc.x[3];
-    sh.window_h = pc.o.window_h; sh.window_w = pc.o.window_w;
-    sh.stride_h = pc.o.stride_h; sh.stride_w = pc.o.stride_w;
+    sh.n = pc.x[0];
+    sh.c = pc.x[1];
+    sh.h = pc.x[2];
+    sh.w = pc.x[3];
+    sh.window_h = pc.o.window_h;
+    sh.window_w = pc.o.window_w;
+    sh.stride_h = pc.o.stride_h;
+    sh.stride_w = pc.o.stride_w;
     const std::size_t xs = pc.x.numel(), ys = sh.n * sh.c * sh.p() * sh.q();
     std::vector<double> x(xs);
     // i -> (i * 37) mod xs is a permutation when 37 does not divide xs.
@@ -195,17 +200,32 @@ void expect_invalid(Call&& call, std::initializer_list<std::string> parts) {
 TEST(PoolErrors, NameTheOpAndBothShapes) {
   Tensor x = Tensor::zeros({2, 3, 8, 8});
   Tensor a = Tensor::zeros({2, 3, 4, 4}, DType::i32);
-  expect_invalid([&] { ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 5}), a); },
-                 {"maxpool2d_forward", "[2, 3, 4, 5]", "[2, 3, 4, 4]"});
-  expect_invalid([&] { ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 4}), Tensor::zeros({2, 3, 4, 4})); },
-                 {"maxpool2d_forward", "argmax", "i32"});
-  expect_invalid([&] { ops::maxpool2d_backward(Tensor::zeros({2, 3, 3, 4}), a, x); },
-                 {"maxpool2d_backward", "[2, 3, 3, 4]", "[2, 3, 4, 4]"});
-  expect_invalid([&] { ops::maxpool2d_forward(Tensor::zeros({1, 1, 2, 5}), Tensor::zeros({1, 1, 1, 1}),
-                                              Tensor::zeros({1, 1, 1, 1}, DType::i32), {3, 3, 1, 1}); },
-                 {"maxpool2d_forward", "3x3", "[1, 1, 2, 5]"});
-  expect_invalid([&] { ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 4}, DType::f32, Device::cpu(1)), a); },
-                 {"maxpool2d_forward", "[2, 3, 8, 8] on cpu:0", "[2, 3, 4, 4] on cpu:1"});
+  expect_invalid(
+      [&] {
+        ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 5}), a);
+      },
+      {"maxpool2d_forward", "[2, 3, 4, 5]", "[2, 3, 4, 4]"});
+  expect_invalid(
+      [&] {
+        ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 4}), Tensor::zeros({2, 3, 4, 4}));
+      },
+      {"maxpool2d_forward", "argmax", "i32"});
+  expect_invalid(
+      [&] {
+        ops::maxpool2d_backward(Tensor::zeros({2, 3, 3, 4}), a, x);
+      },
+      {"maxpool2d_backward", "[2, 3, 3, 4]", "[2, 3, 4, 4]"});
+  expect_invalid(
+      [&] {
+        ops::maxpool2d_forward(Tensor::zeros({1, 1, 2, 5}), Tensor::zeros({1, 1, 1, 1}),
+                               Tensor::zeros({1, 1, 1, 1}, DType::i32), {3, 3, 1, 1});
+      },
+      {"maxpool2d_forward", "3x3", "[1, 1, 2, 5]"});
+  expect_invalid(
+      [&] {
+        ops::maxpool2d_forward(x, Tensor::zeros({2, 3, 4, 4}, DType::f32, Device::cpu(1)), a);
+      },
+      {"maxpool2d_forward", "[2, 3, 8, 8] on cpu:0", "[2, 3, 4, 4] on cpu:1"});
 }
 
 }  // namespace

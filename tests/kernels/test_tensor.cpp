@@ -72,7 +72,9 @@ TEST(Tensor, HostMemoryThatCannotBeHadSaysHowMuch) {
     Tensor t = Tensor::empty({std::int64_t{1} << 55});
     ADD_FAILURE() << "allocated " << t.bytes() << " bytes";
   } catch (const std::bad_alloc& e) {
-    EXPECT_NE(std::string(e.what()).find("out of host memory: could not allocate 134217728.00 GiB (144115188075855872 bytes)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "out of host memory: could not allocate 134217728.00 GiB (144115188075855872 bytes)"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -143,8 +145,10 @@ TEST(Registry, KnowsRefAndRejectsUnknownNames) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ref"), std::string::npos) << e.what();
   }
-  { BackendOverride use(DeviceKind::cpu, "ref");
-    EXPECT_EQ(r.for_device(Device::cpu()).name(), "ref"); }
+  {
+    BackendOverride use(DeviceKind::cpu, "ref");
+    EXPECT_EQ(r.for_device(Device::cpu()).name(), "ref");
+  }
 }
 
 TEST(Registry, CudaTensorsFailClearlyWithoutTheBackend) {

@@ -161,12 +161,10 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
   s.optimizer.name = "adam";
   s.optimizer.spec = "adam lr=0.001 beta1=0.9 beta2=0.999";
   s.optimizer.hyper_parameters = {{"lr", 0.001}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}};
-  s.optimizer.buffers = {{"m", std::vector<float>(1001, 0.125f)},
-                         {"v", special},
-                         {"velocity", {}}};
+  s.optimizer.buffers = {{"m", std::vector<float>(1001, 0.125f)}, {"v", special}, {"velocity", {}}};
   s.optimizer.scalars = {{"adam_step", 1234.0}, {"m_schedule", 0.987654321}};
-  s.position = {1234, 3, {3, 17, 0xdeadbeefcafef00dull}, {1234, 1233, 1235},
-                {1200, 41216, 3, 32, 500, 45000, 12345.678, 40001}};
+  s.position = {
+      1234, 3, {3, 17, 0xdeadbeefcafef00dull}, {1234, 1233, 1235}, {1200, 41216, 3, 32, 500, 45000, 12345.678, 40001}};
   s.schedule = {"cosine base=0.1 warmup=500", 1233, 3, 0.0421};
   s.rng = {42, 987654321987ull};
   s.update_mode = "ssp:4";
@@ -273,8 +271,8 @@ TEST_F(CheckpointFileTest, CapnpDecodePrintsTheFile) {
   // relative to the build directory, e.g. under ccache).
   const fs::path schema = fs::path(TROUPE_SOURCE_DIR) / "models/checkpoint/checkpoint.capnp";
   const std::string out = path("decoded.txt");
-  const std::string command = "capnp decode --short '" + schema.string() + "' Checkpoint < '" + file +
-                              "' > '" + out + "' 2>&1";
+  const std::string command =
+      "capnp decode --short '" + schema.string() + "' Checkpoint < '" + file + "' > '" + out + "' 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << read_bytes(out);
   const std::string text = read_bytes(out);
   EXPECT_NE(text.find("magic = \"troupe.checkpoint\""), std::string::npos) << text;
@@ -337,8 +335,8 @@ TEST_F(CheckpointFileTest, WriteIntoAMissingDirectoryFailsAndCreatesNothing) {
 TEST_F(CheckpointDirectoryTest, KeepsTheLastKAndNamesFilesByStep) {
   Directory checkpoints(path("run"), 3);
   for (std::uint64_t step : {100, 200, 300, 400, 500, 1000}) {
-    EXPECT_EQ(checkpoints.save(small_state(step)), path("run/ckpt-" + std::string(step < 1000 ? 9 : 8, '0') +
-                                                        std::to_string(step) + ".troupe"));
+    EXPECT_EQ(checkpoints.save(small_state(step)),
+              path("run/ckpt-" + std::string(step < 1000 ? 9 : 8, '0') + std::to_string(step) + ".troupe"));
   }
   std::vector<Directory::Entry> entries = checkpoints.list();
   ASSERT_EQ(entries.size(), 3u);
@@ -407,8 +405,7 @@ TEST_F(CheckpointErrorTest, TruncatedFileIsReportedAtEveryCut) {
   const std::string file = path("cut.troupe");
   write(file, small_state(3, 100000));
   const std::string good = read_bytes(file);
-  for (std::size_t cut : {std::size_t{200}, std::size_t{1000}, good.size() / 2, good.size() - 8,
-                          good.size() - 1}) {
+  for (std::size_t cut : {std::size_t{200}, std::size_t{1000}, good.size() / 2, good.size() - 8, good.size() - 1}) {
     SCOPED_TRACE(cut);
     write_bytes(file, good.substr(0, cut));
     const std::string error = message_of([&] { read(file); });
@@ -448,9 +445,8 @@ TEST_F(CheckpointErrorTest, CorruptedParameterChunkFailsItsCrc) {
 TEST_F(CheckpointErrorTest, CorruptedOptimizerStateFailsItsCrcByName) {
   State s = small_state(1);
   s.optimizer.buffers = {{"m", std::vector<float>(64, 0.0f)}, {"v", std::vector<float>(64, 1234.5678f)}};
-  const std::string error = error_after("crc-v.troupe", s, [&](std::string& b) {
-    b[find_or_fail(b, bytes_of(1234.5678f)) + 2] ^= 0x40;
-  });
+  const std::string error =
+      error_after("crc-v.troupe", s, [&](std::string& b) { b[find_or_fail(b, bytes_of(1234.5678f)) + 2] ^= 0x40; });
   EXPECT_NE(error.find(path("crc-v.troupe")), std::string::npos) << error;
   EXPECT_NE(error.find("CRC mismatch in optimizer state 'v' chunk 0 of 1"), std::string::npos) << error;
 }
@@ -458,9 +454,8 @@ TEST_F(CheckpointErrorTest, CorruptedOptimizerStateFailsItsCrcByName) {
 TEST_F(CheckpointErrorTest, DamagedMetadataFailsTheMetadataCrc) {
   State s = small_state(0x1122334455667788ull);
   s.metrics_note = "loss=0.5";
-  std::string error = error_after("meta.troupe", s, [&](std::string& b) {
-    b[find_or_fail(b, bytes_of(s.position.global_step)) + 3] ^= 0x04;
-  });
+  std::string error = error_after(
+      "meta.troupe", s, [&](std::string& b) { b[find_or_fail(b, bytes_of(s.position.global_step)) + 3] ^= 0x04; });
   EXPECT_NE(error.find(path("meta.troupe")), std::string::npos) << error;
   EXPECT_NE(error.find("metadata CRC mismatch"), std::string::npos) << error;
 
@@ -524,8 +519,7 @@ TEST_F(CheckpointErrorTest, ChunkBytesMustMatchTheElementCount) {
     b.replace(find_or_fail(b, bytes_of(count)), 8, bytes_of(wrong));
   });
   EXPECT_NE(error.find(path("param-count.troupe")), std::string::npos) << error;
-  EXPECT_NE(error.find("model.parameterCount is 99 but the parameter buffer holds 123457"), std::string::npos)
-      << error;
+  EXPECT_NE(error.find("model.parameterCount is 99 but the parameter buffer holds 123457"), std::string::npos) << error;
 }
 
 TEST_F(CheckpointErrorTest, NewerFormatVersionIsRefused) {

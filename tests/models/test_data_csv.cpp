@@ -60,7 +60,8 @@ TEST(DataCsv, RegressionTargetByName) {
 TEST(DataCsv, SeededTestSplit) {
   TempDir dir;
   std::string text = "a,b,label\n";
-  for (int i = 0; i < 50; ++i) text += std::to_string(i) + "," + std::to_string(2 * i) + "," + std::to_string(i % 4) + "\n";
+  for (int i = 0; i < 50; ++i)
+    text += std::to_string(i) + "," + std::to_string(2 * i) + "," + std::to_string(i % 4) + "\n";
   write_file(dir.file("t.csv"), text);
   CsvOptions options;
   options.test_fraction = 0.2;

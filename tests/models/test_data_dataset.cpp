@@ -133,8 +133,7 @@ TEST(DataLoad, ByNameAndUnknownNames) {
   EXPECT_EQ(s.train.name, "linreg");
   EXPECT_EQ(known_dataset_names(), (std::vector<std::string>{"fashion-mnist", "linreg", "wordnet"}));
   const std::string message = error_of<DataError>([] { load_dataset("imagenet"); });
-  for (const char* part : {"unknown dataset 'imagenet'", "fashion-mnist", "linreg", "wordnet", ".csv",
-                           "images-idx3"}) {
+  for (const char* part : {"unknown dataset 'imagenet'", "fashion-mnist", "linreg", "wordnet", ".csv", "images-idx3"}) {
     EXPECT_NE(message.find(part), std::string::npos) << part << " missing from: " << message;
   }
   const std::string missing_csv = error_of<DataError>([] { load_dataset("/nonexistent/table.csv"); });

@@ -60,8 +60,8 @@ TEST(DataSharding, UnionOfRankBatchesIsTheGlobalBatch) {
     for (const bool drop : {false, true}) {
       for (const std::int64_t n : {0, 1, 5, 17, 24, 100}) {
         for (const std::int64_t b : {1, 4, 7}) {
-          SCOPED_TRACE("world " + std::to_string(world) + " drop " + std::to_string(drop) + " n " +
-                       std::to_string(n) + " b " + std::to_string(b));
+          SCOPED_TRACE("world " + std::to_string(world) + " drop " + std::to_string(drop) + " n " + std::to_string(n) +
+                       " b " + std::to_string(b));
           PlanOptions options{n, b, /*shuffle=*/true, /*seed=*/11, drop};
           const std::int64_t steps = batches_per_epoch(options, {0, world});
           const std::int64_t global = b * world;
@@ -210,7 +210,8 @@ TEST(EpochPlanSegments, EveryExampleExactlyOnceWhateverJoinsOrLeaves) {
       }
       offset = std::min(n, offset + steps * o.batch_size * world);
     }
-    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "example " << i << ", trial " << trial;
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "example " << i << ", trial " << trial;
   }
 }
 

@@ -43,11 +43,12 @@ TEST(DataIdx, ReadsRawAndGzippedAlike) {
   TempDir dir;
   write_file(dir.file("raw"), idx_images(4, 2, 3));
   write_gzip(dir.file("packed.bin"), idx_images(4, 2, 3));  // gzip without a .gz name
-  write_file(dir.file("raw.gz"), idx_images(4, 2, 3));       // and a raw file with one
+  write_file(dir.file("raw.gz"), idx_images(4, 2, 3));      // and a raw file with one
   const auto raw = read_idx_images(dir.file("raw"));
   EXPECT_EQ(raw.shape(), (Shape{4, 1, 2, 3}));
   const auto values = raw.to_vector();
-  for (std::size_t i = 0; i < values.size(); ++i) EXPECT_FLOAT_EQ(values[i], static_cast<float>((i * 7) % 256) / 255.0f);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    EXPECT_FLOAT_EQ(values[i], static_cast<float>((i * 7) % 256) / 255.0f);
   EXPECT_EQ(read_idx_images(dir.file("packed.bin")).to_vector(), values);
   EXPECT_EQ(read_idx_images(dir.file("raw.gz")).to_vector(), values);
 
@@ -124,8 +125,8 @@ TEST(DataIdx, LabelsOutOfRangeAndCountMismatch) {
   EXPECT_EQ(read_idx_labels(dir.file("labels"), 11).to_int_vector(), (std::vector<std::int32_t>{1, 10, 2}));
 
   write_file(dir.file("images"), idx_images(4, 2, 2));
-  const std::string count = error_of<DataError>(
-      [&] { load_idx_split(dir.file("images"), dir.file("labels"), "t", "train", 11); });
+  const std::string count =
+      error_of<DataError>([&] { load_idx_split(dir.file("images"), dir.file("labels"), "t", "train", 11); });
   EXPECT_NE(count.find("holds 4 images but"), std::string::npos) << count;
   EXPECT_NE(count.find("holds 3 labels"), std::string::npos) << count;
 }
@@ -148,8 +149,8 @@ TEST(DataFashionMnist, MissingFilesNameThePackage) {
   TempDir dir;
   testing::write_file(dir.file("train-images-idx3-ubyte.gz"), "");
   const std::string message = error_of<DataError>([&] { load_fashion_mnist(dir.path()); });
-  EXPECT_NE(message.find("install the Debian package dataset-fashion-mnist (scripts/setup.sh does)"),
-            std::string::npos) << message;
+  EXPECT_NE(message.find("install the Debian package dataset-fashion-mnist (scripts/setup.sh does)"), std::string::npos)
+      << message;
   EXPECT_NE(message.find(dir.path() + "/train-labels-idx1-ubyte"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.path() + "/t10k-images-idx3-ubyte"), std::string::npos) << message;
   EXPECT_EQ(message.find(dir.path() + "/train-images-idx3-ubyte"), std::string::npos) << message;

@@ -44,9 +44,10 @@ TEST(DataText, VocabularyByFrequencyThenWord) {
 const char* const licence = "  1 This software and database is being provided to you\n";
 
 void write_small_wordnet(const TempDir& dir) {
-  write_file(dir.file("data.noun"), std::string(licence) +
-                                        "00001740 03 n 01 entity 0 000 | that which is perceived  \n"
-                                        "00002137 05 n 01 dog 0 001 @ 00001740 n 0000 | a Domestic dog; \"the dog barked\"  \n");
+  write_file(dir.file("data.noun"),
+             std::string(licence) +
+                 "00001740 03 n 01 entity 0 000 | that which is perceived  \n"
+                 "00002137 05 n 01 dog 0 001 @ 00001740 n 0000 | a Domestic dog; \"the dog barked\"  \n");
   write_file(dir.file("data.verb"), std::string(licence) + "00001740 29 v 01 breathe 0 000 01 + 02 00 | draw air  \n");
   write_file(dir.file("data.adj"), std::string(licence) + "00001740 00 a 01 able 0 000 | having the dog skill  \n");
   write_file(dir.file("data.adv"), std::string(licence) + "00001837 02 r 01 barely 0 000 | only just  \n");
@@ -105,7 +106,7 @@ TEST(DataWordnet, RealDebianCorpus) {
   options.sequence_length = 40;  // the real 300 only costs memory here
   const Splits s = load_wordnet(options);
   EXPECT_EQ(s.train.size() + s.test.size(), 117659);  // WordNet 3.0 synsets
-  EXPECT_EQ(s.test.size(), 23532);                     // round(20%)
+  EXPECT_EQ(s.test.size(), 23532);                    // round(20%)
   EXPECT_EQ(s.train.num_classes, 45);
   EXPECT_EQ(s.train.vocabulary.size(), 10000u);
   EXPECT_EQ(s.train.features.shape(), (Shape{s.train.size(), 40}));

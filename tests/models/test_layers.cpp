@@ -143,10 +143,13 @@ TEST(LayerGradients, EmbeddingTableWithRepeatedIds) {
   std::vector<double> values, analytic;
   for (float v : params.to_vector()) values.push_back(v);
   for (float v : grads.to_vector()) analytic.push_back(v);
-  check_gradient("embedding table", values, analytic, [&](const std::vector<double>& v) {
-    for (std::size_t i = 0; i < v.size(); ++i) params.f32()[i] = static_cast<float>(v[i]);
-    return loss();
-  }, 1e-2, 2e-2);
+  check_gradient(
+      "embedding table", values, analytic,
+      [&](const std::vector<double>& v) {
+        for (std::size_t i = 0; i < v.size(); ++i) params.f32()[i] = static_cast<float>(v[i]);
+        return loss();
+      },
+      1e-2, 2e-2);
   EXPECT_THROW(layer.backward(r, true), std::logic_error);
 }
 
@@ -163,7 +166,8 @@ TEST(LayerGradients, FlattenIsAViewBothWays) {
 TEST(Model, FlatBuffersAlignedSlicesAndWholeModelGradient) {
   ModelSpec spec = ModelSpec::parse(
       "name tiny\ninput 1 6 6\nconv2d filters=2 kernel=3\nrelu\nmaxpool2d pool=2\nflatten\n"
-      "dense units=5\nrelu\ndense units=3\n", "test");
+      "dense units=5\nrelu\ndense units=3\n",
+      "test");
   Model model(spec, Device::cpu());
   // conv: 2*1*3*3 + 2 = 20 -> 32 aligned; dense 8*5+5 = 45 -> 48; dense 5*3+3 = 18 -> 32.
   EXPECT_EQ(model.parameter_count(), 32 + 48 + 32);
@@ -176,19 +180,20 @@ TEST(Model, FlatBuffersAlignedSlicesAndWholeModelGradient) {
   Tensor labels = Tensor::from_vector({4}, std::vector<std::int32_t>{0, 2, 1, 2});
   Loss loss = Loss::parse("xent");
   Tensor dlogits = Tensor::empty({4, 3});
-  auto objective = [&]() {
-    return loss.sum(model.forward(x, true), labels, Tensor(), 1.0f) / 4.0;
-  };
+  auto objective = [&]() { return loss.sum(model.forward(x, true), labels, Tensor(), 1.0f) / 4.0; };
   loss.sum(model.forward(x, true), labels, dlogits, 0.25f);
   model.backward(dlogits);
   std::vector<double> values, analytic;
   for (float v : model.parameters().to_vector()) values.push_back(v);
   for (float v : model.gradients().to_vector()) analytic.push_back(v);
   float* params = model.parameters().f32();
-  check_gradient("whole model", values, analytic, [&](const std::vector<double>& v) {
-    for (std::size_t i = 0; i < v.size(); ++i) params[i] = static_cast<float>(v[i]);
-    return objective();
-  }, 1e-2, 2e-2);
+  check_gradient(
+      "whole model", values, analytic,
+      [&](const std::vector<double>& v) {
+        for (std::size_t i = 0; i < v.size(); ++i) params[i] = static_cast<float>(v[i]);
+        return objective();
+      },
+      1e-2, 2e-2);
 }
 
 TEST(Model, RejectsInputsOfTheWrongShapeOrType) {

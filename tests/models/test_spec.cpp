@@ -54,31 +54,34 @@ TEST(ModelSpec, TextRoundTrips) {
 }
 
 TEST(ModelSpec, ErrorsNameSourceLineAndProblem) {
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\nconv3d filters=2\n", "my.spec"); })
-                .find("my.spec:2: unknown layer 'conv3d'; known: dense"), std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense units=x\n", "m"); }).find("m:2:"),
+  EXPECT_NE(error_of([] {
+              ModelSpec::parse("input 4\nconv3d filters=2\n", "my.spec");
+            }).find("my.spec:2: unknown layer 'conv3d'; known: dense"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense\n", "m"); }).find("missing units="),
-            std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense units=3 color=red\n", "m"); })
-                .find("unknown option 'color'"), std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("dense units=3\n", "m"); }).find("no 'input' line"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndropout rate=1.5\n", "m"); }).find("[0, 1)"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense units=x\n", "m"); }).find("m:2:"), std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense\n", "m"); }).find("missing units="), std::string::npos);
+  EXPECT_NE(
+      error_of([] { ModelSpec::parse("input 4\ndense units=3 color=red\n", "m"); }).find("unknown option 'color'"),
+      std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("dense units=3\n", "m"); }).find("no 'input' line"), std::string::npos);
+  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndropout rate=1.5\n", "m"); }).find("[0, 1)"), std::string::npos);
   // A spec is text: a control byte (here a NUL in the name, which cut every
   // message naming the model short; fuzz/model_spec.cpp) is refused where
   // it stands. Tabs and a CRLF line end are text.
-  EXPECT_NE(error_of([] { ModelSpec::parse(std::string("name ab\0c\ninput 4\ndense units=3\n", 32), "m"); })
-                .find("m:1: a control character (byte 0x00) at column 8"),
+  EXPECT_NE(error_of([] {
+              ModelSpec::parse(std::string("name ab\0c\ninput 4\ndense units=3\n", 32), "m");
+            }).find("m:1: a control character (byte 0x00) at column 8"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ModelSpec::parse("input 4\ndense\x1b units=3\n", "m"); })
-                .find("m:2: a control character (byte 0x1b) at column 6"),
+  EXPECT_NE(error_of([] {
+              ModelSpec::parse("input 4\ndense\x1b units=3\n", "m");
+            }).find("m:2: a control character (byte 0x1b) at column 6"),
             std::string::npos);
   EXPECT_EQ(ModelSpec::parse("name\tx\r\ninput 4\r\ndense units=3\r\n", "m").name, "x");
   // Shapes that do not fit fail when the model is built, naming the layer.
-  EXPECT_NE(error_of([] { Model m(ModelSpec::parse("input 1 28 28\ndense units=3\n", "m"), Device::cpu()); })
-                .find("put a flatten layer before it"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              Model m(ModelSpec::parse("input 1 28 28\ndense units=3\n", "m"), Device::cpu());
+            }).find("put a flatten layer before it"),
+            std::string::npos);
 }
 
 // A spec that parses can still describe a model that cannot be: a layer
@@ -153,8 +156,9 @@ TEST(ModelSpec, SpecFilesByPath) {
   ModelSpec spec = resolve_model(path, {Shape{1, 28, 28}, DType::f32, 10});
   EXPECT_EQ(spec.name, "mine");
   EXPECT_EQ(spec.layers.size(), 2u);
-  EXPECT_NE(error_of([] { resolve_model("/nonexistent/x.spec", {}); }).find("model spec '/nonexistent/x.spec': cannot open"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { resolve_model("/nonexistent/x.spec", {}); }).find("model spec '/nonexistent/x.spec': cannot open"),
+      std::string::npos);
 }
 
 TEST(LrSchedule, SeedTutorialDecay) {

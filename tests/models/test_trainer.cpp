@@ -159,8 +159,7 @@ TEST(Trainer, ResumingAnotherModelsCheckpointIsRefused) {
     Trainer t(cnn);
     FAIL() << "resumed a cnn from an mlp checkpoint";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("is for model 'mlp', but 'cnn' was requested"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("is for model 'mlp', but 'cnn' was requested"), std::string::npos) << e.what();
   }
 }
 

@@ -109,7 +109,8 @@ struct Outcome {
 };
 
 // The whole exchange, through encode()/decode() as on the wire.
-Outcome handshake(const Secret& acceptor_secret, const Secret& joiner_secret, const std::string& identity = "worker/b") {
+Outcome handshake(const Secret& acceptor_secret, const Secret& joiner_secret,
+                  const std::string& identity = "worker/b") {
   Acceptor acceptor(acceptor_secret);
   Joiner joiner(joiner_secret, identity);
   const Challenge c = Challenge::decode(acceptor.challenge().encode());
@@ -246,7 +247,8 @@ Outcome clear_handshake(bool acceptor_clear, bool joiner_clear) {
   const Secret s = Secret::from_text(secret_text);
   Acceptor acceptor(s, acceptor_clear);
   Joiner joiner(s, "worker/b", joiner_clear);
-  const JoinResponse r = JoinResponse::decode(joiner.respond(Challenge::decode(acceptor.challenge().encode())).encode());
+  const JoinResponse r =
+      JoinResponse::decode(joiner.respond(Challenge::decode(acceptor.challenge().encode())).encode());
   Outcome o;
   o.at_acceptor = acceptor.verify(r);
   o.at_joiner = joiner.verify(o.at_acceptor.proof);
@@ -278,8 +280,9 @@ TEST(ClusterHandshake, ClearLinksOnOneSideOnlyAreRefusedNamingBoth) {
                                                  "handshake) and this node seals its links"),
             std::string::npos)
       << acceptor_clear.at_joiner.reason;
-  EXPECT_NE(acceptor_clear.at_acceptor.reason.find("'worker/b' refused the handshake: the acceptor runs with --insecure"),
-            std::string::npos)
+  EXPECT_NE(
+      acceptor_clear.at_acceptor.reason.find("'worker/b' refused the handshake: the acceptor runs with --insecure"),
+      std::string::npos)
       << acceptor_clear.at_acceptor.reason;
 
   const Outcome joiner_clear = clear_handshake(false, true);
@@ -387,8 +390,9 @@ TEST(ClusterHandshake, DecodeNamesWhatIsWrong) {
   for (std::size_t n = 0; n < challenge.size(); ++n)
     EXPECT_NE(refusal_of([&] { Challenge::decode(challenge.substr(0, n)); }), "") << n;
   // Another kind of message.
-  EXPECT_NE(refusal_of([&] { Verdict::decode(challenge); })
-                .find("malformed handshake verdict: a handshake challenge instead"),
+  EXPECT_NE(refusal_of([&] {
+              Verdict::decode(challenge);
+            }).find("malformed handshake verdict: a handshake challenge instead"),
             std::string::npos);
   // Over the bound: refused on its size alone.
   const std::string big(kMaxAuthMessageBytes + 8, '\0');
@@ -398,8 +402,9 @@ TEST(ClusterHandshake, DecodeNamesWhatIsWrong) {
   std::string other = challenge;
   ASSERT_EQ(static_cast<unsigned char>(other[16]), kAuthProtocol);
   other[16] = 1;
-  EXPECT_NE(refusal_of([&] { Challenge::decode(other); })
-                .find("malformed handshake challenge: handshake protocol 1, this node speaks 2"),
+  EXPECT_NE(refusal_of([&] {
+              Challenge::decode(other);
+            }).find("malformed handshake challenge: handshake protocol 1, this node speaks 2"),
             std::string::npos)
       << refusal_of([&] { Challenge::decode(other); });
   // An all-zero message (a null root) says nothing.
@@ -477,8 +482,7 @@ TEST_F(ClusterSecretFile, OnlyASmallRegularFile) {
       ADD_FAILURE() << path << " was read as a secret";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("secret file '" + path + "' is a "), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 64 KiB"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected a regular file of at most 64 KiB"), std::string::npos) << e.what();
     }
   }
   try {

@@ -4,8 +4,8 @@
 // version, admit hook), misbehaving clients that must never reach the echo
 // server, stop() with live connections, and the handshake as the tcp
 // backend's authentication hook.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -180,8 +180,7 @@ TEST(ClusterGate, SecretOnOneSideOnlyIsRefusedEitherWay) {
   EchoServer echo;
   {
     Gate gate(gate_config(echo.port(), handshake("coordinator", kSecretText)));
-    const std::string error =
-        error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a"))); });
+    const std::string error = error_of([&] { JoinRelay relay(relay_config(gate.port(), handshake("worker/a"))); });
     EXPECT_NE(error.find("requires a cluster secret but the joiner has none"), std::string::npos) << error;
     EXPECT_TRUE(eventually([&] { return gate.refused() == 1; }));
   }
@@ -394,9 +393,8 @@ TEST(ClusterGate, RelayWaitsForAGateThatStartsLater) {
   std::uint16_t port = 0;
   ::close(listen_tcp("127.0.0.1:0", &port));
   EchoServer echo;
-  auto relay = std::async(std::launch::async, [&] {
-    return std::make_unique<JoinRelay>(relay_config(port, handshake("worker/a")));
-  });
+  auto relay = std::async(std::launch::async,
+                          [&] { return std::make_unique<JoinRelay>(relay_config(port, handshake("worker/a"))); });
   std::this_thread::sleep_for(300ms);
   GateConfig c = gate_config(echo.port(), handshake("coordinator"));
   c.listen_address = "127.0.0.1:" + std::to_string(port);
@@ -506,8 +504,8 @@ TEST(ClusterGate, ClearLinksRoundTripAndBothEndsMustAgree) {
   EXPECT_TRUE(log.has({"refused", "'worker/b'", "the acceptor runs with --insecure"})) << log.all();
 
   Gate sealed_gate(gate_config(echo.port(), handshake("coordinator", kSecretText), &log));
-  const std::string clear_joiner = error_of(
-      [&] { JoinRelay relay(relay_config(sealed_gate.port(), clear_handshake("worker/c", kSecretText))); });
+  const std::string clear_joiner =
+      error_of([&] { JoinRelay relay(relay_config(sealed_gate.port(), clear_handshake("worker/c", kSecretText))); });
   EXPECT_NE(clear_joiner.find("the acceptor seals its links and this node runs with --insecure"), std::string::npos)
       << clear_joiner;
   EXPECT_EQ(echo.connections(), 1u);  // the first relay's only

@@ -77,8 +77,8 @@ TEST(HostList, MalformedListsAreRefusedWithWhatAndWhere) {
 // ---- SLURM ------------------------------------------------------------------------
 
 Environment slurm(const std::string& procid, const std::string& ntasks, const std::string& nodelist) {
-  return {{"SLURM_PROCID", procid}, {"SLURM_NTASKS", ntasks}, {"SLURM_JOB_NODELIST", nodelist},
-          {"SLURM_JOB_ID", "4242"}};
+  return {
+      {"SLURM_PROCID", procid}, {"SLURM_NTASKS", ntasks}, {"SLURM_JOB_NODELIST", nodelist}, {"SLURM_JOB_ID", "4242"}};
 }
 
 TEST(LauncherEnv, SlurmRankZeroIsTheCoordinatorOnTheFirstHostOfACompressedList) {
@@ -91,8 +91,9 @@ TEST(LauncherEnv, SlurmRankZeroIsTheCoordinatorOnTheFirstHostOfACompressedList) 
   EXPECT_EQ(role->world_size, 4);
   EXPECT_EQ(role->coordinator.str(), "gpu07:7000");
   EXPECT_TRUE(role->own_address.empty());
-  EXPECT_EQ(role->summary(), "rank 0 of 4 (SLURM_PROCID, SLURM_NTASKS): the coordinator, listening at gpu07:7000 "
-                             "(first host of SLURM_JOB_NODELIST, port from TROUPE_PORT)");
+  EXPECT_EQ(role->summary(),
+            "rank 0 of 4 (SLURM_PROCID, SLURM_NTASKS): the coordinator, listening at gpu07:7000 "
+            "(first host of SLURM_JOB_NODELIST, port from TROUPE_PORT)");
 }
 
 TEST(LauncherEnv, SlurmWorkerJoinsTheFirstHostAndPortFlagBeatsTroupePort) {
@@ -105,16 +106,17 @@ TEST(LauncherEnv, SlurmWorkerJoinsTheFirstHostAndPortFlagBeatsTroupePort) {
   EXPECT_EQ(role->rank, 2);
   EXPECT_FALSE(role->is_coordinator());
   EXPECT_EQ(role->coordinator.str(), "node01:7100");
-  EXPECT_EQ(role->summary(), "rank 2 of 3 (SLURM_PROCID, SLURM_NTASKS): a worker, joining node01:7100 "
-                             "(first host of SLURM_JOB_NODELIST, port from --port)");
+  EXPECT_EQ(role->summary(),
+            "rank 2 of 3 (SLURM_PROCID, SLURM_NTASKS): a worker, joining node01:7100 "
+            "(first host of SLURM_JOB_NODELIST, port from --port)");
   // --coordinator replaces the host list's first host.
   flags.coordinator = "login-1:7200";
   EXPECT_EQ(role_from_environment(env, flags)->coordinator.str(), "login-1:7200");
 }
 
 TEST(LauncherEnv, SlurmOlderNamesAreAccepted) {
-  const Environment env{{"SLURM_PROCID", "1"}, {"SLURM_NPROCS", "2"}, {"SLURM_NODELIST", "a[1-2]"},
-                        {"TROUPE_PORT", "9"}};
+  const Environment env{
+      {"SLURM_PROCID", "1"}, {"SLURM_NPROCS", "2"}, {"SLURM_NODELIST", "a[1-2]"}, {"TROUPE_PORT", "9"}};
   const auto role = role_from_environment(env);
   ASSERT_TRUE(role.has_value());
   EXPECT_EQ(role->world_size, 2);
@@ -126,8 +128,9 @@ TEST(LauncherEnv, MalformedSlurmEnvironmentsNameTheVariable) {
     return error_of([&] { role_from_environment(env, flags); });
   };
   Environment env = slurm("0", "3", "node[01-03]");
-  EXPECT_CONTAINS(error(env), "SLURM environment: no port for the coordinator on node01 (the first host of "
-                              "SLURM_JOB_NODELIST): give --port PORT or set TROUPE_PORT");
+  EXPECT_CONTAINS(error(env),
+                  "SLURM environment: no port for the coordinator on node01 (the first host of "
+                  "SLURM_JOB_NODELIST): give --port PORT or set TROUPE_PORT");
   env["TROUPE_PORT"] = "70000";
   EXPECT_CONTAINS(error(env), "TROUPE_PORT 70000 is not a port number in 1..65535");
   env["TROUPE_PORT"] = "http";
@@ -156,16 +159,18 @@ TEST(LauncherEnv, MalformedSlurmEnvironmentsNameTheVariable) {
 // ---- Open MPI ---------------------------------------------------------------------
 
 TEST(LauncherEnv, OpenMpiTakesTheCoordinatorFromMasterAddrOrTheFlag) {
-  Environment env{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                  {"PMIX_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+  Environment env{{"OMPI_COMM_WORLD_RANK", "1"},       {"OMPI_COMM_WORLD_SIZE", "3"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"PMIX_RANK", "1"},
+                  {"MASTER_ADDR", "10.0.0.1"},         {"MASTER_PORT", "29500"}};
   auto role = role_from_environment(env);
   ASSERT_TRUE(role.has_value());
   EXPECT_EQ(role->launcher, "Open MPI");
   EXPECT_EQ(role->rank, 1);
   EXPECT_EQ(role->world_size, 3);
   EXPECT_EQ(role->coordinator.str(), "10.0.0.1:29500");
-  EXPECT_EQ(role->summary(), "rank 1 of 3 (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE): a worker, joining "
-                             "10.0.0.1:29500 (MASTER_ADDR, port from MASTER_PORT)");
+  EXPECT_EQ(role->summary(),
+            "rank 1 of 3 (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE): a worker, joining "
+            "10.0.0.1:29500 (MASTER_ADDR, port from MASTER_PORT)");
 
   LauncherFlags flags;
   flags.coordinator = "[::1]:7000";
@@ -190,8 +195,13 @@ TEST(LauncherEnv, OpenMpiTakesTheCoordinatorFromMasterAddrOrTheFlag) {
 // ---- torchrun ------------------------------------------------------------------------
 
 Environment torchrun(const std::string& rank) {
-  return {{"RANK", rank},           {"WORLD_SIZE", "2"},     {"LOCAL_RANK", rank}, {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", "29500"}, {"GROUP_RANK", rank},    {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
+  return {{"RANK", rank},
+          {"WORLD_SIZE", "2"},
+          {"LOCAL_RANK", rank},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", "29500"},
+          {"GROUP_RANK", rank},
+          {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
 }
 
 TEST(LauncherEnv, TorchrunGivesRankWorldAndMaster) {
@@ -201,8 +211,9 @@ TEST(LauncherEnv, TorchrunGivesRankWorldAndMaster) {
   EXPECT_TRUE(role->is_coordinator());
   EXPECT_EQ(role->world_size, 2);
   EXPECT_EQ(role->coordinator.str(), "127.0.0.1:29500");
-  EXPECT_EQ(role->summary(), "rank 0 of 2 (RANK, WORLD_SIZE): the coordinator, listening at 127.0.0.1:29500 "
-                             "(MASTER_ADDR, port from MASTER_PORT)");
+  EXPECT_EQ(role->summary(),
+            "rank 0 of 2 (RANK, WORLD_SIZE): the coordinator, listening at 127.0.0.1:29500 "
+            "(MASTER_ADDR, port from MASTER_PORT)");
   EXPECT_EQ(role_from_environment(torchrun("1"))->rank, 1);
 }
 
@@ -231,7 +242,8 @@ TEST(LauncherEnv, IncompleteTorchrunEnvironmentsNameTheMissingVariable) {
 
 // ---- TF_CONFIG and TROUPE_CLUSTER ---------------------------------------------------
 
-const char* kSpec = R"({"cluster": {"worker": ["a:7000", "b:7000", "c:7000"]}, "task": {"type": "worker", "index": 2}})";
+const char* kSpec =
+    R"({"cluster": {"worker": ["a:7000", "b:7000", "c:7000"]}, "task": {"type": "worker", "index": 2}})";
 
 TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
   auto role = role_from_environment({{"TF_CONFIG", kSpec}});
@@ -260,8 +272,8 @@ TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
             "task ps 0: a ps task (parameter-server shards, no replica), joining a:1 (cluster.worker[0])");
   // The other tasks of a cluster with ps entries start; the role counts the
   // ps entries, which the node logs as left unused.
-  role = role_from_environment(
-      {{"TF_CONFIG", R"({"cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:2", "q:2"]},
+  role =
+      role_from_environment({{"TF_CONFIG", R"({"cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:2", "q:2"]},
                         "task": {"type": "worker", "index": 0}})"}});
   ASSERT_TRUE(role.has_value());
   EXPECT_EQ(role->rank, 1);
@@ -271,7 +283,9 @@ TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
   // --coordinator / --port do not mix with a spec that names every address.
   LauncherFlags flags;
   flags.port = 7000;
-  EXPECT_CONTAINS(error_of([&] { role_from_environment({{"TF_CONFIG", kSpec}}, flags); }),
+  EXPECT_CONTAINS(error_of([&] {
+                    role_from_environment({{"TF_CONFIG", kSpec}}, flags);
+                  }),
                   "--coordinator and --port complete a SLURM, Open MPI or torchrun environment");
 }
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "net/cluster/gate.hpp"
-#include "net/transport/sealed.hpp"
 #include "net/tcp/tcp.hpp"
+#include "net/transport/sealed.hpp"
 #include "tests/net/test_cluster_support.hpp"
 #include "tests/net/test_tcp_support.hpp"
 #include "tests/support/mitm_proxy.hpp"
@@ -35,11 +35,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace troupe::net::testing;
+using kernels::Shape;
+using kernels::Tensor;
 using troupe::testing::Attack;
 using troupe::testing::AttackPlan;
 using troupe::testing::MitmProxy;
-using kernels::Shape;
-using kernels::Tensor;
 
 // ---------------------------------------------------------------------------
 // The tcp ring: rank 0 reaches rank 1 through the proxy (rank 1 reaches
@@ -129,7 +129,9 @@ TEST_P(ClusterMitmRing, FailsTheAllreduceOnBothRanksNamingTheRecord) {
 INSTANTIATE_TEST_SUITE_P(Attacks, ClusterMitmRing,
                          ::testing::Values(Attack::flip_bit, Attack::replay_frame, Attack::drop_frame,
                                            Attack::swap_frames),
-                         [](const ::testing::TestParamInfo<Attack>& p) { return troupe::testing::attack_name(p.param); });
+                         [](const ::testing::TestParamInfo<Attack>& p) {
+                           return troupe::testing::attack_name(p.param);
+                         });
 
 // The same attack on a ring of three processes: rank 0 reaches rank 1
 // through the proxy. Every rank's all-reduce fails (rank 1 reads the altered
@@ -169,7 +171,8 @@ TEST(ClusterMitm, AFlippedBitFailsAThreeProcessRingWithinSeconds) {
         (void)!::write(out, line.data(), line.size());
         return code;
       },
-      {}, 30s, [&](Listeners& l) {
+      {}, 30s,
+      [&](Listeners& l) {
         const std::string& rank1 = l.addresses[1];
         proxy.set_target(static_cast<std::uint16_t>(std::stoi(rank1.substr(rank1.rfind(':') + 1))));
       });
@@ -230,8 +233,9 @@ TEST(ClusterMitm, GateDropsTheConnectionAtAFlippedBit) {
   ::close(fd);
   EXPECT_TRUE(rig.proxy.attacked());
   EXPECT_EQ(rig.echo.bytes_received(), 1u) << "the altered byte reached CAF's port";
-  EXPECT_TRUE(eventually([&] { return rig.gate_log.has({"closed", "worker/a", "record 1 failed authentication"}); }))
-      << rig.gate_log.all();
+  EXPECT_TRUE(eventually([&] {
+    return rig.gate_log.has({"closed", "worker/a", "record 1 failed authentication"});
+  })) << rig.gate_log.all();
 }
 
 TEST(ClusterMitm, GateDropsTheConnectionAtAReplayedRecord) {
@@ -265,8 +269,9 @@ TEST(ClusterMitm, RelayDropsTheConnectionAtAnAlteredRecordFromTheGate) {
   EXPECT_EQ(got, 0) << "the client received " << (got > 0 ? "an altered byte" : "no end of stream");
   ::close(fd);
   EXPECT_TRUE(rig.proxy.attacked());
-  EXPECT_TRUE(eventually([&] { return rig.relay_log.has({"closed", "record 0 failed authentication"}); }))
-      << rig.relay_log.all();
+  EXPECT_TRUE(eventually([&] {
+    return rig.relay_log.has({"closed", "record 0 failed authentication"});
+  })) << rig.relay_log.all();
 }
 
 }  // namespace

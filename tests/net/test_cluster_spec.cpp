@@ -20,12 +20,11 @@ std::string error_of(const std::string& json) {
   return "";
 }
 
-#define EXPECT_ERROR(json, fragment)                                        \
-  do {                                                                      \
-    const std::string message = error_of(json);                             \
-    EXPECT_NE(message.find("cluster spec c.json: "), std::string::npos)     \
-        << "no source in: " << message;                                     \
-    EXPECT_NE(message.find(fragment), std::string::npos) << message;        \
+#define EXPECT_ERROR(json, fragment)                                                                    \
+  do {                                                                                                  \
+    const std::string message = error_of(json);                                                         \
+    EXPECT_NE(message.find("cluster spec c.json: "), std::string::npos) << "no source in: " << message; \
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;                                    \
   } while (0)
 
 TEST(ClusterSpec, WorkersOnly) {
@@ -80,7 +79,8 @@ TEST(ClusterSpec, ChiefAndPs) {
 }
 
 TEST(ClusterSpec, MalformedJsonNamesTheLine) {
-  EXPECT_ERROR("{\"cluster\": {\"worker\": [\"a:1\"]},\n \"task\": {\"type\": \"worker\",, }}", "malformed JSON at line 2");
+  EXPECT_ERROR("{\"cluster\": {\"worker\": [\"a:1\"]},\n \"task\": {\"type\": \"worker\",, }}",
+               "malformed JSON at line 2");
   EXPECT_ERROR("", "malformed JSON at line 1");
 }
 
@@ -104,8 +104,9 @@ TEST(ClusterSpec, DeepNestingIsRefusedNotACrash) {
   objects += "1" + std::string(100000, '}');
   EXPECT_ERROR("\n" + objects, "malformed JSON at line 2: nested more than 32 levels deep");
   // Brackets inside strings are text, not nesting: this fails as an address.
-  EXPECT_ERROR(R"({"cluster": {"worker": [")" + std::string(100, '[') + R"(:1"]}, "task": {"type": "worker", "index": 0}})",
-               "cluster.worker[0]");
+  EXPECT_ERROR(
+      R"({"cluster": {"worker": [")" + std::string(100, '[') + R"(:1"]}, "task": {"type": "worker", "index": 0}})",
+      "cluster.worker[0]");
   // 32 levels are read (and then refused for what they hold, not their depth).
   const std::string deep32 = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "x": )" +
                              std::string(31, '[') + std::string(31, ']') + "}";
@@ -289,6 +290,5 @@ TEST(ClusterFlags, BadFlagsAreRefusedNamingTheFlagOrEntry) {
 }
 
 }  // namespace
-
 
 }  // namespace troupe::net

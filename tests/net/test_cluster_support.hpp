@@ -156,7 +156,7 @@ struct Log {
 };
 
 inline HandshakeConfig handshake(const std::string& identity, const std::string& secret = "",
-                          const std::string& version = "1.2.3") {
+                                 const std::string& version = "1.2.3") {
   HandshakeConfig c;
   if (!secret.empty()) c.secret = Secret::from_text(secret);
   c.version = version;

@@ -26,8 +26,7 @@ using namespace std::chrono_literals;
 
 // Runs body(rank, collective) on one thread per rank and rethrows the first
 // exception (a failed gtest assertion in a thread is recorded by gtest).
-void run_ranks(std::vector<std::unique_ptr<Collective>>& group,
-               const std::function<void(int, Collective&)>& body) {
+void run_ranks(std::vector<std::unique_ptr<Collective>>& group, const std::function<void(int, Collective&)>& body) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(group.size());
   for (std::size_t r = 0; r < group.size(); ++r) {
@@ -165,7 +164,8 @@ TEST(LocalCollective, BroadcastFromEachRoot) {
       wait(c.broadcast(buffer, root));
       results[static_cast<std::size_t>(r)] = buffer.to_vector();
     });
-    for (int r = 0; r < world; ++r) EXPECT_TRUE(bitwise_equal(results[static_cast<std::size_t>(r)], expected)) << "rank " << r;
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(bitwise_equal(results[static_cast<std::size_t>(r)], expected)) << "rank " << r;
   }
 }
 
@@ -183,8 +183,8 @@ TEST(LocalCollective, ReduceScatterMatchesReference) {
         auto group = make_local_group(world);
         run_ranks(group, [&](int r, Collective& c) {
           Tensor input = on_device(inputs[static_cast<std::size_t>(r)], Device::cpu(r));
-          Tensor output = in_place ? input.slice(r * chunk, Shape{chunk})
-                                   : Tensor::empty(Shape{chunk}, DType::f32, Device::cpu(r));
+          Tensor output =
+              in_place ? input.slice(r * chunk, Shape{chunk}) : Tensor::empty(Shape{chunk}, DType::f32, Device::cpu(r));
           wait(c.reduce_scatter(input, output, op));
           results[static_cast<std::size_t>(r)] = output.to_vector();
         });
@@ -212,13 +212,14 @@ TEST(LocalCollective, AllgatherMatchesReference) {
       auto group = make_local_group(world);
       run_ranks(group, [&](int r, Collective& c) {
         Tensor output = Tensor::zeros(Shape{chunk * world}, DType::f32, Device::cpu(r));
-        Tensor input = in_place ? output.slice(r * chunk, Shape{chunk})
-                                : Tensor::empty(Shape{chunk}, DType::f32, Device::cpu(r));
+        Tensor input =
+            in_place ? output.slice(r * chunk, Shape{chunk}) : Tensor::empty(Shape{chunk}, DType::f32, Device::cpu(r));
         std::memcpy(input.f32(), inputs[static_cast<std::size_t>(r)].data(), chunk * sizeof(float));
         wait(c.allgather(input, output));
         results[static_cast<std::size_t>(r)] = output.to_vector();
       });
-      for (int r = 0; r < world; ++r) EXPECT_TRUE(bitwise_equal(results[static_cast<std::size_t>(r)], expected)) << "rank " << r;
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(bitwise_equal(results[static_cast<std::size_t>(r)], expected)) << "rank " << r;
     }
   }
 }
@@ -292,8 +293,9 @@ TEST(LocalCollective, RecvWithoutSenderTimesOut) {
   const CollectiveError e = error_of(group[1]->recv(t, 0, 3));
   EXPECT_EQ(e.kind(), CollectiveErrorKind::timeout);
   EXPECT_GE(Clock::now() - start, 190ms);
-  EXPECT_NE(std::string(e.what()).find("recv from rank 0 (tag 3) on rank 1 of 2: timed out after 200 ms waiting for rank 0"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(e.what()).find("recv from rank 0 (tag 3) on rank 1 of 2: timed out after 200 ms waiting for rank 0"),
+      std::string::npos)
       << e.what();
   // A timed-out send withdraws its buffer: a later recv does not see it.
   EXPECT_EQ(error_of(group[0]->send(t, 1, 3)).kind(), CollectiveErrorKind::timeout);
@@ -383,8 +385,8 @@ TEST(LocalCollective, MissingRankTimesOutNamingIt) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_LT(took[static_cast<std::size_t>(r)], timeout + 300ms) << "rank " << r;
     EXPECT_GE(took[static_cast<std::size_t>(r)], timeout - 20ms) << "rank " << r;
-    EXPECT_NE(messages[static_cast<std::size_t>(r)].find(
-                  "allreduce #0 on rank " + std::to_string(r) + " of 3: timed out after 200 ms waiting for ranks 2"),
+    EXPECT_NE(messages[static_cast<std::size_t>(r)].find("allreduce #0 on rank " + std::to_string(r) +
+                                                         " of 3: timed out after 200 ms waiting for ranks 2"),
               std::string::npos)
         << messages[static_cast<std::size_t>(r)];
   }

@@ -76,7 +76,8 @@ int http_status(const std::string& response) {
 // A loopback port with nothing listening on it (bound once, then closed).
 std::uint16_t closed_port() { return static_cast<std::uint16_t>(troupe::testing::free_loopback_port()); }
 
-const char* kStatusJson = R"({"step":120,"epoch":1,"mode":"ssp:3","replicas":4,"samples_per_s":51234.5,"loss":0.4312,"accuracy":0.8731})";
+const char* kStatusJson =
+    R"({"step":120,"epoch":1,"mode":"ssp:3","replicas":4,"samples_per_s":51234.5,"loss":0.4312,"accuracy":0.8731})";
 
 // A job's handlers that record what reached them.
 struct FakeJob {
@@ -98,7 +99,8 @@ struct FakeJob {
         std::lock_guard<std::mutex> lock(mutex);
         mode = body;
       }
-      if (body == "sync" || body == "async" || body.rfind("ssp:", 0) == 0) return Reply{200, "mode " + body + " from the next step"};
+      if (body == "sync" || body == "async" || body.rfind("ssp:", 0) == 0)
+        return Reply{200, "mode " + body + " from the next step"};
       return Reply{400, "unknown mode '" + body + "'; expected sync, async or ssp:N"};
     };
     h.checkpoint = [this] {
@@ -217,8 +219,8 @@ TEST(ControlServer, MetricsAnswersThePrometheusTextAsIsWithItsContentType) {
 
 TEST(ControlServer, HandlerThatThrowsIs500AndTheServerLives) {
   Handlers h;
-  h.checkpoint = [] () -> Reply { throw std::runtime_error("checkpoint dir /ro is read-only"); };
-  h.stop = [] () -> Reply { throw 42; };
+  h.checkpoint = []() -> Reply { throw std::runtime_error("checkpoint dir /ro is read-only"); };
+  h.stop = []() -> Reply { throw 42; };
   h.status = [] { return std::string("{}"); };
   Served s(std::move(h));
   const ControlClient client = s.client();
@@ -515,13 +517,14 @@ TEST(TroupeCtl, NothingListeningExitsOneWithTheMessageQuickly) {
   EXPECT_GE(seconds_since(start), 0.7) << "ctl did not keep trying while nothing listened";
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
-  EXPECT_CONTAINS(r.err, "nothing is listening at " + address + " (is the job running with --control " + address + "?)");
+  EXPECT_CONTAINS(r.err,
+                  "nothing is listening at " + address + " (is the job running with --control " + address + "?)");
 }
 
 TEST(TroupeCtl, UsageErrorsExitTwo) {
-  EXPECT_EQ(troupe("ctl status").status, 2);                            // no --at
-  EXPECT_EQ(troupe("ctl --at 127.0.0.1:7070").status, 2);               // no action
-  EXPECT_EQ(troupe("ctl --at 127.0.0.1:7070 mode").status, 2);          // no MODE
+  EXPECT_EQ(troupe("ctl status").status, 2);                    // no --at
+  EXPECT_EQ(troupe("ctl --at 127.0.0.1:7070").status, 2);       // no action
+  EXPECT_EQ(troupe("ctl --at 127.0.0.1:7070 mode").status, 2);  // no MODE
   EXPECT_EQ(troupe("ctl --at 127.0.0.1:7070 --timeout 0 status").status, 2);
   const ProcessRun r = troupe("ctl --at localhost status");
   EXPECT_EQ(r.status, 2);

@@ -68,7 +68,8 @@ TEST(ControlAuth, SignedRequestPassesOnceAndAnythingElseIsRefusedWithTheReason) 
 TEST(ControlAuth, TimestampsAtTheEndsOfInt64AreOutOfTheWindowNotAnOverflow) {
   ControlAuth auth(kKey, std::chrono::seconds(60));
   const std::int64_t now = 1700000000;
-  const std::int64_t lowest = std::numeric_limits<std::int64_t>::min(), highest = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t lowest = std::numeric_limits<std::int64_t>::min(),
+                     highest = std::numeric_limits<std::int64_t>::max();
   EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "POST", "/stop", "", lowest), "POST", "/stop", "", now),
                   "credential is 9223372038554775808 s old");
   EXPECT_CONTAINS(auth.check(sign_control_request(kKey, "POST", "/stop", "", highest), "POST", "/stop", "", now),
@@ -96,10 +97,22 @@ struct CountingJob {
   std::atomic<int> calls{0};
   Handlers handlers() {
     Handlers h;
-    h.status = [this] { ++calls; return std::string(R"({"step":1})"); };
-    h.mode = [this](const std::string&) { ++calls; return Reply{200, "ok"}; };
-    h.checkpoint = [this] { ++calls; return Reply{200, "ok"}; };
-    h.stop = [this] { ++calls; return Reply{200, "stopping"}; };
+    h.status = [this] {
+      ++calls;
+      return std::string(R"({"step":1})");
+    };
+    h.mode = [this](const std::string&) {
+      ++calls;
+      return Reply{200, "ok"};
+    };
+    h.checkpoint = [this] {
+      ++calls;
+      return Reply{200, "ok"};
+    };
+    h.stop = [this] {
+      ++calls;
+      return Reply{200, "stopping"};
+    };
     return h;
   }
 };
@@ -200,8 +213,10 @@ TEST(ControlServerAuth, ABearerTokenOpensGetMetricsOnly) {
   EXPECT_CONTAINS(answer, "HTTP/1.1 401");
   EXPECT_CONTAINS(answer, "no credential");
   // The token opens nothing else, not even a read.
-  for (const auto& [method, path] : {std::pair<const char*, const char*>{"POST", "/stop"}, {"GET", "/status"},
-                                     {"POST", "/metrics"}, {"POST", "/mode"}}) {
+  for (const auto& [method, path] : {std::pair<const char*, const char*>{"POST", "/stop"},
+                                     {"GET", "/status"},
+                                     {"POST", "/metrics"},
+                                     {"POST", "/mode"}}) {
     answer = raw_request(port, method, path, "Bearer 0123456789abcdef0123456789abcdef");
     EXPECT_CONTAINS(answer, "HTTP/1.1 401");
     EXPECT_CONTAINS(answer, "a bearer token opens GET /metrics only");
@@ -243,7 +258,8 @@ TEST(ControlAuth, MetricsTokenFilesAreTrimmedAndCheckedLikeACredential) {
     return path;
   };
   // Prometheus trims the file's whitespace before sending it: so does the job.
-  EXPECT_EQ(load_metrics_token(write("good", "  0123456789abcdef0123456789abcdef\r\n")), "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(load_metrics_token(write("good", "  0123456789abcdef0123456789abcdef\r\n")),
+            "0123456789abcdef0123456789abcdef");
   auto refused = [](const std::string& path, const std::string& why) {
     try {
       load_metrics_token(path);

@@ -246,8 +246,9 @@ TEST(ControlClientOnSockets, AnAnswerInPiecesIsPutTogether) {
   const std::string json = R"({"step":120,"epoch":1,"mode":"sync"})";
   FakePeer peer([&](int fd) {
     read_header(fd);
-    const std::string whole = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-                              std::to_string(json.size()) + "\r\n\r\n" + json;
+    const std::string whole =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json.size()) +
+        "\r\n\r\n" + json;
     // Cut inside the status line, inside the header, at the blank line and
     // inside the body.
     const std::size_t cuts[] = {0, 6, 30, whole.size() - json.size(), whole.size() - 5, whole.size()};

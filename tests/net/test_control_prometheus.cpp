@@ -69,7 +69,7 @@ TEST(PrometheusText, ValuesAreGoParseFloatNumbersWithNaNAndInfinitiesSpelledOut)
   EXPECT_EQ(format_value(0.25), "0.25");
   EXPECT_EQ(format_value(0.1), "0.1");  // the shortest text that reads back, not 0.10000000000000001
   EXPECT_EQ(format_value(1e-7), "1e-07");
-  EXPECT_EQ(format_value(0.0001), "0.0001");  // %g style, not the shorter "1e-04"
+  EXPECT_EQ(format_value(0.0001), "0.0001");    // %g style, not the shorter "1e-04"
   EXPECT_EQ(format_value(1000000), "1000000");  // a count in full, not "1e+06"
   EXPECT_EQ(format_value(41035.72060539273), "41035.72060539273");
   EXPECT_EQ(format_value(2.5e20), "2.5e+20");
@@ -110,7 +110,8 @@ TEST(PrometheusText, NaNObservationsCountInPlusInfOnly) {
   EXPECT_EQ(h.count, 2u);
   EXPECT_TRUE(std::isnan(h.sum));
   Family f{"x_seconds", "X.", Type::histogram, {}, {{{}, h}}};
-  EXPECT_CONTAINS(exposition({f}), "x_seconds_bucket{le=\"2\"} 1\nx_seconds_bucket{le=\"+Inf\"} 2\nx_seconds_sum NaN\n");
+  EXPECT_CONTAINS(exposition({f}),
+                  "x_seconds_bucket{le=\"2\"} 1\nx_seconds_bucket{le=\"+Inf\"} 2\nx_seconds_sum NaN\n");
 }
 
 TEST(PrometheusText, BadNamesAndInconsistentSamplesAreRefusedWithTheirNames) {

@@ -64,8 +64,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, TcpAllreduce,
                                            AllreduceCase{3, 7, 1 << 20}, AllreduceCase{3, 1000, 64},
                                            AllreduceCase{3, 1000003, 1 << 20}, AllreduceCase{3, 3 << 20, 1 << 20}),
                          [](const auto& param_info) {
-                           return "w" + std::to_string(param_info.param.world) + "_n" + std::to_string(param_info.param.n) +
-                                  "_chunk" + std::to_string(param_info.param.chunk_bytes);
+                           return "w" + std::to_string(param_info.param.world) + "_n" +
+                                  std::to_string(param_info.param.n) + "_chunk" +
+                                  std::to_string(param_info.param.chunk_bytes);
                          });
 
 TEST(Tcp, FiftyBackToBackAllreducesAreExact) {
@@ -258,7 +259,8 @@ TEST(Tcp, AbandonGivesUpTheRingSetUpWithTheReason) {
     learnt.push_back(std::make_shared<Learnt>());
   }
   for (int r = 0; r < 2; ++r)
-    configs[static_cast<std::size_t>(r)].abandon = [&gone, mine = learnt[static_cast<std::size_t>(r)]]() -> std::string {
+    configs[static_cast<std::size_t>(r)].abandon = [&gone,
+                                                    mine = learnt[static_cast<std::size_t>(r)]]() -> std::string {
       std::lock_guard<std::mutex> lock(mine->mutex);
       if (std::this_thread::get_id() == mine->owner && gone && mine->why.empty()) mine->why = "rank 2's node was lost";
       return mine->why;

@@ -18,8 +18,8 @@
 
 #include "net/crypto/aead.hpp"
 #include "net/crypto/crypto.hpp"
-#include "net/transport/sealed.hpp"
 #include "net/tcp/wire.hpp"
+#include "net/transport/sealed.hpp"
 #include "tests/net/test_tcp_support.hpp"
 
 namespace troupe::net {
@@ -515,7 +515,8 @@ std::vector<std::vector<float>> run_everything(bool seal, std::size_t chunk_byte
     mine.push_back(in.to_vector());
     c.barrier()->wait(d);
     std::lock_guard<std::mutex> lock(mutex);
-    for (auto& v : mine) results[static_cast<std::size_t>(r)].insert(results[static_cast<std::size_t>(r)].end(), v.begin(), v.end());
+    for (auto& v : mine)
+      results[static_cast<std::size_t>(r)].insert(results[static_cast<std::size_t>(r)].end(), v.begin(), v.end());
   });
   return results;
 }

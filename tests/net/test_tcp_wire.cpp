@@ -27,7 +27,9 @@ std::vector<unsigned char> hello_bytes(std::uint64_t job, std::uint32_t rank,
   return wire::encode_hello(h);
 }
 
-void send_bytes(int fd, const void* data, std::size_t n) { wire::write_all(fd, data, n, nullptr, 0, Clock::now() + 5s); }
+void send_bytes(int fd, const void* data, std::size_t n) {
+  wire::write_all(fd, data, n, nullptr, 0, Clock::now() + 5s);
+}
 
 // Rank 0 is a real TcpGroup; the test is rank 1. `to_real` carries frames
 // from the fake rank 1 to rank 0; `from_real` the frames rank 0 sends.
@@ -39,7 +41,8 @@ struct FakePeer {
   std::string address0;
 
   // `before` runs on connections to rank 0 before the good one (bad peers).
-  explicit FakePeer(std::chrono::milliseconds timeout = 2s, const std::function<void(const std::string&)>& before = {}) {
+  explicit FakePeer(std::chrono::milliseconds timeout = 2s,
+                    const std::function<void(const std::string&)>& before = {}) {
     address0 = listeners.addresses[0];
     auto config = config_for(listeners, 0, timeout);
     auto made = std::async(std::launch::async, [config] { return make_tcp_group(config); });

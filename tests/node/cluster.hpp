@@ -24,7 +24,8 @@ using namespace std::chrono_literals;
 using testing::Process;
 
 std::string temp_dir(const std::string& name) {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() / ("troupe-node-" + name + "-" + std::to_string(getpid()));
+  const std::filesystem::path p =
+      std::filesystem::temp_directory_path() / ("troupe-node-" + name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
@@ -92,9 +93,11 @@ struct Cluster {
           std::vector<std::string> coordinator_args = {}, std::vector<std::string> env = {}, int min_nodes = 0)
       : dir(temp_dir(name)), address("127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port())) {
     job = write_file(dir, "job.toml", job_text);
-    std::vector<std::string> args{TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes",
-                                  std::to_string(min_nodes ? min_nodes : workers_count + 1), "--devices", "cpu:0", "--log-every", "20",
-                                  "--timeout", "30"};
+    std::vector<std::string> args{
+        TROUPE_BINARY, "node",  "--listen",    address,
+        "--job",       job,     "--min-nodes", std::to_string(min_nodes ? min_nodes : workers_count + 1),
+        "--devices",   "cpu:0", "--log-every", "20",
+        "--timeout",   "30"};
     // A test's own --wait-timeout replaces the default (an option given twice is refused).
     if (std::find(coordinator_args.begin(), coordinator_args.end(), "--wait-timeout") == coordinator_args.end())
       coordinator_args.insert(coordinator_args.end(), {"--wait-timeout", "120"});
@@ -105,10 +108,11 @@ struct Cluster {
   Process& add_worker(std::vector<std::string> env = {}, std::vector<std::string> extra = {}) {
     // --rejoin-timeout 0: these tests look at how nodes end; rejoining a
     // restarted coordinator has its own test (NodeResume).
-    std::vector<std::string> args{TROUPE_BINARY, "node",      "--join", address, "--devices", "cpu:0",
-                                  "--timeout",   "30",        "--rejoin-timeout", "0"};
+    std::vector<std::string> args{TROUPE_BINARY, "node", "--join",           address, "--devices", "cpu:0",
+                                  "--timeout",   "30",   "--rejoin-timeout", "0"};
     for (auto& a : extra) args.push_back(a);
-    workers.push_back(std::make_unique<Process>(args, dir + "/worker" + std::to_string(workers.size() + 1) + ".log", env));
+    workers.push_back(
+        std::make_unique<Process>(args, dir + "/worker" + std::to_string(workers.size() + 1) + ".log", env));
     return *workers.back();
   }
   // Every process's exit status, in order coordinator, workers.
@@ -119,7 +123,8 @@ struct Cluster {
   }
   std::string logs() const {
     std::string out = "--- coordinator:\n" + coordinator->output();
-    for (std::size_t w = 0; w < workers.size(); ++w) out += "--- worker " + std::to_string(w + 1) + ":\n" + workers[w]->output();
+    for (std::size_t w = 0; w < workers.size(); ++w)
+      out += "--- worker " + std::to_string(w + 1) + ":\n" + workers[w]->output();
     return out;
   }
 };

@@ -46,15 +46,15 @@ TEST_P(ElasticScale, EightNodesInNamespacesWithTwoJoinsAndTwoKills) {
   const std::string job_file = write_file(dir, "job.toml", job(mode));
   const std::vector<std::string> secret{"TROUPE_SECRET=eight namespaces need a secret"};
   const std::string at = net.address(0) + ":7000";
-  Process coordinator(net.exec(0, {TROUPE_BINARY, "node", "--listen", at, "--job", job_file, "--min-nodes", "3",
-                                   "--start-nodes", "6", "--devices", "cpu:0", "--log-every", "20", "--timeout", "30",
-                                   "--wait-timeout", "300"}),
-                      dir + "/coordinator.log", secret);
+  Process coordinator(
+      net.exec(0, {TROUPE_BINARY, "node", "--listen", at, "--job", job_file, "--min-nodes", "3", "--start-nodes", "6",
+                   "--devices", "cpu:0", "--log-every", "20", "--timeout", "30", "--wait-timeout", "300"}),
+      dir + "/coordinator.log", secret);
   std::vector<std::unique_ptr<Process>> workers(kNodes);
   auto start = [&](int i) {
     workers[static_cast<std::size_t>(i)] = std::make_unique<Process>(
-        net.exec(i, {TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeout", "30", "--rejoin-timeout",
-                     "0"}),
+        net.exec(
+            i, {TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeout", "30", "--rejoin-timeout", "0"}),
         dir + "/worker" + std::to_string(i) + ".log", secret);
   };
   auto logs = [&] {

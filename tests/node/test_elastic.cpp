@@ -43,7 +43,8 @@ int count(const std::string& text, const std::string& what) {
 // drop it, drop_remainder) -- exactly once per epoch, counted.
 void expect_exactly_once(const std::string& out, int views, int largest_global_batch) {
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(trained on (\d+) examples \(the data set has (\d+)\) in (\d+) views)")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(trained on (\d+) examples \(the data set has (\d+)\) in (\d+) views)")))
       << out;
   const long used = std::stol(m[1]), n = std::stol(m[2]);
   EXPECT_LE(used, n) << out;
@@ -346,16 +347,15 @@ TEST(Elastic, AWorkerCutOffByItsLinkIsRemovedAndTheSurvivorsFinish) {
   const std::string job_file = write_file(dir, "job.toml", job("sync", 2));
   const std::vector<std::string> secret{"TROUPE_SECRET=namespaces need a secret"};
   const std::string at = net.address(0) + ":7000";
-  Process coordinator(net.exec(0, {TROUPE_BINARY, "node", "--listen", at, "--job", job_file, "--min-nodes", "1",
-                                   "--start-nodes", "3", "--devices", "cpu:0", "--log-every", "20", "--timeout", "30",
-                                   "--wait-timeout", "120"}),
-                      dir + "/coordinator.log", secret);
+  Process coordinator(
+      net.exec(0, {TROUPE_BINARY, "node", "--listen", at, "--job", job_file, "--min-nodes", "1", "--start-nodes", "3",
+                   "--devices", "cpu:0", "--log-every", "20", "--timeout", "30", "--wait-timeout", "120"}),
+      dir + "/coordinator.log", secret);
   std::vector<std::unique_ptr<Process>> workers;
   for (int i = 1; i < 3; ++i)
-    workers.push_back(std::make_unique<Process>(
-        net.exec(i, {TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0", "--timeout", "30", "--rejoin-timeout",
-                     "0"}),
-        dir + "/worker" + std::to_string(i) + ".log", secret));
+    workers.push_back(std::make_unique<Process>(net.exec(i, {TROUPE_BINARY, "node", "--join", at, "--devices", "cpu:0",
+                                                             "--timeout", "30", "--rejoin-timeout", "0"}),
+                                                dir + "/worker" + std::to_string(i) + ".log", secret));
   auto logs = [&] {
     std::string out = "--- coordinator:\n" + coordinator.output();
     for (auto& w : workers) out += "--- worker:\n" + w->output();
@@ -386,12 +386,14 @@ TEST(Elastic, AWorkerJoinsLeavesAndJoinsAgainWithAFixedGlobalBatch) {
   Cluster c("elastic-rejoin", job("sync", 3) + "elastic_batch = \"global\"\n", 1, {"--start-nodes", "2"}, {}, 1);
   ASSERT_TRUE(wait_for_step(*c.coordinator, 60, 120s)) << c.logs();
   Process& first = c.add_worker();
-  ASSERT_TRUE(c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 2 on 2); global batch 63 (21 per replica)", 60s))
+  ASSERT_TRUE(
+      c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 2 on 2); global batch 63 (21 per replica)", 60s))
       << c.logs();
   ASSERT_TRUE(first.wait_for_output("view 1: replicas 2..2 of 3", 10s)) << c.logs();
   first.signal(SIGTERM);
   EXPECT_EQ(first.wait_for(30s), 128 + SIGTERM) << c.logs();
-  ASSERT_TRUE(c.coordinator->wait_for_output(": 2 replica(s) on 2 node(s) (was 3 on 3); global batch 64 (32 per replica)", 20s))
+  ASSERT_TRUE(
+      c.coordinator->wait_for_output(": 2 replica(s) on 2 node(s) (was 3 on 3); global batch 64 (32 per replica)", 20s))
       << c.logs();
   Process& again = c.add_worker();
   ASSERT_TRUE(again.wait_for_output("view 3: replicas 2..2 of 3", 60s)) << c.logs();
@@ -407,7 +409,8 @@ TEST(Elastic, AWorkerJoinsLeavesAndJoinsAgainWithAFixedGlobalBatch) {
   // for the last partial global batch.
   const std::regex epoch_line(R"(epoch (\d+) trained on (\d+) examples \(the data set has (\d+)\))");
   int epochs = 0;
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), epoch_line); it != std::sregex_iterator(); ++it, ++epochs) {
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), epoch_line); it != std::sregex_iterator();
+       ++it, ++epochs) {
     const long used = std::stol((*it)[2]), n = std::stol((*it)[3]);
     EXPECT_LE(used, n) << it->str();
     EXPECT_GT(used, n - 64) << it->str();

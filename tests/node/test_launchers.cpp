@@ -39,10 +39,10 @@ mode = "sync"
 // A launcher's variables in this test's own environment would be inherited
 // by every node and could take precedence over the ones a test sets.
 void clear_launcher_environment() {
-  for (const char* name : {"TROUPE_CLUSTER", "TF_CONFIG", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
-                           "SLURM_JOB_NODELIST", "SLURM_NODELIST", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                           "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TROUPE_PORT",
-                           "TORCHELASTIC_USE_AGENT_STORE"})
+  for (const char* name :
+       {"TROUPE_CLUSTER", "TF_CONFIG", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+        "MASTER_PORT", "TROUPE_PORT", "TORCHELASTIC_USE_AGENT_STORE"})
     ::unsetenv(name);
 }
 
@@ -59,8 +59,9 @@ std::string find_on_path(const std::string& program) {
 
 // Every node's command line: the same for all, no role flags.
 std::vector<std::string> node_command(const std::string& job, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{TROUPE_BINARY, "node", "--job", job, "--devices", "cpu:0", "--log-every", "10",
-                                "--timeout", "30", "--wait-timeout", "120", "--rejoin-timeout", "0"};
+  std::vector<std::string> args{TROUPE_BINARY,      "node", "--job",     job,  "--devices",      "cpu:0",
+                                "--log-every",      "10",   "--timeout", "30", "--wait-timeout", "120",
+                                "--rejoin-timeout", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -70,8 +71,8 @@ std::vector<std::string> node_command(const std::string& job, std::vector<std::s
 
 // What a finished 30-step job of `nodes` nodes printed on its coordinator.
 void expect_trained_together(const std::string& coordinator_log, int nodes) {
-  EXPECT_CONTAINS(coordinator_log, "starting with " + std::to_string(nodes) + " node(s), " + std::to_string(nodes) +
-                                       " replica(s)");
+  EXPECT_CONTAINS(coordinator_log,
+                  "starting with " + std::to_string(nodes) + " node(s), " + std::to_string(nodes) + " replica(s)");
   EXPECT_CONTAINS(coordinator_log, "the " + std::to_string(nodes) + " replicas agree bitwise");
   const Accounting a = accounting(coordinator_log);
   EXPECT_EQ(a.steps, 30) << coordinator_log;
@@ -84,7 +85,8 @@ struct Launch {
   std::string dir;
   std::vector<std::unique_ptr<Process>> nodes;
 
-  Launch(const std::string& name, const std::vector<std::string>& args, const std::vector<std::vector<std::string>>& envs)
+  Launch(const std::string& name, const std::vector<std::string>& args,
+         const std::vector<std::vector<std::string>>& envs)
       : dir(temp_dir(name)) {
     for (std::size_t r = 0; r < envs.size(); ++r)
       nodes.push_back(std::make_unique<Process>(args, dir + "/rank" + std::to_string(r) + ".log", envs[r]));
@@ -112,8 +114,9 @@ TEST(Launchers, MpirunStartsThreeNodesThatTrainTogether) {
   const std::string port = std::to_string(troupe::testing::free_loopback_port());
   // As root Open MPI wants --allow-run-as-root; --oversubscribe lets three
   // ranks share fewer cores. --tag-output prefixes each line with its rank.
-  std::vector<std::string> args{mpirun, "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", "3",
-                                "-x",   "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=" + port};
+  std::vector<std::string> args{
+      mpirun, "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", "3", "-x", "MASTER_ADDR=127.0.0.1",
+      "-x",   "MASTER_PORT=" + port};
   for (const auto& a : node_command(job)) args.push_back(a);
   Process run(args, dir + "/mpirun.log");
   ASSERT_TRUE(run.started());
@@ -125,9 +128,10 @@ TEST(Launchers, MpirunStartsThreeNodesThatTrainTogether) {
   const std::string out = run.output();
   ASSERT_EQ(status, 0) << out;
   // Each rank's role, from Open MPI's variables.
-  EXPECT_CONTAINS(out, "[1,0]<stderr>:troupe node: role from Open MPI: rank 0 of 3 (OMPI_COMM_WORLD_RANK, "
-                       "OMPI_COMM_WORLD_SIZE): the coordinator, listening at 127.0.0.1:" + port +
-                       " (MASTER_ADDR, port from MASTER_PORT); training starts with 3 node(s)");
+  EXPECT_CONTAINS(out,
+                  "[1,0]<stderr>:troupe node: role from Open MPI: rank 0 of 3 (OMPI_COMM_WORLD_RANK, "
+                  "OMPI_COMM_WORLD_SIZE): the coordinator, listening at 127.0.0.1:" +
+                      port + " (MASTER_ADDR, port from MASTER_PORT); training starts with 3 node(s)");
   for (const char* rank : {"1", "2"}) {
     EXPECT_CONTAINS(out, std::string("[1,") + rank + "]<stderr>:troupe node: role from Open MPI: rank " + rank +
                              " of 3 (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE): a worker, joining 127.0.0.1:" + port);
@@ -141,9 +145,14 @@ TEST(Launchers, MpirunStartsThreeNodesThatTrainTogether) {
 // srun's variables for task `rank` of 3, the first host of a compressed list
 // (localhost) being the coordinator's, the port from TROUPE_PORT.
 std::vector<std::string> slurm_env(int rank, const std::string& port) {
-  return {"SLURM_JOB_ID=4242",         "SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=3",
-          "SLURM_NNODES=3",            "SLURM_JOB_NODELIST=localhost,node[02-03]",
-          "SLURM_NODEID=" + std::to_string(rank), "SLURM_LOCALID=0", "TROUPE_PORT=" + port};
+  return {"SLURM_JOB_ID=4242",
+          "SLURM_PROCID=" + std::to_string(rank),
+          "SLURM_NTASKS=3",
+          "SLURM_NNODES=3",
+          "SLURM_JOB_NODELIST=localhost,node[02-03]",
+          "SLURM_NODEID=" + std::to_string(rank),
+          "SLURM_LOCALID=0",
+          "TROUPE_PORT=" + port};
 }
 
 TEST(Launchers, SlurmVariablesGiveEachProcessItsRoleAndTheSameCommandLineServesAll) {
@@ -157,14 +166,19 @@ TEST(Launchers, SlurmVariablesGiveEachProcessItsRoleAndTheSameCommandLineServesA
                 {slurm_env(0, port), slurm_env(1, port), slurm_env(2, port)});
   ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0, 0})) << launch.logs();
   const std::string coordinator = launch.nodes[0]->output();
-  EXPECT_CONTAINS(coordinator, "troupe node: role from SLURM: rank 0 of 3 (SLURM_PROCID, SLURM_NTASKS): the "
-                               "coordinator, listening at localhost:" + port +
-                               " (first host of SLURM_JOB_NODELIST, port from TROUPE_PORT); training starts with 3 node(s)");
+  EXPECT_CONTAINS(coordinator,
+                  "troupe node: role from SLURM: rank 0 of 3 (SLURM_PROCID, SLURM_NTASKS): the "
+                  "coordinator, listening at localhost:" +
+                      port +
+                      " (first host of SLURM_JOB_NODELIST, port from TROUPE_PORT); training starts with 3 node(s)");
   for (int r : {1, 2}) {
     const std::string worker = launch.nodes[static_cast<std::size_t>(r)]->output();
-    EXPECT_CONTAINS(worker, "role from SLURM: rank " + std::to_string(r) + " of 3 (SLURM_PROCID, SLURM_NTASKS): a "
-                            "worker, joining localhost:" + port);
-    EXPECT_CONTAINS(worker, "rank " + std::to_string(r) + " is a worker: --summary-json left to the coordinator (rank 0)");
+    EXPECT_CONTAINS(worker, "role from SLURM: rank " + std::to_string(r) +
+                                " of 3 (SLURM_PROCID, SLURM_NTASKS): a "
+                                "worker, joining localhost:" +
+                                port);
+    EXPECT_CONTAINS(worker,
+                    "rank " + std::to_string(r) + " is a worker: --summary-json left to the coordinator (rank 0)");
     EXPECT_CONTAINS(worker, "the job is done");
   }
   expect_trained_together(coordinator, 3);
@@ -181,14 +195,16 @@ TEST(Launchers, TorchrunAndTfConfigVariablesStartTwoNodes) {
     SCOPED_TRACE("torchrun");
     const std::string port = std::to_string(troupe::testing::free_loopback_port());
     auto env = [&](int rank) {
-      return std::vector<std::string>{"RANK=" + std::to_string(rank), "LOCAL_RANK=0", "WORLD_SIZE=2",
-                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-                                      "TORCHELASTIC_USE_AGENT_STORE=False"};
+      return std::vector<std::string>{
+          "RANK=" + std::to_string(rank), "LOCAL_RANK=0",        "WORLD_SIZE=2",
+          "MASTER_ADDR=127.0.0.1",        "MASTER_PORT=" + port, "TORCHELASTIC_USE_AGENT_STORE=False"};
     };
     Launch launch("torchrun-run", node_command(job), {env(0), env(1)});
     ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0})) << launch.logs();
-    EXPECT_CONTAINS(launch.nodes[0]->output(), "role from torchrun: rank 0 of 2 (RANK, WORLD_SIZE): the coordinator, "
-                                               "listening at 127.0.0.1:" + port);
+    EXPECT_CONTAINS(launch.nodes[0]->output(),
+                    "role from torchrun: rank 0 of 2 (RANK, WORLD_SIZE): the coordinator, "
+                    "listening at 127.0.0.1:" +
+                        port);
     EXPECT_CONTAINS(launch.nodes[1]->output(), "role from torchrun: rank 1 of 2 (RANK, WORLD_SIZE): a worker");
     expect_trained_together(launch.nodes[0]->output(), 2);
   }
@@ -205,7 +221,8 @@ TEST(Launchers, TorchrunAndTfConfigVariablesStartTwoNodes) {
     EXPECT_CONTAINS(launch.nodes[0]->output(),
                     "role from TF_CONFIG: rank 0 of 2 (task worker 0): the coordinator, listening at " + a);
     // A worker of a cluster spec serves its data plane at its own entry.
-    EXPECT_CONTAINS(launch.nodes[1]->output(), "role from TF_CONFIG: rank 1 of 2 (task worker 1): a worker, joining " + a);
+    EXPECT_CONTAINS(launch.nodes[1]->output(),
+                    "role from TF_CONFIG: rank 1 of 2 (task worker 1): a worker, joining " + a);
     expect_trained_together(launch.nodes[0]->output(), 2);
   }
 }
@@ -245,10 +262,14 @@ TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
     ASSERT_EQ(ps0.wait_for(10s), 0) << logs();
     ASSERT_EQ(ps1.wait_for(10s), 0) << logs();
     const std::string out = w0.output();
-    EXPECT_CONTAINS(out, "role from --worker_hosts/--ps_hosts: rank 0 of 2 (task worker 0): the coordinator, "
-                         "listening at " + a);
-    EXPECT_CONTAINS(w1.output(), "role from --worker_hosts/--ps_hosts: rank 1 of 2 (task worker 1): a "
-                                 "worker, joining " + a);
+    EXPECT_CONTAINS(out,
+                    "role from --worker_hosts/--ps_hosts: rank 0 of 2 (task worker 0): the coordinator, "
+                    "listening at " +
+                        a);
+    EXPECT_CONTAINS(w1.output(),
+                    "role from --worker_hosts/--ps_hosts: rank 1 of 2 (task worker 1): a "
+                    "worker, joining " +
+                        a);
     EXPECT_CONTAINS(ps0.output(), "task ps 0: a ps task (parameter-server shards, no replica), joining " + a);
     EXPECT_CONTAINS(out, "starting with 2 node(s), 2 replica(s) and 2 ps task(s)");
     const Accounting acc = accounting(out);
@@ -280,7 +301,8 @@ TEST(Launchers, TheSeedsFlagsAndATfConfigWithPsEntriesStartAWorkingJob) {
     ASSERT_EQ(launch.wait_all(300s), (std::vector<int>{0, 0, 0})) << launch.logs();
     EXPECT_CONTAINS(launch.nodes[0]->output(),
                     "role from TF_CONFIG: rank 0 of 2 (task chief 0): the coordinator, listening at " + a);
-    EXPECT_CONTAINS(launch.nodes[1]->output(), "role from TF_CONFIG: rank 1 of 2 (task worker 0): a worker, joining " + a);
+    EXPECT_CONTAINS(launch.nodes[1]->output(),
+                    "role from TF_CONFIG: rank 1 of 2 (task worker 0): a worker, joining " + a);
     EXPECT_CONTAINS(launch.nodes[2]->output(), "role from TF_CONFIG: task ps 0: a ps task");
     EXPECT_CONTAINS(launch.nodes[0]->output(), "starting with 2 node(s), 2 replica(s) and 1 ps task(s)");
     EXPECT_CONTAINS(launch.nodes[0]->output(), "30 applied by the server");
@@ -327,8 +349,9 @@ TEST(Launchers, AMalformedEnvironmentIsAUsageErrorNamingTheVariable) {
   EXPECT_CONTAINS(out, "--coordinator and --port complete a launcher's environment, and none was found");
   std::tie(status, out) = run_node("env-nothing", {"--devices", "cpu:0"}, {});
   EXPECT_EQ(status, 2) << out;
-  EXPECT_CONTAINS(out, "troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
-                       "or --cluster FILE, or a launcher's environment");
+  EXPECT_CONTAINS(out,
+                  "troupe node needs exactly one of --listen HOST:PORT (coordinator), --join HOST:PORT (worker) "
+                  "or --cluster FILE, or a launcher's environment");
 }
 
 TEST(Launchers, ExplicitRoleFlagsWinOverTheEnvironment) {
@@ -336,9 +359,9 @@ TEST(Launchers, ExplicitRoleFlagsWinOverTheEnvironment) {
   // A malformed SLURM environment is not even read when --join is given:
   // the worker tries its coordinator (none is there) and gives up.
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  auto [status, out] =
-      run_node("explicit-join", {"--join", address, "--devices", "cpu:0", "--wait-timeout", "2", "--rejoin-timeout", "0"},
-               {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_NODELIST=node[01-02"});
+  auto [status, out] = run_node(
+      "explicit-join", {"--join", address, "--devices", "cpu:0", "--wait-timeout", "2", "--rejoin-timeout", "0"},
+      {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_NODELIST=node[01-02"});
   EXPECT_EQ(status, 1) << out;
   EXPECT_CONTAINS(out, "troupe node: --join given: the role in the SLURM environment is not used");
   EXPECT_CONTAINS(out, "cannot join " + address);
@@ -347,14 +370,15 @@ TEST(Launchers, ExplicitRoleFlagsWinOverTheEnvironment) {
   // a coordinator waiting for a second node, stopped by SIGTERM.
   const std::string dir = temp_dir("explicit-listen");
   const std::string job = write_file(dir, "job.toml", kShortJob);
-  Process coordinator({TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes", "2", "--devices",
-                       "cpu:0"},
-                      dir + "/out.log",
-                      {R"(TROUPE_CLUSTER={"cluster": {"worker": ["x:1", "y:1"]}, "task": {"type": "worker", "index": 1}})"});
+  Process coordinator(
+      {TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes", "2", "--devices", "cpu:0"},
+      dir + "/out.log",
+      {R"(TROUPE_CLUSTER={"cluster": {"worker": ["x:1", "y:1"]}, "task": {"type": "worker", "index": 1}})"});
   ASSERT_TRUE(coordinator.wait_for_output("waiting for 1 more node(s)", 60s)) << coordinator.output();
   coordinator.signal(SIGTERM);
   EXPECT_NE(coordinator.wait_for(10s), -1);
-  EXPECT_CONTAINS(coordinator.output(), "troupe node: --listen given: the role in the TROUPE_CLUSTER environment is not used");
+  EXPECT_CONTAINS(coordinator.output(),
+                  "troupe node: --listen given: the role in the TROUPE_CLUSTER environment is not used");
   EXPECT_CONTAINS(coordinator.output(), "coordinator listening on " + address);
 }
 

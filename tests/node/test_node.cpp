@@ -29,7 +29,6 @@ using namespace std::chrono_literals;
 using testing::Process;
 namespace fs = std::filesystem;
 
-
 const char* kMlpJob = R"(model = "mlp"
 data = "fashion-mnist"
 seed = 5
@@ -56,8 +55,8 @@ void expect_sync_equals_single_process(Cluster& c, const std::string& checkpoint
 }
 
 std::string sync_job(const std::string& checkpoints) {
-  return std::string(kMlpJob) + "batch = 32\nsteps = 30\nlr = 0.02\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
-         "\"\n[optimizer]\nname = \"sgd\"\n";
+  return std::string(kMlpJob) + "batch = 32\nsteps = 30\nlr = 0.02\nmode = \"sync\"\ncheckpoint_dir = \"" +
+         checkpoints + "\"\n[optimizer]\nname = \"sgd\"\n";
 }
 
 TEST(Node, ThreeNodesInSyncEqualOneProcessWithTheGlobalBatch) {
@@ -77,7 +76,8 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
   for (const char* mode : {"async", "ssp:2"}) {
     SCOPED_TRACE(mode);
     Cluster c(std::string("learn-") + (mode[0] == 'a' ? "async" : "ssp"),
-              std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode + "\"\n", 2);
+              std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode + "\"\n",
+              2);
     ASSERT_EQ(c.wait_all(300s), (std::vector<int>{0, 0, 0})) << c.logs();
     const Accounting a = accounting(c.coordinator->output());
     EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
@@ -109,8 +109,7 @@ TEST(Node, ThreeNodesLearnInAsyncOnTwoParameterServerShards) {
   EXPECT_EQ(a.steps, a.applied) << c.logs();
   EXPECT_EQ(a.pushed, 1875) << c.logs();
   EXPECT_NE(out.find("1875 applied by the server (by shard: 1875, 1875)"), std::string::npos) << c.logs();
-  EXPECT_NE(out.find("parameter server: the other nodes push to it on the data plane at 127.0.0.1:"),
-            std::string::npos)
+  EXPECT_NE(out.find("parameter server: the other nodes push to it on the data plane at 127.0.0.1:"), std::string::npos)
       << c.logs();
   // As ThreeNodesLearnInAsyncAndSsp on one server (85.1-85.3%).
   EXPECT_GE(a.accuracy, 0.84) << c.logs();
@@ -118,9 +117,10 @@ TEST(Node, ThreeNodesLearnInAsyncOnTwoParameterServerShards) {
 
 TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode) {
   const int control = troupe::testing::free_loopback_port();
-  Cluster c("switch",
-            std::string(kMlpJob) + "epochs = 5\nbatch = 32\nsteps = 3000\nmode = \"sync\"\nswitch = \"60:async,160:sync\"\n", 2,
-            {"--control", "127.0.0.1:" + std::to_string(control)});
+  Cluster c(
+      "switch",
+      std::string(kMlpJob) + "epochs = 5\nbatch = 32\nsteps = 3000\nmode = \"sync\"\nswitch = \"60:async,160:sync\"\n",
+      2, {"--control", "127.0.0.1:" + std::to_string(control)});
   ASSERT_TRUE(c.coordinator->wait_for_output("epoch 2 step", 60s)) << c.logs();
   const std::string ctl = std::string(TROUPE_BINARY) + " ctl --timeout 20 --at 127.0.0.1:" + std::to_string(control);
   // A switch by hand while training, then the status of every node.
@@ -141,8 +141,8 @@ TEST(Node, ModeSwitchesAcrossTheClusterKeepTheAccountingAndStatusShowsEveryNode)
     EXPECT_NE(status_text.str().find("\"links\":\"not sealed (no secret: loopback peers only)\""), std::string::npos)
         << status_text.str();
   }
-  EXPECT_TRUE(switched == 0 || status == 0) << "the control endpoint answered neither request: " << mode_text.str()
-                                            << status_text.str();
+  EXPECT_TRUE(switched == 0 || status == 0)
+      << "the control endpoint answered neither request: " << mode_text.str() << status_text.str();
   const Accounting a = accounting(c.coordinator->output());
   EXPECT_EQ(a.pushed, a.applied) << c.logs();
   EXPECT_EQ(a.steps, 3000) << c.logs();
@@ -269,7 +269,8 @@ TEST(Node, GarbageOnTheClusterAndDataPortsIsDroppedAndTheNodeKeepsRunning) {
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(data plane 127\.0\.0\.1:(\d+))"))) << out;
   // The ring accepts once every node has joined: the bytes wait in the
   // listen backlog until then, and are dropped before the ring forms.
-  std::thread data_garbage([port = std::stoi(m[1]), oversized] { send_garbage(port, oversized + std::string(64, '\x01')); });
+  std::thread data_garbage(
+      [port = std::stoi(m[1]), oversized] { send_garbage(port, oversized + std::string(64, '\x01')); });
   std::this_thread::sleep_for(200ms);
   c.add_worker();
   c.add_worker();
@@ -286,10 +287,10 @@ TEST(Node, GarbageOnTheClusterAndDataPortsIsDroppedAndTheNodeKeepsRunning) {
 // and after --wait-timeout the job stops with a checkpoint and says why.
 TEST(Node, BelowMinNodesAfterAKillTheJobPausesThenStopsAfterACheckpoint) {
   const std::string checkpoints = temp_dir("kill-ckpt");
-  Cluster c("kill",
-            std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints +
-                "\"\n",
-            2, {"--wait-timeout", "10"});
+  Cluster c(
+      "kill",
+      std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"sync\"\ncheckpoint_dir = \"" + checkpoints + "\"\n", 2,
+      {"--wait-timeout", "10"});
   ASSERT_TRUE(c.coordinator->wait_for_output("step 40/", 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -355,10 +356,10 @@ TEST(Node, AWorkerExitsWithinASecondOfLosingTheCoordinatorInEveryMode) {
 // end of the job), and the other worker exits as soon as it is told.
 TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond) {
   const std::string checkpoints = temp_dir("lost-async-ckpt");
-  Cluster c("lost-async",
-            std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\ncheckpoint_dir = \"" + checkpoints +
-                "\"\n",
-            2, {"--wait-timeout", "10"});
+  Cluster c(
+      "lost-async",
+      std::string(kMlpJob) + "epochs = 50\nbatch = 32\nmode = \"async\"\ncheckpoint_dir = \"" + checkpoints + "\"\n", 2,
+      {"--wait-timeout", "10"});
   ASSERT_TRUE(wait_for_step_40(*c.coordinator, 90s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   ASSERT_TRUE(c.coordinator->wait_for_output("before stopping (resume with --resume)", 40s)) << c.logs();
@@ -367,7 +368,8 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
   EXPECT_LT(seconds_since(written_at), 1.5) << c.logs();
   EXPECT_EQ(c.workers[0]->wait_for(5s), 1) << c.logs();
   EXPECT_LT(seconds_since(written_at), 2.0) << c.logs();
-  EXPECT_NE(c.workers[0]->output().find("the job failed: only 2 of --min-nodes 3 nodes"), std::string::npos) << c.logs();
+  EXPECT_NE(c.workers[0]->output().find("the job failed: only 2 of --min-nodes 3 nodes"), std::string::npos)
+      << c.logs();
 }
 
 // Issue 12: reaching a coordinator that is not there follows --wait-timeout
@@ -376,8 +378,9 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
 TEST(Node, AWorkerWithoutACoordinatorLogsEachAttemptAndGivesUpAtTheWaitTimeout) {
   const std::string dir = temp_dir("no-coordinator");
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--wait-timeout", "3", "--timeout", "3"},
-                 dir + "/worker.log");
+  Process worker(
+      {TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--wait-timeout", "3", "--timeout", "3"},
+      dir + "/worker.log");
   const auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(worker.wait_for(20s), 1) << worker.output();
   const double took = seconds_since(started);
@@ -402,8 +405,9 @@ TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
     EXPECT_LT(seconds_since(signalled_at), 1.0) << c.logs();
     EXPECT_NE(status, 0) << c.logs();
     EXPECT_NE(status, -1) << c.logs();
-    EXPECT_NE(c.coordinator->output().find("stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes"),
-              std::string::npos)
+    EXPECT_NE(
+        c.coordinator->output().find("stopped by signal " + std::to_string(sig) + " while waiting for --min-nodes"),
+        std::string::npos)
         << c.logs();
   }
 }

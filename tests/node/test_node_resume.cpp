@@ -37,9 +37,8 @@ NodesRun run_two_nodes(const std::string& dir, const std::string& name, const st
   const std::string job = dir + "/" + name + ".toml";
   std::ofstream(job) << job_text;
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
-  std::vector<std::string> args{TROUPE_BINARY, "node",       "--listen", address, "--job",       job,
-                                "--min-nodes", "2",          "--devices", "cpu:0", "--timeout", "30",
-                                "--wait-timeout", "60"};
+  std::vector<std::string> args{TROUPE_BINARY, "node",  "--listen",  address, "--job",          job, "--min-nodes", "2",
+                                "--devices",   "cpu:0", "--timeout", "30",    "--wait-timeout", "60"};
   if (resume) args.push_back("--resume");
   Process coordinator(args, dir + "/" + name + "-coordinator.log");
   Process worker({TROUPE_BINARY, "node", "--join", address, "--devices", "cpu:0", "--timeout", "30"},
@@ -58,7 +57,8 @@ checkpoint::State newest(const std::string& dir) {
 
 std::string job(const std::string& mode, int steps, const std::string& checkpoints) {
   return "model = \"mlp\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nlr = 0.02\noptimizer = \"sgd\"\n"
-         "mode = \"" + mode + "\"\nsteps = " + std::to_string(steps) + "\ncheckpoint_dir = \"" + checkpoints + "\"\n";
+         "mode = \"" +
+         mode + "\"\nsteps = " + std::to_string(steps) + "\ncheckpoint_dir = \"" + checkpoints + "\"\n";
 }
 
 // "S synchronous steps, P gradients pushed, A applied by the server"
@@ -122,8 +122,9 @@ TEST(NodeResume, AWorkerRejoinsACoordinatorRestartedWithResume) {
   std::ofstream(job_path) << job("async", 600, dir + "/ckpt") << "checkpoint_every = 40\n";
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
   auto coordinator_args = [&](bool resume) {
-    std::vector<std::string> a{TROUPE_BINARY, "node", "--listen", address, "--job", job_path, "--min-nodes", "2",
-                               "--devices", "cpu:0", "--timeout", "30", "--wait-timeout", "60", "--log-every", "20"};
+    std::vector<std::string> a{TROUPE_BINARY,    "node", "--listen",    address, "--job",     job_path,
+                               "--min-nodes",    "2",    "--devices",   "cpu:0", "--timeout", "30",
+                               "--wait-timeout", "60",   "--log-every", "20"};
     if (resume) a.push_back("--resume");
     return a;
   };

@@ -100,7 +100,8 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
     // The async run serves GET /metrics (no secret: loopback only).
     const int control_port = sealed ? 0 : troupe::testing::free_loopback_port();
     std::vector<std::string> coordinator_args{"--ps-tasks", "2"};
-    if (control_port) coordinator_args.insert(coordinator_args.end(), {"--control", "127.0.0.1:" + std::to_string(control_port)});
+    if (control_port)
+      coordinator_args.insert(coordinator_args.end(), {"--control", "127.0.0.1:" + std::to_string(control_port)});
     Cluster c(std::string("ps-tasks-") + (sealed ? "ssp" : "async"),
               std::string(kMlpJob) + "epochs = 1\nbatch = 32\nschedule = \"cosine:1875\"\nmode = \"" + mode +
                   "\"\nps_split_above = 10000\n",
@@ -137,8 +138,7 @@ TEST(PsTasks, TwoWorkersAndTwoPsTasksLearnInAsyncAndSsp) {
     if (sealed) {
       EXPECT_NE(out.find("every link to another node is sealed"), std::string::npos) << out;
       for (auto& p : ps)
-        EXPECT_NE(p->output().find("pushes on the data plane, sealed (AES-256-GCM)"), std::string::npos)
-            << p->output();
+        EXPECT_NE(p->output().find("pushes on the data plane, sealed (AES-256-GCM)"), std::string::npos) << p->output();
     }
     const Accounting a = accounting(out);
     EXPECT_EQ(a.pushed, a.applied) << "a pushed gradient was lost or applied twice";
@@ -265,8 +265,8 @@ TEST(PsTasks, AKilledPsTaskRollsTheJobBackToTheNewestCheckpointAndItGoesOnOnTheO
 // scatters the replicas' state to the shards in their new place.
 TEST(PsTasks, AKilledPsTaskInSyncModeLosesNothingAndTheSwitchToAsyncUsesTheNewPlacement) {
   Cluster c("ps-kill-sync",
-            std::string(kMlpJob) + "epochs = 1\nsteps = 600\nbatch = 32\nmode = \"sync\"\nswitch = \"400:async\"\n",
-            1, {"--ps-tasks", "2"});
+            std::string(kMlpJob) + "epochs = 1\nsteps = 600\nbatch = 32\nmode = \"sync\"\nswitch = \"400:async\"\n", 1,
+            {"--ps-tasks", "2"});
   auto ps = start_two_ps_tasks(c);
   ASSERT_TRUE(wait_for_step(*c.coordinator, 120, 180s)) << all_logs(c, ps);
   ps[1]->signal(SIGKILL);
@@ -305,7 +305,8 @@ TEST(PsTasks, APsTaskAskedToStopHasItsShardsMovedAndNothingIsLost) {
             std::string::npos)
       << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(the parameter-server shards moved at step (\d+): .*nothing lost)")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(the parameter-server shards moved at step (\d+): .*nothing lost)")))
       << out;
   const long long moved = std::stoll(m[1]);
   EXPECT_GE(moved, 120) << out;
@@ -402,9 +403,9 @@ TEST(PsTasks, APsTaskRejoinsACoordinatorRestartedWithResume) {
                                          "checkpoint_every = 40\ncheckpoint_dir = \"" + dir + "/ckpt\"\n");
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
   auto coordinator_args = [&](bool resume) {
-    std::vector<std::string> a{TROUPE_BINARY, "node", "--listen", address, "--job", job, "--min-nodes", "2",
-                               "--ps-tasks", "1", "--devices", "cpu:0", "--timeout", "30", "--wait-timeout", "60",
-                               "--log-every", "20"};
+    std::vector<std::string> a{TROUPE_BINARY, "node", "--listen",       address, "--job",       job,
+                               "--min-nodes", "2",    "--ps-tasks",     "1",     "--devices",   "cpu:0",
+                               "--timeout",   "30",   "--wait-timeout", "60",    "--log-every", "20"};
     if (resume) a.push_back("--resume");
     return a;
   };
@@ -446,8 +447,7 @@ TEST(PsTasks, WithoutAPsTaskTheJobStopsAtTheWaitTimeoutAndTheNewestCheckpointRes
     Cluster c("ps-missing", std::string(kMlpJob) + "steps = 20\nbatch = 32\nmode = \"async\"\n", 0,
               {"--ps-tasks", "1", "--wait-timeout", "3"}, {}, 1);
     EXPECT_EQ(c.coordinator->wait_for(30s), 1) << c.logs();
-    EXPECT_NE(c.coordinator->output().find("only 0 of 1 ps tasks (--ps-tasks) had joined after 3 s"),
-              std::string::npos)
+    EXPECT_NE(c.coordinator->output().find("only 0 of 1 ps tasks (--ps-tasks) had joined after 3 s"), std::string::npos)
         << c.logs();
   }
   const std::string checkpoints = temp_dir("ps-gone-ckpt");

@@ -29,7 +29,8 @@ struct Exposition {
   std::vector<std::string> problems;         // empty: the text is well formed
 
   // The samples of one series name whose labels include `labels`.
-  std::vector<ExpositionSample> find(const std::string& name, const std::map<std::string, std::string>& labels = {}) const {
+  std::vector<ExpositionSample> find(const std::string& name,
+                                     const std::map<std::string, std::string>& labels = {}) const {
     std::vector<ExpositionSample> out;
     for (const auto& s : samples) {
       if (s.name != name) continue;
@@ -134,9 +135,12 @@ inline Exposition parse_exposition(const std::string& text) {
           if (line[i] == '\\') {
             if (i + 1 >= line.size()) break;
             const char c = line[i + 1];
-            if (c == 'n') value += '\n';
-            else if (c == '\\' || c == '"') value += c;
-            else ok = false;  // only \\, \" and \n are escapes
+            if (c == 'n')
+              value += '\n';
+            else if (c == '\\' || c == '"')
+              value += c;
+            else
+              ok = false;  // only \\, \" and \n are escapes
             i += 2;
           } else {
             value += line[i++];

@@ -33,19 +33,24 @@ enum class Attack { none, flip_bit, replay_frame, drop_frame, swap_frames };
 
 inline const char* attack_name(Attack a) {
   switch (a) {
-    case Attack::none: return "none";
-    case Attack::flip_bit: return "flip_bit";
-    case Attack::replay_frame: return "replay_frame";
-    case Attack::drop_frame: return "drop_frame";
-    case Attack::swap_frames: return "swap_frames";
+    case Attack::none:
+      return "none";
+    case Attack::flip_bit:
+      return "flip_bit";
+    case Attack::replay_frame:
+      return "replay_frame";
+    case Attack::drop_frame:
+      return "drop_frame";
+    case Attack::swap_frames:
+      return "swap_frames";
   }
   return "?";
 }
 
 struct AttackPlan {
   Attack attack = Attack::none;
-  bool client_to_server = true;  // which direction is attacked
-  std::size_t record = 0;        // the first record of the attacked frame (0: the first after the handshake)
+  bool client_to_server = true;       // which direction is attacked
+  std::size_t record = 0;             // the first record of the attacked frame (0: the first after the handshake)
   std::size_t records_per_frame = 1;  // the ring writes a frame as two records (header, payload) without seal helpers
   // Whether `record` counts from the first record after arm() rather than
   // from the first after the handshake (to attack a running job at a
@@ -118,8 +123,10 @@ class MitmProxy {
       fds_.push_back(server);
       // Only the first connection is attacked (the ring and the relay make one).
       const bool first = connections_++ == 0;
-      threads_.emplace_back([this, client, server, first] { pump(client, server, 1, first && plan_.client_to_server); });
-      threads_.emplace_back([this, client, server, first] { pump(server, client, 2, first && !plan_.client_to_server); });
+      threads_.emplace_back(
+          [this, client, server, first] { pump(client, server, 1, first && plan_.client_to_server); });
+      threads_.emplace_back(
+          [this, client, server, first] { pump(server, client, 2, first && !plan_.client_to_server); });
     }
   }
 
@@ -134,8 +141,8 @@ class MitmProxy {
     for (int i = 0; i < handshake_frames; ++i) {
       if (!read(4, prefix)) return finish(from, to);
       const auto* p = reinterpret_cast<const unsigned char*>(prefix.data());
-      const std::size_t n = std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) |
-                            (std::size_t{p[3]} << 24);
+      const std::size_t n =
+          std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) | (std::size_t{p[3]} << 24);
       if (!read(n, body) || !forward(prefix + body)) return finish(from, to);
     }
     std::size_t first = plan_.record;
@@ -158,8 +165,8 @@ class MitmProxy {
       }
       if (!read(net::wire::kRecordPrefixBytes, prefix)) return finish(from, to);
       const auto* p = reinterpret_cast<const unsigned char*>(prefix.data());
-      const std::size_t length = std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) |
-                                 (std::size_t{p[3]} << 24);
+      const std::size_t length =
+          std::size_t{p[0]} | (std::size_t{p[1]} << 8) | (std::size_t{p[2]} << 16) | (std::size_t{p[3]} << 24);
       if (!read(length + net::kAeadTagBytes, body)) return finish(from, to);
       std::string record = prefix + body;
       if (attack && counting && plan_.attack != Attack::none && index >= first && index < first + 2 * n) {
@@ -199,7 +206,8 @@ class MitmProxy {
               continue;
             }
             break;
-          case Attack::none: break;
+          case Attack::none:
+            break;
         }
       }
       if (!forward(record)) return finish(from, to);

@@ -25,8 +25,7 @@ std::string error_of(const std::string& path, std::size_t limit = kMaxConfigFile
   return "";
 }
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "got: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << "got: " << (haystack)
 
 struct ConfigFile : ::testing::Test {
   void SetUp() override {

@@ -271,7 +271,8 @@ TEST(PsPushLink, RefusalsNameTheReasonAndTheLinkGoesOn) {
 
 TEST(PsPushLink, AClientOfAnotherJobFailsAtOnceNamingBothJobs) {
   Log log;
-  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
+  PushServer server(server_config(
+      {{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
   PushClientConfig c = client_config(server.port());
   c.job_id = 0x99;
   const auto start = std::chrono::steady_clock::now();
@@ -290,7 +291,8 @@ TEST(PsPushLink, AClientOfAnotherJobFailsAtOnceNamingBothJobs) {
 
 TEST(PsPushLink, AWrongSecretIsRefusedAndNamed) {
   Log log;
-  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, kSecret, &log));
+  PushServer server(server_config(
+      {{0, 4}}, [](int, GradientPush p) { return p.gradient; }, kSecret, &log));
   try {
     PushClient client(client_config(server.port(), "another secret"));
     FAIL() << "authenticated with the wrong secret";
@@ -381,10 +383,8 @@ struct RawPsTask {
         net::wire::write_all(fd, answers.data(), answers.size(), nullptr, 0, net::Clock::now() + 5s);
         ::shutdown(fd, SHUT_WR);
         char sink[4096];
-        while (::recv(fd, sink, sizeof sink, 0) > 0) {
-        }
-      } catch (const std::exception&) {
-      }
+        while (::recv(fd, sink, sizeof sink, 0) > 0) {}
+      } catch (const std::exception&) {}
       ::close(fd);
     });
   }
@@ -462,7 +462,8 @@ TEST(PsPushLink, ARefusalThatClaimsFloatsIsAProtocolError) {
 // (so the peer learns what this end is) and then dropped, naming what differs.
 TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
   Log log;
-  PushServer server(server_config({{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
+  PushServer server(server_config(
+      {{0, 4}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
   for (const bool ring : {true, false}) {
     const int fd = net::wire::connect_tcp("127.0.0.1:" + std::to_string(server.port()), net::Clock::now() + 5s);
     net::wire::Hello h;
@@ -490,10 +491,13 @@ struct CountingServer {
   Log log;
   PushServer server;
   explicit CountingServer(std::initializer_list<std::pair<const int, std::int64_t>> shards)
-      : server(server_config(shards, [this](int, GradientPush p) {
-          ++applied;
-          return p.gradient;
-        }, "", &log)) {}
+      : server(server_config(
+            shards,
+            [this](int, GradientPush p) {
+              ++applied;
+              return p.gradient;
+            },
+            "", &log)) {}
 };
 
 TEST(PsPushLink, APlaintextPushWithABadCrcIsRefusedAndNotApplied) {
@@ -537,7 +541,8 @@ TEST(PsPushLink, ASendBeforeTheAnswersToAPushMarkedLastIsRefusedByTheClient) {
     client.send(0, 0, 0, 2, g0.data(), kSizes[0]);
     ADD_FAILURE() << "a send after a push marked last was not refused";
   } catch (const PushError& e) {
-    EXPECT_NE(std::string(e.what()).find("a push sent before the answers to a push marked as the last before reading (2 unanswered)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "a push sent before the answers to a push marked as the last before reading (2 unanswered)"),
               std::string::npos)
         << e.what();
   }
@@ -545,8 +550,7 @@ TEST(PsPushLink, ASendBeforeTheAnswersToAPushMarkedLastIsRefusedByTheClient) {
   try {
     client.send(0, 0, 0, 2, g0.data(), kSizes[0]);
     ADD_FAILURE() << "a send with one answer outstanding was not refused";
-  } catch (const PushError&) {
-  }
+  } catch (const PushError&) {}
   client.receive(1, out1.data(), kSizes[1]);
   client.send(0, 0, 0, 2, g0.data(), kSizes[0], true);  // usable again
   client.receive(0, out0.data(), kSizes[0]);
@@ -697,7 +701,8 @@ TEST(PsPushLink, BigPipelinedPushesNeverStallEitherEnd) {
         p.clock = round;
         p.gradient = Tensor::from_vector({sizes[static_cast<std::size_t>(s)]}, g[static_cast<std::size_t>(s)]);
         const Tensor fresh = local.push(s, std::move(p));
-        EXPECT_TRUE(bitwise_equal(out[static_cast<std::size_t>(s)].data(), fresh.f32(), sizes[static_cast<std::size_t>(s)]))
+        EXPECT_TRUE(
+            bitwise_equal(out[static_cast<std::size_t>(s)].data(), fresh.f32(), sizes[static_cast<std::size_t>(s)]))
             << "shard " << s << ", round " << round << (secret.empty() ? ", plaintext" : ", sealed");
       }
     }
@@ -869,7 +874,8 @@ TEST(PsPushLink, ASilentServerFailsThePushAtTheClientsTimeout) {
 
 TEST(PsPushLink, AClientSilentMidFrameIsDroppedAtTheIoTimeout) {
   Log log;
-  PushServerConfig c = server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log);
+  PushServerConfig c = server_config(
+      {{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log);
   c.io_timeout = 300ms;
   PushServer server(std::move(c));
   RawPeer stalled(server.port());
@@ -956,7 +962,8 @@ TEST(PsPushLink, AFlippedBitOnASealedLinkFailsThePushAndAppliesNothing) {
 // The same proxy without an attack is transparent: the failure above is the
 // attack's, not the proxy's.
 TEST(PsPushLink, TheProxyWithoutAnAttackIsTransparent) {
-  PushServer server(server_config({{0, kSizes[1]}}, [](int, GradientPush p) { return p.gradient; }, kSecret));
+  PushServer server(server_config(
+      {{0, kSizes[1]}}, [](int, GradientPush p) { return p.gradient; }, kSecret));
   troupe::testing::MitmProxy proxy(server.port(), {});
   PushClient client(client_config(proxy.port(), kSecret));
   const auto g = wave(kSizes[1], 4);
@@ -972,8 +979,8 @@ TEST(PsPushLink, TheProxyWithoutAnAttackIsTransparent) {
 
 TEST(PsPushLink, StopWithOpenConnectionsReturnsPromptlyAndFailsTheClients) {
   Log log;
-  auto server = std::make_unique<PushServer>(
-      server_config({{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
+  auto server = std::make_unique<PushServer>(server_config(
+      {{0, 100}}, [](int, GradientPush p) { return p.gradient; }, "", &log));
   std::vector<std::unique_ptr<PushClient>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<PushClient>(client_config(server->port())));
   // One more connection stalled mid-frame: half a header.
