@@ -28,6 +28,7 @@ TROUPE_PACKAGES=(
                                   # service on :9090, which the test does not use)
   openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
   clang libclang-rt-14-dev        # scripts/fuzz.sh, scripts/ci-sanitizers.sh: libFuzzer and the ASan/UBSan build
+  clang-format                    # scripts/check-format.sh (in scripts/test.sh): the tree's format, .clang-format
   python3                         # scripts/timeline.py, scripts/tensorboard_plot.py (standard library only),
                                   # tests/chaos/lib.sh's free_port
   iproute2                        # `ip netns`: the multi-node tests in network namespaces (tests/node/netns.hpp,
@@ -43,5 +44,5 @@ TROUPE_COMMANDS=(
   "c++ build-essential"          "cmake cmake"            "ninja ninja-build"     "pkg-config pkg-config"
   "capnp capnproto"              "gnuplot gnuplot-nox"    "prometheus prometheus" "mpirun openmpi-bin"
   "clang++ clang"                "python3 python3"        "ip iproute2"           "ps procps"
-  "pgrep procps"
+  "pgrep procps"                 "clang-format clang-format"
 )
