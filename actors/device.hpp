@@ -40,7 +40,7 @@
 // waits for the next view, with nothing of the failed step applied. The
 // view starts at the newest step a survivor completed; a survivor that had
 // not completed it takes the state of one that had (roll forward,
-// actors/view_start.hpp): survivors stay bitwise identical, no disk read,
+// actors/coordinator/view_start.hpp): survivors stay bitwise identical, no disk read,
 // and no per-step copy of the state. Grants of another view are dropped and
 // counted.
 #pragma once
@@ -56,13 +56,13 @@
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"
-#include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
 #include "net/collective/collective.hpp"
+#include "util/timeline.hpp"
 
 namespace troupe::actors {
 

@@ -29,7 +29,7 @@
 // A node whose handle goes down (its process died, its link timed out on
 // heartbeats) is lost: (node_lost, index, what) to the listener, once.
 // Views (numbered memberships) are the coordinator actor's: see
-// actors/coordinator.hpp, "Membership views".
+// actors/coordinator/coordinator.hpp, "Membership views".
 //
 // Cool-down: a host whose nodes were lost 3 times within 10 minutes is
 // refused for 60 s, then 120 s, 240 s, ... (logged with its name), so a

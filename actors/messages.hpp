@@ -3,7 +3,7 @@
 //
 // Inside one process CAF passes messages by reference counting and never
 // serialises them: Tensor handles travel as they are. Between the nodes of a
-// cluster (actors/node.hpp) the messages a coordinator exchanges with remote
+// cluster (cluster/node.hpp) the messages a coordinator exchanges with remote
 // device actors are serialised: Grant, StepReport, GradientPush,
 // ReplicaState, Tensor and Mode have their own serialize() below, registered
 // with CAF by register_message_types(). Every float and double in them goes
@@ -58,7 +58,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using counters_atom = caf::atom_constant<caf::atom("counters")>;
 using digest_atom =
     caf::atom_constant<caf::atom("digest")>;  // -> SHA-256 (hex) of a replica's parameters and optimizer state
-// Cluster membership (actors/node.hpp).
+// Cluster membership (cluster/node.hpp).
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using form_atom = caf::atom_constant<caf::atom("form")>;
@@ -160,7 +160,7 @@ struct ReplicaPosition {
 // A node's part of a new membership view, sent by the coordinator node to
 // each node (serialised): its place in the data-plane ring, its replicas'
 // ranks, and where every replica stands (all replicas of a view start at
-// the same clock and data position: see actors/coordinator.hpp).
+// the same clock and data position: see actors/coordinator/coordinator.hpp).
 struct FormView {
   std::uint32_t view = 0;
   std::int32_t node_rank = 0;   // in the ring of node leaders (addresses)
@@ -171,7 +171,7 @@ struct FormView {
   std::int64_t epoch = 0, batch = 0, offset = 0;  // the data cursor (models/data/epoch_plan.hpp, 5.)
   std::int64_t batch_size = 1;                    // per replica in this view
   // The view's NCCL unique id as 256 hex digits (net::NcclId::hex) when the
-  // whole view reduces through one NCCL group (actors/collective_choice.hpp,
+  // whole view reduces through one NCCL group (job/collective_choice.hpp,
   // choose_across_nodes), else "": the node builds its hierarchical group.
   // Text, not a byte vector: CAF 0.17 has no safe binary blob type, and a
   // string crosses byte for byte.
@@ -232,7 +232,7 @@ struct ViewPlan {
   std::uint32_t view = 0;
   std::int64_t clock = 0;  // every replica's clock in the new view
   // Sync: survivors a step behind `clock` take the state of `source` (a
-  // survivor at `clock`), as joiners do (actors/view_start.hpp).
+  // survivor at `clock`), as joiners do (actors/coordinator/view_start.hpp).
   std::vector<ReplicaRef> behind;
   ReplicaRef source;
   data::Cursor cursor;            // the new segment: epoch, batch 0, offset

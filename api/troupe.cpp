@@ -14,10 +14,10 @@
 #include <optional>
 #include <stdexcept>
 
-#include "actors/job.hpp"
-#include "actors/job_file.hpp"
 #include "actors/mode.hpp"
-#include "actors/node.hpp"
+#include "cluster/node.hpp"
+#include "job/job.hpp"
+#include "job/job_file.hpp"
 #include "kernels/registry.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "net/cluster/auth.hpp"  // check_clear_links

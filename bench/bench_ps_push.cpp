@@ -37,7 +37,7 @@
 
 #include "actors/ps/push_link.hpp"
 #include "actors/ps/shard.hpp"
-#include "actors/replica.hpp"  // configure_actor_system
+#include "job/replica.hpp"  // configure_actor_system
 #include "net/cluster/gate.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"

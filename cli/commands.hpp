@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "actors/job.hpp"
-#include "actors/node.hpp"
+#include "cluster/node.hpp"
+#include "job/job.hpp"
 #include "models/trainer.hpp"
 #include "net/cluster/cluster_spec.hpp"
 
@@ -33,8 +33,8 @@ struct TrainOptions {
   std::int64_t ps_split_above = actors::ps::default_split_above;  // floats: bigger layers are split
   std::string metrics;
   std::string summary_json;
-  std::string tensorboard;  // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
-  std::string timeline;     // --timeline FILE: a Chrome trace of every replica's steps (actors/timeline.hpp)
+  std::string tensorboard;               // --tensorboard DIR: TensorBoard event files (models/tensorboard.hpp)
+  std::string timeline;                  // --timeline FILE: a Chrome trace of every replica's steps (util/timeline.hpp)
   std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
 };

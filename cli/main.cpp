@@ -6,7 +6,7 @@
 //   troupe node --join 127.0.0.1:7000
 //   troupe --version          (also `troupe version`: the version and how it was built)
 //
-// Exit status (README.md, "Exit status"):
+// Exit status (docs/TRAINING.md, "Exit status"):
 //   0    success (also --help and --version)
 //   1    a runtime error: missing or corrupt data, a corrupt checkpoint, a
 //        lost node, a control endpoint that does not answer
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/replica.hpp"
 #include "cli/commands.hpp"
+#include "job/replica.hpp"
 #include "kernels/config.hpp"
 #include "models/data/load.hpp"
 
@@ -190,7 +190,7 @@ int run_troupe(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int status = run_troupe(argc, argv);
   // A job's actor system that could not shut down was left behind with its
-  // threads blocked inside CAF (actors/replica.hpp, run_with_bounded_shutdown):
+  // threads blocked inside CAF (job/replica.hpp, run_with_bounded_shutdown):
   // exit without running static destructors under them.
   if (troupe::actors::abandoned_actor_systems() > 0) {
     std::fflush(nullptr);

@@ -1,4 +1,4 @@
-// `troupe node`: one process per host of a cluster (actors/node.hpp).
+// `troupe node`: one process per host of a cluster (cluster/node.hpp).
 //
 //   troupe node --listen 0.0.0.0:7000 --job job.toml --min-nodes 3 --control 127.0.0.1:8080
 //   troupe node --join host-a:7000
@@ -18,8 +18,8 @@
 #include <cstdio>
 #include <optional>
 
-#include "actors/job_file.hpp"
 #include "cli/commands.hpp"
+#include "job/job_file.hpp"
 #include "net/cluster/cluster_spec.hpp"
 #include "net/cluster/launcher_env.hpp"
 

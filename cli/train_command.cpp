@@ -10,11 +10,11 @@
 #include <system_error>
 #include <utility>
 
-#include "actors/job.hpp"
-#include "actors/job_file.hpp"
 #include "actors/job_metrics.hpp"
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
+#include "job/job.hpp"
+#include "job/job_file.hpp"
 #include "kernels/registry.hpp"
 #include "models/tensorboard.hpp"
 #include "net/cluster/auth.hpp"

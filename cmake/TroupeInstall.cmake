@@ -1,4 +1,4 @@
-# What `cmake --install build --prefix P` puts under P (README.md, "Installing"):
+# What `cmake --install build --prefix P` puts under P (docs/BUILDING.md, "Installing, and the C++ API from your own CMake project"):
 #
 #   bin/troupe                         the command line
 #   lib/libtroupe.so.X.Y.Z             the C++ API, what it uses of the layers below, the backends
@@ -22,7 +22,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Everything libtroupe.so is made of must be position-independent.
-set(_troupe_api_layers troupe_api troupe_actors troupe_ps troupe_models troupe_util troupe_collective troupe_transport troupe_tcp
+set(_troupe_api_layers troupe_api troupe_nodes troupe_job troupe_actors troupe_ps troupe_models troupe_util troupe_collective troupe_transport troupe_tcp
     troupe_cluster troupe_gate troupe_control troupe_crypto troupe_kernels troupe_kernels_cpu troupe_backends)
 if(TARGET troupe_kernels_cuda)
   list(APPEND _troupe_api_layers troupe_kernels_cuda)

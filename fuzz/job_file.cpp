@@ -1,4 +1,4 @@
-// The job file reader (actors/job_file.hpp): the input is a job file's text.
+// The job file reader (job/job_file.hpp): the input is a job file's text.
 //
 // Properties: parse_job_text returns or throws JobFileError (nothing else:
 // no std::out_of_range from a number, no crash); a job it accepts has a
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "actors/job_file.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "job/job_file.hpp"
 
 using namespace troupe::actors;
 

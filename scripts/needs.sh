@@ -19,7 +19,7 @@ TROUPE_PACKAGES=(
   zlib1g-dev                      # gzipped IDX files
   libssl-dev                      # OpenSSL libcrypto: SHA-256, HMAC, HKDF, random bytes
   nlohmann-json3-dev              # JSON written and read (status, summary, metrics, TF_CONFIG)
-  libtomlplusplus-dev             # toml++ 3.3: the job file (actors/job_file.cpp)
+  libtomlplusplus-dev             # toml++ 3.3: the job file (job/job_file.cpp)
   dataset-fashion-mnist           # the default training data
   wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
   gnuplot-nox                     # examples/mode_switch_experiment, scripts/timeline.py, scripts/tensorboard_plot.py: plots

@@ -1,8 +1,8 @@
 #include "actors/ps/push_routes.hpp"
 
 #include <algorithm>
+#include <string>
 
-#include "actors/node_support.hpp"
 #include "actors/ps/push_link.hpp"
 
 namespace troupe::actors::ps {
@@ -35,10 +35,12 @@ std::string PushClientRegistry::aborted() const {
   return aborted_;
 }
 
+std::uint64_t job_id_of(const std::string& fingerprint) { return std::stoull(fingerprint.substr(0, 15), nullptr, 16); }
+
 std::uint64_t push_job_id(const std::string& fingerprint) {
   // "ps push" in ASCII: never a ring's id (ring_id_of mixes the view in by
   // multiplication with an odd constant; this one is a fixed xor).
-  return node_support::job_id_of(fingerprint) ^ 0x7073207075736821ULL;
+  return job_id_of(fingerprint) ^ 0x7073207075736821ULL;
 }
 
 }  // namespace troupe::actors::ps

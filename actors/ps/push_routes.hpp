@@ -47,6 +47,10 @@ struct PushRoutes {
   std::shared_ptr<PushClientRegistry> registry = std::make_shared<PushClientRegistry>();
 };
 
+// The job's id, from the cluster's fingerprint (hex): both ends of the data
+// plane derive the ring's and the pushes' ids from it (cluster/node_support).
+std::uint64_t job_id_of(const std::string& fingerprint);
+
 // The data-plane job id of a job's pushes: apart from every view's ring
 // (ring_id_of), so that a push connection can never be taken for a ring's.
 std::uint64_t push_job_id(const std::string& fingerprint);

@@ -430,7 +430,7 @@ class ParameterServerStrategy : public Strategy {
 // ---- MultiWorkerMirroredStrategy: several hosts (or processes) ------------
 //
 // tf.distribute.MultiWorkerMirroredStrategy on troupe's cluster runtime (the
-// same as `troupe node`, actors/node.hpp). Every process of the cluster
+// same as `troupe node`, cluster/node.hpp). Every process of the cluster
 // builds the strategy and calls fit() with the same FitConfig; TF_CONFIG's
 // role is played by a cluster spec in its shape (net/cluster/cluster_spec.hpp):
 //

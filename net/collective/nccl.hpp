@@ -10,7 +10,7 @@
 // the others over whatever control path they share (in one process: none).
 // NCCL refuses two ranks on one GPU: several replicas on one GPU (logical
 // GPUs, `--devices cuda:0,cuda:0`) reduce through the `local` backend
-// instead (actors/collective_choice.hpp picks).
+// instead (job/collective_choice.hpp picks).
 //
 // Streams: each rank owns a stream of its own for its collectives. An
 // operation records an event on the kernels' compute stream of its GPU

@@ -1,4 +1,4 @@
-// run_with_bounded_shutdown (actors/replica.hpp): ~actor_system waits
+// run_with_bounded_shutdown (job/replica.hpp): ~actor_system waits
 // without a deadline for every detached actor to be destroyed; a finished
 // actor that something still references would hold the process forever.
 // The caller gets the body's outcome at once and waits at most the limit
@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "actors/replica.hpp"
+#include "job/replica.hpp"
 
 namespace troupe::actors {
 namespace {

@@ -1,4 +1,4 @@
-// Which collective backend reduces a host's replicas (actors/collective_choice.hpp),
+// Which collective backend reduces a host's replicas (job/collective_choice.hpp),
 // as a pure function of the devices: no GPU is needed to check that a
 // machine with two GPUs would train through NCCL, nor that mixed devices are
 // refused with a message that says why.
@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "actors/collective_choice.hpp"
-#include "actors/job.hpp"
 #include "actors/messages.hpp"
+#include "job/collective_choice.hpp"
+#include "job/job.hpp"
 #include "kernels/config.hpp"
 #include "net/collective/nccl.hpp"
 

@@ -1,5 +1,5 @@
 // The device actor's side of the roll forward (elastic sync;
-// actors/view_start.hpp). A sync step whose all-reduce fails applies
+// actors/coordinator/view_start.hpp). A sync step whose all-reduce fails applies
 // nothing: the replica stays bitwise at the last step it completed, at its
 // clock. A view then starts at the newest clock a survivor reached; a
 // replica a step behind takes that clock and the state of one that is
@@ -15,7 +15,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
-#include "actors/replica.hpp"
+#include "job/replica.hpp"
 #include "models/data/load.hpp"
 #include "models/spec.hpp"
 #include "net/collective/local.hpp"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "actors/job.hpp"
+#include "job/job.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {

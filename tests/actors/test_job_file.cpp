@@ -1,4 +1,4 @@
-// actors/job_file: the job file (TOML, read with toml++), its canonical text
+// job/job_file: the job file (TOML, read with toml++), its canonical text
 // and fingerprint.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "actors/job_file.hpp"
+#include "job/job_file.hpp"
 #include "kernels/config.hpp"
 
 namespace troupe::actors {
@@ -211,7 +211,7 @@ TEST(ClusterJobFile, UnknownKeysAndTables) {
   EXPECT_JOB_ERROR("log-every = 5\n", "key 'log-every' is not part of a job");
 }
 
-// The README: "the job file takes what troupe train takes on its command
+// docs/CLUSTER.md ("The job file"): "the job file takes what troupe train takes on its command
 // line": every optimizer flag has a flat key, as --optimizer adam does.
 TEST(ClusterJobFile, FlatOptimizerKeysAsOnTheCommandLine) {
   const actors::JobConfig flat = parse_job_text(R"(optimizer = "sgd"

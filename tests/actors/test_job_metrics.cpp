@@ -9,8 +9,8 @@
 #include <regex>
 #include <string>
 
-#include "actors/job.hpp"
 #include "actors/job_metrics.hpp"
+#include "job/job.hpp"
 
 namespace troupe::actors {
 namespace {

@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "actors/job.hpp"
 #include "actors/ps/parameter_server.hpp"
-#include "actors/replica.hpp"
+#include "job/job.hpp"
+#include "job/replica.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <numeric>
 
-#include "actors/job.hpp"
+#include "job/job.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {

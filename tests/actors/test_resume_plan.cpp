@@ -1,8 +1,8 @@
-// plan_resume (actors/resume.hpp): where every replica's data continues
+// plan_resume (actors/coordinator/resume.hpp): where every replica's data continues
 // after a resume, from the clocks and the data segment a checkpoint records.
 #include <gtest/gtest.h>
 
-#include "actors/resume.hpp"
+#include "actors/coordinator/resume.hpp"
 
 namespace troupe::actors {
 namespace {

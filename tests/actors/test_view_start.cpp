@@ -1,11 +1,11 @@
-// Where a sync job's next view starts (actors/view_start.hpp): the newest
+// Where a sync job's next view starts (actors/coordinator/view_start.hpp): the newest
 // clock a survivor reached, who takes whose state, and the examples of
 // completed steps whose reports never came.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "actors/view_start.hpp"
+#include "actors/coordinator/view_start.hpp"
 
 namespace troupe::actors {
 namespace {

@@ -1,6 +1,6 @@
 // --timeline (issue 16): a Chrome trace-event file of every replica's steps,
 // read back with nlohmann-json as Perfetto would read it, from real runs of
-// the troupe binary; and the recorder itself (actors/timeline.hpp).
+// the troupe binary; and the recorder itself (util/timeline.hpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/timeline.hpp"
 #include "tests/node/process.hpp"
 #include "tests/support/ports.hpp"
+#include "util/timeline.hpp"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "actors/job.hpp"
+#include "job/job.hpp"
 #include "tests/gpu/gpu_support.hpp"
 
 namespace troupe::actors {

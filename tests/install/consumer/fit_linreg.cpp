@@ -1,4 +1,4 @@
-// A user's first troupe program, as the README shows it: TF1's linear
+// A user's first troupe program, as docs/BUILDING.md's install example builds it: TF1's linear
 // regression (y = 2x + noise) on two CPU replicas in sync, through the public
 // API of an installed troupe, then the trained model's forward pass.
 //

@@ -68,7 +68,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "actors/job.hpp"
+#include "job/job.hpp"
 
 namespace troupe::actors {
 

@@ -1,5 +1,5 @@
-// What both sides of a cluster share (actors/coordinator_node.cpp,
-// actors/worker_node.cpp, actors/membership.cpp): remoting settings, the
+// What both sides of a cluster share (cluster/coordinator_node.cpp,
+// cluster/worker_node.cpp, actors/membership.cpp): remoting settings, the
 // data-plane socket, node names and the log.
 #pragma once
 
@@ -9,7 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "actors/node.hpp"
+#include "actors/ps/push_routes.hpp"  // job_id_of
+#include "cluster/node.hpp"
 #include "net/cluster/gate.hpp"  // HandshakeConfig
 
 namespace troupe::actors::node_support {
@@ -21,8 +22,9 @@ std::function<void(const std::string&)> logger(const NodeOptions& o);
 // is declared down after about 5 s, a closed connection at once.
 void configure_cluster(caf::actor_system_config& cfg);
 
-// Both ends of the data plane derive the ring's job id from the job.
-std::uint64_t job_id_of(const std::string& fingerprint);
+// Both ends of the data plane derive the ring's job id from the job
+// (defined beside the pushes' id, which mixes it too).
+using ps::job_id_of;
 // The data-plane ring of one membership view: the job's id mixed with the
 // view number, so the handshake and every frame (both carry it) of another
 // view are rejected.

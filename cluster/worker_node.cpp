@@ -14,14 +14,14 @@
 #include <optional>
 #include <thread>
 
-#include "actors/collective_choice.hpp"
-#include "actors/job_file.hpp"
 #include "actors/membership.hpp"
-#include "actors/node.hpp"
-#include "actors/node_support.hpp"
 #include "actors/ps/parameter_server.hpp"
 #include "actors/ps/push_routes.hpp"
-#include "actors/replica.hpp"
+#include "cluster/node.hpp"
+#include "cluster/node_support.hpp"
+#include "job/collective_choice.hpp"
+#include "job/job_file.hpp"
+#include "job/replica.hpp"
 #include "kernels/config.hpp"
 #include "kernels/registry.hpp"
 #include "models/data/load.hpp"

@@ -11,13 +11,13 @@
 #include <map>
 #include <optional>
 
-#include "actors/collective_choice.hpp"
-#include "actors/job_file.hpp"
 #include "actors/membership.hpp"
-#include "actors/node.hpp"
-#include "actors/node_support.hpp"
 #include "actors/ps/push_link.hpp"
 #include "actors/ps/push_routes.hpp"
+#include "cluster/node.hpp"
+#include "cluster/node_support.hpp"
+#include "job/collective_choice.hpp"
+#include "job/job_file.hpp"
 #include "kernels/config.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"

@@ -1,5 +1,5 @@
 // One replica of a job: a data loader and the device actor it feeds. The
-// single-host Job and a cluster worker node (actors/node.hpp) spawn replicas
+// single-host Job and a cluster worker node (cluster/node.hpp) spawn replicas
 // the same way; only where their ranks, collective and server come from
 // differs.
 #pragma once
@@ -14,11 +14,11 @@
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
-#include "actors/timeline.hpp"
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
 #include "net/collective/collective.hpp"
+#include "util/timeline.hpp"
 
 namespace troupe::actors {
 
@@ -51,7 +51,7 @@ struct ReplicaActors {
   caf::actor loader, device;
 };
 
-// Spawns both actors detached (actors/job.hpp says why).
+// Spawns both actors detached (job/job.hpp says why).
 ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan);
 
 // The actor-system settings every troupe process uses: CAF's work-stealing

@@ -1,4 +1,4 @@
-#include "actors/job.hpp"
+#include "job/job.hpp"
 
 #include <caf/all.hpp>
 
@@ -10,12 +10,12 @@
 #include <optional>
 #include <thread>
 
-#include "actors/collective_choice.hpp"
+#include "actors/coordinator/resume.hpp"
 #include "actors/data_loader.hpp"
 #include "actors/device.hpp"
 #include "actors/ps/parameter_server.hpp"
-#include "actors/replica.hpp"
-#include "actors/resume.hpp"
+#include "job/collective_choice.hpp"
+#include "job/replica.hpp"
 #include "kernels/registry.hpp"
 #include "models/warm_up.hpp"
 #include "net/collective/nccl.hpp"
@@ -328,7 +328,7 @@ void configure_actor_system(caf::actor_system_config& cfg) {
 }
 
 // The job on a thread of its own, so that its actor system's shutdown has a
-// deadline (run_with_bounded_shutdown, actors/replica.hpp).
+// deadline (run_with_bounded_shutdown, job/replica.hpp).
 JobResult Job::run(const models::Callbacks& callbacks) {
   JobResult result;
   run_with_bounded_shutdown([&](ActorSystemSlot& slot) { result = run_here(callbacks, slot); });

@@ -1,4 +1,4 @@
-#include "actors/view_start.hpp"
+#include "actors/coordinator/view_start.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "actors/job_file.hpp"
+#include "job/job_file.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "actors/timeline.hpp"
+#include "util/timeline.hpp"
 
 #include <unistd.h>
 

@@ -56,7 +56,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/job.hpp"
+#include "job/job.hpp"
 
 namespace troupe::actors {
 

@@ -76,14 +76,14 @@
 #include <deque>
 #include <memory>
 
+#include "actors/coordinator/resume.hpp"
 #include "actors/messages.hpp"
-#include "actors/resume.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {
 
 class JobMetrics;  // actors/job_metrics.hpp
-class Timeline;    // actors/timeline.hpp
+class Timeline;    // util/timeline.hpp
 
 struct ControlReply {
   int status = 200;  // HTTP-style: 200 done, 400 bad request, 409 not possible now

@@ -1,4 +1,4 @@
-#include "actors/collective_choice.hpp"
+#include "job/collective_choice.hpp"
 
 #include <set>
 #include <stdexcept>

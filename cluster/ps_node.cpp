@@ -11,7 +11,7 @@
 // The shards' state lives only here: when a ps task is lost, the
 // coordinator places every shard anew on the ps tasks left (each told
 // host_shards again: its old shards end, new ones start) and restores the
-// newest consistent state it has (actors/coordinator.cpp). A ps task that
+// newest consistent state it has (actors/coordinator/coordinator.cpp). A ps task that
 // joins after the start is a spare (standby) until a placement uses it. The
 // ps task ends when the coordinator says the job is over, when it loses the
 // coordinator, when it is let go (drain, after its shards moved), or on a
@@ -29,14 +29,14 @@
 #include <map>
 #include <optional>
 
-#include "actors/job_file.hpp"
 #include "actors/membership.hpp"
-#include "actors/node.hpp"
-#include "actors/node_support.hpp"
 #include "actors/ps/push_link.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"
-#include "actors/replica.hpp"
+#include "cluster/node.hpp"
+#include "cluster/node_support.hpp"
+#include "job/job_file.hpp"
+#include "job/replica.hpp"
 #include "kernels/config.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"

@@ -1,4 +1,4 @@
-#include "actors/node_support.hpp"
+#include "cluster/node_support.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -35,7 +35,6 @@ void configure_cluster(caf::actor_system_config& cfg) {
 }
 
 // Both ends of the data plane derive the ring's job id from the job.
-std::uint64_t job_id_of(const std::string& fingerprint) { return std::stoull(fingerprint.substr(0, 15), nullptr, 16); }
 
 std::uint64_t ring_id_of(const std::string& fingerprint, std::uint32_t view) {
   return job_id_of(fingerprint) ^ (static_cast<std::uint64_t>(view) * 0x9E3779B97F4A7C15ULL);

@@ -26,16 +26,16 @@
 
 #include <caf/all.hpp>
 
-#include "actors/collective_choice.hpp"
-#include "actors/coordinator.hpp"
+#include "actors/coordinator/coordinator.hpp"
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
-#include "actors/timeline.hpp"
+#include "job/collective_choice.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
+#include "util/timeline.hpp"
 
 namespace troupe::actors {
 
@@ -45,7 +45,7 @@ struct FirstViewLost : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What a cluster adds to a job on its coordinator node (actors/coordinator_node.cpp
+// What a cluster adds to a job on its coordinator node (cluster/coordinator_node.cpp
 // implements it; a single-host job has none). Job::run calls these in this
 // order, all on run()'s thread.
 class ClusterHooks {
@@ -211,7 +211,7 @@ struct JobConfig {
   // nothing recorded.
   std::shared_ptr<JobMetrics> metrics;
   // --timeline: every local replica's step spans and the coordinator's
-  // instants (actors/timeline.hpp). Null: none.
+  // instants (util/timeline.hpp). Null: none.
   std::shared_ptr<Timeline> timeline;
 };
 
@@ -224,7 +224,7 @@ std::vector<kernels::Device> default_devices();
 // replicas on cuda:0 (a CPU device may not: cpu:0,cpu:1 are logical already).
 std::vector<kernels::Device> parse_devices(const std::string& text);
 
-class ActorSystemSlot;  // actors/replica.hpp
+class ActorSystemSlot;  // job/replica.hpp
 
 class Job {
  public:

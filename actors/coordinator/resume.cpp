@@ -1,4 +1,4 @@
-#include "actors/resume.hpp"
+#include "actors/coordinator/resume.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,8 +1,8 @@
-#include "actors/coordinator.hpp"
-#include "actors/view_start.hpp"
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/coordinator/view_start.hpp"
 
 #include "actors/job_metrics.hpp"
-#include "actors/timeline.hpp"
+#include "util/timeline.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -52,7 +52,7 @@ struct CoordinatorState {
   double train_seconds = 0, epoch_train_seconds = 0;
   std::int64_t examples = 0, epoch_examples = 0, epoch_correct = 0;
   // Of epoch_examples: used in a step no report counted (a lost node's last
-  // step; actors/view_start.hpp), so not in the loss sum and correct count.
+  // step; actors/coordinator/view_start.hpp), so not in the loss sum and correct count.
   std::int64_t epoch_unscored = 0;
   double epoch_loss_sum = 0;
   Clock::time_point last_checkpoint_time;
@@ -354,7 +354,7 @@ checkpoint::State make_checkpoint(const CoordinatorState& st, const ReplicaState
   }
   c.position.cursor.shuffle_seed = st.config.seed;
   // The segment, so a resume continues every replica's data exactly
-  // (actors/resume.hpp), whatever views came before.
+  // (actors/coordinator/resume.hpp), whatever views came before.
   c.position.segment.start_clock = static_cast<std::uint64_t>(st.seg_start);
   c.position.segment.offset = static_cast<std::uint64_t>(st.seg_offset);
   c.position.segment.world = static_cast<std::uint32_t>(st.config.replicas);
@@ -597,7 +597,7 @@ void change_view(Self* self, std::function<void()> then) {
   const bool sync = !s.mode.uses_server();
   // Sync: the survivors are at most one step apart and the view starts at
   // the newest clock; those behind take the state of one that completed the
-  // step (actors/view_start.hpp). Async and ssp: aligned by on_quiescent.
+  // step (actors/coordinator/view_start.hpp). Async and ssp: aligned by on_quiescent.
   ViewStart start;
   if (sync) {
     ViewEnd end;
