@@ -88,12 +88,24 @@ fi
 rm -f "$root/etc/apt/sources.list"
 for f in "${sources[@]}"; do cp "$f" "$root/etc/apt/sources.list.d/$(basename "$f")"; done
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
+# What the Debian installer (or a container runtime) writes and debootstrap
+# does not: without it "localhost" does not resolve, and a test whose
+# launcher names it (SLURM_JOB_NODELIST=localhost) fails.
+if [[ ! -s "$root/etc/hosts" ]]; then
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$(hostname)" > "$root/etc/hosts"
+fi
 
 mount_in() {  # mount_in TYPE-OR---bind SOURCE TARGET
   mkdir -p "$root$3"
   if [[ "$1" == --bind ]]; then mount --bind "$2" "$root$3"; else mount -t "$1" "$2" "$root$3"; fi
   mounted+=("$root$3")
 }
+# The root must be a mount point of its own: `ip -n NS ...` makes / a
+# slave mount in its mount namespace, which fails on a plain folder (a
+# real system's / always is one). The tests in network namespaces skip
+# without it.
+mount --bind "$root" "$root"
+mounted+=("$root")
 mount_in proc proc /proc
 mount_in sysfs sysfs /sys
 mount_in --bind /dev /dev

@@ -39,13 +39,15 @@ PY
 # (status 1, which the EXIT traps clean up after) saying why: an empty
 # port handed on would fail later as "missing port", far from the cause.
 free_port() {
-  local port
-  port=$(find_port) || true
-  if [[ ! "$port" =~ ^[0-9]+$ ]] || ((port == 0)); then
+  # Not `local port`: the caller's variable is often named port, and
+  # printf -v would set this function's own instead.
+  local _free_port_found
+  _free_port_found=$(find_port) || true
+  if [[ ! "$_free_port_found" =~ ^[0-9]+$ ]] || ((_free_port_found == 0)); then
     echo "free_port: no free loopback port (${TROUPE_PYTHON:-/usr/bin/python3} picks it: is Debian's python3 installed?)" >&2
     exit 1
   fi
-  printf -v "$1" '%s' "$port"
+  printf -v "$1" '%s' "$_free_port_found"
 }
 
 # The highest "epoch 1 step N/" the coordinator logged (0 before any).
