@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "actors/ps/push_link.hpp"
-#include "kernels/math/random.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/registry.hpp"
+#include "models/step.hpp"
 #include "net/crypto/crypto.hpp"
+#include "net/push/push_link.hpp"
 
 namespace troupe::actors {
 
@@ -83,23 +83,18 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
   const Tensor yb = b.labels.slice(0, kernels::Shape(ydims));
   const Tensor& x = models::on_device(xb, s.x_dev, s.config.device);
   const Tensor& y = models::on_device(yb, s.y_dev, s.config.device);
-  s.model->set_step_seed(kernels::math::random_bits(s.config.seed ^ (0x9e37ULL * (s.config.rank + 1)),
-                                                    static_cast<std::uint64_t>(s.clock)));
-  const auto forward_started = net::Clock::now();
-  const Tensor& out = s.model->forward(x, /*training=*/true);
-  if (!s.dout.defined() || s.dout.raw() == nullptr || s.dout.shape() != out.shape())
-    s.dout = Tensor::empty(out.shape(), kernels::DType::f32, s.config.device);
-  const double loss_sum = s.loss->sum(out, y, s.dout, grad_scale);
+  // The step every driver takes (models/step.hpp).
+  s.model->set_step_seed(models::step_seed(s.config.seed, s.config.rank, s.clock));
+  models::StepTimes times;
+  const models::StepResult stepped = models::forward_backward(*s.model, *s.loss, x, y, grad_scale, s.dout, &times);
+  mark(s, "forward", times.forward, times.backward);
+  mark(s, "backward", times.backward, times.end);
   if (s.classification) {
     s.metrics.reset();
-    s.metrics.add(out, y, loss_sum, /*classification=*/true);
+    s.metrics.add(*stepped.output, y, stepped.loss_sum, /*classification=*/true);
     correct = s.metrics.top1_correct();
   }
-  const auto backward_started = net::Clock::now();
-  mark(s, "forward", forward_started, backward_started);
-  s.model->backward(s.dout);
-  mark(s, "backward", backward_started, net::Clock::now());
-  return loss_sum;
+  return stepped.loss_sum;
 }
 
 // A diverged step must not be applied: the state before it is the last
@@ -108,36 +103,15 @@ double compute_gradient(DeviceState& s, const Batch& b, float grad_scale, std::i
 // replica aborts it, so no other applies the step either); the gradient
 // about to be applied after it, so every replica decides alike.
 void check_loss(const DeviceState& s, double loss_sum) {
-  if (!std::isfinite(loss_sum))
-    throw std::runtime_error("the training loss is not finite (" + std::to_string(loss_sum) + ") at step " +
-                             std::to_string(s.clock + 1) + " of replica " + std::to_string(s.config.rank));
+  models::check_loss_finite(loss_sum, s.clock + 1, s.config.rank);
 }
 void check_gradient(const DeviceState& s, const Tensor& gradient) {
-  if (!std::isfinite(kernels::ops::sum(gradient)))
-    throw std::runtime_error("the gradient is not finite at step " + std::to_string(s.clock + 1) + " of replica " +
-                             std::to_string(s.config.rank));
+  models::check_gradient_finite(gradient, s.clock + 1, s.config.rank);
 }
 
 // An async / ssp step whose every shard has answered (its fresh parameters
 // unpacked into the model, or into the host copy of a GPU replica): the
 // parameters go to the device, the spans are marked, the step is reported.
-// This step's push of shard i's part: a view of the staging buffer.
-GradientPush part_push(const DeviceState& s, const ps::Partition& partition, int i) {
-  GradientPush push;
-  push.view = s.config.view;
-  push.rank = s.config.rank;
-  push.clock = s.clock + 1;
-  push.gradient = partition.part(i, s.staging);
-  return push;
-}
-
-// Why a push to the shards in process failed, naming the shard when there
-// are several.
-std::string push_failure(const ps::Partition& partition, int i, const std::string& why) {
-  return "pushing its gradient to the parameter server" +
-         (partition.shards() > 1 ? " (shard " + std::to_string(i) + ")" : std::string()) + ": " + why;
-}
-
 // `staleness`: shard 0's, from its answer on the data plane (-1 in process,
 // where the shard records it itself).
 void pushed(Self* self, double loss_sum, std::int64_t examples, std::int64_t correct, net::Clock::time_point started,
@@ -197,121 +171,56 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
                  : 0.0;
   check_loss(s, loss_sum);
   check_gradient(s, s.model->gradients());
-  // One staging buffer in the shards' packed layout; each shard gets a
-  // view of its part. The next step rewrites it only after every shard has
-  // answered this one. A GPU replica's gradient first reaches the host
-  // through pinned memory (host_staging.hpp); a CPU replica's is packed
-  // straight from the model.
+  // The gradient goes to the shards in their packed layout: one staging
+  // buffer, each shard a view of its part (the next step rewrites it only
+  // after every shard has answered this one), or, when one shard owns the
+  // whole buffer, the gradient as it is. A GPU replica's gradient first
+  // reaches the host through pinned memory (host_staging.hpp), and the
+  // answers go to a host copy of its parameters.
   if (!s.config.partition)
     s.config.partition = std::make_shared<ps::Partition>(ps::Partition::whole(s.model->parameter_count()));
-  const auto partition = s.config.partition;
-  if (!s.staging.defined() || s.staging.raw() == nullptr) s.staging = Tensor::empty({partition->total()});
+  // Chosen once per view (gradient_sink.hpp), not at every step.
+  if (!s.sink)
+    s.sink = make_gradient_sink(self, s.config.partition, s.config.push_routes, s.config.shard_cores, s.config.shards,
+                                s.config.timeout);
+  const ps::Partition& partition = s.sink->partition();
   const bool on_gpu = s.config.device.is_cuda();
   if (on_gpu && !s.host_staging) {
     s.host_staging = std::make_unique<HostStaging>(s.config.device, s.model->gradients().numel());
     s.host_parameters = Tensor::empty({s.model->parameter_count()});
   }
-  partition->pack_all(on_gpu ? s.host_staging->push(s.model->gradients()) : s.model->gradients(), s.staging);
+  // The shards live on the host (cpu:0); a CPU replica's gradient is host
+  // memory too, whichever cpu:N it trains on, so it goes as a view of it.
+  const Tensor& gradients = s.model->gradients();
+  const Tensor flat =
+      on_gpu ? s.host_staging->push(gradients)
+             : Tensor::view(gradients.raw(), gradients.shape(), kernels::DType::f32, kernels::Device::cpu());
+  GradientSink::Push push;
+  push.view = s.config.view;
+  push.rank = s.config.rank;
+  push.clock = s.clock + 1;
+  push.target = on_gpu ? s.host_parameters : s.model->parameters();
+  if (partition.is_whole()) {
+    push.packed = flat;
+  } else {
+    if (!s.staging.defined() || s.staging.raw() == nullptr) s.staging = Tensor::empty({partition.total()});
+    partition.pack_all(flat, s.staging);
+    push.packed = s.staging;
+  }
   const std::int64_t examples = b.examples;
   const auto pushed_at = net::Clock::now();
-  if (s.config.push_routes) {
-    // Shards on ps tasks: every part goes out first (each ps task gets its
-    // parts back to back on one connection), then the answers come back in
-    // the same order, straight into `fresh` (packed layout).
-    const ps::PushRoutes& routes = *s.config.push_routes;
-    if (!s.fresh.defined() || s.fresh.raw() == nullptr) s.fresh = Tensor::empty({partition->total()});
-    int shard = -1;
-    std::int64_t staleness = -1;
-    try {
-      auto client_of = [&](int i) -> ps::PushClient& {
-        const std::string& address = routes.addresses.at(static_cast<std::size_t>(i));
-        auto& c = s.push_clients[address];
-        if (!c) {
-          // The node aborted these routes (a ps task was lost): no new link
-          // to an address that may be gone (a connect retries for seconds).
-          const std::string aborted = routes.registry->aborted();
-          if (!aborted.empty()) throw ps::PushError("push to " + address + ": " + aborted);
-          ps::PushClientConfig pc;
-          pc.address = address;
-          pc.job_id = routes.job_id;
-          pc.connect_timeout = routes.connect_timeout;
-          pc.timeout = routes.timeout;
-          pc.authenticate = routes.authenticate;
-          pc.retry_refused = false;  // a ps task that refuses is gone (push_link.hpp)
-          pc.answer_poll = ps::push_poll_from_env();
-          c = std::make_shared<ps::PushClient>(pc);
-          routes.registry->add(c);
-        }
-        return *c;
-      };
-      // A ps task's last part says so: that server then answers it on its
-      // reading thread (push_link.hpp), a thread hand-off less per push.
-      auto last_to_its_server = [&](int i) {
-        for (int j = i + 1; j < partition->shards(); ++j)
-          if (routes.addresses.at(static_cast<std::size_t>(j)) == routes.addresses.at(static_cast<std::size_t>(i)))
-            return false;
-        return true;
-      };
-      for (shard = 0; shard < partition->shards(); ++shard) {
-        const Tensor part = partition->part(shard, s.staging);
-        client_of(shard).send(shard, s.config.view, s.config.rank, s.clock + 1, part.f32(), part.numel(),
-                              last_to_its_server(shard));
-      }
-      for (shard = 0; shard < partition->shards(); ++shard) {
-        Tensor out = partition->part(shard, s.fresh);
-        const std::int64_t seen = client_of(shard).receive(shard, out.f32(), out.numel());
-        if (shard == 0) staleness = seen;
-      }
-    } catch (const std::exception& e) {
-      // The link is unusable after a failure: the next push (a later view)
-      // connects afresh.
-      if (shard >= 0 && shard < partition->shards())
-        s.push_clients.erase(routes.addresses.at(static_cast<std::size_t>(shard)));
-      // In a cluster a ps task may be lost or its shards placed anew: the
-      // step is not done, and the coordinator restores a consistent state
-      // (some shards may have applied this push's part and others not).
-      if (s.config.elastic) throw Interrupted(std::string("its push to the parameter server failed: ") + e.what());
-      fail(self, std::string("pushing its gradient to the parameter server: ") + e.what());
-      return;
-    }
-    const auto answered = net::Clock::now();
-    const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
-    for (int i = 0; i < partition->shards(); ++i) partition->unpack(i, partition->part(i, s.fresh), target);
-    pushed(self, loss_sum, examples, correct, started, pushed_at, answered, staleness);
-    return;
-  }
-  if (!s.config.shard_cores.empty()) {
-    // Shards in this process: each part applied to its shard's core on this
-    // (detached) actor's thread, the fresh part unpacked at once.
-    const Tensor& target = on_gpu ? s.host_parameters : s.model->parameters();
-    for (int i = 0; i < partition->shards(); ++i) {
-      try {
-        s.config.shard_cores.at(static_cast<std::size_t>(i))
-            ->apply(part_push(s, *partition, i), [&](const Tensor& fresh) { partition->unpack(i, fresh, target); });
-      } catch (const std::exception& e) {
-        fail(self, push_failure(*partition, i, e.what()));
-        return;
-      }
-    }
-    pushed(self, loss_sum, examples, correct, started, pushed_at, net::Clock::now());
-    return;
-  }
-  auto left = std::make_shared<int>(partition->shards());
-  for (int i = 0; i < partition->shards(); ++i) {
-    self->request(s.config.shards.at(static_cast<std::size_t>(i)), s.config.timeout, push_atom::value,
-                  part_push(s, *partition, i))
-        .await(
-            [=](const Tensor& fresh) {
-              auto& st = self->state;
-              if (st.failed) return;
-              const auto answered = net::Clock::now();
-              partition->unpack(i, fresh, on_gpu ? st.host_parameters : st.model->parameters());
-              if (--*left > 0) return;
-              // Every shard has applied its part: the step is done.
-              pushed(self, loss_sum, examples, correct, started, pushed_at, answered);
-            },
-            [=](caf::error& e) { fail(self, push_failure(*partition, i, self->system().render(e))); });
-  }
+  const bool elastic = s.config.elastic;
+  s.sink->push(
+      push,
+      [=](net::Clock::time_point answered, std::int64_t staleness) {
+        pushed(self, loss_sum, examples, correct, started, pushed_at, answered, staleness);
+      },
+      [=](const std::string& why, bool interrupted) {
+        // Called inside push() when interrupted: the step's caller turns it
+        // into a step_aborted (an elastic job survives a lost ps task).
+        if (interrupted && elastic) throw Interrupted("its push to the parameter server failed: " + why);
+        fail(self, interrupted ? "pushing its gradient to the parameter server: " + why : why);
+      });
 }
 
 ReplicaState snapshot(const DeviceState& s) {
@@ -450,9 +359,9 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.config.rank = a.rank;
         st.config.collective = a.collective;
         if (a.push_routes && a.push_routes != st.config.push_routes) {
-          // The shards were placed anew: new links at the next push.
+          // The shards were placed anew: a new sink, new links at the next push.
           st.config.push_routes = a.push_routes;
-          st.push_clients.clear();
+          st.sink.reset();
         }
         st.config.sync_grad_scale = 1.0f / static_cast<float>(a.batch_size * a.world);
         st.clock = a.clock;

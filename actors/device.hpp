@@ -51,10 +51,10 @@
 #include <memory>
 #include <optional>
 
+#include "actors/gradient_sink.hpp"
 #include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"
 #include "models/data/dataset.hpp"
 #include "models/loss.hpp"
@@ -62,6 +62,7 @@
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
 #include "net/collective/collective.hpp"
+#include "net/push/push_routes.hpp"
 #include "util/timeline.hpp"
 
 namespace troupe::actors {
@@ -85,18 +86,18 @@ struct DeviceConfig {
   std::int64_t eval_batch = 1000;
   std::chrono::milliseconds timeout{60000};
   caf::actor loader;
-  // The parameter server (async, ssp): its shards by index in `partition`.
-  // A replica on another node has one, its relay to the whole server, and
-  // no partition (the whole buffer).
+  // The parameter server (async, ssp): its shards by index in `partition`,
+  // as CAF actors in this process. A replica whose pushes go on the data
+  // plane (push_routes: a worker node's, or any with ps tasks) has none.
   std::vector<caf::actor> shards;
   // The same shards' cores when they run in this process (shard.hpp): a
   // push is then applied on the device's own thread, no message to the
   // shard's actor and back. Empty: through `shards`.
   std::vector<std::shared_ptr<ps::ShardCore>> shard_cores;
   std::shared_ptr<const ps::Partition> partition;
-  // Shards on ps tasks (issue 17): each shard's part goes on the data plane
-  // to its ps task's address (push_routes.hpp), not to `shards`. Null: CAF.
-  std::shared_ptr<const ps::PushRoutes> push_routes;
+  // Shards on ps tasks: each shard's part goes on the data plane
+  // to its ps task's address (net/push/push_routes.hpp), not to `shards`. Null: CAF.
+  std::shared_ptr<const net::push::PushRoutes> push_routes;
   caf::actor coordinator;              // learnt from the first grant
   std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
   int track = 0;                       // its track there: the replica's place on its node
@@ -113,10 +114,10 @@ struct DeviceState {
   // host copy of its parameters the shards' answers are unpacked into.
   std::unique_ptr<HostStaging> host_staging;
   Tensor host_parameters;
-  // Pushes on the data plane: a client per ps task's address, made on the
-  // first push; and the fresh parts as they come back (packed layout).
-  std::map<std::string, std::shared_ptr<ps::PushClient>> push_clients;
-  Tensor fresh;
+  // Where async and ssp gradients go (gradient_sink.hpp): made at the first
+  // push of a view from the config (data plane, shards' cores or shard
+  // actors), dropped when a view places the shards anew.
+  std::shared_ptr<GradientSink> sink;
   std::int64_t clock = 0;
   Grant grant;
   bool step_queued = false;

@@ -25,13 +25,14 @@
 #include <vector>
 
 #include "actors/mode.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "kernels/tensor.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/optimizer.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
 #include "net/collective/nccl.hpp"
+#include "net/push/frames.hpp"
+#include "net/push/push_routes.hpp"
 
 namespace troupe::actors {
 
@@ -120,12 +121,7 @@ struct StepReport {
 };
 
 // A gradient pushed to the parameter server (async / ssp).
-struct GradientPush {
-  std::uint32_t view = 0;  // a push from an older view is dropped, never applied
-  int rank = 0;
-  std::int64_t clock = 0;  // the replica's clock after this step
-  Tensor gradient;         // a copy: the replica reuses its buffer
-};
+using net::push::GradientPush;  // net/push/frames.hpp
 
 // Parameters and optimizer state: what moves between the replicas and the
 // parameter server at a mode switch, and what a checkpoint holds.
@@ -176,7 +172,7 @@ struct FormView {
   // Text, not a byte vector: CAF 0.17 has no safe binary blob type, and a
   // string crosses byte for byte.
   std::string nccl_id;
-  // Shards on ps tasks (issue 17): each shard's ps task data-plane address,
+  // Shards on ps tasks: each shard's ps task data-plane address,
   // by shard index, and the shard count the partition was asked for (the
   // job's model and ps_split_above give the same partition on every node:
   // actors/ps/parameter_server.hpp, partition_for). Empty: the whole server
@@ -196,7 +192,7 @@ struct ViewAssignment {
   std::shared_ptr<net::Collective> collective;
   // Where it pushes each shard's part from now on, when the shards run on
   // ps tasks (a view that re-placed them brings new routes); null: as before.
-  std::shared_ptr<const ps::PushRoutes> push_routes;
+  std::shared_ptr<const net::push::PushRoutes> push_routes;
 };
 
 // A change of membership, from the job's thread to the coordinator actor.
@@ -322,7 +318,7 @@ void serialize(P& p, StepReport& r, const unsigned int) {
 }
 
 // Position and ServerCounters cross nodes between the parameter server's
-// front and shards on ps tasks (issue 17).
+// front and shards on ps tasks.
 template <class P>
 void serialize(P& p, Position& x, const unsigned int) {
   detail::check(p(x.global_step, x.epoch), "Position");
@@ -332,11 +328,6 @@ template <class P>
 void serialize(P& p, ServerCounters& c, const unsigned int) {
   detail::check(p(c.applied, c.max_lead, c.dropped, c.shard_applied, c.staleness_sum, c.staleness_max),
                 "ServerCounters");
-}
-
-template <class P>
-void serialize(P& p, GradientPush& g, const unsigned int) {
-  detail::check(p(g.view, g.rank, g.clock, g.gradient), "GradientPush");
 }
 
 template <class P>
@@ -387,6 +378,15 @@ void serialize(P& p, FormView& f, const unsigned int) {
 void register_message_types(caf::actor_system_config& config);
 
 }  // namespace troupe::actors
+
+namespace troupe::net::push {
+
+template <class P>
+void serialize(P& p, GradientPush& g, const unsigned int) {
+  actors::detail::check(p(g.view, g.rank, g.clock, g.gradient), "GradientPush");
+}
+
+}  // namespace troupe::net::push
 
 namespace troupe::kernels {
 

@@ -8,6 +8,7 @@
 //     every replica thread, at once:
 //       next batch of its shard (data::BatchIterator, rank r of W)
 //       value_r = step_fn(ctx_r)          forward, compute_average_loss, backward
+//                                         (the seed, loss and finite checks: models/step.hpp)
 //       all-reduce(SUM) of the gradient   net::Collective "local"
 //       optimizer step with lr
 //     the caller waits for all, rethrows the first failure
@@ -17,9 +18,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "kernels/math/random.hpp"
 #include "kernels/registry.hpp"
 #include "models/loss.hpp"
+#include "models/step.hpp"
 #include "net/collective/local.hpp"
 #include "troupe/troupe.hpp"
 
@@ -33,12 +34,14 @@ struct ReplicaContext::Internals {
 double ReplicaContext::compute_average_loss(const Tensor& output) {
   if (!internals)
     throw std::logic_error("compute_average_loss: this ReplicaContext was not made by MirroredStrategy::run");
-  Tensor& dout = internals->dout;
-  if (!dout.defined() || dout.raw() == nullptr || dout.shape() != output.shape())
-    dout = Tensor::empty(output.shape(), kernels::DType::f32, output.device());
+  Tensor& dout = models::output_gradient_buffer(internals->dout, output);
   // Scale by the GLOBAL batch: the replicas' gradients are then summed.
   const float scale = 1.0f / static_cast<float>(global_batch);
-  return internals->loss->sum(output, labels, dout, scale) / static_cast<double>(global_batch);
+  const double loss_sum = internals->loss->sum(output, labels, dout, scale);
+  // As every driver checks (models/step.hpp): before the all-reduce, so a
+  // diverged replica fails the step on every replica.
+  models::check_loss_finite(loss_sum, step + 1, replica_id);
+  return loss_sum / static_cast<double>(global_batch);
 }
 
 const Tensor& ReplicaContext::output_gradient() const {
@@ -214,8 +217,7 @@ PerReplica MirroredStrategy::run(const StepFn& step_fn, float lr) {
       const Tensor yb = rep.y_host.slice(0, models::batched(n, loop.train.label_shape()));
       const Tensor& x = models::on_device(xb, rep.x_dev, rep.device);
       const Tensor& y = models::on_device(yb, rep.y_dev, rep.device);
-      rep.model->set_step_seed(kernels::math::random_bits(loop.seed ^ (0x9e37ULL * static_cast<std::uint64_t>(r + 1)),
-                                                          static_cast<std::uint64_t>(step)));
+      rep.model->set_step_seed(models::step_seed(loop.seed, r, step));
       ReplicaContext ctx{r, world, step, loop.global_batch, n, *rep.model, rep.device, x, y, &rep.internals};
       out.values[static_cast<std::size_t>(r)] = step_fn(ctx);
 
@@ -231,6 +233,7 @@ PerReplica MirroredStrategy::run(const StepFn& step_fn, float lr) {
         rep.collective->allreduce(rep.grad_host, net::ReduceOp::sum)->wait(deadline);
         grads.copy_from(rep.grad_host);
       }
+      models::check_gradient_finite(grads, step + 1, r);
       rep.optimizer->step(rep.model->parameters(), grads, lr);
     } catch (const net::CollectiveError&) {
       throw;  // another replica failed first (or timed out)

@@ -1,7 +1,7 @@
-// Issue 15's choice, measured: the tcp ring's link protection as troupe
+// A design choice, measured: the tcp ring's link protection as troupe
 // builds it (AES-256-GCM records, net/transport/sealed.hpp) against TLS 1.3
 // with an external pre-shared key through OpenSSL's libssl (the other
-// design the issue names) and against plaintext (a CRC-32C per chunk, as
+// design considered) and against plaintext (a CRC-32C per chunk, as
 // the ring without a secret), all three under one ring all-reduce, so that
 // only the link layer differs.
 //

@@ -1,7 +1,7 @@
-// Push round trips on the data plane (actors/ps/push_link.hpp) against the
-// time to move the same bytes once over a plain loopback socket: issue 17's
-// goal is a push round trip (gradient part up, fresh parameters down) of at
-// most 2x one move of the gradient.
+// Push round trips on the data plane (net/push/push_link.hpp) against the
+// time to move the same bytes once over a plain loopback socket: the data
+// plane's goal is a push round trip (gradient part up, fresh parameters
+// down) of at most 2x one move of the gradient.
 //
 //   bench_ps_push [--sizes-mb 0.4,4] [--reps 50] [--warmup 5] [--sealed] [--apply echo|shard] [--poll-us 0]
 //
@@ -35,20 +35,20 @@
 #include <string>
 #include <vector>
 
-#include "actors/ps/push_link.hpp"
 #include "actors/ps/shard.hpp"
 #include "job/replica.hpp"  // configure_actor_system
 #include "net/cluster/gate.hpp"
+#include "net/push/push_link.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
 #include "net/transport/sealed.hpp"
 
 using namespace troupe;
-using actors::ps::PushClient;
-using actors::ps::PushClientConfig;
-using actors::ps::PushServer;
-using actors::ps::PushServerConfig;
 using kernels::Tensor;
+using net::push::PushClient;
+using net::push::PushClientConfig;
+using net::push::PushServer;
+using net::push::PushServerConfig;
 
 namespace {
 

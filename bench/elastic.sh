@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Elastic membership, measured (issue 13): on loopback, a coordinator and
+# Elastic membership, measured: on loopback, a coordinator and
 # two workers (one CPU device each) train MODEL in MODE; at step 200 of
 # epoch 1 worker 2 is hit by FAULT (kill: kill -9, a dead process; stop:
 # SIGSTOP, a silent one, found by the heartbeats), and 2 s after the new

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sharded parameter server on one host (issue 17): samples/s of one
+# The sharded parameter server on one host: samples/s of one
 # async job (2 CPU replicas, one process) with 1, 2 and 3 shards, sync for
 # reference, and, when BEFORE is given, the single parameter server of a
 # build from before shards (e.g. main at bf973ac) to show that ps_shards = 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parameter-server shards on ps tasks (issue 17, "Speed, measured"): 2
+# Parameter-server shards on ps tasks, their speed measured: 2
 # workers x 1 CPU device on loopback (a coordinator `troupe node --devices
 # cpu:0` and one worker node, `--threads 1` each), Fashion-MNIST, per model,
 # in four configurations interleaved round by round:
@@ -27,7 +27,7 @@
 # connect), the staleness mean/max of the summary line, the test accuracy,
 # and with ps tasks each task's own median of a push's time on it (reading,
 # Adam, answer: "per push on this server" in its log). Per round, bench_ps_push times pushes and plain loopback moves
-# of each model's whole gradient (the issue's yardstick: a push round trip
+# of each model's whole gradient (the goal's yardstick: a push round trip
 # <= 2x one move). Then the medians over rounds.
 #
 #   bench/ps_tasks.sh build                     # mlp (8 epochs) and cnn (3), 4 rounds: about 14 min

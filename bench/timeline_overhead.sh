@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What --timeline costs (issue 16: < 3% samples/s). The same job, `troupe
+# What --timeline costs (the goal: < 3% samples/s). The same job, `troupe
 # train` on two CPU devices, with and without --timeline recording every
 # step (--timeline-steps 1:N, so each step of the run is recorded), rounds
 # interleaved so that the machine's load hits both alike. Prints each run's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What elastic membership costs when nothing joins or leaves (issue 13: the
+# What elastic membership costs when nothing joins or leaves (the goal: the
 # view tags must cost < 2%). Runs the same 3-node job (a coordinator and two
 # workers on loopback, one CPU device each) with two troupe binaries,
 # interleaved round by round so that the machine's load hits both alike:

@@ -12,8 +12,6 @@
 #include <optional>
 
 #include "actors/membership.hpp"
-#include "actors/ps/push_link.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "cluster/node.hpp"
 #include "cluster/node_support.hpp"
 #include "job/collective_choice.hpp"
@@ -24,6 +22,8 @@
 #include "net/collective/hierarchical.hpp"
 #include "net/collective/nccl.hpp"
 #include "net/control/address.hpp"
+#include "net/push/push_link.hpp"
+#include "net/push/push_routes.hpp"
 #include "net/tcp/tcp.hpp"
 
 namespace troupe::actors {
@@ -707,9 +707,9 @@ class CoordinatorCluster final : public ClusterHooks {
     // own listening socket across views).
     std::string address;
     const int fd = bind_data_plane("", net::parse_host_port(data_address_).host, &address);
-    ps::PushServerConfig pc;
+    net::push::PushServerConfig pc;
     pc.listen_fd = fd;
-    pc.job_id = ps::push_job_id(identity_.fingerprint);
+    pc.job_id = net::push::push_job_id(identity_.fingerprint);
     pc.authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
     for (const auto& [index, shard] : shards) {
       (void)shard;
@@ -719,22 +719,22 @@ class CoordinatorCluster final : public ClusterHooks {
     pc.io_timeout = options_.timeout;
     pc.log = log_;
     if (push_server_) push_server_->stop();  // a first view that did not form had one
-    push_server_ = std::make_unique<ps::PushServer>(std::move(pc));
+    push_server_ = std::make_unique<net::push::PushServer>(std::move(pc));
     shard_addresses_.assign(shards.size(), address);
     partition_shards_ = partition_shards;
     log_("parameter server: the other nodes push to it on the data plane at " + address);
   }
 
-  std::shared_ptr<const ps::PushRoutes> place_shards(const std::vector<std::string>& addresses,
-                                                     int partition_shards) override {
+  std::shared_ptr<const net::push::PushRoutes> place_shards(const std::vector<std::string>& addresses,
+                                                            int partition_shards) override {
     shard_addresses_ = addresses;
     partition_shards_ = partition_shards;
     hosting_.clear();
     for (const auto& t : ps_tasks_)
       if (std::find(addresses.begin(), addresses.end(), t.address) != addresses.end()) hosting_.push_back(t.index);
-    auto routes = std::make_shared<ps::PushRoutes>();
+    auto routes = std::make_shared<net::push::PushRoutes>();
     routes->addresses = addresses;
-    routes->job_id = ps::push_job_id(identity_.fingerprint);
+    routes->job_id = net::push::push_job_id(identity_.fingerprint);
     routes->authenticate = net::handshake_hook(handshake_config(secret_, options_, "coordinator"));
     routes->connect_timeout = std::min<std::chrono::milliseconds>(options_.timeout, 20s);
     routes->timeout = options_.timeout;
@@ -914,8 +914,8 @@ class CoordinatorCluster final : public ClusterHooks {
   std::uint32_t placements_ = 0;              // of the shards on the ps tasks, the first at the start
   std::vector<std::string> shard_addresses_;  // by shard: its ps task's push server
   int partition_shards_ = 0;
-  std::shared_ptr<const ps::PushRoutes> local_routes_;
-  std::unique_ptr<ps::PushServer> push_server_;  // shards in this process, for the other nodes
+  std::shared_ptr<const net::push::PushRoutes> local_routes_;
+  std::unique_ptr<net::push::PushServer> push_server_;  // shards in this process, for the other nodes
 };
 
 }  // namespace

@@ -26,10 +26,10 @@
 // Data plane: sync all-reduce is hierarchical (net/collective/hierarchical):
 // inside a node through the `local` backend, across nodes on the `tcp` ring
 // between node leaders. Async and ssp push gradients to the parameter
-// server: with ps tasks (run_ps_task below) each replica pushes each shard
-// its part on the data plane (actors/ps/push_link.hpp); without them, to
-// the shards in the coordinator's process, a worker node's replicas
-// through a relay over CAF as raw bytes (messages.hpp).
+// server's shards on the data plane (net/push/push_link.hpp): each replica
+// pushes each shard its part, to the ps task that hosts it (run_ps_task
+// below) or, without ps tasks, to the coordinator's PushServer, which
+// applies it to the shards in the coordinator's process.
 //
 // Membership is fixed once training starts: a node that joins later is
 // refused with the reason. A lost node (its process killed, its host gone:
@@ -40,11 +40,10 @@
 // configured; resume with --resume.
 //
 // Ending. Every way out of a job ends every actor the node started, and a
-// node exits within about a second of learning that its job is over: a
-// worker's devices push through a local relay that fails their pending
-// pushes at once (CAF 0.17 fails a request to a lost node only at its
-// timeout, and a device awaiting its push handles nothing else, not even an
-// exit), the collectives are aborted, and a backstop exits a worker whose
+// node exits within about a second of learning that its job is over: the
+// registry of a node's push clients fails its devices' pending pushes at
+// once (net/push/push_routes.hpp; a device awaiting its push handles
+// nothing else, not even an exit), the collectives are aborted, and a backstop exits a worker whose
 // actors still have not stopped 2 s later (saying so). The coordinator does
 // not wait for nodes that are gone, and SIGINT / SIGTERM end it while it
 // waits for nodes too.
@@ -67,7 +66,7 @@ struct NodeOptions {
   int start_nodes = 0;  // coordinator: nodes before training starts (0: min_nodes)
   int max_nodes = 0;    // coordinator: nodes (itself included) at most; 0: no limit
   // coordinator: ps tasks (`troupe node --ps`) to wait for before training;
-  // the parameter-server shards then run on them (issue 17). 0: none, the
+  // the parameter-server shards then run on them. 0: none, the
   // shards run in the coordinator's process.
   int ps_tasks = 0;
   std::string secret_file;  // else $TROUPE_SECRET, else none (loopback peers only)
@@ -112,7 +111,7 @@ int run_worker(const NodeOptions& options);
 // A ps task (`troupe node --ps --join HOST:PORT`): joins the coordinator
 // like a worker, runs no replica, and hosts the parameter-server shards the
 // coordinator places on it, serving the replicas' pushes on the data plane
-// (actors/ps/push_link.hpp). Returns 0 when the job completed, 1 when it
+// (net/push/push_link.hpp). Returns 0 when the job completed, 1 when it
 // failed or the coordinator was lost, 128 + the signal for SIGINT / SIGTERM.
 int run_ps_task(const NodeOptions& options);
 

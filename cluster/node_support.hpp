@@ -9,9 +9,9 @@
 #include <functional>
 #include <string>
 
-#include "actors/ps/push_routes.hpp"  // job_id_of
 #include "cluster/node.hpp"
-#include "net/cluster/gate.hpp"  // HandshakeConfig
+#include "net/cluster/gate.hpp"      // HandshakeConfig
+#include "net/push/push_routes.hpp"  // job_id_of
 
 namespace troupe::actors::node_support {
 
@@ -24,7 +24,7 @@ void configure_cluster(caf::actor_system_config& cfg);
 
 // Both ends of the data plane derive the ring's job id from the job
 // (defined beside the pushes' id, which mixes it too).
-using ps::job_id_of;
+using net::push::job_id_of;
 // The data-plane ring of one membership view: the job's id mixed with the
 // view number, so the handshake and every frame (both carry it) of another
 // view are rejected.

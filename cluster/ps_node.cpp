@@ -6,12 +6,12 @@
 //       front ◄── get_state / set_state / position / counters ──► shard   over CAF (control,
 //                                                                          step boundaries)
 //   replica (any node) ══ push: its part ══► push server ──► shard     on the data plane
-//                      ◄═ the part's fresh parameters ══                (push_link.hpp)
+//                      ◄═ the part's fresh parameters ══                (net/push/push_link.hpp)
 //
 // The shards' state lives only here: when a ps task is lost, the
 // coordinator places every shard anew on the ps tasks left (each told
 // host_shards again: its old shards end, new ones start) and restores the
-// newest consistent state it has (actors/coordinator/coordinator.cpp). A ps task that
+// newest consistent state it has (actors/coordinator/views.cpp). A ps task that
 // joins after the start is a spare (standby) until a placement uses it. The
 // ps task ends when the coordinator says the job is over, when it loses the
 // coordinator, when it is let go (drain, after its shards moved), or on a
@@ -30,8 +30,6 @@
 #include <optional>
 
 #include "actors/membership.hpp"
-#include "actors/ps/push_link.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"
 #include "cluster/node.hpp"
 #include "cluster/node_support.hpp"
@@ -41,6 +39,8 @@
 #include "net/cluster/auth.hpp"
 #include "net/cluster/gate.hpp"
 #include "net/control/address.hpp"
+#include "net/push/push_link.hpp"
+#include "net/push/push_routes.hpp"
 
 namespace troupe::actors {
 
@@ -56,7 +56,7 @@ extern "C" void on_ps_signal(int signal) { ps_signal.store(signal); }
 struct Hosted {
   std::map<int, caf::actor> shards;                     // by shard index
   std::map<int, std::shared_ptr<ps::ShardCore>> cores;  // the same shards' cores
-  std::unique_ptr<ps::PushServer> server;
+  std::unique_ptr<net::push::PushServer> server;
 };
 
 std::string list_of(const std::vector<std::int32_t>& xs) {
@@ -196,7 +196,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       parts[indices[j]] = sizes[j];
                       floats += sizes[j];
                     }
-                    ps::PushServerConfig pc;
+                    net::push::PushServerConfig pc;
                     // The server adopts a duplicate: the listening socket stays
                     // (and its address with it) for the next placement.
                     pc.listen_fd = ::dup(data_fd);
@@ -204,7 +204,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       handles.clear();
                       return "duplicating the data-plane socket failed";
                     }
-                    pc.job_id = ps::push_job_id(fingerprint);
+                    pc.job_id = net::push::push_job_id(fingerprint);
                     pc.authenticate = net::handshake_hook(handshake_config(secret, options, name));
                     pc.shards = parts;
                     pc.io_timeout = options.timeout;
@@ -212,7 +212,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                     // On the connection's thread: the shard's core applies the
                     // push and answers its fresh part (no hop through the actor).
                     pc.apply = ps::shard_apply(hosted.cores);
-                    hosted.server = std::make_unique<ps::PushServer>(pc);
+                    hosted.server = std::make_unique<net::push::PushServer>(pc);
                     log(std::string(again ? "placed anew: " : "") + "hosting shard(s) " + list_of(indices) + " (" +
                         std::to_string(floats) + " floats) for " + std::to_string(replicas) +
                         " replica(s); pushes on the data plane, " + links_status(secret, options));
@@ -240,7 +240,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                     std::string applied;
                     if (hosted.server) {
                       applied = " (" + std::to_string(hosted.server->pushes()) + " pushes applied here";
-                      const std::string service = ps::PushServer::describe(hosted.server->service_times());
+                      const std::string service = net::push::PushServer::describe(hosted.server->service_times());
                       if (!service.empty()) applied += "; per push on this server: " + service;
                       applied += ")";
                     }

@@ -16,7 +16,6 @@
 
 #include "actors/membership.hpp"
 #include "actors/ps/parameter_server.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "cluster/node.hpp"
 #include "cluster/node_support.hpp"
 #include "job/collective_choice.hpp"
@@ -30,6 +29,7 @@
 #include "net/collective/hierarchical.hpp"
 #include "net/collective/nccl.hpp"
 #include "net/control/address.hpp"
+#include "net/push/push_routes.hpp"
 #include "net/tcp/tcp.hpp"
 
 namespace troupe::actors {
@@ -147,7 +147,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   // Every way out of the job ends every actor the worker started: the
   // pushes first (so no device waits for an answer), the collectives (so
   // none waits in an all-reduce), then the replicas.
-  std::shared_ptr<ps::PushRoutes> push_routes;                 // the shards' addresses: pushes on the data plane
+  std::shared_ptr<net::push::PushRoutes> push_routes;          // the shards' addresses: pushes on the data plane
   std::shared_ptr<const ps::Partition> push_routes_partition;  // which part of a push goes to which of them
   auto shutdown = [&](const std::string& why) {
     if (push_routes) push_routes->registry->abort(why);
@@ -282,9 +282,9 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                                            std::to_string(partition->shards()));
                 if (push_routes)
                   push_routes->registry->abort("view " + std::to_string(f.view) + " placed the shards anew");
-                push_routes = std::make_shared<ps::PushRoutes>();
+                push_routes = std::make_shared<net::push::PushRoutes>();
                 push_routes->addresses = f.ps_addresses;
-                push_routes->job_id = ps::push_job_id(job_identity(job).fingerprint);
+                push_routes->job_id = net::push::push_job_id(job_identity(job).fingerprint);
                 push_routes->authenticate = net::handshake_hook(handshake_config(secret, options, name));
                 push_routes->connect_timeout = std::min<std::chrono::milliseconds>(options.timeout, 20s);
                 push_routes->timeout = options.timeout;

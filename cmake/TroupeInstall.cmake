@@ -22,7 +22,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Everything libtroupe.so is made of must be position-independent.
-set(_troupe_api_layers troupe_api troupe_nodes troupe_job troupe_actors troupe_ps troupe_models troupe_util troupe_collective troupe_transport troupe_tcp
+set(_troupe_api_layers troupe_api troupe_nodes troupe_job troupe_actors troupe_ps troupe_push troupe_models troupe_util troupe_collective troupe_transport troupe_tcp
     troupe_cluster troupe_gate troupe_control troupe_crypto troupe_kernels troupe_kernels_cpu troupe_backends)
 if(TARGET troupe_kernels_cuda)
   list(APPEND _troupe_api_layers troupe_kernels_cuda)

@@ -1,5 +1,5 @@
 // The parameter server's answers as a replica reads them (actors/ps/
-// push_link.hpp, issue 17): a real PushClient pushes one or two parts to a
+// push_link.hpp): a real PushClient pushes one or two parts to a
 // harness that plays the ps task over loopback: it passes the Hellos, then
 // sends the input as the answer stream and closes its side. The client's
 // receive() reads each answer straight into the replica's buffer, so this
@@ -42,14 +42,14 @@
 #include <thread>
 #include <vector>
 
-#include "actors/ps/push_link.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "net/push/push_link.hpp"
 #include "net/transport/hello.hpp"
 #include "net/transport/socket.hpp"
 #include "util/printable.hpp"
 
 using namespace troupe;
-using namespace troupe::actors::ps;
+using namespace troupe::net::push;
 using namespace std::chrono_literals;
 
 namespace {

@@ -1,5 +1,5 @@
 // The parameter server's push frames on the data plane (actors/ps/
-// push_link.hpp, issue 17): a real PushServer on loopback hosting two
+// push_link.hpp): a real PushServer on loopback hosting two
 // shards (16 and 40 floats) whose apply is counted; the harness passes the
 // Hello and then sends the input as the client's byte stream before closing
 // its side. The first byte picks the form:
@@ -28,15 +28,13 @@
 #include <thread>
 #include <vector>
 
-#include "actors/ps/push_link.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "net/push/push_link.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
 
 using namespace troupe;
-using namespace troupe::actors::ps;
-using troupe::actors::GradientPush;
-using troupe::actors::Tensor;
+using namespace troupe::net::push;
 using namespace std::chrono_literals;
 
 namespace {

@@ -386,7 +386,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   caf::scoped_actor self{system};
 
   ps::ParameterServer server;
-  std::shared_ptr<const ps::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
+  std::shared_ptr<const net::push::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   std::vector<std::shared_ptr<net::Collective>> collectives;
   std::vector<caf::actor> loaders, devices, all_devices;
   auto shutdown = [&](const std::string& why = "the job is over") {
@@ -824,7 +824,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
               // Its shards' parameters and optimizer state are gone with it.
               // Every push in flight fails now (not at its timeout), and the
               // coordinator places the shards anew on the ps tasks left and
-              // restores a consistent state (coordinator.cpp). A spare's
+              // restores a consistent state (actors/coordinator/views.cpp). A spare's
               // loss changes nothing.
               if (!cluster->ps_gone(index)) {
                 std::fprintf(stderr, "troupe node: %s (a spare ps task)\n", what.c_str());

@@ -1,5 +1,5 @@
 // Job: one training job on the devices of this host, run by a troupe of
-// actors (the single-host runtime of DESIGN.md).
+// actors (docs/ARCHITECTURE.md, "One job: who does what").
 //
 //   coordinator ── grants steps, runs evaluation / checkpoints / switches
 //     │ grant, step_done
@@ -30,11 +30,11 @@
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
 #include "actors/ps/partition.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
 #include "job/collective_choice.hpp"
 #include "models/trainer.hpp"
 #include "net/collective/collective.hpp"
+#include "net/push/push_routes.hpp"
 #include "util/timeline.hpp"
 
 namespace troupe::actors {
@@ -120,7 +120,7 @@ class ClusterHooks {
   // Membership events the hooks received while they waited.
   virtual std::vector<MemberEvent> take_events() = 0;
 
-  // ---- ps tasks (issue 17) ----
+  // ---- ps tasks ----
   // A node that hosts parameter-server shards and runs no replica.
   struct PsTask {
     int index = 0;        // the membership's number
@@ -135,8 +135,8 @@ class ClusterHooks {
   // `addresses` (by shard) so that their replicas push on the data plane.
   // Returns the routes of this host's replicas (the cluster's handshake,
   // the job's push id), or null when the hooks cannot route pushes.
-  virtual std::shared_ptr<const ps::PushRoutes> place_shards(const std::vector<std::string>& /*addresses*/,
-                                                             int /*partition_shards*/) {
+  virtual std::shared_ptr<const net::push::PushRoutes> place_shards(const std::vector<std::string>& /*addresses*/,
+                                                                    int /*partition_shards*/) {
     return nullptr;
   }
   // Without ps tasks: serves the shards of this process (by index) on the

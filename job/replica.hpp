@@ -12,12 +12,12 @@
 
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
-#include "actors/ps/push_routes.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
 #include "models/data/dataset.hpp"
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
 #include "net/collective/collective.hpp"
+#include "net/push/push_routes.hpp"
 #include "util/timeline.hpp"
 
 namespace troupe::actors {
@@ -36,8 +36,8 @@ struct ReplicaPlan {
   std::vector<caf::actor> shards;
   std::vector<std::shared_ptr<ps::ShardCore>> shard_cores;  // in this process: applied directly
   std::shared_ptr<const ps::Partition> partition;
-  // Shards on ps tasks: pushes on the data plane (ps/push_routes.hpp); null: CAF.
-  std::shared_ptr<const ps::PushRoutes> push_routes;
+  // Shards on ps tasks: pushes on the data plane (net/push/push_routes.hpp); null: CAF.
+  std::shared_ptr<const net::push::PushRoutes> push_routes;
   data::Cursor start;  // where the data order resumes
   int prefetch = 2, threads = 1;
   std::chrono::milliseconds timeout{60000};

@@ -1,5 +1,7 @@
 #include "models/trainer.hpp"
 
+#include "models/step.hpp"
+
 #include <sys/resource.h>
 
 #include <chrono>
@@ -7,8 +9,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "kernels/math/random.hpp"
-#include "kernels/ops.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/warm_up.hpp"
@@ -149,28 +149,24 @@ TrainResult Trainer::run(const Callbacks& cb) {
     const Tensor& x = on_device(xb, x_dev, config_.device);
     const Tensor& y = on_device(yb, y_dev, config_.device);
 
-    model_->set_step_seed(kernels::math::random_bits(config_.seed ^ 0xd0d0ULL, static_cast<std::uint64_t>(step_)));
-    const Tensor& out = model_->forward(x, /*training=*/true);
-    if (!dout.defined() || dout.raw() == nullptr || dout.shape() != out.shape())
-      dout = Tensor::empty(out.shape(), kernels::DType::f32, config_.device);
-    const double loss_sum = loss_.sum(out, y, dout, 1.0f / static_cast<float>(n));
-    model_->backward(dout);
+    // The step every driver takes (step.hpp): this is replica 0 of one.
+    model_->set_step_seed(step_seed(config_.seed, 0, step_));
+    const StepResult stepped = forward_backward(*model_, loss_, x, y, 1.0f / static_cast<float>(n), dout);
     // A diverged step is never applied: the parameters stay the last finite
     // ones, which the checkpoint below keeps, and training stops.
-    const char* non_finite = !std::isfinite(loss_sum)                                 ? "training loss"
-                             : !std::isfinite(kernels::ops::sum(model_->gradients())) ? "gradient"
-                                                                                      : nullptr;
-    if (non_finite) {
-      std::string message = std::string("the ") + non_finite + " is not finite (loss " + std::to_string(loss_sum) +
-                            ") at step " + std::to_string(step_ + 1) +
-                            ": training diverged (try a lower --lr or a warm-up)";
+    try {
+      check_loss_finite(stepped.loss_sum, step_ + 1);
+      check_gradient_finite(model_->gradients(), step_ + 1);
+    } catch (const NonFiniteError& e) {
+      std::string message = e.what();
       if (checkpoints_ && last_saved_step_ != step_) message += "; the last finite state is in " + save_checkpoint();
       throw std::runtime_error(message);
     }
     optimizer_->step(model_->parameters(), model_->gradients(), lr);
     ++step_;
     cursor_ = batches.cursor();
-    epoch_metrics.add(out, y, loss_sum, classification());
+    const double loss_sum = stepped.loss_sum;
+    epoch_metrics.add(*stepped.output, y, loss_sum, classification());
 
     const double dt = seconds_since(t_step);
     train_seconds += dt;

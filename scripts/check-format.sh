@@ -12,7 +12,9 @@ cd "$root"
 command -v clang-format > /dev/null || { echo "check-format: clang-format is not installed (Debian's clang-format; scripts/setup.sh installs it)" >&2; exit 1; }
 
 if git rev-parse --git-dir > /dev/null 2>&1; then
-  mapfile -t files < <(git ls-files -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh')
+  # Tracked and new files, less those deleted but not yet committed.
+  mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' |
+    while read -r f; do [[ -f "$f" ]] && echo "$f"; done)
 else
   mapfile -t files < <(find . -path ./build\* -prune -o -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print)
 fi

@@ -27,7 +27,9 @@ declare -A may=(
 )
 
 if git rev-parse --git-dir > /dev/null 2>&1; then
-  mapfile -t files < <(git ls-files -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh')
+  # Tracked and new files, less those deleted but not yet committed.
+  mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' |
+    while read -r f; do [[ -f "$f" ]] && echo "$f"; done)
 else
   mapfile -t files < <(find . -path ./build\* -prune -o -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print | sed 's|^\./||')
 fi

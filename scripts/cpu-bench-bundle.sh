@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on this machine, what carries troupe's CPU benchmarks to a lent
 # device machine, whose idle cores are where the goals of the sealed ring
-# (issue 15) and of the ps tasks (issue 17) can be measured; that machine has
-# none of our Debian packages (docs/BENCHMARKS.md, "On idle cores"):
+# and of the ps tasks can be measured; that machine has none of our Debian
+# packages (docs/BENCHMARKS.md, "On idle cores"):
 #
 #   OUT/bundle.tar.xz   cli/troupe and bench/{bench_tcp_allreduce,
 #                       bench_sealed_frame,bench_ps_push} of a CPU-only

@@ -3,7 +3,7 @@
 // message short (a NUL ends what() and strerror-style C strings), forge
 // lines (CR, LF) or drive a terminal (ESC sequences) through it. Used for
 // the gate's identities and refusals (net/cluster/gate.cpp) and the push
-// link's refusal reasons (actors/ps/push_link.cpp). Header-only.
+// link's refusal reasons (net/push/push_link.cpp). Header-only.
 #pragma once
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // microseconds and would otherwise sleep and need waking (on a host with
 // idle cores that are slow to wake). Used by the seal helpers
 // (net/transport/sealed.cpp) and the push link's answer poll
-// (actors/ps/push_link.cpp). Header-only.
+// (net/push/push_link.cpp). Header-only.
 #pragma once
 
 #include <chrono>

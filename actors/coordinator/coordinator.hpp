@@ -33,10 +33,11 @@
 //               sync the job's thread aborts every collective of the view,
 //               and each survivor reports `step_aborted`; the boundary is
 //               reached when every survivor is idle. The new view starts at
-//               the survivors' smallest clock (a survivor whose all-reduce
-//               completed rolls that step back in memory): at most the step
-//               in flight is lost. In async and ssp the survivors first
-//               catch up to the most advanced one (their grants).
+//               the survivors' newest clock: a survivor whose all-reduce
+//               did not complete takes the state of one that did (roll
+//               forward, view_start.hpp), so at most the lost node's own
+//               step is lost. In async and ssp the survivors first catch
+//               up to the most advanced one (their grants).
 //   join, drain at the next boundary; no step is lost.
 //   ps task     (shards on ps tasks) lost, or a push failed in async/ssp:
 //               the shards' state is not whole. The next view places every
@@ -168,7 +169,7 @@ struct CoordinatorConfig {
   std::chrono::milliseconds wait_timeout{600000};  // stop after this long paused
   std::shared_ptr<JobMetrics> metrics;             // /metrics: each accepted report's timings (null: none)
   std::shared_ptr<Timeline> timeline;              // --timeline: instants for switches, evaluations, checkpoints, views
-  // Shards on ps tasks (issue 17): a ps task may be lost or leave, and its
+  // Shards on ps tasks: a ps task may be lost or leave, and its
   // shards are placed anew on the others. The coordinator then restores
   // the newest consistent state it knows (its rollback point: the newest
   // checkpoint it wrote, or the job's start, or the state gathered when a
@@ -177,7 +178,7 @@ struct CoordinatorConfig {
   bool shuffle = true;  // the data plan, for placing the replicas at the rollback point
 };
 
-// Spawns the coordinator (its state stays private to coordinator.cpp).
+// Spawns the coordinator (its state, actors/coordinator/state.hpp, stays private to that folder).
 caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
 
 }  // namespace troupe::actors

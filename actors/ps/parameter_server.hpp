@@ -6,14 +6,15 @@
 //   coordinator ──get_state / set_state / position / counters / reconfig──► parameter_server
 //                                                                             │ asks every shard,
 //   replica on this process ──push (its part)──► shard 0 … shard N-1  ◄───────┘ gathers / scatters
-//   replica on another node ──push (whole)──► relay ──► parameter_server ──► every shard
+//   replica on another node ──push (its part, data plane)──► the coordinator's PushServer ──► shard i
 //
-// Replicas in the coordinator's process push straight to the shards: one
-// staging buffer in the packed layout, each shard getting a view of its
-// part (no copy per shard). Replicas on other nodes push the whole
-// gradient through their relay to the parameter_server actor, which packs
-// it and pushes each part (moving these pushes onto the data plane, and the
-// shards onto ps tasks, is issue 17's later part).
+// Replicas in the coordinator's process push straight to the shards' cores:
+// one staging buffer in the packed layout, each shard getting a view of
+// its part (no copy per shard; actors/gradient_sink.hpp). Replicas on other
+// nodes push each part on the data plane (net/push/), to the coordinator's
+// PushServer or to the ps task hosting the shard. The front actor's own
+// `push` (the whole gradient, packed here and pushed to every shard) serves
+// a caller that has no partition.
 //
 // The parameter_server actor answers exactly as a single shard owning the
 // whole buffer would, so the coordinator does not know how many shards

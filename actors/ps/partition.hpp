@@ -1,5 +1,5 @@
 // Partition: which parts of a model's flat parameter buffer each
-// parameter-server shard owns (issue 17).
+// parameter-server shard owns.
 //
 // The flat buffer (models/model.hpp) holds every layer's parameters as one
 // range, each starting on a 16-float boundary. A partition cuts it into
@@ -65,6 +65,12 @@ class Partition {
   std::int64_t size(int shard) const { return sizes_.at(static_cast<std::size_t>(shard)); }
   // Where shard s's pieces begin in the packed layout.
   std::int64_t packed_offset(int shard) const { return offsets_.at(static_cast<std::size_t>(shard)); }
+  // One shard owning the whole buffer as one range: the packed layout is
+  // the flat buffer itself, so a replica pushes its gradient as it is and
+  // takes the answer straight into its parameters (no packing copy).
+  bool is_whole() const {
+    return shards() == 1 && (total_ == 0 || (pieces_[0].size() == 1 && pieces_[0][0] == Range{0, total_}));
+  }
   // "3 shards: 2 ranges, 1 120 floats; ..." for logs and errors.
   std::string describe() const;
 

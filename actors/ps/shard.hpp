@@ -3,18 +3,18 @@
 // packed: its pieces of the flat buffer one after the other), applies each
 // pushed gradient part as it arrives, and returns its fresh parameters to
 // the pusher. With one shard it is the whole buffer: the single parameter
-// server troupe had before issue 17, bit for bit. In sync mode shards are
+// server troupe had before the shards, bit for bit. In sync mode shards are
 // idle: replicas all-reduce among themselves (net::Collective) and apply
 // identical updates.
 //
 // Two parts: ShardCore, the shard itself (its part of the parameters, the
 // optimizer state, the clocks and the counters, behind one mutex), and
 // shard_actor, the CAF face the coordinator talks to. Pushes reach the
-// core directly, never through the actor: a PushServer (push_link.hpp)
+// core directly, never through the actor: a PushServer (net/push/push_link.hpp)
 // applies a push from another node on the connection's thread (shard_apply
 // below), and a replica of the shard's own process on its device actor's
 // thread (DeviceConfig::shard_cores). No message to an actor and back, so a
-// push costs no thread switch beyond the link's own (issue 17's push round
+// push costs no thread switch beyond the link's own (the push round
 // trip; docs/BENCHMARKS.md, "Parameter-server shards on ps tasks"). The
 // actor still answers a push message (a replica given only the actors).
 //
@@ -49,13 +49,15 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "actors/ps/push_link.hpp"  // AppliedPush
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
+#include "net/push/frames.hpp"  // GradientPush, AppliedPush
 
 namespace troupe::actors {
 
 namespace ps {
+
+using net::push::AppliedPush;
 
 struct ShardConfig {
   int index = 0;          // in the partition
@@ -137,9 +139,10 @@ struct LocalShard {
 
 // Where the shard's actor runs.
 enum class ShardThread {
-  // A thread of its own: the coordinator's shards, whose in-process pushes
-  // run Adam on the actor's thread (CAF's polling workers would take the
-  // replicas' cores, docs/ARCHITECTURE.md).
+  // A thread of its own: the coordinator's shards. Their pushes are applied
+  // to the cores on the pushing device's (or the PushServer's) thread; the
+  // actor answers state, positions and views, and on a thread of its own
+  // it takes none of CAF's workers, which would poll the replicas' cores.
   detached,
   // CAF's scheduler: a ps task's shards, whose pushes arrive on the data
   // plane and are applied on the PushServer's threads, so that the actor
@@ -151,7 +154,7 @@ enum class ShardThread {
 };
 LocalShard spawn_shard(caf::actor_system& system, ShardConfig config, ShardThread thread = ShardThread::detached);
 
-// The `apply` of a PushServer (push_link.hpp) hosting `shards` (by index):
+// The `apply` of a PushServer (net/push/push_link.hpp) hosting `shards` (by index):
 // applies each push on the calling connection's thread. A shard's refusal
 // ("push from replica 0 of view 3 dropped: the job is in view 4") is the
 // exception, whose text the client sees.

@@ -11,10 +11,10 @@
 //   chief   the coordinator (TF's chief owns checkpoints and membership, as
 //           troupe's coordinator does). At most one entry. It also trains.
 //   worker  training nodes. Without a chief, worker[0] is the coordinator.
-//   ps      hosts for parameter-server shards in async/ssp mode; they
-//           would train nothing. Not supported yet (issue 17): a ps task is
-//           refused (launcher_env.hpp) and the ps list of the other tasks
-//           is left unused; the shards run in the coordinator's process.
+//   ps      ps tasks: they host the parameter-server shards and serve the
+//           replicas' pushes on the data plane, and train nothing
+//           (`troupe node --ps`, cluster/ps_node.cpp; launcher_env.hpp
+//           gives a task of type "ps" that role).
 // Training nodes are ranked chief first, then the workers in list order;
 // rank 0 is the coordinator.
 //

@@ -71,7 +71,7 @@ struct LauncherRole {
   // and "first host of SLURM_JOB_NODELIST, port from TROUPE_PORT".
   std::string rank_source, coordinator_source;
   // A cluster spec's ps entries: the coordinator waits for this many ps
-  // tasks, which host the parameter-server shards (issue 17).
+  // tasks, which host the parameter-server shards.
   std::size_t ps_tasks = 0;
   // This task is one of them (TF_CONFIG task type "ps", --job_name ps): it
   // joins `coordinator` and hosts shards, training nothing; rank is -1.

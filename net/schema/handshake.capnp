@@ -1,6 +1,6 @@
 # The handshake messages of troupe's connections between nodes: the Hello
 # that opens a data-plane link (the tcp ring, net/tcp/ring_setup.cpp, and the
-# parameter server's push link, actors/ps/push_link.cpp) and the cluster
+# parameter server's push link, net/push/push_link.cpp) and the cluster
 # handshake's messages on the gate (net/cluster/auth.hpp, gate.hpp).
 #
 # On the wire each message is framed as a data-plane frame header is
@@ -32,7 +32,7 @@ $Cxx.namespace("troupe::net::schema");
 enum Purpose {
   unset @0;
   ring @1;       # a tcp collective ring (net/tcp/wire.hpp, kProtocolVersion)
-  pushLink @2;   # a parameter-server push link (actors/ps/push_link.hpp, push_wire::kVersion)
+  pushLink @2;   # a parameter-server push link (net/push/push_link.hpp, push_wire::kVersion)
 }
 
 # Both ends send one, right after the connection is authenticated (sealed in

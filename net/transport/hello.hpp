@@ -12,7 +12,7 @@
 // not troupe (an HTTP client, a port scanner) costs nothing. What the fields
 // must be is the receiver's to check (net/tcp/ring_setup.cpp: purpose ring,
 // kProtocolVersion, the job, its predecessor's rank, the world;
-// actors/ps/push_link.cpp: purpose push link, its own version, the job).
+// net/push/push_link.cpp: purpose push link, its own version, the job).
 #pragma once
 
 #include <cstddef>

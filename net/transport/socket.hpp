@@ -1,7 +1,7 @@
 // Sockets with deadlines: the transport every link between troupe nodes
 // uses (the tcp ring, net/tcp/; the gate and the join relay,
 // net/cluster/gate.hpp; the parameter server's push link,
-// actors/ps/push_link.hpp), and `troupe ctl`'s control client
+// net/push/push_link.hpp), and `troupe ctl`'s control client
 // (net/control/control_client.hpp), so that a ctl request is bounded the
 // same way. Non-blocking sockets, every wait a poll() bounded by a
 // deadline; errors say what happened in a reader's words
@@ -26,7 +26,7 @@ namespace troupe::net {
 namespace wire {
 
 // Little-endian integers in frame headers (wire frames here, push frames in
-// actors/ps/push_link.cpp).
+// net/push/push_link.cpp).
 inline void put_u16(unsigned char* p, std::uint16_t v) {
   for (int i = 0; i < 2; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }

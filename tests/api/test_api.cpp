@@ -86,7 +86,7 @@ TEST(Api, SwitchModeFromACallbackIsQueuedNotDeadlocked) {
   EXPECT_EQ(count("train/loss"), 4u);  // steps 50, 100, 150, 200
 }
 
-// Issue 17: a parameter server in shards (the mlp's two big layers split
+// A parameter server in shards (the mlp's two big layers split
 // across 3) behind the same fit(); a shard count below 1 is refused before
 // training.
 TEST(Api, ParameterServerStrategyInShards) {
@@ -194,7 +194,7 @@ TEST(ApiCluster, InsecureWithoutASecretIsRefusedAtOnce) {
   ::unsetenv("TROUPE_SECRET");
 }
 
-// Issue 17: a ps task of a cluster spec is not a MultiWorkerMirroredStrategy
+// A ps task of a cluster spec is not a MultiWorkerMirroredStrategy
 // (it calls serve_parameter_server), refused before any socket is opened;
 // is_ps_task tells them apart, and serve_parameter_server refuses a worker.
 TEST(ApiCluster, APsTaskIsServedByServeParameterServerNotByTheStrategy) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos trials for elastic membership (issue 13): randomized faults at random
+# Chaos trials for elastic membership: randomized faults at random
 # moments of a running cluster job, in sync, async and ssp:2. Each trial runs
 # a coordinator and two workers (`troupe node`, one CPU device each, the mlp
 # on Fashion-MNIST, two epochs) on loopback, waits until the job passed a

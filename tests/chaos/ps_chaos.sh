@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos trials for ps tasks (issue 17): randomized faults of the parameter
+# Chaos trials for ps tasks: randomized faults of the parameter
 # server's tasks at random moments of a running cluster job, in async,
 # ssp:2 and sync. Each trial runs a coordinator and a worker (`troupe node`,
 # one CPU device each) and two ps tasks (`troupe node --ps`), the mlp on

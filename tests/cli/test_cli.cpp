@@ -182,7 +182,7 @@ TEST(Cli, TrainsWritesMetricsSummaryAndCheckpointsThenEvaluates) {
   EXPECT_CONTAINS(r.output, "mlp on fashion-mnist/test (10000 examples, step 60): accuracy");
 }
 
-// Issue 17: a parameter server of 3 shards (the mlp's two big layers split
+// A parameter server of 3 shards (the mlp's two big layers split
 // across them) trains, its checkpoint is the usual one that `troupe eval`
 // reads, and a shard count below 1 is a usage error before any data loads.
 TEST(Cli, ShardedParameterServerTrainsAndItsCheckpointEvaluates) {
@@ -400,7 +400,7 @@ TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
   const int status = wait_exit(p, 5);
   const std::string text = read_text(p.log);
   EXPECT_NE(status, -1) << "no exit within 5 s of SIGTERM:\n" << text;
-  EXPECT_EQ(status, 143) << text;  // 128 + SIGTERM (issue 11: it was 0)
+  EXPECT_EQ(status, 143) << text;  // 128 + SIGTERM (it once was 0)
   EXPECT_CONTAINS(text, "checkpoint: ");
   EXPECT_CONTAINS(text, "stopped by SIGTERM after step ");
   EXPECT_CONTAINS(text, "resume with --resume (checkpoint dir " + dir + "/ckpt)");
@@ -411,7 +411,7 @@ TEST(CliJob, SigtermCheckpointsAndExitsWithinFiveSeconds) {
 
 namespace {
 
-// Issue 11: `--metrics runs/x/metrics.csv` failed with "cannot create the
+// `--metrics runs/x/metrics.csv` once failed with "cannot create the
 // file" when runs/x did not exist; --checkpoint-dir creates its folder.
 TEST(CliIssue11, MetricsFileInAMissingFolderIsCreated) {
   const std::string dir = temp("metrics_parent");
@@ -439,7 +439,7 @@ TEST(CliOutputs, AnOutputThatCannotBeWrittenStopsTheJobBeforeTraining) {
   }
 }
 
-// Issue 11: an unknown --data name printed "known names:" and then nothing
+// An unknown --data name once printed "known names:" and then nothing
 // on its line (the names followed on lines of their own).
 TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
   Result r = troupe("train --data imagenet --steps 1");
@@ -450,7 +450,7 @@ TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
   EXPECT_CONTAINS(lines[0], "a .csv file or an IDX directory");
 }
 
-// Issue 11: cli/README.md listed a `bench` command that does not exist. The
+// cli/README.md once listed a `bench` command that does not exist. The
 // commands in its table are exactly those `troupe --help` lists.
 TEST(CliIssue11, ReadmeListsExactlyTheCommandsTheBinaryHas) {
   Result help = troupe("--help");
@@ -478,7 +478,7 @@ TEST(CliIssue11, ReadmeListsExactlyTheCommandsTheBinaryHas) {
   EXPECT_EQ(in_readme, in_help);
 }
 
-// Issue 11: a seed above 2^64-1 was taken as 2^64-1 without a word.
+// A seed above 2^64-1 was once taken as 2^64-1 without a word.
 TEST(CliIssue11, SeedOutOfRangeIsRefused) {
   for (const char* seed : {"99999999999999999999", "18446744073709551616", "-1", "0x10", "1e3"}) {
     Result r = troupe(std::string("train --model linreg --data linreg --devices cpu:0 --steps 1 --seed ") + seed);
@@ -491,7 +491,7 @@ TEST(CliIssue11, SeedOutOfRangeIsRefused) {
   EXPECT_CONTAINS(top.output, "test accuracy");
 }
 
-// Issue 11: a typo in a flag or a command got CLI11's words ("A subcommand
+// A typo in a flag or a command once got CLI11's words ("A subcommand
 // is required" for `troupe trian`); every error line starts with "troupe:",
 // and usage and configuration errors exit 2 in every command.
 TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
@@ -528,7 +528,7 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
   }
 }
 
-// Issue 11: Ctrl-C stopped training, checkpointed and exited 0. It exits 130
+// Ctrl-C once stopped training, checkpointed and exited 0. It exits 130
 // (128 + SIGINT, as a shell reports it) and says how to go on.
 TEST(CliIssue11, CtrlCExits130AndSaysResumeWithResume) {
   const std::string dir = temp("sigint");
@@ -587,7 +587,7 @@ class ForeignServer {
   std::thread thread_;
 };
 
-// Issue 11: `troupe ctl` pointed at a port that does not speak HTTP said
+// `troupe ctl` pointed at a port that does not speak HTTP once said
 // "bad version".
 TEST(CliIssue11, CtlAtAPortThatIsNotHttpSaysItIsNoControlEndpoint) {
   ForeignServer ssh("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n\x01\x02garbage");
@@ -607,7 +607,7 @@ TEST(CliIssue11, CtlAtAPortThatIsNotHttpSaysItIsNoControlEndpoint) {
   EXPECT_CONTAINS(r.output, "is not a troupe control endpoint: it closed the connection without an HTTP answer");
 }
 
-// Issue 11: mlp on wordnet failed at step 1 with "input i32 must be f32",
+// mlp on wordnet once failed at step 1 with "input i32 must be f32",
 // naming neither the model nor the data. Both runtimes check before training.
 TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
   for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {

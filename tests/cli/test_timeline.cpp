@@ -1,4 +1,4 @@
-// --timeline (issue 16): a Chrome trace-event file of every replica's steps,
+// --timeline: a Chrome trace-event file of every replica's steps,
 // read back with nlohmann-json as Perfetto would read it, from real runs of
 // the troupe binary; and the recorder itself (util/timeline.hpp).
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fault trials for `troupe node` in async mode (issue 12, "Processes that do
-# not end"): a coordinator and two workers, each one CPU device, on loopback
+# Fault trials for `troupe node` in async mode (processes that do not
+# end): a coordinator and two workers, each one CPU device, on loopback
 # (or, as root, in network namespaces), and two faults, each repeated:
 #
 #   coordinator-kill  kill -9 of the coordinator while it trains; the job

@@ -258,7 +258,7 @@ TEST(LauncherEnv, ClusterSpecsInTroupeClusterOrTfConfig) {
   EXPECT_CONTAINS(error_of([] { role_from_environment({{"TF_CONFIG", "{"}}); }), "TF_CONFIG: malformed JSON");
   // An empty TF_CONFIG is no cluster (as TensorFlow reads it).
   EXPECT_FALSE(role_from_environment({{"TF_CONFIG", " "}}).has_value());
-  // A parameter-server task (issue 17): it joins the chief and serves
+  // A parameter-server task: it joins the chief and serves
   // pushes on its own entry's address; it is no rank of the training nodes.
   const auto ps_role = role_from_environment(
       {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})"}});

@@ -1,4 +1,4 @@
-// Elastic membership at scale (issue 13; label `slow`): 8 nodes, each in its
+// Elastic membership at scale (label `slow`): 8 nodes, each in its
 // own network namespace joined by veth links to a bridge (as separate hosts
 // are), the mlp on the real Fashion-MNIST, in sync and then in async. The
 // job starts on 6 nodes; two nodes join while it trains and two are killed

@@ -1,4 +1,4 @@
-// Elastic membership (issue 13), as a user runs it: real `troupe node`
+// Elastic membership, as a user runs it: real `troupe node`
 // processes on loopback, training the mlp on the real Fashion-MNIST, with a
 // fault at a given step. Nodes are killed (SIGKILL), stopped (SIGSTOP),
 // drained (SIGTERM, troupe ctl drain) and added while the job runs; the

@@ -230,7 +230,7 @@ TEST(Launchers, TorchrunAndTfConfigVariablesStartTwoNodes) {
 // ---- seed 002's shape: TF1's flags, ps entries ----------------------------------
 
 // TF1's ps/worker launch, in the seed's flag spelling and as a TF_CONFIG with
-// chief, worker and ps entries (issue 17): every task gets the same command
+// chief, worker and ps entries: every task gets the same command
 // line; the ps tasks join the chief, host the parameter-server shards (shard
 // i on ps task i mod P) and serve the replicas' pushes on the data plane;
 // the chief waits for all of them before training.

@@ -91,7 +91,7 @@ TEST(Node, ThreeNodesLearnInAsyncAndSsp) {
   }
 }
 
-// Issue 17: the parameter server in 2 shards on the coordinator (the mlp's
+// The parameter server in 2 shards on the coordinator (the mlp's
 // two big layers split across both). The workers' replicas push each shard
 // its part on the data plane (the coordinator serves its shards there); the
 // coordinator's own replica pushes to the shards in process. Every shard
@@ -211,7 +211,7 @@ TEST(Node, AnIncompatibleJobIsRefusedWithTheReason) {
   EXPECT_EQ(status[2], 0) << c.logs();
 }
 
-// --max-nodes (issue 13): a node beyond the limit is refused with that
+// --max-nodes: a node beyond the limit is refused with that
 // reason and the job goes on with the nodes it has.
 TEST(Node, ANodeBeyondMaxNodesIsRefusedWithTheReason) {
   Cluster c("max-nodes", std::string(kMlpJob) + "batch = 32\nsteps = 10\n", 1, {"--max-nodes", "2"}, {}, 2);
@@ -282,7 +282,7 @@ TEST(Node, GarbageOnTheClusterAndDataPortsIsDroppedAndTheNodeKeepsRunning) {
   EXPECT_NE(c.coordinator->output().find("rank 0 of 3 dropped a connection"), std::string::npos) << c.logs();
 }
 
-// Issue 13: a killed worker is reported within seconds and removed; with
+// A killed worker is reported within seconds and removed; with
 // --min-nodes 3 the two survivors are too few: training pauses (logged),
 // and after --wait-timeout the job stops with a checkpoint and says why.
 TEST(Node, BelowMinNodesAfterAKillTheJobPausesThenStopsAfterACheckpoint) {
@@ -327,7 +327,7 @@ double seconds_since(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Issue 12: after the coordinator is killed, a worker exits at once in every
+// After the coordinator is killed, a worker exits at once in every
 // mode. In async and ssp its devices waited for their pushes' answers, which
 // CAF only fails at the request timeout, so the worker stayed for the full
 // --timeout (30 s here), or for ever.
@@ -349,7 +349,7 @@ TEST(Node, AWorkerExitsWithinASecondOfLosingTheCoordinatorInEveryMode) {
   }
 }
 
-// Issue 12: a job that stops after losing a node in async (here: below
+// A job that stops after losing a node in async (here: below
 // --min-nodes 3 for --wait-timeout 10 s; the same timeout bounds the wait
 // for the nodes at the start, so not shorter on a loaded machine) writes its checkpoint and the coordinator
 // exits at once (it used to wait 5 s for the lost node to acknowledge the
@@ -372,9 +372,9 @@ TEST(Node, AfterALostNodeInAsyncTheCoordinatorAndTheOtherWorkerExitWithinASecond
       << c.logs();
 }
 
-// Issue 12: reaching a coordinator that is not there follows --wait-timeout
-// (it was a fixed 30 s), and issue 11: each attempt is logged with the
-// address and its number (it was silent).
+// Reaching a coordinator that is not there follows --wait-timeout (it was a
+// fixed 30 s), and each attempt is logged with the address and its number
+// (it was silent).
 TEST(Node, AWorkerWithoutACoordinatorLogsEachAttemptAndGivesUpAtTheWaitTimeout) {
   const std::string dir = temp_dir("no-coordinator");
   const std::string address = "127.0.0.1:" + std::to_string(troupe::testing::free_loopback_port());
@@ -392,7 +392,7 @@ TEST(Node, AWorkerWithoutACoordinatorLogsEachAttemptAndGivesUpAtTheWaitTimeout) 
   EXPECT_NE(out.find(" attempts): "), std::string::npos) << out;
 }
 
-// Issue 11: a coordinator waiting for --min-nodes stops at SIGTERM and SIGINT
+// A coordinator waiting for --min-nodes stops at SIGTERM and SIGINT
 // (it went on waiting for the full --wait-timeout).
 TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
   for (int sig : {SIGTERM, SIGINT}) {

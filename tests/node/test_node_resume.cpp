@@ -112,7 +112,7 @@ TEST(NodeResume, AsyncStoppedMidEpochAndResumedPushesOnlyWhatRemained) {
       << second.logs;
 }
 
-// Coordinator loss (issue 13): the worker does not exit; it keeps trying to
+// Coordinator loss: the worker does not exit; it keeps trying to
 // join the same address (--rejoin-timeout, 120 s by default), and a
 // coordinator restarted there with --resume takes it back and finishes the
 // job from its newest checkpoint, without restarting the worker.

@@ -1,4 +1,4 @@
-// ps tasks (issue 17): `troupe node --ps --join ...` processes that host the
+// ps tasks: `troupe node --ps --join ...` processes that host the
 // parameter-server shards and serve the replicas' pushes on the data plane,
 // beside a coordinator and a worker, on real loopback sockets, training on
 // the real Fashion-MNIST. The seed's launch shapes (TF1 flags, TF_CONFIG)

@@ -1,4 +1,4 @@
-// Parameter-server pushes on the data plane (actors/ps/push_link.hpp), on
+// Parameter-server pushes on the data plane (net/push/push_link.hpp), on
 // real loopback sockets: pushes over the link to real shard actors end bit
 // for bit where the same pushes sent in-process do (plaintext and sealed,
 // two shards, pipelined); refusals name their reason and leave the link
@@ -22,15 +22,20 @@
 #include <thread>
 #include <vector>
 
-#include "actors/ps/push_link.hpp"
 #include "actors/ps/shard.hpp"
 #include "net/cluster/gate.hpp"
+#include "net/push/push_link.hpp"
 #include "net/tcp/tcp.hpp"
 #include "net/tcp/wire.hpp"
 #include "tests/support/mitm_proxy.hpp"
 
-namespace troupe::actors::ps {
+namespace troupe::net::push {
 namespace {
+
+using actors::ReplicaState;
+using actors::ps::shard_apply;
+using actors::ps::ShardConfig;
+using actors::ps::ShardCore;
 
 using namespace std::chrono_literals;
 using Ms = std::chrono::milliseconds;
@@ -1037,4 +1042,4 @@ TEST(PsPushLink, StopWaitsForAnApplyInProgressOnly) {
 }
 
 }  // namespace
-}  // namespace troupe::actors::ps
+}  // namespace troupe::net::push

@@ -1,7 +1,8 @@
-// Where a replica pushes each shard's part when the shards run on ps tasks
-// (issue 17): on the data plane, a PushClient (push_link.hpp) per ps task's
-// address, not a CAF message. A replica makes its clients on its first
-// async push and keeps them; every client made from one PushRoutes is also
+// Where a replica pushes each shard's part on the data plane (to the ps
+// task hosting the shard, or to the coordinator's PushServer): a
+// PushClient (push_link.hpp) per server address, not a CAF message. A
+// replica's gradient sink (actors/gradient_sink.hpp) makes its clients on
+// its first push of a view and keeps them; every client made from one PushRoutes is also
 // kept in its registry, so that the node that spawned the replicas can fail
 // every pending push at once when it stops (a device blocked in a push
 // handles no message, not even an exit).
@@ -17,7 +18,7 @@
 #include "net/crypto/aead.hpp"  // LinkKeys
 #include "net/deadline.hpp"
 
-namespace troupe::actors::ps {
+namespace troupe::net::push {
 
 class PushClient;  // push_link.hpp
 
@@ -55,4 +56,4 @@ std::uint64_t job_id_of(const std::string& fingerprint);
 // (ring_id_of), so that a push connection can never be taken for a ring's.
 std::uint64_t push_job_id(const std::string& fingerprint);
 
-}  // namespace troupe::actors::ps
+}  // namespace troupe::net::push

@@ -1,11 +1,11 @@
-#include "actors/ps/push_routes.hpp"
+#include "net/push/push_routes.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "actors/ps/push_link.hpp"
+#include "net/push/push_link.hpp"
 
-namespace troupe::actors::ps {
+namespace troupe::net::push {
 
 void PushClientRegistry::add(const std::shared_ptr<PushClient>& client) {
   std::string why;
@@ -43,4 +43,4 @@ std::uint64_t push_job_id(const std::string& fingerprint) {
   return job_id_of(fingerprint) ^ 0x7073207075736821ULL;
 }
 
-}  // namespace troupe::actors::ps
+}  // namespace troupe::net::push

@@ -1,5 +1,5 @@
 // Parameter-server pushes on the data plane (push_link.hpp).
-#include "actors/ps/push_link.hpp"
+#include "net/push/push_link.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 #include "util/printable.hpp"
 #include "util/spin.hpp"
 
-namespace troupe::actors::ps {
+namespace troupe::net::push {
 
 namespace push_wire {
 
@@ -859,4 +859,4 @@ std::string PushServer::describe(const ServiceTimes& t) {
   return text;
 }
 
-}  // namespace troupe::actors::ps
+}  // namespace troupe::net::push

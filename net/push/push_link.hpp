@@ -1,4 +1,4 @@
-// Parameter-server pushes on the data plane (issue 17): a replica sends each
+// Parameter-server pushes on the data plane: a replica sends each
 // shard its part of the gradient over a TCP connection of its own and
 // receives the part's fresh parameters on it, instead of a CAF message
 // through the gate. Two plain classes: PushClient (one connection from a
@@ -122,16 +122,16 @@
 #include <thread>
 #include <vector>
 
-#include "actors/messages.hpp"  // GradientPush, Tensor
 #include "net/crypto/aead.hpp"  // LinkKeys
 #include "net/deadline.hpp"
+#include "net/push/frames.hpp"  // GradientPush, AppliedPush, Tensor
 
 namespace troupe::net::wire {
 class RecordSealer;
 class RecordOpener;
 }  // namespace troupe::net::wire
 
-namespace troupe::actors::ps {
+namespace troupe::net::push {
 
 // Names the address and (where there is one) the shard.
 struct PushError : std::runtime_error {
@@ -190,17 +190,6 @@ std::uint32_t answer_crc(const unsigned char header[kAnswerHeaderBytes], const v
 
 }  // namespace push_wire
 
-// What the server's `apply` gives back for one push: the part's fresh
-// parameters and, where the shard measures it, the push's staleness
-// (shard.hpp). A Tensor converts to one without a staleness.
-struct AppliedPush {
-  AppliedPush() = default;
-  AppliedPush(Tensor fresh_, std::int64_t staleness_ = -1)
-      : fresh(std::move(fresh_)), staleness(staleness_) {}  // NOLINT: implicit on purpose
-  Tensor fresh;
-  std::int64_t staleness = -1;
-};
-
 // ---------------------------------------------------------------------------
 // The client: one connection to one server address, used by one replica
 // (one thread) at a time; abort() from any thread.
@@ -222,8 +211,8 @@ struct PushClientConfig {
   // before it waits in poll() (0, the default: it waits at once). Where
   // cores are idle but slow to wake (a virtual CPU halts when idle), it
   // saves the replica's wake-up on each answer; where they are all busy it
-  // takes a core from the ps task it waits for (docs/BENCHMARKS.md, issue
-  // 17). push_poll_from_env() gives it for a process's replicas.
+  // takes a core from the ps task it waits for (docs/BENCHMARKS.md,
+  // "Parameter-server shards on ps tasks"). push_poll_from_env() gives it for a process's replicas.
   std::chrono::microseconds answer_poll{0};
 };
 
@@ -349,7 +338,7 @@ class PushServer {
   // writer thread's queue included, when that thread writes it). What a
   // client's round trip adds to `total` is the two wake-ups, the server's
   // for the push and its own for the answer, and its own copies
-  // (docs/BENCHMARKS.md, issue 17).
+  // (docs/BENCHMARKS.md, "Parameter-server shards on ps tasks").
   struct ServiceTimes {
     std::int64_t pushes = 0;                                        // sampled
     double read_ms = 0, apply_ms = 0, answer_ms = 0, total_ms = 0;  // medians
@@ -389,4 +378,4 @@ class PushServer {
   bool stopped_ = false;   // under stop_mutex_
 };
 
-}  // namespace troupe::actors::ps
+}  // namespace troupe::net::push
