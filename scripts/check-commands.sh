@@ -57,8 +57,19 @@ for entry in "${TROUPE_COMMANDS[@]}"; do
     fi
   fi
 done
+# The files: present, and from the package named (which setup installs).
+for entry in "${TROUPE_FILES[@]}"; do
+  read -r path package <<< "$entry"
+  if [[ -z "${ours[$package]:-}" ]]; then
+    echo "check-commands: $path is said to come from $package, which scripts/needs.sh's TROUPE_PACKAGES does not list" >&2
+    failed=1
+  elif [[ ! -e "$path" ]]; then
+    echo "check-commands: $path is missing: install Debian's $package (scripts/setup.sh does)" >&2
+    failed=1
+  fi
+done
 if ((failed)); then
   echo "check-commands: FAILED: add the missing package to TROUPE_PACKAGES in scripts/needs.sh" >&2
   exit 1
 fi
-echo "check-commands: all ${#TROUPE_COMMANDS[@]} commands present, each from a package setup.sh installs"
+echo "check-commands: all ${#TROUPE_COMMANDS[@]} commands and ${#TROUPE_FILES[@]} files present, each from a package setup.sh installs"

@@ -28,6 +28,7 @@ TROUPE_PACKAGES=(
                                   # service on :9090, which the test does not use)
   openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
   clang libclang-rt-14-dev        # scripts/fuzz.sh, scripts/ci-sanitizers.sh: libFuzzer and the ASan/UBSan build
+  libomp-14-dev                   # clang's OpenMP, which the cpu kernels need in that build (gcc's comes with g++)
   clang-format                    # scripts/check-format.sh (in scripts/test.sh): the tree's format, .clang-format
   python3                         # scripts/timeline.py, scripts/tensorboard_plot.py (standard library only),
                                   # tests/chaos/lib.sh's free_port
@@ -45,4 +46,10 @@ TROUPE_COMMANDS=(
   "capnp capnproto"              "gnuplot gnuplot-nox"    "prometheus prometheus" "mpirun openmpi-bin"
   "clang++ clang"                "python3 python3"        "ip iproute2"           "ps procps"
   "pgrep procps"                 "clang-format clang-format"
+)
+
+# Files the builds need that no command names, as "PATH PACKAGE": checked
+# the same way.
+TROUPE_FILES=(
+  "/usr/lib/llvm-14/lib/libomp.so libomp-14-dev"  # -fopenmp under clang (scripts/ci-sanitizers.sh)
 )
