@@ -29,6 +29,7 @@ TROUPE_PACKAGES=(
   openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
   clang libclang-rt-14-dev        # scripts/fuzz.sh, scripts/ci-sanitizers.sh: libFuzzer and the ASan/UBSan build
   libomp-14-dev                   # clang's OpenMP, which the cpu kernels need in that build (gcc's comes with g++)
+  llvm                            # llvm-symbolizer: the sanitizers name functions, which the suppression files match
   clang-format                    # scripts/check-format.sh (in scripts/test.sh): the tree's format, .clang-format
   python3                         # scripts/timeline.py, scripts/tensorboard_plot.py (standard library only),
                                   # tests/chaos/lib.sh's free_port
@@ -45,7 +46,7 @@ TROUPE_COMMANDS=(
   "c++ build-essential"          "cmake cmake"            "ninja ninja-build"     "pkg-config pkg-config"
   "capnp capnproto"              "gnuplot gnuplot-nox"    "prometheus prometheus" "mpirun openmpi-bin"
   "clang++ clang"                "python3 python3"        "ip iproute2"           "ps procps"
-  "pgrep procps"                 "clang-format clang-format"
+  "pgrep procps"                 "clang-format clang-format"  "llvm-symbolizer llvm"
 )
 
 # Files the builds need that no command names, as "PATH PACKAGE": checked
