@@ -78,6 +78,7 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;             // a node
 using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>;   // coordinator -> ps task: run these shards
 using standby_atom = caf::atom_constant<caf::atom("standby")>;       // coordinator -> a spare ps task: wait to be used
 using abort_push_atom = caf::atom_constant<caf::atom("abortpush")>;  // coordinator -> node: fail every push in flight
+using watch_stop_atom = caf::atom_constant<caf::atom("watchstop")>;  // coordinator -> itself: look at should_stop
 
 // A batch from a data loader, on the host.
 struct Batch {

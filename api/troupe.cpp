@@ -366,7 +366,7 @@ std::string Strategy::status() {
 ControlReply Strategy::stop() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!job_) return ControlReply{409, "no fit() is running on this strategy"};
-  stop_requested_.store(true);  // polled by the job's own thread: safe from callbacks too
+  stop_requested_.store(true);  // the coordinator looks after every step: safe from callbacks too
   return ControlReply{202, "stopping at the next step boundary"};
 }
 

@@ -573,12 +573,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     throw;
   }
 
-  // Control requests from other threads. This thread only hands each one
-  // to a short-lived actor that asks the coordinator and fulfils the
-  // request's promise: a mode switch or a checkpoint is answered at the next
-  // step boundary, and that boundary may be a view change, which this very
-  // thread forms. Waiting here for the answer would hold the view (and the
-  // whole job) until the request timed out.
   // A ps task asked to leave (its own SIGTERM or SIGINT, or troupe ctl
   // drain): a spare goes at once; one hosting shards at the next step
   // boundary, where the coordinator gathers their state and moves them to
@@ -593,58 +587,6 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     }
     self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::ps_leaving, index, why});
     return label + " leaves at the next step boundary: its shards move to the other ps tasks";
-  };
-  auto forward_control_requests = [&](const caf::actor& coordinator) {
-    std::deque<std::shared_ptr<ControlRequest>> pending;
-    {
-      std::lock_guard<std::mutex> lock(control_mutex_);
-      pending.swap(control_requests_);
-    }
-    for (auto& r : pending) {
-      // Draining a ps task moves its shards (the coordinator knows only the
-      // nodes with replicas).
-      if (r->kind == ControlRequest::Kind::drain) {
-        const int ps_task = ps_task_index(cluster, r->argument);
-        if (ps_task >= 0) {
-          r->reply.set_value(ControlReply{200, ps_task_leaves(coordinator, ps_task, "troupe ctl drain")});
-          continue;
-        }
-      }
-      system.spawn([r, coordinator](caf::event_based_actor* a) -> caf::behavior {
-        const auto timeout = std::chrono::seconds(kControlAnswerSeconds);
-        auto answer = [r, a](ControlReply c) {
-          r->reply.set_value(std::move(c));
-          a->quit();
-        };
-        auto on_error = [answer, a](caf::error& e) {
-          answer(ControlReply{504, "no answer from the coordinator: " + a->system().render(e)});
-        };
-        auto on_reply = [answer](ControlReply& c) { answer(std::move(c)); };
-        switch (r->kind) {
-          case ControlRequest::Kind::status:
-            a->request(coordinator, timeout, status_atom::value)
-                .then(
-                    [answer](std::string& json) {
-                      answer(ControlReply{200, std::move(json)});
-                    },
-                    on_error);
-            break;
-          case ControlRequest::Kind::mode:
-            a->request(coordinator, timeout, mode_atom::value, r->argument).then(on_reply, on_error);
-            break;
-          case ControlRequest::Kind::checkpoint:
-            a->request(coordinator, timeout, checkpoint_atom::value).then(on_reply, on_error);
-            break;
-          case ControlRequest::Kind::stop:
-            a->request(coordinator, timeout, stop_atom::value).then(on_reply, on_error);
-            break;
-          case ControlRequest::Kind::drain:
-            a->request(coordinator, timeout, drain_atom::value, r->argument).then(on_reply, on_error);
-            break;
-        }
-        return {[](caf::ok_atom) {}};  // nothing else to do: it ends with the answer
-      });
-    }
   };
   auto stop_control = [&]() { close_control("the job has finished"); };
 
@@ -695,12 +637,18 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     caf::actor coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
+      // From now on a control request goes straight to the front; those
+      // that came while the job started go now, in their order.
+      control_front_t front = spawn_control_front(system, coordinator, caf::actor_cast<caf::actor>(self),
+                                                  std::chrono::seconds(kControlAnswerSeconds));
       std::lock_guard<std::mutex> lock(control_mutex_);
       running_ = true;
+      control_front_ = front;
+      for (auto& r : control_requests_) caf::anon_send(front, r);
+      control_requests_.clear();
     }
     self->send(coordinator, start_atom::value);
 
-    bool stop_requested = false;
     bool done = false;
     // A view the coordinator asked for, formed after the receive below (the
     // hooks wait for the nodes with receives of their own).
@@ -875,11 +823,21 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
             if (!ps_task_leaves(coordinator, index, why).empty()) return;
             self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::drain, index, why});
           },
+          // troupe ctl drain NODE, from the control front: a ps task is
+          // known here (its shards move); a node with replicas is the
+          // coordinator's.
+          [&](drain_atom, const std::string& which) {
+            auto rp = self->make_response_promise();
+            const int ps_task = ps_task_index(cluster, which);
+            if (ps_task >= 0)
+              rp.deliver(ControlReply{200, ps_task_leaves(coordinator, ps_task, "troupe ctl drain")});
+            else
+              rp.delegate(coordinator, drain_atom::value, which);
+          },
           [&](form_view_atom, const ViewPlan& plan) {
             view_plan = plan;
             view_promise = self->make_response_promise();
-          },
-          caf::after(std::chrono::milliseconds(50)) >> [] {});
+          });
       if (done) break;
       if (view_plan && cluster) {
         FormedView f = form_view(*view_plan);
@@ -892,14 +850,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           self->send(coordinator, member_atom::value, std::move(e));
         }
       }
-      // Polled, so a stop request from a signal handler needs no lock.
-      if (!stop_requested && callbacks.should_stop && callbacks.should_stop()) {
-        stop_requested = true;
-        self->send(coordinator, stop_atom::value);
-      }
-      forward_control_requests(coordinator);
     }
-    result.stopped_early = result.stopped_early || stop_requested;
     stop_control();
     if (config_.collect_replica_parameters && result.error.empty()) {
       for (auto& d : all_devices)
@@ -925,32 +876,47 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
 }
 
 void Job::close_control(const std::string& why) {
-  std::deque<std::shared_ptr<ControlRequest>> pending;
+  std::deque<ControlRequestPtr> pending;
+  control_front_t front;
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
     starting_ = running_ = false;
     pending.swap(control_requests_);
+    std::swap(front, control_front_);
   }
-  for (auto& r : pending) r->reply.set_value(ControlReply{409, why});
+  for (auto& r : pending) r->answer(ControlReply{409, why});
+  // The front answers the requests it still holds as it exits.
+  if (front) caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
 }
 
 ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback) {
-  auto request = std::make_shared<ControlRequest>();
-  request->kind = kind;
-  request->argument = argument;
-  std::future<ControlReply> reply = request->reply.get_future();
+  auto request = std::make_shared<ControlRequest>(kind, argument);
+  std::future<ControlReply> reply = request->reply();
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
     if (!running_ && starting_ && kind == ControlRequest::Kind::status)
       return ControlReply{200, "{\"state\":\"starting\"}"};
     if (!running_ && !starting_) return fallback;
-    control_requests_.push_back(request);
+    // Under the lock, so that the front cannot exit in between
+    // (close_control takes it first).
+    if (running_)
+      caf::anon_send(control_front_, request);
+    else
+      control_requests_.push_back(request);
   }
-  // run() forwards requests within 50 ms; a switch or a checkpoint then
-  // waits for the next step boundary, for at most kControlAnswerSeconds (the
-  // forwarding actor then answers 504 itself; this wait is a last resort).
+  // The front (or close_control) holds it now: should the front exit before
+  // it reads the request, the request dies unanswered, and the broken
+  // promise ends this wait at once.
+  request.reset();
+  // A switch or a checkpoint waits for the next step boundary, for at most
+  // kControlAnswerSeconds (the front then answers 504 itself; this wait is
+  // a last resort).
   if (reply.wait_for(std::chrono::seconds(kControlAnswerSeconds + 5)) != std::future_status::ready) return fallback;
-  return reply.get();
+  try {
+    return reply.get();
+  } catch (const std::future_error&) {  // dropped unanswered: the job ended meanwhile
+    return fallback;
+  }
 }
 
 std::string Job::status() {

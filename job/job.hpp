@@ -26,6 +26,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/control_front.hpp"
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/job_metrics.hpp"
 #include "actors/mode.hpp"
@@ -253,13 +254,10 @@ class Job {
  private:
   // run() on the thread that owns the job's actor system (made through `slot`).
   JobResult run_here(const models::Callbacks& callbacks, ActorSystemSlot& slot);
-  // A control request from another thread. run()'s own thread forwards it
-  // to the coordinator, so no CAF actor is ever created on a foreign thread.
-  struct ControlRequest {
-    enum class Kind { status, mode, checkpoint, stop, drain } kind;
-    std::string argument;
-    std::promise<ControlReply> reply;
-  };
+  // A control request from another thread: handed to the job's control
+  // front (actors/control_front.hpp), which asks the coordinator at once;
+  // before the front exists (the job is starting) it waits in
+  // control_requests_.
   ControlReply ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback);
 
   JobConfig config_;
@@ -279,7 +277,8 @@ class Job {
   bool starting_ = false, running_ = false;
   // Answers every pending control request with `why` and accepts no more.
   void close_control(const std::string& why);
-  std::deque<std::shared_ptr<ControlRequest>> control_requests_;
+  std::deque<ControlRequestPtr> control_requests_;
+  control_front_t control_front_;  // while running_
 };
 
 }  // namespace troupe::actors

@@ -105,8 +105,10 @@ struct Callbacks {
   // the steps the current epoch now has in all (its batches follow the
   // world size).
   std::function<void(std::int64_t step, int view, int world, std::int64_t steps_in_epoch)> on_view_change;
-  // Polled between steps; returning true stops training (after a checkpoint
-  // when a directory is configured).
+  // Looked at after every step (the actor runtime's coordinator also looks
+  // every 50 ms while no step ends); returning true stops training at the
+  // next step boundary (after a checkpoint when a directory is configured).
+  // Called from the training's own thread: it must not block.
   std::function<bool()> should_stop;
 };
 

@@ -14,6 +14,26 @@ caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config
 }  // namespace troupe::actors
 
 namespace troupe::actors::coord {
+namespace {
+
+// How often the callbacks' should_stop is looked at while no step reports
+// come (paused below --min-nodes, a long step): a signal's flag.
+constexpr auto kStopWatchInterval = std::chrono::milliseconds(50);
+
+// The callbacks' should_stop (a signal's flag, Strategy::stop() from a
+// callback) is looked at after every step, so a stop takes effect at the
+// next step boundary, and every kStopWatchInterval besides. Says whether a
+// stop is queued.
+bool look_for_stop(Self* self) {
+  auto& st = self->state;
+  if (st.stop_asked || st.finished) return true;
+  if (!st.config.callbacks.should_stop || !st.config.callbacks.should_stop()) return false;
+  st.stop_asked = true;
+  enqueue(self, Action{ActionKind::stop, st.mode});
+  return true;
+}
+
+}  // namespace
 
 caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
   auto& s = self->state;
@@ -45,6 +65,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         st.t_start = st.t_resume = st.t_epoch = st.last_checkpoint_time = Clock::now();
         st.started = true;
         st.busy = true;
+        if (st.config.callbacks.should_stop) self->delayed_send(self, kStopWatchInterval, watch_stop_atom::value);
         // A cluster's first view: its world size, for plots of it over time.
         if (st.config.elastic && st.config.callbacks.on_view_change)
           st.config.callbacks.on_view_change(st.global_step, static_cast<int>(st.view),
@@ -116,6 +137,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start, mean,
                                           t > 0 ? double(st.epoch_examples) / t : 0.0);
         }
+        if (advanced) look_for_stop(self);  // queues a stop; extend() below then grants no more
         // A checkpoint by time bounds what a crash loses when no step-based
         // interval is set: ask for one at the next step boundary.
         if (st.config.checkpoints && st.config.checkpoint_interval.count() > 0 && !st.timed_checkpoint_queued &&
@@ -152,6 +174,9 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
               finish(self);
             },
             /*after_failure=*/true);
+      },
+      [=](watch_stop_atom) {
+        if (!look_for_stop(self)) self->delayed_send(self, kStopWatchInterval, watch_stop_atom::value);
       },
       [=](status_atom) -> std::string { return status_json(self->state); },
       [=](member_atom, const MemberEvent& e) { member_event(self, e); },

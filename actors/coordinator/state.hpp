@@ -68,6 +68,7 @@ struct CoordinatorState {
   double epoch_loss_sum = 0;
   Clock::time_point last_checkpoint_time;
   bool timed_checkpoint_queued = false;
+  bool stop_asked = false;  // callbacks.should_stop() said yes: a stop is queued
   double last_loss = 0;
   float last_lr = 0;
   JobResult result;

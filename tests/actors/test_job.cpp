@@ -4,7 +4,11 @@
 // losing or double-applying an update.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -200,6 +204,63 @@ TEST(Job, ControlSwitchesAndCheckpointsWhileTraining) {
   checkpoint::Directory d(dir, 0);
   ASSERT_FALSE(d.list().empty());
   EXPECT_EQ(job.request_mode("sync").status, 409);  // not running any more
+}
+
+// A control request goes from the caller's thread to the coordinator
+// through the control front, with no relay that looks for it now and then
+// (the job's thread once did, every 50 ms): a status, which the coordinator
+// answers at once, comes back within 5 ms (the median of 21; one may meet
+// a busy scheduler).
+TEST(Job, AControlRequestReachesTheCoordinatorWithin5Ms) {
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  c.train.max_steps = 100000;  // stopped below
+  Job job(c);
+  std::vector<double> ms;
+  ControlReply stop_reply;
+  std::thread control([&] {
+    for (int i = 0; i < 500 && job.status().find("\"state\":\"training\"") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 21; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string status = job.status();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      EXPECT_NE(status.find("\"state\":\"training\""), std::string::npos) << status;
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));  // not in phase with anything
+    }
+    stop_reply = job.request_stop();
+  });
+  JobResult r = job.run();
+  control.join();
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(stop_reply.status, 200) << stop_reply.message;
+  EXPECT_TRUE(r.stopped_early);
+  ASSERT_EQ(ms.size(), 21u);
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("status round trip: median %.3f ms, slowest %.3f ms\n", sorted[10], sorted.back());
+  EXPECT_LT(sorted[10], 5.0) << "median " << sorted[10] << " ms, slowest " << sorted.back() << " ms";
+}
+
+// should_stop (a signal's flag, Strategy::stop() from a callback) is looked
+// at by the coordinator after every step: the job stops at the next step
+// boundary, after at most the steps already granted (a grant runs up to 16
+// steps ahead), not after a relay's look 50 ms later.
+TEST(Job, ShouldStopTakesEffectAtTheNextStepBoundary) {
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  c.train.max_steps = 100000;
+  Job job(c);
+  std::atomic<std::int64_t> asked_at{-1};
+  models::Callbacks cb;
+  cb.on_step_end = [&](std::int64_t step, std::int64_t, double, double) {
+    if (step == 40) asked_at = step;
+  };
+  cb.should_stop = [&] { return asked_at.load() >= 0; };
+  JobResult r = job.run(cb);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_TRUE(r.stopped_early);
+  ASSERT_EQ(asked_at.load(), 40);
+  EXPECT_GE(r.steps, 40);
+  EXPECT_LE(r.steps, 40 + 16) << "the stop waited for more than the granted steps";
 }
 
 TEST(Job, BadConfigurationsAreRefusedBeforeTraining) {
