@@ -41,12 +41,23 @@ struct Conv2dShape {
   std::int64_t q() const { return (w + 2 * pad_w - s) / stride_w + 1; }
 };
 
-// Max pooling over NCHW input [n, c, h, w] -> [n, c, p, q], no padding.
+// Max and average pooling over NCHW input [n, c, h, w] -> [n, c, p, q], no
+// padding: every window lies inside the input.
 struct Pool2dShape {
   std::int64_t n = 0, c = 0, h = 0, w = 0;
   std::int64_t window_h = 2, window_w = 2, stride_h = 2, stride_w = 2;
-  std::int64_t p() const { return (h - window_h) / stride_h + 1; }
-  std::int64_t q() const { return (w - window_w) / stride_w + 1; }
+  // constexpr: callable in CUDA kernels (--expt-relaxed-constexpr).
+  constexpr std::int64_t p() const { return (h - window_h) / stride_h + 1; }
+  constexpr std::int64_t q() const { return (w - window_w) / stride_w + 1; }
+};
+
+// Batch normalisation over x [n, c, ...], seen as [n, c, spatial] where
+// spatial is the product of the dimensions after the channel (1 when there
+// are none, x [n, c]). Element (i, ch, j) is x[(i * c + ch) * spatial + j];
+// the statistics of channel ch run over its count() = n * spatial elements.
+struct BatchNormShape {
+  std::int64_t n = 0, c = 0, spatial = 1;
+  constexpr std::int64_t count() const { return n * spatial; }  // constexpr: usable in CUDA kernels
 };
 
 // SGD as PyTorch defines it:
@@ -140,6 +151,44 @@ class Backend {
   virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) = 0;
   virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) = 0;
 
+  // ---- average pooling ----
+  // y = the mean of each window (divided by window_h * window_w).
+  virtual void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
+  // dx[h, w] = sum of dy over the windows that hold (h, w), divided by the
+  // window's area; 0 where no window reaches (the rows and columns that the
+  // stride leaves out).
+  virtual void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
+  // Over `planes` contiguous planes of plane_size elements (x [n, c, h, w]
+  // with planes = n * c): y[p] = mean of plane p; dx[p, i] = dy[p] / plane_size.
+  virtual void global_avgpool2d_forward(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) = 0;
+  virtual void global_avgpool2d_backward(std::int64_t planes, std::int64_t plane_size, const float* dy, float* dx) = 0;
+
+  // ---- batch normalisation, in the steps of PyTorch's SyncBatchNorm ----
+  // The statistics are sums, so that a caller can all-reduce them across
+  // replicas between the steps. Sums are accumulated in double (or, on the
+  // GPU, in per-thread doubles added in a fixed order) and stored as float.
+  // sum[ch] = sum of x over channel ch.
+  virtual void channel_sum(const BatchNormShape& s, const float* x, float* sum) = 0;
+  // out[ch] = sum of (x - mean[ch])^2 over channel ch: the second pass of a
+  // two-pass variance, which loses nothing to cancellation when the mean is
+  // large against the spread (the sum of squares minus count * mean^2 does).
+  virtual void channel_centered_sumsq(const BatchNormShape& s, const float* x, const float* mean, float* out) = 0;
+  // y = gamma[ch] * (x - mean[ch]) / sqrt(var[ch] + eps) + beta[ch].
+  virtual void batchnorm_forward(const BatchNormShape& s, const float* x, const float* mean, const float* var,
+                                 const float* gamma, const float* beta, float eps, float* y) = 0;
+  // sum_dy[ch] = sum of dy and sum_dy_xhat[ch] = sum of dy * xhat over
+  // channel ch, xhat = (x - mean[ch]) / sqrt(var[ch] + eps): the gradients
+  // of beta and gamma, and the two sums backward_data needs.
+  virtual void batchnorm_backward_reduce(const BatchNormShape& s, const float* x, const float* dy, const float* mean,
+                                         const float* var, float eps, float* sum_dy, float* sum_dy_xhat) = 0;
+  // dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count),
+  // invstd = 1 / sqrt(var + eps), per channel: the gradient through batch
+  // statistics that were taken over `count` elements per channel (on every
+  // replica together, when the sums were all-reduced).
+  virtual void batchnorm_backward_data(const BatchNormShape& s, const float* x, const float* dy, const float* mean,
+                                       const float* var, const float* gamma, float eps, const float* sum_dy,
+                                       const float* sum_dy_xhat, double count, float* dx) = 0;
+
   // ---- embedding: table [vocab, dim]; ids [count]; out [count, dim] ----
   // Both throw std::out_of_range naming the position of an id outside
   // [0, vocab).
@@ -158,6 +207,21 @@ class Backend {
   // from the seed, so no mask is stored.
   virtual void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) = 0;
   virtual void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) = 0;
+  // y = 1 / (1 + exp(-x)); dx = dy * y * (1 - y), from the forward output y.
+  virtual void sigmoid_forward(std::size_t n, const float* x, float* y) = 0;
+  virtual void sigmoid_backward(std::size_t n, const float* y, const float* dy, float* dx) = 0;
+  // y = tanh(x); dx = dy * (1 - y^2), from the forward output y.
+  virtual void tanh_forward(std::size_t n, const float* x, float* y) = 0;
+  virtual void tanh_backward(std::size_t n, const float* y, const float* dy, float* dx) = 0;
+  // Exact GELU (PyTorch's default, Keras' approximate=False):
+  // y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); dx = dy * (Phi(x) + x phi(x)),
+  // phi the standard normal density, from the forward input x.
+  virtual void gelu_forward(std::size_t n, const float* x, float* y) = 0;
+  virtual void gelu_backward(std::size_t n, const float* x, const float* dy, float* dx) = 0;
+  // Softmax over each row of [rows, n]: y = exp(x - max) / sum exp(x - max);
+  // dx = y * (dy - sum_j dy_j y_j) per row, from the forward output y.
+  virtual void softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) = 0;
+  virtual void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) = 0;
 
   // ---- losses and metrics ----
   // Softmax + sparse categorical cross-entropy from logits [n, c]:
@@ -188,6 +252,11 @@ class Backend {
   // dst = sum of `count` buffers (the local step of an all-reduce); dst may
   // alias one of the sources.
   virtual void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) = 0;
+  // Copies `rows` rows of `cols` floats: row i of src starts at
+  // src + i * src_pitch and lands at dst + i * dst_pitch (pitches in
+  // elements, at least cols). The two regions do not overlap.
+  virtual void copy_2d(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t src_pitch, float* dst,
+                       std::int64_t dst_pitch) = 0;
 
   // ---- fused optimizer updates on flat buffers ----
   virtual void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad,
@@ -224,6 +293,19 @@ class Backend {
   void conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) override;  \
   void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override;              \
   void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override;     \
+  void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) override;                                    \
+  void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) override;                                 \
+  void global_avgpool2d_forward(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) override;     \
+  void global_avgpool2d_backward(std::int64_t planes, std::int64_t plane_size, const float* dy, float* dx) override;  \
+  void channel_sum(const BatchNormShape& s, const float* x, float* sum) override;                                     \
+  void channel_centered_sumsq(const BatchNormShape& s, const float* x, const float* mean, float* out) override;       \
+  void batchnorm_forward(const BatchNormShape& s, const float* x, const float* mean, const float* var,                \
+                         const float* gamma, const float* beta, float eps, float* y) override;                        \
+  void batchnorm_backward_reduce(const BatchNormShape& s, const float* x, const float* dy, const float* mean,         \
+                                 const float* var, float eps, float* sum_dy, float* sum_dy_xhat) override;            \
+  void batchnorm_backward_data(const BatchNormShape& s, const float* x, const float* dy, const float* mean,           \
+                               const float* var, const float* gamma, float eps, const float* sum_dy,                  \
+                               const float* sum_dy_xhat, double count, float* dx) override;                           \
   void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,           \
                          const float* table, float* out) override;                                                    \
   void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,          \
@@ -232,6 +314,14 @@ class Backend {
   void relu_backward(std::size_t n, const float* x, const float* dy, float* dx) override;                             \
   void dropout_forward(std::size_t n, float rate, std::uint64_t seed, const float* x, float* y) override;             \
   void dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) override;          \
+  void sigmoid_forward(std::size_t n, const float* x, float* y) override;                                             \
+  void sigmoid_backward(std::size_t n, const float* y, const float* dy, float* dx) override;                          \
+  void tanh_forward(std::size_t n, const float* x, float* y) override;                                                \
+  void tanh_backward(std::size_t n, const float* y, const float* dy, float* dx) override;                             \
+  void gelu_forward(std::size_t n, const float* x, float* y) override;                                                \
+  void gelu_backward(std::size_t n, const float* x, const float* dy, float* dx) override;                             \
+  void softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) override;                         \
+  void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) override;      \
   void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss,     \
                     float* dlogits, float grad_scale) override;                                                       \
   void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,         \
@@ -243,6 +333,8 @@ class Backend {
   void scale(std::size_t n, float alpha, float* x) override;                                                          \
   void axpy(std::size_t n, float alpha, const float* x, float* y) override;                                           \
   void sum_n(std::size_t n, const float* const* srcs, int count, float* dst) override;                                \
+  void copy_2d(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t src_pitch, float* dst,            \
+               std::int64_t dst_pitch) override;                                                                      \
   void sgd_update(std::size_t n, const SgdParams& p, float* param, const float* grad, float* velocity) override;      \
   void adam_update(std::size_t n, const AdamParams& p, float* param, const float* grad, float* m, float* v) override; \
   void init_uniform(std::size_t n, float low, float high, std::uint64_t seed, float* x) override;                     \

@@ -4,8 +4,10 @@
 #include "kernels/ops.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/registry.hpp"
 
@@ -55,6 +57,13 @@ Backend& backend_for(const char* op, std::initializer_list<std::pair<const char*
 std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
 bool present(const Tensor& t) { return t.raw() != nullptr; }
+
+void require_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  require_dtype(op, an, a, DType::f32);
+  require_dtype(op, bn, b, DType::f32);
+  require(a.shape() == b.shape(), op,
+          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() + " must have the same shape");
+}
 
 }  // namespace
 
@@ -304,6 +313,159 @@ void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx
   maxpool2d_backward(as_2d(op, "dy", dy), as_2d(op, "argmax", argmax), as_2d(op, "dx", dx), as_2d(o));
 }
 
+Shape avgpool2d_output_shape(const Shape& x, const Pool2dOptions& o) {
+  Pool2dShape s = pool2d_shape("avgpool2d_output_shape", x, o);
+  return Shape{s.n, s.c, s.p(), s.q()};
+}
+
+void avgpool2d_forward(const Tensor& x, const Tensor& y, const Pool2dOptions& o) {
+  const char* op = "avgpool2d_forward";
+  require_dtype(op, "x", x, DType::f32);
+  require_dtype(op, "y", y, DType::f32);
+  Pool2dShape s = pool2d_shape(op, x.shape(), o);
+  require_shape(op, "y", y, Shape{s.n, s.c, s.p(), s.q()});
+  backend_for(op, {{"x", &x}, {"y", &y}}).avgpool2d_forward(s, x.f32(), y.f32());
+}
+
+void avgpool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dOptions& o) {
+  const char* op = "avgpool2d_backward";
+  require_dtype(op, "dy", dy, DType::f32);
+  require_dtype(op, "dx", dx, DType::f32);
+  Pool2dShape s = pool2d_shape(op, dx.shape(), o);
+  require_shape(op, "dy", dy, Shape{s.n, s.c, s.p(), s.q()});
+  backend_for(op, {{"dy", &dy}, {"dx", &dx}}).avgpool2d_backward(s, dy.f32(), dx.f32());
+}
+
+namespace {
+// x (or dx) [n, c, h, w] with a non-empty plane, pooled to [n, c].
+void require_global_pool(const char* op, const char* x_name, const Tensor& x, const char* y_name, const Tensor& y) {
+  require_dtype(op, x_name, x, DType::f32);
+  require_dtype(op, y_name, y, DType::f32);
+  require(x.rank() == 4, op, std::string(x_name) + " " + x.describe() + " must be 4-D [n, c, h, w]");
+  require(x.size(2) > 0 && x.size(3) > 0, op,
+          std::string(x_name) + " " + x.describe() + " has empty planes: there is nothing to average");
+  require_shape(op, y_name, y, Shape{x.size(0), x.size(1)});
+}
+}  // namespace
+
+void global_avgpool2d_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "global_avgpool2d_forward";
+  require_global_pool(op, "x", x, "y", y);
+  backend_for(op, {{"x", &x}, {"y", &y}})
+      .global_avgpool2d_forward(x.size(0) * x.size(1), x.size(2) * x.size(3), x.f32(), y.f32());
+}
+
+void global_avgpool2d_backward(const Tensor& dy, const Tensor& dx) {
+  const char* op = "global_avgpool2d_backward";
+  require_global_pool(op, "dx", dx, "dy", dy);
+  backend_for(op, {{"dy", &dy}, {"dx", &dx}})
+      .global_avgpool2d_backward(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), dy.f32(), dx.f32());
+}
+
+// ---------------------------------------------------------------- batch normalisation
+
+namespace {
+
+BatchNormShape batchnorm_shape(const char* op, const Tensor& x) {
+  require_dtype(op, "x", x, DType::f32);
+  require(x.rank() >= 2, op, "x " + x.describe() + " must be [n, c, ...], at least 2-D");
+  BatchNormShape s;
+  s.n = x.size(0);
+  s.c = x.size(1);
+  for (int d = 2; d < x.rank(); ++d) s.spatial *= x.size(d);
+  return s;
+}
+
+// A per-channel tensor of x: f32 [c].
+void require_channels(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  require_dtype(op, name, t, DType::f32);
+  const Shape want{x.size(1)};
+  require(t.shape() == want, op,
+          std::string(name) + " " + t.describe() + " must have shape " + want.str() + ", the channels of x " +
+              x.describe());
+}
+
+void require_eps(const char* op, float eps) {
+  require(std::isfinite(eps) && eps >= 0.0f, op, "eps " + std::to_string(eps) + " must be finite and >= 0");
+}
+
+}  // namespace
+
+void channel_sum(const Tensor& x, const Tensor& sum) {
+  const char* op = "channel_sum";
+  const BatchNormShape s = batchnorm_shape(op, x);
+  require_channels(op, "sum", sum, x);
+  backend_for(op, {{"x", &x}, {"sum", &sum}}).channel_sum(s, x.f32(), sum.f32());
+}
+
+void channel_centered_sumsq(const Tensor& x, const Tensor& mean, const Tensor& out) {
+  const char* op = "channel_centered_sumsq";
+  const BatchNormShape s = batchnorm_shape(op, x);
+  require_channels(op, "mean", mean, x);
+  require_channels(op, "out", out, x);
+  backend_for(op, {{"x", &x}, {"mean", &mean}, {"out", &out}})
+      .channel_centered_sumsq(s, x.f32(), mean.f32(), out.f32());
+}
+
+void batchnorm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta,
+                       float eps, const Tensor& y) {
+  const char* op = "batchnorm_forward";
+  const BatchNormShape s = batchnorm_shape(op, x);
+  require_channels(op, "mean", mean, x);
+  require_channels(op, "var", var, x);
+  require_channels(op, "gamma", gamma, x);
+  require_channels(op, "beta", beta, x);
+  require_same(op, "x", x, "y", y);
+  require_eps(op, eps);
+  backend_for(op, {{"x", &x}, {"mean", &mean}, {"var", &var}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}})
+      .batchnorm_forward(s, x.f32(), mean.f32(), var.f32(), gamma.f32(), beta.f32(), eps, y.f32());
+}
+
+void batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var, float eps,
+                               const Tensor& sum_dy, const Tensor& sum_dy_xhat) {
+  const char* op = "batchnorm_backward_reduce";
+  const BatchNormShape s = batchnorm_shape(op, x);
+  require_same(op, "x", x, "dy", dy);
+  require_channels(op, "mean", mean, x);
+  require_channels(op, "var", var, x);
+  require_channels(op, "sum_dy", sum_dy, x);
+  require_channels(op, "sum_dy_xhat", sum_dy_xhat, x);
+  require_eps(op, eps);
+  backend_for(
+      op, {{"x", &x}, {"dy", &dy}, {"mean", &mean}, {"var", &var}, {"sum_dy", &sum_dy}, {"sum_dy_xhat", &sum_dy_xhat}})
+      .batchnorm_backward_reduce(s, x.f32(), dy.f32(), mean.f32(), var.f32(), eps, sum_dy.f32(), sum_dy_xhat.f32());
+}
+
+void batchnorm_backward_data(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var,
+                             const Tensor& gamma, float eps, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                             double count, const Tensor& dx) {
+  const char* op = "batchnorm_backward_data";
+  const BatchNormShape s = batchnorm_shape(op, x);
+  require_same(op, "x", x, "dy", dy);
+  require_same(op, "x", x, "dx", dx);
+  require_channels(op, "mean", mean, x);
+  require_channels(op, "var", var, x);
+  require_channels(op, "gamma", gamma, x);
+  require_channels(op, "sum_dy", sum_dy, x);
+  require_channels(op, "sum_dy_xhat", sum_dy_xhat, x);
+  require_eps(op, eps);
+  // The statistics cover at least this replica's own elements; a count below
+  // that is a mistake (a batch size passed for n * h * w, say).
+  require(std::isfinite(count) && count > 0.0 && count >= double(s.count()), op,
+          "count " + std::to_string(count) + " must be finite, positive and at least the " + std::to_string(s.count()) +
+              " elements per channel of x " + x.describe());
+  backend_for(op, {{"x", &x},
+                   {"dy", &dy},
+                   {"mean", &mean},
+                   {"var", &var},
+                   {"gamma", &gamma},
+                   {"sum_dy", &sum_dy},
+                   {"sum_dy_xhat", &sum_dy_xhat},
+                   {"dx", &dx}})
+      .batchnorm_backward_data(s, x.f32(), dy.f32(), mean.f32(), var.f32(), gamma.f32(), eps, sum_dy.f32(),
+                               sum_dy_xhat.f32(), count, dx.f32());
+}
+
 // ---------------------------------------------------------------- embedding
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
@@ -335,12 +497,6 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
 // ---------------------------------------------------------------- activations
 
 namespace {
-void require_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  require_dtype(op, an, a, DType::f32);
-  require_dtype(op, bn, b, DType::f32);
-  require(a.shape() == b.shape(), op,
-          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() + " must have the same shape");
-}
 void require_rate(const char* op, float rate) {
   require(rate >= 0.0f && rate < 1.0f, op, "rate " + std::to_string(rate) + " must be in [0, 1)");
 }
@@ -370,6 +526,75 @@ void dropout_backward(const Tensor& dy, const Tensor& dx, float rate, std::uint6
   require_same(op, "dy", dy, "dx", dx);
   require_rate(op, rate);
   backend_for(op, {{"dy", &dy}, {"dx", &dx}}).dropout_backward(count(dy), rate, seed, dy.f32(), dx.f32());
+}
+
+namespace {
+// An element-wise op y = f(x) and its backward dx = f'(in) * dy, where `in`
+// is x or y (in_name says which).
+void require_unary(const char* op, const Tensor& x, const Tensor& y) { require_same(op, "x", x, "y", y); }
+void require_unary_backward(const char* op, const char* in_name, const Tensor& in, const Tensor& dy, const Tensor& dx) {
+  require_same(op, in_name, in, "dy", dy);
+  require_same(op, in_name, in, "dx", dx);
+}
+}  // namespace
+
+void sigmoid_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "sigmoid_forward";
+  require_unary(op, x, y);
+  backend_for(op, {{"x", &x}, {"y", &y}}).sigmoid_forward(count(x), x.f32(), y.f32());
+}
+
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const char* op = "sigmoid_backward";
+  require_unary_backward(op, "y", y, dy, dx);
+  backend_for(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}}).sigmoid_backward(count(y), y.f32(), dy.f32(), dx.f32());
+}
+
+void tanh_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "tanh_forward";
+  require_unary(op, x, y);
+  backend_for(op, {{"x", &x}, {"y", &y}}).tanh_forward(count(x), x.f32(), y.f32());
+}
+
+void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const char* op = "tanh_backward";
+  require_unary_backward(op, "y", y, dy, dx);
+  backend_for(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}}).tanh_backward(count(y), y.f32(), dy.f32(), dx.f32());
+}
+
+void gelu_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "gelu_forward";
+  require_unary(op, x, y);
+  backend_for(op, {{"x", &x}, {"y", &y}}).gelu_forward(count(x), x.f32(), y.f32());
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const char* op = "gelu_backward";
+  require_unary_backward(op, "x", x, dy, dx);
+  backend_for(op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}}).gelu_backward(count(x), x.f32(), dy.f32(), dx.f32());
+}
+
+namespace {
+// [rows, n] for softmax over the last dimension of t.
+std::pair<std::int64_t, std::int64_t> softmax_rows(const Tensor& t) {
+  const std::int64_t n = t.size(t.rank() - 1);
+  return {n == 0 ? 0 : t.numel() / n, n};
+}
+}  // namespace
+
+void softmax_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "softmax_forward";
+  require_same(op, "x", x, "y", y);
+  const auto [rows, n] = softmax_rows(x);
+  backend_for(op, {{"x", &x}, {"y", &y}}).softmax_forward(rows, n, x.f32(), y.f32());
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const char* op = "softmax_backward";
+  require_same(op, "y", y, "dy", dy);
+  require_same(op, "y", y, "dx", dx);
+  const auto [rows, n] = softmax_rows(y);
+  backend_for(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}}).softmax_backward(rows, n, y.f32(), dy.f32(), dx.f32());
 }
 
 // ---------------------------------------------------------------- losses and metrics
@@ -458,6 +683,50 @@ void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst) {
     ptrs.push_back(srcs[i].f32());
   }
   backend_for(op, {{"dst", &dst}}).sum_n(count(dst), ptrs.data(), static_cast<int>(ptrs.size()), dst.f32());
+}
+
+namespace {
+// The half-open element range [first, end) that `rows` rows of `cols`
+// elements at `offset` with `pitch` cover inside a tensor of `numel`
+// elements; fails naming the tensor when it does not fit. Every product is
+// checked before it is formed, so no argument can overflow it.
+std::pair<std::int64_t, std::int64_t> copy_2d_span(const char* op, const char* name, const Tensor& t,
+                                                   std::int64_t offset, std::int64_t pitch, std::int64_t rows,
+                                                   std::int64_t cols) {
+  const std::string where = std::string(name) + " " + t.describe() + ": " + std::to_string(rows) + " rows of " +
+                            std::to_string(cols) + " at offset " + std::to_string(offset) + " with pitch " +
+                            std::to_string(pitch);
+  require(offset >= 0 && pitch >= cols, op, where + ": the offset must be >= 0 and the pitch >= cols");
+  const std::int64_t numel = t.numel();
+  // The last row ends at offset + (rows - 1) * pitch + cols <= numel.
+  const bool fits = offset <= numel && cols <= numel - offset &&
+                    (rows == 1 || (pitch > 0 && rows - 1 <= (numel - offset - cols) / pitch));
+  require(fits, op, where + " reach past its " + std::to_string(numel) + " elements");
+  return {offset, offset + (rows - 1) * pitch + cols};
+}
+}  // namespace
+
+void copy_2d(const Tensor& src, std::int64_t src_offset, std::int64_t src_pitch, const Tensor& dst,
+             std::int64_t dst_offset, std::int64_t dst_pitch, std::int64_t rows, std::int64_t cols) {
+  const char* op = "copy_2d";
+  require_dtype(op, "src", src, DType::f32);
+  require_dtype(op, "dst", dst, DType::f32);
+  require(rows >= 0 && cols >= 0, op,
+          "rows " + std::to_string(rows) + " and cols " + std::to_string(cols) + " must be >= 0");
+  Backend& backend = backend_for(op, {{"src", &src}, {"dst", &dst}});
+  if (rows == 0 || cols == 0) return;
+  const auto [src_first, src_end] = copy_2d_span(op, "src", src, src_offset, src_pitch, rows, cols);
+  const auto [dst_first, dst_end] = copy_2d_span(op, "dst", dst, dst_offset, dst_pitch, rows, cols);
+  // Regions of one buffer (two views of it, or one tensor) must not overlap:
+  // compared as address ranges, so interleaved rows count as overlapping.
+  const auto address = [](const Tensor& t, std::int64_t i) {
+    return reinterpret_cast<std::uintptr_t>(t.f32()) + static_cast<std::uintptr_t>(i) * sizeof(float);
+  };
+  require(address(src, src_end) <= address(dst, dst_first) || address(dst, dst_end) <= address(src, src_first), op,
+          "the regions of src " + src.describe() + " [" + std::to_string(src_first) + ", " + std::to_string(src_end) +
+              ") and dst " + dst.describe() + " [" + std::to_string(dst_first) + ", " + std::to_string(dst_end) +
+              ") overlap");
+  backend.copy_2d(rows, cols, src.f32() + src_offset, src_pitch, dst.f32() + dst_offset, dst_pitch);
 }
 
 // ---------------------------------------------------------------- optimizers

@@ -65,6 +65,46 @@ Shape maxpool1d_output_shape(const Shape& x, const Pool1dOptions& o = {});
 void maxpool1d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool1dOptions& o = {});
 void maxpool1d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx, const Pool1dOptions& o = {});
 
+// ---- average pooling: x [n, c, h, w] -> y [n, c, p, q], no padding, each
+// output the mean of its full window (Keras' AveragePooling2D, 'valid') ----
+Shape avgpool2d_output_shape(const Shape& x, const Pool2dOptions& o = {});
+void avgpool2d_forward(const Tensor& x, const Tensor& y, const Pool2dOptions& o = {});
+void avgpool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dOptions& o = {});
+// Global average pooling: x [n, c, h, w] -> y [n, c], the mean of each plane;
+// backward broadcasts dy / (h * w) over dx [n, c, h, w].
+void global_avgpool2d_forward(const Tensor& x, const Tensor& y);
+void global_avgpool2d_backward(const Tensor& dy, const Tensor& dx);
+
+// ---- batch normalisation, in the steps of PyTorch's SyncBatchNorm ----
+// x is [n, c, ...] (rank >= 2, e.g. [n, c] or [n, c, h, w]); every
+// per-channel tensor (sum, mean, var, gamma, beta, ...) is [c]. Channel c's
+// statistics run over n and every spatial position: count = n * (product of
+// the dimensions after c). A training step is
+//   channel_sum(x, sum);                    mean = sum / count
+//   channel_centered_sumsq(x, mean, sq);    var = sq / count (biased)
+//   batchnorm_forward(x, mean, var, gamma, beta, eps, y)
+//   ... batchnorm_backward_reduce(x, dy, mean, var, eps, sum_dy, sum_dy_xhat)
+//   batchnorm_backward_data(x, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx)
+// and the sums may be all-reduced across replicas after each reduction (the
+// count then being the replicas' total). Inference passes the running
+// statistics to batchnorm_forward.
+void channel_sum(const Tensor& x, const Tensor& sum);
+// out[c] = sum over channel c of (x - mean[c])^2.
+void channel_centered_sumsq(const Tensor& x, const Tensor& mean, const Tensor& out);
+// y = gamma[c] * (x - mean[c]) / sqrt(var[c] + eps) + beta[c].
+void batchnorm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta,
+                       float eps, const Tensor& y);
+// sum_dy[c] = sum of dy (= dbeta), sum_dy_xhat[c] = sum of dy * xhat (= dgamma),
+// xhat = (x - mean[c]) / sqrt(var[c] + eps).
+void batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var, float eps,
+                               const Tensor& sum_dy, const Tensor& sum_dy_xhat);
+// dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count), where
+// count is the total number of elements per channel the statistics were
+// taken over (at least x's own n * spatial).
+void batchnorm_backward_data(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var,
+                             const Tensor& gamma, float eps, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                             double count, const Tensor& dx);
+
 // ---- embedding: ids i32 [...], table [vocab, dim] -> out [..., dim] ----
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
@@ -74,6 +114,18 @@ void relu_forward(const Tensor& x, const Tensor& y);
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 void dropout_forward(const Tensor& x, const Tensor& y, float rate, std::uint64_t seed);
 void dropout_backward(const Tensor& dy, const Tensor& dx, float rate, std::uint64_t seed);
+// Element-wise; the backward ops take what their derivative needs: sigmoid
+// and tanh the forward output y, gelu (exact, with erf) the forward input x.
+void sigmoid_forward(const Tensor& x, const Tensor& y);
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+void tanh_forward(const Tensor& x, const Tensor& y);
+void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+void gelu_forward(const Tensor& x, const Tensor& y);
+void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+// Softmax over the last dimension, any rank (rows = numel / last dimension):
+// y = softmax(x); dx = y * (dy - sum_j dy_j y_j), from the forward output y.
+void softmax_forward(const Tensor& x, const Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 
 // ---- losses and metrics ----
 // logits [n, c], labels i32 [n], loss [n]; dlogits [n, c] or undefined.
@@ -94,6 +146,16 @@ void scale(const Tensor& x, float alpha);
 void axpy(float alpha, const Tensor& x, const Tensor& y);
 // dst = sum of srcs (all the same shape and device; dst may be one of them).
 void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst);
+// Copies `rows` rows of `cols` elements: row i of src starts at element
+// src_offset + i * src_pitch and goes to dst_offset + i * dst_pitch (all in
+// elements; pitches at least cols). Both regions must lie inside their
+// tensors and must not overlap. Concatenating a [n, c1, h, w] and b
+// [n, c2, h, w] along the channels into y [n, c1 + c2, h, w] is
+//   copy_2d(a, 0, c1*h*w, y, 0,      (c1+c2)*h*w, n, c1*h*w);
+//   copy_2d(b, 0, c2*h*w, y, c1*h*w, (c1+c2)*h*w, n, c2*h*w);
+// and its backward the same calls with the roles of source and destination swapped.
+void copy_2d(const Tensor& src, std::int64_t src_offset, std::int64_t src_pitch, const Tensor& dst,
+             std::int64_t dst_offset, std::int64_t dst_pitch, std::int64_t rows, std::int64_t cols);
 
 // ---- optimizer updates on flat buffers ----
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity, const SgdParams& p);

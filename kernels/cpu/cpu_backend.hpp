@@ -1,11 +1,13 @@
 // CpuBackend: the fast CPU implementation. Matrix products go to OpenBLAS;
 // convolution uses whichever of oneDNN and im2col + sgemm measured faster at
 // the seed models' shapes (see the note in cpu_backend_dense.cpp and
-// docs/BENCHMARKS.md); the rest are vectorisable loops over the shared
-// per-element math in kernels/math/.
+// docs/BENCHMARKS.md); sigmoid and tanh go to oneDNN's eltwise (the note in
+// cpu_backend_elementwise.cpp); the rest are vectorisable loops over the
+// shared per-element math in kernels/math/.
 //
 // Methods are defined in cpu_backend_dense.cpp (matrix, convolution, pooling,
-// embedding) and cpu_backend_elementwise.cpp (everything else).
+// embedding), cpu_backend_batchnorm.cpp (batch normalisation) and
+// cpu_backend_elementwise.cpp (everything else).
 #pragma once
 
 #include "kernels/host_backend.hpp"

@@ -3,6 +3,14 @@
 // sgemm (conv_onednn.cpp, conv_im2col.cpp), pooling and embedding as tight
 // loops.
 //
+// Pooling: loops over the shared window math (math/pool.hpp), the same
+// functions the cuda kernels run, so the CPU tests check them. Max pooling
+// must keep troupe's argmax convention, which oneDNN's pooling does not
+// expose. Average pooling could go to oneDNN (pooling_avg), but it is one
+// streaming pass over x (each input read once for non-overlapping windows)
+// that these loops run at memory speed without a primitive to build and
+// cache per shape.
+//
 // Convolution: oneDNN for all three directions. Measured 2026-11-21 with
 // bench_kernels (docs/BENCHMARKS-kernels-dense.md), one thread, on a shared
 // 2-core AVX-512 EPYC VM; median CPU time of 5 interleaved repetitions,
@@ -30,6 +38,7 @@
 
 #include "kernels/cpu/conv_variants.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/sums.hpp"
 #include "kernels/math/pool.hpp"
 #include "kernels/ref/conv.hpp"
 #include "kernels/ref/embedding.hpp"
@@ -134,6 +143,43 @@ void CpuBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const
     const float* dyp = dy + plane * PQ;
     const std::int32_t* ap = argmax + plane * PQ;
     for (std::int64_t i = 0; i < PQ; ++i) dxp[ap[i]] += dyp[i];
+  }
+}
+
+void CpuBackend::avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+  const std::int64_t P = s.p(), Q = s.q();
+  for (std::int64_t plane = 0; plane < s.n * s.c; ++plane) {
+    const float* xp = x + plane * s.h * s.w;
+    float* yp = y + plane * P * Q;
+    for (std::int64_t p = 0; p < P; ++p)
+      for (std::int64_t q = 0; q < Q; ++q) yp[p * Q + q] = math::mean_of_window(s, xp, p, q);
+  }
+}
+
+// Gathered per input element (math::avgpool_input_grad), so every dx is
+// written once and no zeroing pass is needed.
+void CpuBackend::avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+  const std::int64_t PQ = s.p() * s.q();
+  for (std::int64_t plane = 0; plane < s.n * s.c; ++plane) {
+    const float* dyp = dy + plane * PQ;
+    float* dxp = dx + plane * s.h * s.w;
+    for (std::int64_t h = 0; h < s.h; ++h)
+      for (std::int64_t w = 0; w < s.w; ++w) dxp[h * s.w + w] = math::avgpool_input_grad(s, dyp, h, w);
+  }
+}
+
+void CpuBackend::global_avgpool2d_forward(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) {
+  const std::size_t len = static_cast<std::size_t>(plane_size);
+  for (std::int64_t p = 0; p < planes; ++p)
+    y[p] = static_cast<float>(cpu::sum_in_double(len, x + p * plane_size) / double(plane_size));
+}
+
+void CpuBackend::global_avgpool2d_backward(std::int64_t planes, std::int64_t plane_size, const float* dy, float* dx) {
+  const float size = static_cast<float>(plane_size);
+  for (std::int64_t p = 0; p < planes; ++p) {
+    const float share = dy[p] / size;
+    float* __restrict__ out = dx + p * plane_size;
+    for (std::int64_t i = 0; i < plane_size; ++i) out[i] = share;
   }
 }
 

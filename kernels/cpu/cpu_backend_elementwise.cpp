@@ -11,6 +11,8 @@
 #include <string>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/eltwise_onednn.hpp"
+#include "kernels/cpu/sums.hpp"
 #include "kernels/math/elementwise.hpp"
 #include "kernels/math/init.hpp"
 #include "kernels/math/random.hpp"
@@ -29,23 +31,8 @@ void check_labels(const char* op, std::int64_t n, std::int64_t c, const std::int
   }
 }
 
-// Independent accumulators for reductions. IEEE addition is not associative,
-// so without -ffast-math GCC will not reorder one running sum into vector
-// lanes; writing the lanes out lets it (SLP) and also breaks the add latency
-// chain. 16 doubles = four AVX2 registers in flight.
-constexpr std::size_t kLanes = 16;
-
-// Sum of x[0..n) in double.
-double sum_in_double(std::size_t n, const float* x) {
-  double lane[kLanes] = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]);
-  double tail = 0.0;
-  for (; i < n; ++i) tail += static_cast<double>(x[i]);
-  for (std::size_t l = 0; l < kLanes; ++l) tail += lane[l];
-  return tail;
-}
+using cpu::kLanes;
+using cpu::sum_in_double;
 
 // Sum of (a - b)^2 over [0, n) in double.
 double squared_distance(std::size_t n, const float* a, const float* b) {
@@ -66,8 +53,8 @@ double squared_distance(std::size_t n, const float* a, const float* b) {
 }
 
 // GCC vectorises neither a max reduction (NaN and signed-zero rules) nor the
-// lane-array form used for the sums above, so the lanes are a GCC vector type: one
-// vmaxps per 16 logits with AVX-512, two with AVX2.
+// lane-array form of the sums (cpu/sums.hpp), so the lanes are a GCC vector
+// type: one vmaxps per 16 logits with AVX-512, two with AVX2.
 typedef float f32x16 __attribute__((vector_size(64)));
 
 float row_max(std::int64_t c, const float* row) {
@@ -108,6 +95,77 @@ void CpuBackend::dropout_forward(std::size_t n, float rate, std::uint64_t seed, 
 // The mask is recomputed from the seed (counter-based), never stored.
 void CpuBackend::dropout_backward(std::size_t n, float rate, std::uint64_t seed, const float* dy, float* dx) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = dy[i] * math::dropout_factor(seed, i, rate);
+}
+
+// Sigmoid and tanh go to oneDNN's eltwise primitives (eltwise_onednn.cpp),
+// GELU stays a loop over the shared math (math/elementwise.hpp). Measured
+// 2026-12-02 on the 2-core AVX-512 EPYC VM, one thread, 1 Mi floats in
+// [-6, 6], -O3 -march=native, best of 7, ns per element:
+//   sigmoid: loop 4.5,  oneDNN 0.9 (backward 1.2)
+//   tanh:    loop 16.6, oneDNN 3.5 to 4.8 (backward 1.2)
+//   gelu:    loop 16.8, oneDNN gelu_erf 1.3 (backward 2.3)
+// The loops call glibc's expf, tanhf and erfcf one element at a time (GCC
+// vectorises them only under -ffast-math); oneDNN evaluates vectorised
+// polynomials. Its sigmoid and tanh are accurate (at most 2.8e-7 relative
+// to the double reference, forward and backward). Its gelu_erf is not in
+// the negative tail: it forms 1 + erf(x / sqrt 2), off by 4e-5 to 3e-4
+// relative at x in [-4.5, -3] and returning 0 below x = -5.5, where the
+// shared erfc form stays within 4e-6 everywhere (and the tests hold every
+// backend to that: SmoothActivations.GeluKeepsItsNegativeTail). So GELU pays
+// for accuracy with speed here. The shared sigmoid and tanh, which the cuda
+// kernels run, are tested on the host directly
+// (SmoothActivations.SharedMathMatchesRef).
+void CpuBackend::sigmoid_forward(std::size_t n, const float* x, float* y) {
+  cpu::eltwise_forward_onednn(cpu::Eltwise::sigmoid, n, x, y);
+}
+
+void CpuBackend::sigmoid_backward(std::size_t n, const float* y, const float* dy, float* dx) {
+  cpu::eltwise_backward_onednn(cpu::Eltwise::sigmoid, n, y, dy, dx);
+}
+
+void CpuBackend::tanh_forward(std::size_t n, const float* x, float* y) {
+  cpu::eltwise_forward_onednn(cpu::Eltwise::tanh, n, x, y);
+}
+
+void CpuBackend::tanh_backward(std::size_t n, const float* y, const float* dy, float* dx) {
+  cpu::eltwise_backward_onednn(cpu::Eltwise::tanh, n, y, dy, dx);
+}
+
+void CpuBackend::gelu_forward(std::size_t n, const float* x, float* y) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = math::gelu(x[i]);
+}
+
+void CpuBackend::gelu_backward(std::size_t n, const float* x, const float* dy, float* dx) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = math::gelu_grad(x[i], dy[i]);
+}
+
+// Softmax row by row, as softmax_xent does it: the vectorised row maximum,
+// exponentials written straight into y, their sum in double, one scaling
+// pass. Each pass reads a row that is still in L1 or L2. (oneDNN's softmax
+// primitive would vectorise the exponentials, as its eltwise does above; not
+// measured yet. The rows here are a classifier's or an attention's, where
+// the layers before them cost far more.)
+void CpuBackend::softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
+  const std::size_t cols = static_cast<std::size_t>(n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * n;
+    float* out = y + r * n;
+    const float max = row_max(n, row);
+    for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
+    const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
+    for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
+  }
+}
+
+void CpuBackend::softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) {
+  const std::size_t cols = static_cast<std::size_t>(n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* yr = y + r * n;
+    const float* dyr = dy + r * n;
+    float* out = dx + r * n;
+    const float dot = static_cast<float>(cpu::dot_in_double(cols, dyr, yr));
+    for (std::size_t j = 0; j < cols; ++j) out[j] = yr[j] * (dyr[j] - dot);
+  }
 }
 
 // ---------------------------------------------------------------- losses and metrics
@@ -204,6 +262,19 @@ void CpuBackend::sum_n(std::size_t n, const float* const* srcs, int count, float
     }
     std::memcpy(dst + start, acc, len * sizeof(float));
   }
+}
+
+// One memcpy when both sides are contiguous, else one per row (the rows of a
+// channel concatenation are whole images' worth of channels, kilobytes to
+// megabytes each).
+void CpuBackend::copy_2d(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t src_pitch, float* dst,
+                         std::int64_t dst_pitch) {
+  const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+  if (src_pitch == cols && dst_pitch == cols) {
+    std::memcpy(dst, src, static_cast<std::size_t>(rows) * row_bytes);
+    return;
+  }
+  for (std::int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, row_bytes);
 }
 
 // ---------------------------------------------------------------- optimizers

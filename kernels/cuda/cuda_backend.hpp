@@ -1,5 +1,7 @@
 // CudaBackend: every op on NVIDIA GPUs, with cuBLAS for matrix products,
-// cuDNN for convolution and custom kernels for the rest. The per-element
+// cuDNN for convolution and softmax, and custom kernels for the rest (the
+// cuDNN calls for pooling, activations and batch norm are deprecated in
+// cuDNN 9, and its batch norm cannot be split into SyncBatchNorm's steps). The per-element
 // math comes from kernels/math/ (shared with the cpu backend), so the CPU
 // tests exercise the arithmetic these kernels run.
 //
@@ -7,13 +9,18 @@
 //   device_state.hpp/.cpp  per-device stream, cuBLAS/cuDNN handles, scratch
 //   cuda_memory.cpp        allocation, copies, synchronize, device_count,
 //                          registration
-//   cuda_dense.cu          gemm, bias, transpose, max pooling, embedding
+//   cuda_dense.cu          gemm, bias, transpose, max and average pooling,
+//                          embedding
 //   cuda_conv.cu           conv2d forward and backward (cuDNN) + bias kernels
-//   cuda_elementwise.cu    fill, relu, dropout, add/scale/axpy, sum_n
+//   cuda_batchnorm.cu      batch normalisation's reductions and transforms
+//   cuda_softmax.cu        softmax forward and backward (cuDNN)
+//   cuda_elementwise.cu    fill, relu, dropout, sigmoid/tanh/gelu,
+//                          add/scale/axpy, sum_n, copy_2d
 //   cuda_loss.cu           softmax_xent, mse, topk_correct, reduce_sum
 //   cuda_optim.cu          sgd/adam updates and the seeded initialisers
 //   check.hpp              status checks (TROUPE_CUDA_CHECK and friends)
-//   launch.cuh             grid sizing, grid-stride loops, warp/block sums
+//   launch.cuh             grid sizing, grid-stride loops, warp/block sums,
+//                          warp-per-row loops
 //
 // Which GPU: the memory functions take a device_index and select it. The ops
 // do not (ops.cpp cannot pass one), so they run on the calling thread's

@@ -1,5 +1,5 @@
 // Dense-layer ops of the cuda backend: gemm (cuBLAS), bias add and bias
-// gradient, batched transpose, max pooling and embedding.
+// gradient, batched transpose, max and average pooling, and embedding.
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/math/pool.hpp"
 
 namespace troupe::kernels {
 
@@ -136,6 +137,59 @@ struct MaxPoolBackward {
   }
 };
 
+// Average pooling, own kernels with the window math of math/pool.hpp (the
+// cpu loops' own): cuDNN's pooling (cudnnPoolingForward/Backward) is
+// deprecated in cuDNN 9. Forward is one thread per output; backward one
+// thread per input element, gathering the windows that hold it, so every dx
+// is written once, with no zeroing pass and no atomics even where windows
+// overlap: deterministic, and the same sums in the same order as the cpu
+// backend.
+struct AvgPoolForward {
+  Pool2dShape s;
+  std::int64_t p, q;
+  const float* x;
+  float* y;
+  __device__ void operator()(std::size_t i) const {
+    const std::int64_t out = static_cast<std::int64_t>(i);
+    const std::int64_t oq = out % q, op = (out / q) % p, plane = out / (p * q);
+    y[out] = math::mean_of_window(s, x + plane * s.h * s.w, op, oq);
+  }
+};
+
+struct AvgPoolBackward {
+  Pool2dShape s;
+  std::int64_t pq;
+  const float* dy;
+  float* dx;
+  __device__ void operator()(std::size_t i) const {
+    const std::int64_t in = static_cast<std::int64_t>(i);
+    const std::int64_t w = in % s.w, h = (in / s.w) % s.h, plane = in / (s.h * s.w);
+    dx[in] = math::avgpool_input_grad(s, dy + plane * pq, h, w);
+  }
+};
+
+// Global average pooling forward: one warp per plane, summing in double
+// (see launch.cuh's warp rows); a plane is a contiguous run of plane_size.
+__global__ void global_avgpool_kernel(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) {
+  const cuda::WarpRows w = cuda::warp_rows();
+  for (std::int64_t plane = w.first; plane < planes; plane += w.step) {
+    const float* xp = x + plane * plane_size;
+    double sum = 0.0;
+    for (std::int64_t j = w.lane; j < plane_size; j += 32) sum += xp[j];
+    sum = cuda::warp_sum(sum);
+    if (w.lane == 0) y[plane] = static_cast<float>(sum / static_cast<double>(plane_size));
+  }
+}
+
+struct GlobalAvgPoolBackward {
+  std::int64_t plane_size;
+  const float* dy;
+  float* dx;
+  __device__ void operator()(std::size_t i) const {
+    dx[i] = dy[static_cast<std::int64_t>(i) / plane_size] / static_cast<float>(plane_size);
+  }
+};
+
 // Embedding gather: out[i, d] = table[ids[i], d], one thread per output
 // element (consecutive threads read consecutive floats of one table row).
 struct EmbeddingGather {
@@ -250,6 +304,33 @@ void CudaBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, cons
   if (pq <= 0) return;
   for_each_index(st, static_cast<std::size_t>(s.n * s.c * pq), MaxPoolBackward{pq, s.h * s.w, dy, argmax, dx},
                  "maxpool2d_backward");
+}
+
+void CudaBackend::avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+  const std::int64_t p = s.p(), q = s.q();
+  const std::int64_t outputs = s.n * s.c * p * q;
+  if (outputs <= 0) return;
+  for_each_index(current_device_state(), static_cast<std::size_t>(outputs), AvgPoolForward{s, p, q, x, y},
+                 "avgpool2d_forward");
+}
+
+void CudaBackend::avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+  const std::int64_t inputs = s.n * s.c * s.h * s.w;
+  if (inputs <= 0) return;
+  for_each_index(current_device_state(), static_cast<std::size_t>(inputs), AvgPoolBackward{s, s.p() * s.q(), dy, dx},
+                 "avgpool2d_backward");
+}
+
+void CudaBackend::global_avgpool2d_forward(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) {
+  if (planes == 0) return;
+  DeviceState& st = current_device_state();
+  global_avgpool_kernel<<<cuda::blocks_for_rows(st, planes), kThreads, 0, st.stream>>>(planes, plane_size, x, y);
+  check_launch("global_avgpool_kernel", __FILE__, __LINE__);
+}
+
+void CudaBackend::global_avgpool2d_backward(std::int64_t planes, std::int64_t plane_size, const float* dy, float* dx) {
+  for_each_index(current_device_state(), static_cast<std::size_t>(planes * plane_size),
+                 GlobalAvgPoolBackward{plane_size, dy, dx}, "global_avgpool2d_backward");
 }
 
 void CudaBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,

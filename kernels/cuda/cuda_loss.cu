@@ -27,30 +27,17 @@ namespace troupe::kernels {
 
 using cuda::block_sum;
 using cuda::blocks_for;
+using cuda::blocks_for_rows;
 using cuda::check_launch;
 using cuda::current_device_state;
 using cuda::DeviceState;
 using cuda::kThreads;
 using cuda::warp_max;
+using cuda::warp_rows;
 using cuda::warp_sum;
+using cuda::WarpRows;
 
 namespace {
-
-constexpr unsigned kWarpsPerBlock = kThreads / 32;
-
-// Rows handled by this warp: a grid-stride loop over rows.
-struct WarpRows {
-  std::int64_t first, step;
-  int lane;
-};
-__device__ __forceinline__ WarpRows warp_rows() {
-  return {static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32,
-          static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock, static_cast<int>(threadIdx.x % 32)};
-}
-
-unsigned blocks_for_rows(const DeviceState& st, std::int64_t rows) {
-  return blocks_for(st, static_cast<std::size_t>(rows), kWarpsPerBlock);
-}
 
 __global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
                                     float* loss, float* dlogits, float grad_scale, unsigned long long* error_slot) {

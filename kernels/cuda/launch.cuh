@@ -1,5 +1,6 @@
 // Launch helpers shared by the .cu files: grid sizing, grid-stride loops
-// with 64-bit indices, and a generic element-wise kernel over a functor.
+// with 64-bit indices, a generic element-wise kernel over a functor, warp
+// and block sums, and warp-per-row loops.
 //
 // Functors (structs with a __device__ operator()) instead of device lambdas
 // keep the build free of --extended-lambda and read well in a profiler.
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/device_state.hpp"
@@ -77,6 +79,27 @@ __device__ inline double block_sum(double v) {
   v = threadIdx.x < warps ? per_warp[threadIdx.x] : 0.0;
   if (warp == 0) v = warp_sum(v);
   return v;  // valid in thread 0
+}
+
+// One warp per row: for ops over many short rows (a classifier's logits, the
+// planes of a global pooling), where a warp covers a row in a few coalesced
+// loads and reduces it with shuffles, without shared memory or
+// __syncthreads. Long rows still work, each lane striding through the row.
+constexpr unsigned kWarpsPerBlock = kThreads / 32;
+
+// The rows of this warp: a grid-stride loop over rows.
+struct WarpRows {
+  std::int64_t first, step;
+  int lane;
+};
+__device__ __forceinline__ WarpRows warp_rows() {
+  return {static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32,
+          static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock, static_cast<int>(threadIdx.x % 32)};
+}
+
+// Blocks of kThreads for `rows` warp-rows.
+inline unsigned blocks_for_rows(const DeviceState& st, std::int64_t rows) {
+  return blocks_for(st, static_cast<std::size_t>(rows), kWarpsPerBlock);
 }
 
 }  // namespace troupe::kernels::cuda

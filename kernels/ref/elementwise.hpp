@@ -1,7 +1,9 @@
-// Reference element-wise ops and the local sum of an all-reduce.
+// Reference element-wise ops, the local sum of an all-reduce and the 2-D
+// strided copy.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace troupe::kernels::ref {
 
@@ -29,6 +31,15 @@ void sum_n(std::size_t n, const T* const* srcs, int count, T* dst) {
     for (int k = 1; k < count; ++k) sum += srcs[k][i];
     dst[i] = sum;
   }
+}
+
+// Row i of src (at src + i * src_pitch) to dst + i * dst_pitch, element by
+// element.
+template <class T>
+void copy_2d(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t src_pitch, T* dst,
+             std::int64_t dst_pitch) {
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) dst[i * dst_pitch + j] = src[i * src_pitch + j];
 }
 
 }  // namespace troupe::kernels::ref

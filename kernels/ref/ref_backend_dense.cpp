@@ -43,6 +43,20 @@ void RefBackend::maxpool2d_backward(const Pool2dShape& s, const float* dy, const
   ref::maxpool2d_backward(s, dy, argmax, dx);
 }
 
+void RefBackend::avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) { ref::avgpool2d_forward(s, x, y); }
+
+void RefBackend::avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+  ref::avgpool2d_backward(s, dy, dx);
+}
+
+void RefBackend::global_avgpool2d_forward(std::int64_t planes, std::int64_t plane_size, const float* x, float* y) {
+  ref::global_avgpool2d_forward(planes, plane_size, x, y);
+}
+
+void RefBackend::global_avgpool2d_backward(std::int64_t planes, std::int64_t plane_size, const float* dy, float* dx) {
+  ref::global_avgpool2d_backward(planes, plane_size, dy, dx);
+}
+
 void RefBackend::embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,
                                    const float* table, float* out) {
   ref::embedding_forward(count, vocab, dim, ids, table, out);
