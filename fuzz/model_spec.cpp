@@ -67,17 +67,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     troupe::fuzz::fail(std::string("the text of an accepted spec does not parse: ") + e.what() + "\n" + spec.text());
   }
   TROUPE_FUZZ_CHECK(again.name == spec.name && again.input == spec.input && again.input_dtype == spec.input_dtype &&
-                        again.layers == spec.layers,
+                        again.layers == spec.layers && again == spec,
                     "the text of an accepted spec parses to another spec:\n" + spec.text());
 
   // Shapes only (no parameters allocated): fits, or a named error.
   std::int64_t parameters = 0;
   bool small = spec.input.numel() <= kMostInput;
   try {
-    Shape shape = spec.input;
-    for (auto& layer : spec.make_layers()) {
-      shape = layer->build(shape, Device::cpu());
-      const std::int64_t count = layer->parameter_count();
+    std::vector<Shape> shapes;  // by node
+    for (auto& node : spec.make_graph()) {
+      auto shape_of = [&](int k) { return k < 0 ? spec.input : shapes[static_cast<std::size_t>(k)]; };
+      Shape shape;
+      if (auto* merge = dynamic_cast<models::Merge*>(node.layer.get())) {
+        std::vector<Shape> inputs;
+        for (int k : node.inputs) inputs.push_back(shape_of(k));
+        shape = merge->build_merge(inputs, Device::cpu());
+      } else {
+        shape = node.layer->build(shape_of(node.inputs.at(0)), Device::cpu());
+      }
+      shapes.push_back(shape);
+      const std::int64_t count = node.layer->parameter_count();
       TROUPE_FUZZ_CHECK(count >= 0 && count <= Shape::kMaxElements,
                         "a layer of " + std::to_string(count) + " parameters");
       parameters = std::min(parameters + count, Shape::kMaxElements + 1);

@@ -104,6 +104,14 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
+    // Running statistics (BatchNorm) are the model's state beside its
+    // parameters; replicas, the parameter server and checkpoints do not
+    // carry it yet, so a job would evaluate and save wrong statistics.
+    if (probe.state_count() > 0)
+      throw std::invalid_argument("model '" + spec_.name +
+                                  "' keeps running statistics (batchnorm), which the actor runtime does not carry "
+                                  "between replicas, the parameter server and checkpoints yet; this build trains it "
+                                  "with the single-device Trainer only (the C++ API's models::Trainer)");
     // The parameter server's shards (async, ssp): whole layers round-robin,
     // big ones split. Shards that would own nothing are not run.
     std::vector<ps::Range> layers;

@@ -16,6 +16,22 @@ std::int64_t Layer::parameter_count() const {
   return n;
 }
 
+std::int64_t Layer::state_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : state()) n += p.shape.numel();
+  return n;
+}
+
+Shape Merge::build(const Shape&, const Device&) {
+  throw std::logic_error(spec() + ": a merge is built with build_merge (it takes several inputs)");
+}
+const Tensor& Merge::forward(const Tensor&, bool) {
+  throw std::logic_error(spec() + ": a merge runs with forward_merge (it takes several inputs)");
+}
+const Tensor& Merge::backward(const Tensor&, bool) {
+  throw std::logic_error(spec() + ": a merge runs with backward_merge (it takes several inputs)");
+}
+
 Shape batched(std::int64_t batch, const Shape& shape) {
   std::vector<std::int64_t> dims{batch};
   dims.insert(dims.end(), shape.dims().begin(), shape.dims().end());

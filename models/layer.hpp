@@ -1,4 +1,5 @@
-// Layer: one stage of a Sequential model, with a forward and a backward pass.
+// Layer: one node of a model graph (a Sequential chain, or a graph whose
+// merges join branches), with a forward and a backward pass.
 //
 // Life of a layer inside a model:
 //   1. build(input shape)  -> output shape and parameter count (per-example
@@ -49,6 +50,14 @@ class Layer {
   std::int64_t parameter_count() const;
   // params and grads are views of parameter_count() elements each.
   virtual void bind(const Tensor& params, const Tensor& grads) { (void)params, (void)grads; }
+  // State that is not trained (BatchNorm's running statistics): kept in the
+  // model's state buffer (Model::state()), beside the parameters; updated by
+  // training forward passes, never by a gradient. `state` is a view of
+  // state_count() elements.
+  virtual std::vector<ParameterInfo> state() const { return {}; }
+  std::int64_t state_count() const;
+  virtual void bind_state(const Tensor& state) { (void)state; }
+  // Writes the initial parameters, and the initial state (bind_state).
   virtual void initialize(std::uint64_t seed) { (void)seed; }
   // The seed of this layer's randomness (dropout) for the next forward pass.
   virtual void set_step_seed(std::uint64_t seed) { (void)seed; }
@@ -61,6 +70,23 @@ class Layer {
   // differs; returns it.
   static Tensor& ensure(Tensor& buffer, std::int64_t batch, const Shape& shape, const Device& device,
                         DType dtype = DType::f32);
+};
+
+// A layer that joins branches of a model graph (add, concat): it takes two
+// or more inputs, so it is built, run and differentiated through the
+// *_merge functions; the one-input interface above is not used (it throws).
+class Merge : public Layer {
+ public:
+  Shape build(const Shape& input, const Device& device) final;
+  const Tensor& forward(const Tensor& x, bool training) final;
+  const Tensor& backward(const Tensor& dy, bool need_dx) final;
+
+  // inputs: each input's per-example shape, in the order of the spec's from=.
+  virtual Shape build_merge(const std::vector<Shape>& inputs, const Device& device) = 0;
+  virtual const Tensor& forward_merge(const std::vector<const Tensor*>& xs, bool training) = 0;
+  // d loss / d input k for every k with need[k] (the others may be null);
+  // the pointers stay valid until the next backward_merge.
+  virtual const std::vector<const Tensor*>& backward_merge(const Tensor& dy, const std::vector<bool>& need) = 0;
 };
 
 // [batch, ...shape]

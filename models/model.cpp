@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -41,43 +42,64 @@ void check_fits(const std::string& name, std::int64_t floats, const Device& devi
 }  // namespace
 
 Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device) {
-  Shape shape = spec.input;
-  std::int64_t total = 0;
-  auto made = spec.make_layers();
-  for (std::size_t i = 0; i < made.size(); ++i) {
+  std::int64_t total = 0, state_total = 0;
+  std::vector<GraphNode> graph = spec.make_graph();
+  for (std::size_t i = 0; i < graph.size(); ++i) {
     Entry e;
-    // A layer that does not fit what comes before it, or whose shapes are
-    // too large, names itself: a spec can have several of one kind.
+    e.layer = std::move(graph[i].layer);
+    e.name = std::move(graph[i].name);
+    e.inputs = std::move(graph[i].inputs);
+    e.merge = dynamic_cast<Merge*>(e.layer.get());
+    // A layer that does not fit its inputs, or whose shapes are too large,
+    // names itself: a spec can have several of one kind.
     try {
       // Token ids are for an embedding, and an embedding takes only them:
       // without this the mismatch surfaced at the first step, in an op
       // ("ops::gemm: a i32[64, 300] must be f32").
-      const bool embedding = dynamic_cast<const Embedding*>(made[i].get()) != nullptr;
-      if (embedding && (i != 0 || spec.input_dtype != DType::i32))
+      const bool embedding = dynamic_cast<const Embedding*>(e.layer.get()) != nullptr;
+      const bool takes_input = std::find(e.inputs.begin(), e.inputs.end(), -1) != e.inputs.end();
+      if (embedding && (!takes_input || spec.input_dtype != DType::i32))
         throw std::invalid_argument(
             "an embedding takes token ids ('input ids LENGTH') and must be the model's first layer");
-      if (i == 0 && !embedding && spec.input_dtype == DType::i32)
+      if (takes_input && !embedding && spec.input_dtype == DType::i32)
         throw std::invalid_argument("the input is token ids ('input ids ...'), which only an embedding layer takes");
-      e.output = made[i]->build(shape, device);
-      e.count = made[i]->parameter_count();
+      auto shape_of = [&](int k) { return k < 0 ? spec.input : layers_[static_cast<std::size_t>(k)].output; };
+      if (e.merge) {
+        std::vector<Shape> shapes;
+        for (int k : e.inputs) shapes.push_back(shape_of(k));
+        e.output = e.merge->build_merge(shapes, device);
+      } else {
+        e.output = e.layer->build(shape_of(e.inputs.at(0)), device);
+      }
+      e.count = e.layer->parameter_count();
       if (e.count > Shape::kMaxElements - aligned(total))
         throw std::invalid_argument("the model's parameters would number more than 2^56");
     } catch (const std::invalid_argument& x) {
-      throw std::invalid_argument("model '" + spec.name + "', layer " + std::to_string(i + 1) + " '" + made[i]->spec() +
-                                  "': " + x.what());
+      throw std::invalid_argument("model '" + spec.name + "', layer " + std::to_string(i + 1) + " '" + e.layer->spec() +
+                                  "'" + (e.name.empty() ? "" : " (" + e.name + ")") + ": " + x.what());
     }
     e.offset = total;
     total += aligned(e.count);
-    e.layer = std::move(made[i]);
-    shape = e.output;
+    e.state_count = e.layer->state_count();
+    e.state_offset = state_total;
+    state_total += aligned(e.state_count);
+    for (int k : e.inputs)
+      if (k >= 0) ++layers_[static_cast<std::size_t>(k)].consumers;
+    e.needs_grad = e.count > 0;
+    for (int k : e.inputs) e.needs_grad = e.needs_grad || (k >= 0 && layers_[static_cast<std::size_t>(k)].needs_grad);
     layers_.push_back(std::move(e));
   }
-  output_ = shape;
+  output_ = layers_.back().output;
   check_fits(spec.name, total, device);
   params_ = Tensor::zeros({total}, DType::f32, device);
   grads_ = Tensor::zeros({total}, DType::f32, device);
-  for (auto& e : layers_)
+  state_ = Tensor::zeros({state_total}, DType::f32, device);
+  for (auto& e : layers_) {
     if (e.count > 0) e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
+    if (e.state_count > 0) e.layer->bind_state(state_.slice(e.state_offset, {e.state_count}));
+  }
+  outputs_.assign(layers_.size(), nullptr);
+  grads_in_.assign(layers_.size(), nullptr);
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
@@ -89,6 +111,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
 
 void Model::initialize(std::uint64_t seed) {
   kernels::ops::fill(params_, 0.0f);
+  if (state_.numel() > 0) kernels::ops::fill(state_, 0.0f);
   for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].layer->initialize(kernels::math::random_bits(seed, i));
 }
 
@@ -103,24 +126,61 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
   if (x.dtype() != spec_.input_dtype)
     throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() + " must be " +
                                 kernels::to_string(spec_.input_dtype));
-  const Tensor* h = &x;
-  for (auto& e : layers_) h = &e.layer->forward(*h, training);
-  return *h;
+  auto input = [&](int k) { return k < 0 ? &x : outputs_[static_cast<std::size_t>(k)]; };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Entry& e = layers_[i];
+    if (e.merge) {
+      merge_inputs_.clear();
+      for (int k : e.inputs) merge_inputs_.push_back(input(k));
+      outputs_[i] = &e.merge->forward_merge(merge_inputs_, training);
+    } else {
+      outputs_[i] = &e.layer->forward(*input(e.inputs[0]), training);
+    }
+  }
+  return *outputs_.back();
 }
 
 void Model::backward(const Tensor& doutput) {
-  // A layer needs the gradient of its input only when a layer before it has
-  // parameters: the MLP's first Dense follows a Flatten, and computing its
+  // A layer is run backward only when it or a layer before it has
+  // parameters, and asked for its input's gradient only when that input
+  // needs one: the MLP's first Dense follows a Flatten, and computing its
   // input gradient (a 64x784x256 product) would be wasted work.
-  std::size_t first_trainable = layers_.size();
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    if (layers_[i].count > 0) {
-      first_trainable = i;
-      break;
+  std::fill(grads_in_.begin(), grads_in_.end(), nullptr);
+  grads_in_.back() = &doutput;
+  // An output used by several layers gets the sum of their gradients: the
+  // first is taken as it is, a second one starts the entry's own sum.
+  auto hand_back = [&](int k, const Tensor* g) {
+    if (k < 0 || g == nullptr) return;
+    Entry& to = layers_[static_cast<std::size_t>(k)];
+    const Tensor*& have = grads_in_[static_cast<std::size_t>(k)];
+    if (have == nullptr) {
+      have = g;
+    } else if (have != &to.grad_sum) {
+      if (!to.grad_sum.defined() || to.grad_sum.shape() != g->shape() || to.grad_sum.device() != g->device())
+        to.grad_sum = Tensor::empty(g->shape(), DType::f32, g->device());
+      kernels::ops::add(*have, *g, to.grad_sum);
+      have = &to.grad_sum;
+    } else {
+      kernels::ops::add(to.grad_sum, *g, to.grad_sum);
     }
-  const Tensor* d = &doutput;
-  for (std::size_t i = layers_.size(); i-- > first_trainable;)
-    d = &layers_[i].layer->backward(*d, /*need_dx=*/i > first_trainable);
+  };
+  auto wants = [&](int k) { return k >= 0 && layers_[static_cast<std::size_t>(k)].needs_grad; };
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    Entry& e = layers_[i];
+    if (!e.needs_grad || grads_in_[i] == nullptr) continue;
+    const Tensor& d = *grads_in_[i];
+    if (e.merge) {
+      std::vector<bool> need;
+      for (int k : e.inputs) need.push_back(wants(k));
+      const auto& dxs = e.merge->backward_merge(d, need);
+      for (std::size_t j = 0; j < e.inputs.size(); ++j)
+        if (need[j]) hand_back(e.inputs[j], dxs[j]);
+    } else {
+      const bool need_dx = wants(e.inputs[0]);
+      const Tensor& dx = e.layer->backward(d, need_dx);
+      if (need_dx) hand_back(e.inputs[0], &dx);
+    }
+  }
 }
 
 std::string Model::summary() const {
@@ -129,14 +189,33 @@ std::string Model::summary() const {
   std::snprintf(line, sizeof line, "  %-40s %-18s %10s\n", "layer", "output", "params");
   out += line;
   std::int64_t total = 0;
-  for (const auto& e : layers_) {
-    std::snprintf(line, sizeof line, "  %-40s %-18s %10lld\n", e.layer->spec().c_str(), e.output.str().c_str(),
+  const bool chain = spec_.is_chain();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& e = layers_[i];
+    // A graph's layers say what they take when it is not the line before.
+    std::string what = e.layer->spec();
+    if (!chain) {
+      if (!e.name.empty()) what = e.name + ": " + what;
+      if (e.inputs.size() != 1 || e.inputs[0] != static_cast<int>(i) - 1) {
+        std::string from;
+        for (int k : e.inputs)
+          from += (from.empty() ? "" : ",") + (k < 0 ? std::string("input")
+                                                     : (layers_[static_cast<std::size_t>(k)].name.empty()
+                                                            ? "#" + std::to_string(k + 1)
+                                                            : layers_[static_cast<std::size_t>(k)].name));
+        what += " <- " + from;
+      }
+    }
+    std::snprintf(line, sizeof line, "  %-40s %-18s %10lld\n", what.c_str(), e.output.str().c_str(),
                   static_cast<long long>(e.count));
     out += line;
     total += e.count;
   }
   out += "  parameters: " + std::to_string(total) + " (flat buffer of " + std::to_string(params_.numel()) +
          " floats with 64-byte aligned slices)\n";
+  std::int64_t kept = 0;
+  for (const auto& e : layers_) kept += e.state_count;
+  if (kept > 0) out += "  state (not trained: running statistics): " + std::to_string(kept) + "\n";
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Model: a Sequential stack of layers whose parameters live in ONE flat
-// buffer and whose gradients live in another (DESIGN.md). Each layer's
+// Model: a graph of layers (a Sequential chain, or branches that merges
+// join; models/spec.hpp) whose parameters live in ONE flat buffer and whose
+// gradients live in another (DESIGN.md). Each layer's
 // weights are views of a slice; slices start on 16-float (64-byte)
 // boundaries so vector loops and BLAS see aligned rows, and the few padding
 // elements stay zero in both buffers, so optimizers and all-reduces can treat
@@ -35,6 +36,11 @@ class Model {
   void backward(const Tensor& doutput);
 
   const Tensor& parameters() const { return params_; }
+  // What the model keeps that is not trained (BatchNorm's running
+  // statistics), in one flat buffer laid out like the parameters; empty
+  // (numel 0) when no layer keeps any.
+  const Tensor& state() const { return state_; }
+  std::int64_t state_count() const { return state_.numel(); }
   const Tensor& gradients() const { return grads_; }
   std::int64_t parameter_count() const { return params_.numel(); }
   // Where each layer with parameters lies in the flat buffer, in order:
@@ -51,14 +57,28 @@ class Model {
  private:
   struct Entry {
     std::unique_ptr<Layer> layer;
+    Merge* merge = nullptr;   // the layer, when it joins several inputs
+    std::string name;         // its label in the graph; empty: none
+    std::vector<int> inputs;  // earlier entries; -1: the model's input
     Shape output;
     std::int64_t offset = 0, count = 0;
+    std::int64_t state_offset = 0, state_count = 0;
+    // Backward: whether d loss / d output is needed (this layer or one
+    // before it has parameters), and the sum of what its consumers hand
+    // back when there are several (an output used twice).
+    bool needs_grad = false;
+    std::size_t consumers = 0;
+    Tensor grad_sum;
   };
   ModelSpec spec_;
   Device device_;
   std::vector<Entry> layers_;
   Shape output_;
-  Tensor params_, grads_;
+  Tensor params_, grads_, state_;
+  // Per step: each entry's output, and the gradient its consumers handed
+  // back so far (null: none yet).
+  std::vector<const Tensor*> outputs_, grads_in_;
+  std::vector<const Tensor*> merge_inputs_;
 };
 
 }  // namespace troupe::models

@@ -1,7 +1,10 @@
 #include "models/spec.hpp"
 
+#include <cctype>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -76,7 +79,17 @@ class Options {
   std::map<std::string, std::string> values_;
 };
 
-const char* known_layers = "dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding, flatten, relu, dropout";
+const char* known_layers =
+    "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
+    "tanh, gelu, softmax, dropout, batchnorm, add, concat";
+
+bool is_layer_kind(const std::string& kind) {
+  for (const char* k :
+       {"dense", "conv2d", "conv1d", "maxpool2d", "maxpool1d", "avgpool2d", "globalavgpool2d", "embedding", "flatten",
+        "relu", "sigmoid", "tanh", "gelu", "softmax", "dropout", "batchnorm", "add", "concat"})
+    if (kind == k) return true;
+  return false;
+}
 
 std::unique_ptr<Layer> make_layer(const std::string& line) {
   auto w = words(line);
@@ -95,20 +108,41 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     } else {
       kh = kw = parse_int(k, "conv2d kernel");
     }
-    layer = std::make_unique<Conv2D>(filters, kh, kw, o.take_int("stride", "1"),
-                                     Padding::parse(o.take("padding", "valid")));
+    const std::int64_t stride = o.take_int("stride", "1");
+    const Padding padding = Padding::parse(o.take("padding", "valid"));
+    const std::string bias = o.take("bias", "true");
+    if (bias != "true" && bias != "false")
+      throw std::invalid_argument("conv2d bias '" + bias + "': expected true or false");
+    layer = std::make_unique<Conv2D>(filters, kh, kw, stride, padding, bias == "true");
   } else if (kind == "conv1d") {
     std::int64_t filters = o.take_int("filters");
     std::int64_t kernel = o.take_int("kernel");
     layer = std::make_unique<Conv1D>(filters, kernel, o.take_int("stride", "1"),
                                      Padding::parse(o.take("padding", "valid")));
-  } else if (kind == "maxpool2d" || kind == "maxpool1d") {
+  } else if (kind == "maxpool2d" || kind == "maxpool1d" || kind == "avgpool2d") {
     std::int64_t pool = o.take_int("pool", "2");
     std::int64_t stride = o.take_int("stride", std::to_string(pool));
     if (kind == "maxpool2d")
       layer = std::make_unique<MaxPool2D>(pool, stride);
+    else if (kind == "avgpool2d")
+      layer = std::make_unique<AvgPool2D>(pool, stride);
     else
       layer = std::make_unique<MaxPool1D>(pool, stride);
+  } else if (kind == "globalavgpool2d") {
+    layer = std::make_unique<GlobalAvgPool2D>();
+  } else if (kind == "sigmoid") {
+    layer = std::make_unique<Activation>(Activation::Kind::sigmoid);
+  } else if (kind == "tanh") {
+    layer = std::make_unique<Activation>(Activation::Kind::tanh);
+  } else if (kind == "gelu") {
+    layer = std::make_unique<Activation>(Activation::Kind::gelu);
+  } else if (kind == "softmax") {
+    layer = std::make_unique<Activation>(Activation::Kind::softmax);
+  } else if (kind == "batchnorm") {
+    const float momentum = parse_float(o.take("momentum", "0.9"), "batchnorm momentum");
+    layer = std::make_unique<BatchNorm>(momentum, parse_float(o.take("epsilon", "1e-5"), "batchnorm epsilon"));
+  } else if (kind == "concat") {
+    layer = std::make_unique<Concat>();
   } else if (kind == "embedding") {
     std::int64_t vocab = o.take_int("vocab");
     layer = std::make_unique<Embedding>(vocab, o.take_int("dim"));
@@ -118,6 +152,8 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     layer = std::make_unique<ReLU>();
   } else if (kind == "dropout") {
     layer = std::make_unique<Dropout>(parse_float(o.take("rate"), "dropout rate"));
+  } else if (kind == "add") {
+    layer = std::make_unique<Add>();
   } else {
     throw std::invalid_argument("unknown layer '" + kind + "'; known: " + known_layers);
   }
@@ -125,13 +161,258 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
   return layer;
 }
 
+bool is_identifier(const std::string& w) {
+  if (w.empty() || !(std::isalpha(static_cast<unsigned char>(w[0])) || w[0] == '_')) return false;
+  for (char c : w)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+std::string joined(const std::vector<std::string>& w, std::size_t from = 0) {
+  std::string out;
+  for (std::size_t i = from; i < w.size(); ++i) out += (out.empty() ? "" : " ") + w[i];
+  return out;
+}
+
+// One line of a graph: "[LABEL:] KIND option=value ... [from=A,B]".
+struct GraphLine {
+  std::string label;              // empty: none
+  std::vector<std::string> from;  // empty: the line before
+  std::vector<std::string> body;  // KIND and its options, without from=
+};
+
+GraphLine split_graph_line(const std::vector<std::string>& w) {
+  GraphLine g;
+  std::size_t i = 0;
+  if (!w.empty() && w[0].size() > 1 && w[0].back() == ':') {
+    g.label = w[0].substr(0, w[0].size() - 1);
+    if (!is_identifier(g.label))
+      throw std::invalid_argument("label '" + g.label +
+                                  "' must be a name of letters, digits and _ (not first a digit)");
+    if (g.label == "input" || g.label == "in")
+      throw std::invalid_argument("label '" + g.label + "' is reserved (the model's input, a block's input)");
+    i = 1;
+  }
+  if (i >= w.size()) throw std::invalid_argument("label '" + g.label + ":' names no layer");
+  for (; i < w.size(); ++i) {
+    if (w[i].rfind("from=", 0) == 0) {
+      if (!g.from.empty()) throw std::invalid_argument("option 'from' given twice");
+      const std::string list = w[i].substr(5);
+      std::size_t start = 0;
+      while (start <= list.size()) {
+        const std::size_t comma = list.find(',', start);
+        const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!is_identifier(name))
+          throw std::invalid_argument("from=" + list + ": '" + name + "' is not a layer's label");
+        g.from.push_back(name);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      g.body.push_back(w[i]);
+    }
+  }
+  if (g.body.empty()) throw std::invalid_argument("a line with from= names no layer");
+  return g;
+}
+
+std::string graph_line_text(const std::string& label, const std::string& body, const std::vector<std::string>& from) {
+  std::string out = label.empty() ? body : label + ": " + body;
+  if (!from.empty()) {
+    out += " from=";
+    for (std::size_t i = 0; i < from.size(); ++i) out += (i ? "," : "") + from[i];
+  }
+  return out;
+}
+
+// Replaces every $NAME in `word` by the block argument NAME.
+std::string substitute(const std::string& word, const std::map<std::string, std::string>& args,
+                       const std::string& block) {
+  std::string out;
+  for (std::size_t i = 0; i < word.size();) {
+    if (word[i] != '$') {
+      out += word[i++];
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < word.size() && (std::isalnum(static_cast<unsigned char>(word[j])) || word[j] == '_')) ++j;
+    const std::string name = word.substr(i + 1, j - i - 1);
+    auto it = args.find(name);
+    if (it == args.end()) {
+      std::string known;
+      for (const auto& [k, v] : args) known += (known.empty() ? "" : ", ") + k;
+      throw std::invalid_argument("block " + block + " has no parameter '$" + name + "'" +
+                                  (known.empty() ? " (it takes none)" : "; its parameters: " + known));
+    }
+    out += it->second;
+    i = j;
+  }
+  return out;
+}
+
+// Expands a spec's lines into its graph, one top-level line at a time (so
+// that parse() names the line of an error), blocks inlined.
+class Expander {
+ public:
+  explicit Expander(const ModelSpec& spec) : spec_(spec) {}
+
+  // One top-level line (normalised or not); `line_no` for the checks of finish().
+  void top_line(const std::vector<std::string>& w, int line_no) {
+    line_no_ = line_no;
+    expand(w, top_, /*prefix=*/"", /*block_input=*/std::nullopt, 0);
+  }
+
+  // Every node's output must be used, but the last (the model's output).
+  // Returns the graph; `where` names a line in errors ("line 7" or "layer 7").
+  std::vector<GraphNode> finish(const std::function<std::string(int line_no, std::size_t node)>& where) {
+    std::vector<int> uses(nodes_.size(), 0);
+    for (const auto& n : nodes_)
+      for (int i : n.inputs)
+        if (i >= 0) ++uses[static_cast<std::size_t>(i)];
+    for (std::size_t i = 0; i + 1 < nodes_.size(); ++i)
+      if (uses[i] == 0)
+        throw std::invalid_argument(where(lines_[i], i) + ": the output of layer " + std::to_string(i + 1) + " '" +
+                                    nodes_[i].layer->spec() + "'" +
+                                    (nodes_[i].name.empty() ? "" : " (" + nodes_[i].name + ")") +
+                                    " is used by no other layer (only the last layer gives the model's output)");
+    return std::move(nodes_);
+  }
+
+  std::size_t size() const { return nodes_.size(); }
+
+ private:
+  // Expands one line in a scope (the labels seen so far in it); returns
+  // its output node. `block_input`: inside a block, the node its `in` is.
+  int expand(const std::vector<std::string>& w, std::map<std::string, int>& scope, const std::string& prefix,
+             std::optional<int> block_input, int depth) {
+    GraphLine g = split_graph_line(w);
+    if (!g.label.empty() && scope.count(g.label))
+      throw std::invalid_argument("label '" + g.label + "' is used twice" +
+                                  (prefix.empty() ? "" : " in block use " + prefix.substr(0, prefix.size() - 1)));
+    std::vector<int> inputs;
+    if (g.from.empty()) {
+      inputs.push_back(scope_prev(scope, block_input));
+    } else {
+      for (const auto& name : g.from) {
+        if (auto it = scope.find(name); it != scope.end()) {
+          inputs.push_back(it->second);
+        } else if (name == "in" && block_input) {
+          inputs.push_back(*block_input);
+        } else if (name == "input" && !block_input) {
+          inputs.push_back(-1);
+        } else {
+          std::string known = block_input ? "in" : "input";
+          for (const auto& [k, v] : scope)
+            if (k != kPrevious) known += ", " + k;
+          throw std::invalid_argument("from=: no layer labelled '" + name + "' before this line" +
+                                      (block_input ? " in the block" : "") + " (known: " + known + ")");
+        }
+      }
+    }
+    int out = -1;
+    const std::string& kind = g.body[0];
+    if (const BlockDef* block = spec_.find_block(kind)) {
+      if (depth > 16) throw std::invalid_argument("blocks nested more than 16 deep");
+      if (inputs.size() != 1)
+        throw std::invalid_argument("block " + kind + " takes one input; from= names " + std::to_string(inputs.size()));
+      std::map<std::string, std::string> values;
+      for (std::size_t i = 1; i < g.body.size(); ++i) {
+        const auto eq = g.body[i].find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == g.body[i].size())
+          throw std::invalid_argument(kind + ": argument '" + g.body[i] + "' is not name=value");
+        const std::string name = g.body[i].substr(0, eq);
+        if (!block->has_param(name)) {
+          std::string known;
+          for (const auto& p : block->params) known += (known.empty() ? "" : ", ") + p.name;
+          throw std::invalid_argument("block " + kind + " has no parameter '" + name + "'" +
+                                      (known.empty() ? " (it takes none)" : "; its parameters: " + known));
+        }
+        if (!values.emplace(name, g.body[i].substr(eq + 1)).second)
+          throw std::invalid_argument(kind + ": argument '" + name + "' given twice");
+      }
+      for (const auto& p : block->params)
+        if (!values.count(p.name)) {
+          if (p.fallback.empty()) throw std::invalid_argument("block " + kind + ": missing " + p.name + "=");
+          values[p.name] = p.fallback;
+        }
+      // Its labels are its own: prefixed by the use's label, or by the
+      // block's name and its use count ("basic3/y").
+      const std::string use = g.label.empty() ? kind + std::to_string(++uses_[kind]) : g.label;
+      std::map<std::string, int> inner;
+      inner[kPrevious] = inputs[0];
+      for (std::size_t i = 0; i < block->lines.size(); ++i) {
+        try {
+          std::vector<std::string> bw = words(block->lines[i]);
+          for (auto& word : bw) word = substitute(word, values, kind);
+          out = expand(bw, inner, prefix + use + "/", inputs[0], depth + 1);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("block " + kind + ", its line " + std::to_string(i + 1) + " '" + block->lines[i] +
+                                      "': " + e.what());
+        }
+      }
+      if (out < 0) throw std::invalid_argument("block " + kind + " has no lines");
+    } else {
+      if (!is_layer_kind(kind)) {
+        std::string blocks;
+        for (const auto& b : spec_.blocks) blocks += (blocks.empty() ? "" : ", ") + b.name;
+        throw std::invalid_argument("unknown layer '" + kind + "'; known: " + known_layers +
+                                    (blocks.empty() ? "" : "; blocks defined above: " + blocks));
+      }
+      GraphNode node;
+      node.layer = make_layer(joined(g.body));
+      const bool merge = dynamic_cast<const Merge*>(node.layer.get()) != nullptr;
+      if (merge && inputs.size() < 2)
+        throw std::invalid_argument(kind + " joins two or more layers: name them with from=A,B");
+      if (!merge && inputs.size() != 1)
+        throw std::invalid_argument(kind + " takes one input; from= names " + std::to_string(inputs.size()));
+      node.name = g.label.empty() ? "" : prefix + g.label;
+      node.inputs = inputs;
+      nodes_.push_back(std::move(node));
+      lines_.push_back(line_no_);
+      out = static_cast<int>(nodes_.size()) - 1;
+    }
+    if (!g.label.empty()) scope[g.label] = out;
+    scope[kPrevious] = out;
+    return out;
+  }
+
+  int scope_prev(const std::map<std::string, int>& scope, std::optional<int> block_input) const {
+    if (auto it = scope.find(kPrevious); it != scope.end()) return it->second;
+    return block_input ? *block_input : -1;
+  }
+
+  // The line before, in a scope (not a valid label, so it cannot clash).
+  static constexpr const char* kPrevious = "$previous";
+  const ModelSpec& spec_;
+  std::vector<GraphNode> nodes_;
+  std::vector<int> lines_;  // by node: the top-level line it comes from
+  std::map<std::string, int> top_;
+  std::map<std::string, int> uses_;  // by block: its uses so far
+  int line_no_ = 0;
+};
+
 }  // namespace
+
+const BlockDef* ModelSpec::find_block(const std::string& name) const {
+  for (const auto& b : blocks)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+bool BlockDef::has_param(const std::string& p) const {
+  for (const auto& q : params)
+    if (q.name == p) return true;
+  return false;
+}
 
 ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   ModelSpec spec;
   bool have_input = false;
   std::istringstream in(text);
   int line_no = 0;
+  BlockDef* open_block = nullptr;
+  int block_line = 0;
+  std::unique_ptr<Expander> graph;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     // A spec is text: a NUL or other control byte (a corrupt file, or a
@@ -150,10 +431,25 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     auto w = words(line);
     if (w.empty()) continue;
     try {
-      if (w[0] == "name") {
+      if (open_block) {
+        // A block's lines are kept as written (one space between words):
+        // they are checked where the block is used, with its arguments.
+        if (w[0] == "end") {
+          if (w.size() != 1) throw std::invalid_argument("'end' takes nothing after it");
+          if (open_block->lines.empty()) throw std::invalid_argument("block " + open_block->name + " has no lines");
+          open_block = nullptr;
+        } else if (w[0] == "block" || w[0] == "name" || w[0] == "input") {
+          throw std::invalid_argument("'" + w[0] + "' inside block " + open_block->name + " (opened at line " +
+                                      std::to_string(block_line) + "; close it with 'end')");
+        } else {
+          split_graph_line(w);  // the label and from= are well formed
+          open_block->lines.push_back(joined(w));
+        }
+      } else if (w[0] == "name") {
         if (w.size() != 2) throw std::invalid_argument("name takes one word");
         spec.name = w[1];
       } else if (w[0] == "input") {
+        if (graph && graph->size() > 0) throw std::invalid_argument("'input' after the first layer");
         std::vector<std::int64_t> dims;
         std::size_t first = 1;
         if (w.size() > 1 && w[1] == "ids") {
@@ -167,9 +463,53 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
         if (dims.empty()) throw std::invalid_argument("input needs a shape, e.g. 'input 1 28 28'");
         spec.input = Shape(dims);
         have_input = true;
+      } else if (w[0] == "block") {
+        // block NAME PARAM[=DEFAULT] ...
+        if (w.size() < 2) throw std::invalid_argument("block needs a name: 'block NAME [PARAM[=DEFAULT] ...]'");
+        BlockDef b;
+        b.name = w[1];
+        if (!is_identifier(b.name)) throw std::invalid_argument("block name '" + b.name + "' is not a name");
+        if (is_layer_kind(b.name) || spec.find_block(b.name) || b.name == "block" || b.name == "end")
+          throw std::invalid_argument("block " + b.name + " is defined already (or is a layer's name)");
+        for (std::size_t i = 2; i < w.size(); ++i) {
+          BlockDef::Param p;
+          const auto eq = w[i].find('=');
+          p.name = w[i].substr(0, eq);
+          if (eq != std::string::npos) {
+            p.fallback = w[i].substr(eq + 1);
+            if (p.fallback.empty()) throw std::invalid_argument("block " + b.name + ": '" + w[i] + "' has no default");
+          }
+          if (!is_identifier(p.name))
+            throw std::invalid_argument("block " + b.name + ": parameter '" + p.name + "' is not a name");
+          if (b.has_param(p.name)) throw std::invalid_argument("block " + b.name + ": parameter " + p.name + " twice");
+          b.params.push_back(p);
+        }
+        spec.blocks.push_back(std::move(b));
+        open_block = &spec.blocks.back();
+        block_line = line_no;
+      } else if (w[0] == "end") {
+        throw std::invalid_argument("'end' without a block");
       } else {
-        auto layer = make_layer(line);  // validates the line now, with its line number
-        spec.layers.push_back(layer->spec());
+        // A layer, or a block's use: checked now, with its line number, by
+        // expanding it into the graph so far.
+        if (!graph) graph = std::make_unique<Expander>(spec);
+        graph->top_line(w, line_no);
+        GraphLine g = split_graph_line(w);
+        std::string body;
+        if (const BlockDef* b = spec.find_block(g.body[0])) {
+          // Every argument, in the block's order, defaults included.
+          std::map<std::string, std::string> given;
+          for (std::size_t i = 1; i < g.body.size(); ++i) {
+            const auto eq = g.body[i].find('=');
+            given[g.body[i].substr(0, eq)] = g.body[i].substr(eq + 1);
+          }
+          body = b->name;
+          for (const auto& p : b->params)
+            body += " " + p.name + "=" + (given.count(p.name) ? given[p.name] : p.fallback);
+        } else {
+          body = make_layer(joined(g.body))->spec();
+        }
+        spec.layers.push_back(graph_line_text(g.label, body, g.from));
       }
     } catch (const ParseError&) {
       throw;
@@ -177,8 +517,12 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
       throw ParseError(source, line_no, e.what());
     }
   }
+  if (open_block)
+    throw ParseError(source, line_no,
+                     "block " + open_block->name + " (line " + std::to_string(block_line) + ") has no 'end'");
   if (!have_input) throw ParseError(source, line_no, "no 'input' line (e.g. 'input 1 28 28')");
   if (spec.layers.empty()) throw ParseError(source, line_no, "no layers");
+  graph->finish([&](int l, std::size_t) { return source + ":" + std::to_string(l); });
   return spec;
 }
 
@@ -187,14 +531,44 @@ std::string ModelSpec::text() const {
   if (input_dtype == DType::i32) out += " ids";
   for (auto d : input.dims()) out += " " + std::to_string(d);
   out += "\n";
+  for (const auto& b : blocks) {
+    out += "block " + b.name;
+    for (const auto& p : b.params) out += " " + p.name + (p.fallback.empty() ? "" : "=" + p.fallback);
+    out += "\n";
+    for (const auto& l : b.lines) out += "  " + l + "\n";
+    out += "end\n";
+  }
   for (const auto& l : layers) out += l + "\n";
   return out;
 }
 
-std::vector<std::unique_ptr<Layer>> ModelSpec::make_layers() const {
-  std::vector<std::unique_ptr<Layer>> out;
-  for (const auto& l : layers) out.push_back(make_layer(l));
-  return out;
+bool ModelSpec::is_chain() const {
+  if (!blocks.empty()) return false;
+  for (const auto& l : layers)
+    if (l.find(':') != std::string::npos || l.find(" from=") != std::string::npos) return false;
+  return true;
+}
+
+std::vector<GraphNode> ModelSpec::make_graph() const {
+  Expander graph(*this);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    try {
+      graph.top_line(words(layers[i]), static_cast<int>(i + 1));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("model '" + name + "', line " + std::to_string(i + 1) + " '" + layers[i] +
+                                  "': " + e.what());
+    }
+  }
+  return graph.finish([&](int l, std::size_t) { return "model '" + name + "', line " + std::to_string(l); });
+}
+
+bool operator==(const ModelSpec& a, const ModelSpec& b) { return a.text() == b.text(); }
+
+std::string normalised_layer_line(const std::string& line) {
+  if (words(line).empty()) throw std::invalid_argument("an empty layer line");
+  const std::string kind = words(line)[0];
+  if (!is_layer_kind(kind)) throw std::invalid_argument("unknown layer '" + kind + "'; known: " + known_layers);
+  return make_layer(line)->spec();
 }
 
 std::vector<std::string> zoo_names() { return {"linreg", "mlp", "cnn", "textcnn"}; }

@@ -1,9 +1,9 @@
-// Model specs: the text form of a Sequential model.
+// Model specs: the text form of a model graph.
 //
 // A spec is what a user writes to define a model outside the zoo, what the
 // zoo itself is written in, and what a checkpoint stores so that a model can
 // be rebuilt without the user naming it. One item per line; `#` starts a
-// comment:
+// comment. A chain of layers (Keras Sequential) is just its lines:
 //
 //   name my_cnn
 //   input 1 28 28              # per-example shape; "input ids 300" for token ids
@@ -15,14 +15,36 @@
 //   dropout rate=0.5
 //   dense units=10
 //
-// Layers: dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding (vocab=,
-// dim=), flatten, relu, dropout. Unknown layers or options, missing values
-// and bad numbers (a kernel, stride, pool or padding above 2^31 - 1, say)
-// are errors naming the source and line. What only the built model can see
-// (a layer that does not fit the one before, a shape of more than 2^56
-// elements, token ids without an embedding first, a model larger than the
-// host's memory) is an error of Model's constructor naming the model and
-// the layer (models/model.hpp).
+// A graph (Keras functional): a line may carry a label ("NAME: layer ...")
+// and name its inputs with from=A,B (labels of earlier lines; `input` is
+// the model's input); without from= a layer takes the line before. Merges
+// (add) join branches. A block is a group of lines defined once, with
+// parameters ($NAME in its lines; NAME=DEFAULT for an optional one), and
+// used like a layer; inside it `in` is the block's input and its labels
+// are its own (they show as USE/LABEL, USE being the use's label or the
+// block's name and count: basic2/y):
+//
+//   block basic filters
+//     conv2d filters=$filters kernel=3 padding=same
+//     relu
+//     y: conv2d filters=$filters kernel=3 padding=same
+//     add from=in,y
+//     relu
+//   end
+//   conv2d filters=16 kernel=3 padding=same
+//   basic filters=16
+//   b: basic filters=16
+//
+// The model's output is its last line; every other layer's output must be
+// used. Layers: dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding
+// (vocab=, dim=), flatten, relu, dropout, add. Unknown layers, blocks,
+// labels or options, missing values and bad numbers (a kernel, stride,
+// pool or padding above 2^31 - 1, say) are errors naming the source and
+// line (and the block's line). What only the built model can see (a layer
+// that does not fit its inputs, a shape of more than 2^56 elements, token
+// ids without an embedding first, a model larger than the host's memory)
+// is an error of Model's constructor naming the model and the layer
+// (models/model.hpp).
 #pragma once
 
 #include <memory>
@@ -37,18 +59,54 @@ struct Dataset;
 
 namespace troupe::models {
 
+// A block: lines defined once and used like a layer, with arguments.
+struct BlockDef {
+  struct Param {
+    std::string name;
+    std::string fallback;  // empty: the use must give it
+  };
+  std::string name;
+  std::vector<Param> params;
+  std::vector<std::string> lines;  // as written (one space between words), $NAME not yet replaced
+  bool has_param(const std::string& name) const;
+};
+
+// One layer of the graph a spec describes, blocks expanded.
+struct GraphNode {
+  std::string name;  // its label, after the block uses around it ("b/y"); empty: it has none
+  std::unique_ptr<Layer> layer;
+  std::vector<int> inputs;  // nodes before it; -1 is the model's input
+};
+
 struct ModelSpec {
   std::string name = "model";
-  Shape input;                      // per example
-  DType input_dtype = DType::f32;   // i32 for token ids
-  std::vector<std::string> layers;  // one normalised layer line each
+  Shape input;                     // per example
+  DType input_dtype = DType::f32;  // i32 for token ids
+  std::vector<BlockDef> blocks;
+  // One normalised line each: a layer or a block's use, with its label and
+  // from= ("y: conv2d filters=16 kernel=3 stride=1 padding=same from=x").
+  std::vector<std::string> layers;
 
   // Parses spec text; `source` names it in errors ("model.spec", "zoo:cnn").
   static ModelSpec parse(const std::string& text, const std::string& source);
-  // Normalised text; parse(text()) gives an equal spec.
+  // Normalised text; parse(text()) gives an equal spec. A chain's text is
+  // what it always was, so older checkpoints' specs read the same.
   std::string text() const;
-  std::vector<std::unique_ptr<Layer>> make_layers() const;
+  // The graph, in an order where every node's inputs come before it; the
+  // last node gives the model's output.
+  std::vector<GraphNode> make_graph() const;
+  // No labels, no from=, no blocks: a Sequential stack.
+  bool is_chain() const;
+  const BlockDef* find_block(const std::string& name) const;
 };
+
+// One layer line ("conv2d filters=16 kernel=3") in its normalised form
+// ("conv2d filters=16 kernel=3 stride=1 padding=valid"); throws
+// std::invalid_argument for an unknown layer or option.
+std::string normalised_layer_line(const std::string& line);
+
+// Specs are equal when their normalised texts are.
+bool operator==(const ModelSpec& a, const ModelSpec& b);
 
 // What a zoo model needs to know about its data.
 struct DataShape {

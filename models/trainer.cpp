@@ -87,6 +87,10 @@ Trainer::Trainer(TrainConfig config)
       : throw std::invalid_argument("dataset " + config_.data + " has " + std::to_string(data_.train.size()) +
                                     " training examples, fewer than one batch of " + std::to_string(config_.batch));
   if (!config_.checkpoint_dir.empty()) {
+    if (model_->state_count() > 0)
+      throw std::invalid_argument("model '" + model_->spec().name +
+                                  "' keeps running statistics (batchnorm), which checkpoints do not store yet: "
+                                  "train it without a checkpoint directory");
     checkpoints_ = std::make_unique<checkpoint::Directory>(config_.checkpoint_dir, config_.keep_last);
     if (config_.resume) {
       if (auto found = find_resume_checkpoint(*checkpoints_, config_.resume_or_start))

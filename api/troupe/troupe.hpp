@@ -47,6 +47,7 @@
 #include "models/data/epoch_plan.hpp"
 #include "models/data/load.hpp"
 #include "models/model.hpp"
+#include "models/model_builder.hpp"
 #include "models/optimizer.hpp"
 #include "models/tensorboard.hpp"
 #include "models/trainer.hpp"
@@ -66,12 +67,16 @@ namespace troupe {
 using kernels::Device;
 using kernels::Shape;
 using kernels::Tensor;
-namespace ops = kernels::ops;   // the numeric ops, for code that glues models together
-using data::Dataset;            // one split in host memory
-using data::Splits;             // train + test
-using models::EpochResult;      // test loss / accuracy / top-5, lr, step, seconds
-using models::Model;            // a Sequential model on one device (forward, backward, flat buffers)
-using models::ModelSpec;        // a model as text (models/spec.hpp)
+namespace ops = kernels::ops;  // the numeric ops, for code that glues models together
+using data::Dataset;           // one split in host memory
+using data::Splits;            // train + test
+using models::EpochResult;     // test loss / accuracy / top-5, lr, step, seconds
+using models::Model;           // a model graph on one device (forward, backward, flat buffers)
+using models::ModelSpec;       // a model as text (models/spec.hpp)
+// A model graph in C++, Keras-functional style: each call adds a layer and
+// returns its output; spec() gives the ModelSpec (models/model_builder.hpp
+// shows a residual block written as a function).
+using models::ModelBuilder;
 using models::OptimizerConfig;  // name ("sgd", "adam", "nadam") and hyper-parameters
 
 // "cpu:0,cpu:1" or "cuda:0,cuda:1". Throws std::invalid_argument naming the bad item.

@@ -61,8 +61,9 @@ void require_padding(const char* layer, const Padding& p) {
 
 // ---- Conv2D ----
 
-Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride, Padding padding)
-    : filters_(filters), kernel_h_(kernel_h), kernel_w_(kernel_w), stride_(stride), padding_(padding) {
+Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride, Padding padding,
+               bool bias)
+    : filters_(filters), kernel_h_(kernel_h), kernel_w_(kernel_w), stride_(stride), padding_(padding), use_bias_(bias) {
   require_positive("conv2d", "filters", filters);
   require_window("conv2d", "kernel", kernel_h);
   require_window("conv2d", "kernel", kernel_w);
@@ -74,7 +75,7 @@ std::string Conv2D::spec() const {
   std::string kernel =
       kernel_h_ == kernel_w_ ? std::to_string(kernel_h_) : std::to_string(kernel_h_) + "x" + std::to_string(kernel_w_);
   return "conv2d filters=" + std::to_string(filters_) + " kernel=" + kernel + " stride=" + std::to_string(stride_) +
-         " padding=" + padding_.str();
+         " padding=" + padding_.str() + (use_bias_ ? "" : " bias=false");
 }
 
 Shape Conv2D::build(const Shape& input, const Device& device) {
@@ -90,22 +91,25 @@ Shape Conv2D::build(const Shape& input, const Device& device) {
 }
 
 std::vector<ParameterInfo> Conv2D::parameters() const {
+  if (!use_bias_) return {{"kernel", Shape{filters_, input_[0], kernel_h_, kernel_w_}}};
   return {{"kernel", Shape{filters_, input_[0], kernel_h_, kernel_w_}}, {"bias", Shape{filters_}}};
 }
 
 void Conv2D::bind(const Tensor& params, const Tensor& grads) {
   const Shape ks{filters_, input_[0], kernel_h_, kernel_w_};
   kernel_ = params.slice(0, ks);
-  bias_ = params.slice(ks.numel(), {filters_});
   dkernel_ = grads.slice(0, ks);
-  dbias_ = grads.slice(ks.numel(), {filters_});
+  if (use_bias_) {  // else undefined: the ops then add no bias and compute none
+    bias_ = params.slice(ks.numel(), {filters_});
+    dbias_ = grads.slice(ks.numel(), {filters_});
+  }
 }
 
 void Conv2D::initialize(std::uint64_t seed) {
   // Keras' Glorot fans for convolutions: receptive field times channels.
   const std::int64_t field = kernel_h_ * kernel_w_;
   ops::glorot_uniform(kernel_, input_[0] * field, filters_ * field, seed);
-  ops::fill(bias_, 0.0f);
+  if (use_bias_) ops::fill(bias_, 0.0f);
 }
 
 const Tensor& Conv2D::forward(const Tensor& x, bool) {

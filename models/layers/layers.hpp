@@ -1,4 +1,4 @@
-// The layers of troupe's Sequential models. Shapes are per example (no batch
+// The layers of troupe's models. Shapes are per example (no batch
 // dimension) and channels come first: images are [channels, height, width],
 // sequences [channels, length].
 //
@@ -52,8 +52,10 @@ struct Padding {
 // 2-D convolution over [c, h, w] with `filters` kernels of kernel_h x kernel_w.
 class Conv2D final : public Layer {
  public:
+  // bias=false: no bias (a BatchNorm after it has its own beta), as
+  // PyTorch's bias=False and Keras' use_bias=False.
   Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride = 1,
-         Padding padding = {});
+         Padding padding = {}, bool bias = true);
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -65,6 +67,7 @@ class Conv2D final : public Layer {
  private:
   std::int64_t filters_, kernel_h_, kernel_w_, stride_;
   Padding padding_;
+  bool use_bias_;
   Shape input_, output_;
   Device device_;
   Tensor kernel_, bias_, dkernel_, dbias_, x_, y_, dx_;
@@ -185,6 +188,129 @@ class Dropout final : public Layer {
   Shape shape_;
   Device device_;
   Tensor x_, y_, dx_;
+};
+
+// Average pooling over [c, h, w] (Keras AveragePooling2D, 'valid'): the
+// mean of each full window; stride defaults to the window.
+class AvgPool2D final : public Layer {
+ public:
+  explicit AvgPool2D(std::int64_t pool = 2, std::int64_t stride = 0);
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  std::int64_t pool_, stride_;
+  Shape input_, output_;
+  Device device_;
+  Tensor y_, dx_;
+};
+
+// [c, h, w] -> [c]: the mean of each channel's plane (Keras
+// GlobalAveragePooling2D; a ResNet's head).
+class GlobalAvgPool2D final : public Layer {
+ public:
+  std::string spec() const override { return "globalavgpool2d"; }
+  Shape build(const Shape& input, const Device& device) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  Shape input_;
+  Device device_;
+  Tensor y_, dx_;
+};
+
+// Element-wise activations: sigmoid, tanh, gelu (exact, with erf: PyTorch's
+// default, Keras approximate=False), and softmax over the last dimension
+// (over the classes of [classes], or the positions of [c, length]).
+class Activation final : public Layer {
+ public:
+  enum class Kind { sigmoid, tanh, gelu, softmax };
+  explicit Activation(Kind kind) : kind_(kind) {}
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  Kind kind_;
+  Shape shape_;
+  Device device_;
+  Tensor x_, y_, dx_;
+};
+
+// Batch normalisation per channel of [c, ...] (BatchNorm2d on [c, h, w],
+// BatchNorm1d on [c]): training normalises by the batch's mean and (biased)
+// variance and updates the running estimates,
+//   running = momentum * running + (1 - momentum) * batch
+// with the variance unbiased (n / (n - 1)) as PyTorch does; evaluation
+// normalises by the running estimates. momentum is Keras' convention: 0.9
+// here is PyTorch's momentum=0.1 (the default, as the anchors use; Keras'
+// own default is 0.99). epsilon defaults to PyTorch's 1e-5 (Keras: 1e-3).
+// gamma (1) and beta (0) are trained; the running mean (0) and variance
+// (1) are the model's state (Model::state()), not parameters: no gradient
+// and no optimizer touch them.
+class BatchNorm final : public Layer {
+ public:
+  explicit BatchNorm(float momentum = 0.9f, float epsilon = 1e-5f);
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  std::vector<ParameterInfo> parameters() const override;
+  std::vector<ParameterInfo> state() const override;
+  void bind(const Tensor& params, const Tensor& grads) override;
+  void bind_state(const Tensor& state) override;
+  void initialize(std::uint64_t seed) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  float momentum_, epsilon_;
+  std::int64_t channels_ = 0, per_example_ = 0;  // per_example_: positions per channel in one example
+  Shape shape_;
+  Device device_;
+  bool trained_ = false;  // the last forward pass was a training one
+  Tensor gamma_, beta_, dgamma_, dbeta_, running_mean_, running_var_;
+  Tensor mean_, var_, zeros_, x_, y_, dx_;
+};
+
+// ---- merges: they join the branches of a model graph (models/spec.hpp) ----
+
+// The element-wise sum of its inputs, which must have one shape (a
+// residual connection: Keras layers.Add). Its backward hands dy itself to
+// every input: nothing is copied.
+class Add final : public Merge {
+ public:
+  std::string spec() const override { return "add"; }
+  Shape build_merge(const std::vector<Shape>& inputs, const Device& device) override;
+  const Tensor& forward_merge(const std::vector<const Tensor*>& xs, bool training) override;
+  const std::vector<const Tensor*>& backward_merge(const Tensor& dy, const std::vector<bool>& need) override;
+
+ private:
+  Shape shape_;
+  Device device_;
+  Tensor y_;
+  std::vector<const Tensor*> dxs_;
+};
+
+// Concatenation along the channels (the first per-example dimension;
+// Keras Concatenate(axis=1) on channels-first data): every other dimension
+// of the inputs must agree.
+class Concat final : public Merge {
+ public:
+  std::string spec() const override { return "concat"; }
+  Shape build_merge(const std::vector<Shape>& inputs, const Device& device) override;
+  const Tensor& forward_merge(const std::vector<const Tensor*>& xs, bool training) override;
+  const std::vector<const Tensor*>& backward_merge(const Tensor& dy, const std::vector<bool>& need) override;
+
+ private:
+  std::vector<Shape> inputs_;
+  Shape shape_;
+  Device device_;
+  Tensor y_;
+  std::vector<Tensor> dx_buffers_;
+  std::vector<const Tensor*> dxs_;
 };
 
 }  // namespace troupe::models

@@ -88,4 +88,60 @@ const Tensor& MaxPool1D::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+// ---- AvgPool2D ----
+
+AvgPool2D::AvgPool2D(std::int64_t pool, std::int64_t stride)
+    : pool_(checked_pool("avgpool2d", pool)), stride_(default_stride("avgpool2d", stride, pool)) {}
+
+std::string AvgPool2D::spec() const {
+  return "avgpool2d pool=" + std::to_string(pool_) + " stride=" + std::to_string(stride_);
+}
+
+Shape AvgPool2D::build(const Shape& input, const Device& device) {
+  if (input.rank() != 3)
+    throw std::invalid_argument("avgpool2d: expects an image input [channels, height, width], got " + input.str());
+  input_ = input;
+  device_ = device;
+  Shape y = ops::avgpool2d_output_shape(Shape{1, input[0], input[1], input[2]}, {pool_, pool_, stride_, stride_});
+  output_ = Shape{y[1], y[2], y[3]};
+  return output_;
+}
+
+const Tensor& AvgPool2D::forward(const Tensor& x, bool) {
+  Tensor& y = ensure(y_, x.size(0), output_, device_);
+  ops::avgpool2d_forward(x, y, {pool_, pool_, stride_, stride_});
+  return y;
+}
+
+const Tensor& AvgPool2D::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), input_, device_);
+  ops::avgpool2d_backward(dy, dx, {pool_, pool_, stride_, stride_});
+  return dx;
+}
+
+// ---- GlobalAvgPool2D ----
+
+Shape GlobalAvgPool2D::build(const Shape& input, const Device& device) {
+  if (input.rank() != 3)
+    throw std::invalid_argument("globalavgpool2d: expects an image input [channels, height, width], got " +
+                                input.str());
+  input_ = input;
+  device_ = device;
+  return Shape{input[0]};
+}
+
+const Tensor& GlobalAvgPool2D::forward(const Tensor& x, bool) {
+  Tensor& y = ensure(y_, x.size(0), Shape{input_[0]}, device_);
+  ops::global_avgpool2d_forward(x, y);
+  return y;
+}
+
+const Tensor& GlobalAvgPool2D::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), input_, device_);
+  ops::global_avgpool2d_backward(dy, dx);
+  return dx;
+}
+
 }  // namespace troupe::models

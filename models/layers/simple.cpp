@@ -1,5 +1,5 @@
 // Layers without parameters that transform element by element or only
-// reinterpret a shape: Flatten, ReLU, Dropout.
+// reinterpret a shape: Flatten, ReLU, the other activations, Dropout.
 #include <stdexcept>
 
 #include "kernels/ops.hpp"
@@ -46,6 +46,68 @@ const Tensor& ReLU::backward(const Tensor& dy, bool need_dx) {
   if (!need_dx) return dx_;
   Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
   ops::relu_backward(x_, dy, dx);
+  return dx;
+}
+
+// ---- Activation: sigmoid, tanh, gelu, softmax ----
+
+std::string Activation::spec() const {
+  switch (kind_) {
+    case Kind::sigmoid:
+      return "sigmoid";
+    case Kind::tanh:
+      return "tanh";
+    case Kind::gelu:
+      return "gelu";
+    case Kind::softmax:
+      return "softmax";
+  }
+  return "";
+}
+
+Shape Activation::build(const Shape& input, const Device& device) {
+  shape_ = input;
+  device_ = device;
+  return input;
+}
+
+const Tensor& Activation::forward(const Tensor& x, bool) {
+  x_ = x;
+  Tensor& y = ensure(y_, x.size(0), shape_, device_);
+  switch (kind_) {
+    case Kind::sigmoid:
+      ops::sigmoid_forward(x, y);
+      break;
+    case Kind::tanh:
+      ops::tanh_forward(x, y);
+      break;
+    case Kind::gelu:
+      ops::gelu_forward(x, y);
+      break;
+    case Kind::softmax:
+      ops::softmax_forward(x, y);
+      break;
+  }
+  return y;
+}
+
+const Tensor& Activation::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
+  switch (kind_) {  // sigmoid, tanh and softmax from their output, gelu from its input
+    case Kind::sigmoid:
+      ops::sigmoid_backward(y_, dy, dx);
+      break;
+    case Kind::tanh:
+      ops::tanh_backward(y_, dy, dx);
+      break;
+    case Kind::gelu:
+      ops::gelu_backward(x_, dy, dx);
+      break;
+    case Kind::softmax:
+      ops::softmax_backward(y_, dy, dx);
+      break;
+  }
   return dx;
 }
 

@@ -3,6 +3,7 @@
 // layout of a model.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "kernels/ops.hpp"
@@ -151,6 +152,75 @@ TEST(LayerGradients, EmbeddingTableWithRepeatedIds) {
       },
       1e-2, 2e-2);
   EXPECT_THROW(layer.backward(r, true), std::logic_error);
+}
+
+TEST(LayerGradients, Conv2DWithoutBias) {
+  Conv2D layer(2, 3, 3, 1, Padding::parse("same"), /*bias=*/false);
+  LayerCheck c(layer, {2, 5, 5}, 25);
+  EXPECT_EQ(layer.parameter_count(), 2 * 2 * 3 * 3);
+  EXPECT_EQ(layer.spec(), "conv2d filters=2 kernel=3 stride=1 padding=same bias=false");
+  c.check("conv2d input", c.x, true);
+  c.check("conv2d params", c.params.slice(0, {layer.parameter_count()}), false);
+}
+
+TEST(LayerGradients, AvgPool2DAndGlobalAvgPool2D) {
+  AvgPool2D pool(2, 1);
+  LayerCheck a(pool, {2, 5, 4}, 61);
+  a.check("avgpool2d input", a.x, true);
+  GlobalAvgPool2D global;
+  LayerCheck g(global, {3, 4, 5}, 62);
+  g.check("globalavgpool2d input", g.x, true);
+}
+
+TEST(LayerGradients, SigmoidTanhGeluSoftmax) {
+  for (auto kind :
+       {Activation::Kind::sigmoid, Activation::Kind::tanh, Activation::Kind::gelu, Activation::Kind::softmax}) {
+    Activation layer(kind);
+    LayerCheck c(layer, {3, 7}, 70 + static_cast<std::uint64_t>(kind), -3.0f, 3.0f);
+    c.check(layer.spec() + " input", c.x, true);
+  }
+}
+
+// Training normalises by the batch's statistics, so the input gradient
+// goes through the mean and the variance too.
+TEST(LayerGradients, BatchNormInTraining) {
+  for (const Shape& in : {Shape{3, 4, 5}, Shape{4}}) {
+    BatchNorm layer;
+    LayerCheck c(layer, in, 80, -2.0f, 2.0f);
+    Tensor state = Tensor::zeros({layer.state_count()});
+    layer.bind_state(state);
+    c.check("batchnorm input " + in.str(), c.x, true);
+    c.check("batchnorm gamma and beta " + in.str(), c.params.slice(0, {layer.parameter_count()}), false);
+  }
+}
+
+// The running estimates follow PyTorch's update (momentum 0.9 in Keras'
+// convention is PyTorch's 0.1; the variance unbiased), and evaluation
+// normalises by them.
+TEST(BatchNorm, RunningStatisticsAreWhatPyTorchKeepsAndEvaluationUsesThem) {
+  BatchNorm layer(0.9f, 1e-5f);
+  layer.build({2, 3}, Device::cpu());
+  Tensor params = Tensor::zeros({layer.parameter_count()}), grads = Tensor::zeros({layer.parameter_count()});
+  Tensor state = Tensor::zeros({layer.state_count()});
+  layer.bind(params, grads);
+  layer.bind_state(state);
+  layer.initialize(0);
+  EXPECT_EQ(state.to_vector(), (std::vector<float>{0, 0, 1, 1}));   // mean 0, variance 1
+  EXPECT_EQ(params.to_vector(), (std::vector<float>{1, 1, 0, 0}));  // gamma 1, beta 0
+  // Two examples of [2 channels, 3 positions]: channel 0 holds 1..6, channel 1 holds 2 x (1..6).
+  Tensor x = Tensor::from_vector({2, 2, 3}, std::vector<float>{1, 2, 3, 2, 4, 6, 4, 5, 6, 8, 10, 12});
+  layer.forward(x, true);
+  // Channel 0: mean 3.5, biased variance 17.5/6, unbiased 3.5; channel 1 twice that and four times.
+  const auto s = state.to_vector();
+  EXPECT_NEAR(s[0], 0.1 * 3.5, 1e-6);
+  EXPECT_NEAR(s[1], 0.1 * 7.0, 1e-6);
+  EXPECT_NEAR(s[2], 0.9 + 0.1 * 3.5, 1e-5);
+  EXPECT_NEAR(s[3], 0.9 + 0.1 * 14.0, 1e-5);
+  // Evaluation: (x - running mean) / sqrt(running var + eps), gamma 1, beta 0.
+  const auto y = layer.forward(x, false).to_vector();
+  EXPECT_NEAR(y[0], (1 - s[0]) / std::sqrt(s[2] + 1e-5), 1e-5);
+  EXPECT_NEAR(y[11], (12 - s[1]) / std::sqrt(s[3] + 1e-5), 1e-5);
+  EXPECT_EQ(layer.spec(), "batchnorm momentum=0.9 epsilon=1e-05");
 }
 
 TEST(LayerGradients, FlattenIsAViewBothWays) {

@@ -1,0 +1,121 @@
+// Normalisation layers: BatchNorm.
+#include <cstdio>
+#include <stdexcept>
+
+#include "kernels/ops.hpp"
+#include "models/layers/layers.hpp"
+
+namespace troupe::models {
+
+namespace ops = kernels::ops;
+
+namespace {
+std::string number(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(v));
+  return text;
+}
+}  // namespace
+
+BatchNorm::BatchNorm(float momentum, float epsilon) : momentum_(momentum), epsilon_(epsilon) {
+  if (!(momentum >= 0.0f && momentum < 1.0f))
+    throw std::invalid_argument(
+        "batchnorm: momentum must be in [0, 1) (Keras' convention: 0.9 keeps 90% of the "
+        "running estimate each step), got " +
+        number(momentum));
+  if (!(epsilon > 0.0f && epsilon < 1.0f))
+    throw std::invalid_argument("batchnorm: epsilon must be in (0, 1), got " + number(epsilon));
+}
+
+std::string BatchNorm::spec() const {
+  return "batchnorm momentum=" + number(momentum_) + " epsilon=" + number(epsilon_);
+}
+
+Shape BatchNorm::build(const Shape& input, const Device& device) {
+  if (input.rank() < 1) throw std::invalid_argument("batchnorm: expects [channels, ...], got " + input.str());
+  shape_ = input;
+  device_ = device;
+  channels_ = input[0];
+  per_example_ = input.numel() / channels_;
+  return input;
+}
+
+std::vector<ParameterInfo> BatchNorm::parameters() const {
+  return {{"gamma", Shape{channels_}}, {"beta", Shape{channels_}}};
+}
+
+std::vector<ParameterInfo> BatchNorm::state() const {
+  return {{"running_mean", Shape{channels_}}, {"running_var", Shape{channels_}}};
+}
+
+void BatchNorm::bind(const Tensor& params, const Tensor& grads) {
+  gamma_ = params.slice(0, {channels_});
+  beta_ = params.slice(channels_, {channels_});
+  dgamma_ = grads.slice(0, {channels_});
+  dbeta_ = grads.slice(channels_, {channels_});
+}
+
+void BatchNorm::bind_state(const Tensor& state) {
+  running_mean_ = state.slice(0, {channels_});
+  running_var_ = state.slice(channels_, {channels_});
+}
+
+void BatchNorm::initialize(std::uint64_t) {
+  ops::fill(gamma_, 1.0f);
+  ops::fill(beta_, 0.0f);
+  if (running_mean_.defined()) {
+    ops::fill(running_mean_, 0.0f);
+    ops::fill(running_var_, 1.0f);
+  }
+}
+
+const Tensor& BatchNorm::forward(const Tensor& x, bool training) {
+  x_ = x;
+  trained_ = training;
+  Tensor& y = ensure(y_, x.size(0), shape_, device_);
+  if (!training) {
+    ops::batchnorm_forward(x, running_mean_, running_var_, gamma_, beta_, epsilon_, y);
+    return y;
+  }
+  if (!mean_.defined() || mean_.device() != device_) {
+    mean_ = Tensor::zeros({channels_}, DType::f32, device_);
+    var_ = Tensor::zeros({channels_}, DType::f32, device_);
+  }
+  // Two passes: the mean, then the squares about it (not the mean of the
+  // squares, which loses the variance to cancellation).
+  const double count = static_cast<double>(x.size(0)) * static_cast<double>(per_example_);
+  ops::channel_sum(x, mean_);
+  ops::scale(mean_, static_cast<float>(1.0 / count));
+  ops::channel_centered_sumsq(x, mean_, var_);
+  ops::scale(var_, static_cast<float>(1.0 / count));
+  ops::batchnorm_forward(x, mean_, var_, gamma_, beta_, epsilon_, y);
+  // The running variance is unbiased, as PyTorch keeps it; one value per
+  // channel has no unbiased variance, and then the batch's (0) is used.
+  const double unbias = count > 1 ? count / (count - 1) : 1.0;
+  ops::scale(running_mean_, momentum_);
+  ops::axpy(1.0f - momentum_, mean_, running_mean_);
+  ops::scale(running_var_, momentum_);
+  ops::axpy(static_cast<float>((1.0 - momentum_) * unbias), var_, running_var_);
+  return y;
+}
+
+const Tensor& BatchNorm::backward(const Tensor& dy, bool need_dx) {
+  // The per-channel sums of dy and dy * xhat are dbeta and dgamma; the
+  // input's gradient needs both (a training pass: the batch's statistics
+  // depend on x) or neither (an evaluation pass: fixed statistics).
+  const Tensor& mean = trained_ ? mean_ : running_mean_;
+  const Tensor& var = trained_ ? var_ : running_var_;
+  ops::batchnorm_backward_reduce(x_, dy, mean, var, epsilon_, dbeta_, dgamma_);
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
+  const double count = static_cast<double>(dy.size(0)) * static_cast<double>(per_example_);
+  if (trained_) {
+    ops::batchnorm_backward_data(x_, dy, mean, var, gamma_, epsilon_, dbeta_, dgamma_, count, dx);
+  } else {
+    if (!zeros_.defined() || zeros_.device() != device_) zeros_ = Tensor::zeros({channels_}, DType::f32, device_);
+    ops::batchnorm_backward_data(x_, dy, mean, var, gamma_, epsilon_, zeros_, zeros_, count, dx);
+  }
+  return dx;
+}
+
+}  // namespace troupe::models
