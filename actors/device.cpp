@@ -230,6 +230,7 @@ ReplicaState snapshot(const DeviceState& s) {
   for (const auto& [name, buffer] : s.optimizer->buffers())
     out.buffers.emplace_back(name, buffer.to(kernels::Device::cpu()));
   out.scalars = s.optimizer->scalars();
+  if (s.model->state_count() > 0) out.model_state = s.model->state().to(kernels::Device::cpu());
   return out;
 }
 
@@ -315,6 +316,20 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       [=](set_state_atom, const ReplicaState& state) -> caf::result<caf::ok_atom> {
         if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
         restore_state(self->state.model->parameters(), *self->state.optimizer, state);
+        restore_model_state(*self->state.model, state);
+        return caf::ok_atom::value;
+      },
+      // The running statistics alone (BatchNorm), which the coordinator
+      // averages over the replicas before an evaluation or a checkpoint.
+      [=](model_state_atom) -> caf::result<Tensor> {
+        if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        return self->state.model->state().to(kernels::Device::cpu());
+      },
+      [=](model_state_atom, const Tensor& state) -> caf::result<caf::ok_atom> {
+        if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        ReplicaState only;
+        only.model_state = state;
+        restore_model_state(*self->state.model, only);
         return caf::ok_atom::value;
       },
       // Resume (and joins): the state, and the replica's own clock and data
@@ -328,6 +343,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
           return caf::make_error(caf::sec::runtime_error,
                                  "replica " + std::to_string(st.config.rank) + " was moved while it had steps granted");
         restore_state(st.model->parameters(), *st.optimizer, state);
+        restore_model_state(*st.model, state);
         st.clock = at.clock;
         st.grant.up_to = at.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();

@@ -78,7 +78,8 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;             // a node
 using host_shards_atom = caf::atom_constant<caf::atom("hostshard")>;   // coordinator -> ps task: run these shards
 using standby_atom = caf::atom_constant<caf::atom("standby")>;       // coordinator -> a spare ps task: wait to be used
 using abort_push_atom = caf::atom_constant<caf::atom("abortpush")>;  // coordinator -> node: fail every push in flight
-using watch_stop_atom = caf::atom_constant<caf::atom("watchstop")>;  // coordinator -> itself: look at should_stop
+using model_state_atom = caf::atom_constant<caf::atom("modelstate")>;  // a replica's running statistics
+using watch_stop_atom = caf::atom_constant<caf::atom("watchstop")>;    // coordinator -> itself: look at should_stop
 
 // A batch from a data loader, on the host.
 struct Batch {
@@ -133,6 +134,10 @@ struct ReplicaState {
   Tensor parameters;
   std::vector<std::pair<std::string, Tensor>> buffers;
   std::vector<std::pair<std::string, double>> scalars;
+  // The model's state that is not trained (BatchNorm's running statistics):
+  // a replica's own. Undefined from the parameter server (it keeps none),
+  // and then a replica taking the state keeps its own.
+  Tensor model_state;
   // From the parameter server: each replica's clock as of the last push it
   // applied (by rank), i.e. the data positions its parameters reflect.
   std::vector<std::int64_t> replica_clocks;
@@ -142,6 +147,9 @@ struct ReplicaState {
 // replica or a parameter-server shard (whose state is its packed part of
 // the whole, actors/ps/partition.hpp).
 void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state);
+// Copies the state's model state (running statistics) into `model`, when
+// it has one (not from the parameter server).
+void restore_model_state(models::Model& model, const ReplicaState& state);
 
 // Where a replica stands in the job: the steps it has completed (its clock)
 // and so the next batch of its shard. Sent with a state on resume (and, for
@@ -348,6 +356,7 @@ void serialize(P& p, ReplicaState& s, const unsigned int) {
   }
   detail::check(p.end_sequence(), "ReplicaState");
   detail::check(p(s.replica_clocks), "ReplicaState");
+  detail::check(p(s.model_state), "ReplicaState");
 }
 
 template <class P>

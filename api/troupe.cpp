@@ -115,6 +115,7 @@ void save_model(const Model& model, const std::string& path) {
   s.model.name = model.spec().name;
   s.model.spec = model.spec().text();
   s.parameters = model.parameters().to_vector();
+  s.model_state = model.state().to_vector();
   s.metrics_note = "saved by troupe::save_model";
   checkpoint::write(path, s);
 }

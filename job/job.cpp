@@ -104,14 +104,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
-    // Running statistics (BatchNorm) are the model's state beside its
-    // parameters; replicas, the parameter server and checkpoints do not
-    // carry it yet, so a job would evaluate and save wrong statistics.
-    if (probe.state_count() > 0)
-      throw std::invalid_argument("model '" + spec_.name +
-                                  "' keeps running statistics (batchnorm), which the actor runtime does not carry "
-                                  "between replicas, the parameter server and checkpoints yet; this build trains it "
-                                  "with the single-device Trainer only (the C++ API's models::Trainer)");
+    state_count_ = probe.state_count();
     // The parameter server's shards (async, ssp): whole layers round-robin,
     // big ones split. Shards that would own nothing are not run.
     std::vector<ps::Range> layers;
@@ -368,6 +361,10 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   if (t.resume && checkpoints_) {
     if (auto found = models::find_resume_checkpoint(*checkpoints_, t.resume_or_start)) {
       models::check_resumable(found->state, found->path, spec_, parameter_count_, t.optimizer.name, t.seed);
+      if (static_cast<std::int64_t>(found->state.model_state.size()) != state_count_)
+        throw checkpoint::CheckpointError(found->path, "holds " + std::to_string(found->state.model_state.size()) +
+                                                           " values of model state (running statistics), but model '" +
+                                                           spec_.name + "' keeps " + std::to_string(state_count_));
       resumed = std::move(found->state);
       resumed_path = found->path;
     }
@@ -548,6 +545,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         if (resumed) {
           ReplicaState state;
           state.parameters = Tensor::from_vector({parameter_count_}, resumed->parameters);
+          if (state_count_ > 0) state.model_state = Tensor::from_vector({state_count_}, resumed->model_state);
           for (const auto& b : resumed->optimizer.buffers)
             state.buffers.emplace_back(b.name,
                                        Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
@@ -622,6 +620,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.eval_every = t.eval_every;
     cc.model_name = spec_.name;
     cc.model_spec = spec_.text();
+    cc.model_state_count = state_count_;
     cc.optimizer = t.optimizer;
     cc.schedule = schedule;
     cc.seed = t.seed;

@@ -264,6 +264,7 @@ class Job {
   data::Splits data_;
   models::ModelSpec spec_;
   std::int64_t parameter_count_ = 0;
+  std::int64_t state_count_ = 0;  // the model's running statistics (BatchNorm)
   std::shared_ptr<const ps::Partition> partition_;  // the parameter server's shards
   std::int64_t batches_per_epoch_ = 0;
   std::shared_ptr<checkpoint::Directory> checkpoints_;

@@ -87,10 +87,6 @@ Trainer::Trainer(TrainConfig config)
       : throw std::invalid_argument("dataset " + config_.data + " has " + std::to_string(data_.train.size()) +
                                     " training examples, fewer than one batch of " + std::to_string(config_.batch));
   if (!config_.checkpoint_dir.empty()) {
-    if (model_->state_count() > 0)
-      throw std::invalid_argument("model '" + model_->spec().name +
-                                  "' keeps running statistics (batchnorm), which checkpoints do not store yet: "
-                                  "train it without a checkpoint directory");
     checkpoints_ = std::make_unique<checkpoint::Directory>(config_.checkpoint_dir, config_.keep_last);
     if (config_.resume) {
       if (auto found = find_resume_checkpoint(*checkpoints_, config_.resume_or_start))
@@ -262,6 +258,7 @@ checkpoint::State Trainer::state() const {
   s.model.name = model_->spec().name;
   s.model.spec = model_->spec().text();
   s.parameters = model_->parameters().to_vector();
+  s.model_state = model_->state().to_vector();
   s.optimizer.name = config_.optimizer.name;
   s.optimizer.spec = config_.optimizer.text();
   for (const auto& [name, buffer] : optimizer_->buffers()) s.optimizer.buffers.push_back({name, buffer.to_vector()});
@@ -323,6 +320,7 @@ void Trainer::restore(const checkpoint::State& s, const std::string& path) {
   check_resumable(s, path, model_->spec(), model_->parameter_count(), config_.optimizer.name, config_.seed);
   model_->parameters().copy_from(Tensor::view(const_cast<float*>(s.parameters.data()), model_->parameters().shape(),
                                               kernels::DType::f32, Device::cpu()));
+  restore_model_state(*model_, s, path);
   for (const auto& [name, buffer] : optimizer_->buffers()) {
     const checkpoint::NamedBuffer* saved = nullptr;
     for (const auto& b : s.optimizer.buffers)
@@ -376,7 +374,20 @@ std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::str
                                                 std::to_string(model->parameter_count()));
   model->parameters().copy_from(Tensor::view(const_cast<float*>(state.parameters.data()), model->parameters().shape(),
                                              kernels::DType::f32, Device::cpu()));
+  restore_model_state(*model, state, path);
   return model;
+}
+
+void restore_model_state(Model& model, const checkpoint::State& state, const std::string& path) {
+  if (static_cast<std::int64_t>(state.model_state.size()) != model.state_count())
+    throw checkpoint::CheckpointError(path, "holds " + std::to_string(state.model_state.size()) +
+                                                " values of model state (running statistics), "
+                                                "but its model keeps " +
+                                                std::to_string(model.state_count()));
+  if (model.state_count() == 0) return;
+  Tensor target = model.state();
+  target.copy_from(
+      Tensor::view(const_cast<float*>(state.model_state.data()), target.shape(), kernels::DType::f32, Device::cpu()));
 }
 
 double peak_memory_mib() {

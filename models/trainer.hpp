@@ -196,8 +196,12 @@ EpochResult evaluate_model(Model& model, const data::Dataset& dataset, std::int6
 // regression outputs, vocabulary size).
 DataShape data_shape_of(const data::Dataset& dataset);
 
-// Rebuilds a model from a checkpoint alone (spec + parameters), on `device`.
+// Rebuilds a model from a checkpoint alone (spec, parameters and state), on `device`.
 std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path, Device device);
+// Copies the checkpoint's model state (running statistics) into `model`;
+// throws checkpoint::CheckpointError naming `path` when its size is not the
+// model's (a checkpoint without the statistics its model keeps).
+void restore_model_state(Model& model, const checkpoint::State& state, const std::string& path);
 
 // Peak resident memory of this process so far, in MiB.
 double peak_memory_mib();

@@ -22,16 +22,18 @@ void evaluate(Self* self, std::function<void(const models::EpochResult&)> then, 
             [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
   };
   if (!s.mode.uses_server()) {
-    run();
+    agree_model_state(self, run);
     return;
   }
   // Evaluate the server's parameters: replica 0 takes them first (it would
-  // receive them with its next push anyway).
+  // receive them with its next push anyway), with the replicas' mean
+  // running statistics.
+  auto run_agreed = [=]() { agree_model_state(self, run); };
   self->request(s.config.parameter_server, s.config.timeout, get_state_atom::value)
       .then(
           [=](const ReplicaState& state) {
             self->request(self->state.config.devices[0], self->state.config.timeout, set_state_atom::value, state)
-                .then([=](caf::ok_atom) { run(); },
+                .then([=](caf::ok_atom) { run_agreed(); },
                       [=](caf::error& e) { fail_job(self, "evaluating: " + self->system().render(e)); });
           },
           [=](caf::error& e) {

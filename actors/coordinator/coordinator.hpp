@@ -142,6 +142,10 @@ struct CoordinatorConfig {
   bool checkpoint_each_epoch = true;
   std::int64_t eval_every = 0;  // global steps between evaluations (0: epoch ends only)
   std::string model_name, model_spec;
+  // Values of model state (BatchNorm's running statistics) each replica
+  // keeps; 0: none. The coordinator averages them over the replicas before
+  // an evaluation and a checkpoint, so that those see one estimate.
+  std::int64_t model_state_count = 0;
   models::OptimizerConfig optimizer;
   std::shared_ptr<const models::LrSchedule> schedule;
   std::uint64_t seed = 0;

@@ -68,7 +68,10 @@ struct CoordinatorState {
   double epoch_loss_sum = 0;
   Clock::time_point last_checkpoint_time;
   bool timed_checkpoint_queued = false;
-  bool stop_asked = false;  // callbacks.should_stop() said yes: a stop is queued
+  bool stop_asked = false;
+  // The replicas' mean model state at the last agree_model_state (what a
+  // checkpoint stores when the state comes from the parameter server).
+  std::vector<float> model_state_mean;  // callbacks.should_stop() said yes: a stop is queued
   double last_loss = 0;
   float last_lr = 0;
   JobResult result;
@@ -138,6 +141,8 @@ void fail_job(Self* self, const std::string& what);
 checkpoint::State make_checkpoint(const CoordinatorState& st, const ReplicaState& state, bool after_failure);
 void keep_rollback_point(CoordinatorState& st, checkpoint::State c, std::string label, bool saved);
 void checkpoint_now(Self* self, std::function<void(const std::string& path)> then, bool after_failure = false);
+// checkpoint_now's second half: the state as it stands now, saved.
+void save_checkpoint(Self* self, std::function<void(const std::string& path)> then, bool after_failure);
 bool state_is_whole(const CoordinatorState& s);
 void switch_mode(Self* self, Mode to, std::function<void()> then, std::function<void()> skipped);
 
@@ -152,6 +157,9 @@ void member_event(Self* self, const MemberEvent& e);
 void change_view(Self* self, std::function<void()> then);
 void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::function<void()> then);
 void restore_rollback_point(Self* self, std::function<void()> then);
+
+// switches.cpp (with the other state moves)
+void agree_model_state(Self* self, std::function<void()> then);
 
 // boundaries.cpp
 void evaluate(Self* self, std::function<void(const models::EpochResult&)> then,

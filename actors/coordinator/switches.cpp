@@ -46,6 +46,9 @@ checkpoint::State make_checkpoint(const CoordinatorState& st, const ReplicaState
   c.model.name = st.config.model_name;
   c.model.spec = st.config.model_spec;
   c.parameters = state.parameters.to_vector();
+  // The state's own model state (a replica's, in sync just after the
+  // replicas agreed), else the replicas' mean (the state is the server's).
+  c.model_state = state.model_state.defined() ? state.model_state.to_vector() : st.model_state_mean;
   c.optimizer.name = st.config.optimizer.name;
   c.optimizer.spec = st.config.optimizer.text();
   for (const auto& [name, buffer] : state.buffers) c.optimizer.buffers.push_back({name, buffer.to_vector()});
@@ -111,6 +114,16 @@ void keep_rollback_point(CoordinatorState& st, checkpoint::State c, std::string 
 }
 
 void checkpoint_now(Self* self, std::function<void(const std::string& path)> then, bool after_failure) {
+  // The replicas' running statistics agree first (not while the job fails:
+  // a replica may be gone, and the state is saved as it stands).
+  if (!after_failure && self->state.config.model_state_count > 0) {
+    agree_model_state(self, [=]() { save_checkpoint(self, then, after_failure); });
+    return;
+  }
+  save_checkpoint(self, then, after_failure);
+}
+
+void save_checkpoint(Self* self, std::function<void(const std::string& path)> then, bool after_failure) {
   auto& s = self->state;
   fetch_state(
       self,
@@ -135,6 +148,70 @@ void checkpoint_now(Self* self, std::function<void(const std::string& path)> the
       },
       [=]() { then(""); });
   (void)s;
+}
+
+// BatchNorm's running statistics are each replica's own (without sync
+// batch norm each normalises by its own batch): before an evaluation or a
+// checkpoint every replica takes their mean, so that both see one estimate
+// and, in sync, the replicas agree again. A replica that cannot be asked
+// (lost meanwhile) is left out; if none answers, nothing changes.
+void agree_model_state(Self* self, std::function<void()> then) {
+  auto& s = self->state;
+  if (s.config.model_state_count == 0) {
+    then();
+    return;
+  }
+  std::vector<std::size_t> ranks;
+  for (std::size_t r = 0; r < s.config.devices.size(); ++r)
+    if (alive(s, r)) ranks.push_back(r);
+  struct Gathered {
+    std::vector<double> sum;
+    int answers = 0;
+    std::size_t pending = 0;
+  };
+  auto g = std::make_shared<Gathered>();
+  g->sum.assign(static_cast<std::size_t>(s.config.model_state_count), 0.0);
+  g->pending = ranks.size();
+  auto hand_out = [=]() {
+    auto& st = self->state;
+    if (g->answers == 0) {
+      log_line("the replicas' running statistics could not be read; each keeps its own");
+      then();
+      return;
+    }
+    st.model_state_mean.assign(g->sum.size(), 0.0f);
+    for (std::size_t i = 0; i < g->sum.size(); ++i) st.model_state_mean[i] = static_cast<float>(g->sum[i] / g->answers);
+    const Tensor mean =
+        Tensor::from_vector({static_cast<std::int64_t>(st.model_state_mean.size())}, st.model_state_mean);
+    auto left = std::make_shared<std::size_t>(ranks.size());
+    for (std::size_t r : ranks)
+      self->request(st.config.devices[r], st.config.timeout, model_state_atom::value, mean)
+          .then(
+              [=](caf::ok_atom) {
+                if (--*left == 0) then();
+              },
+              [=](caf::error&) {
+                if (--*left == 0) then();
+              });
+  };
+  if (ranks.empty()) {
+    then();
+    return;
+  }
+  for (std::size_t r : ranks)
+    self->request(s.config.devices[r], s.config.timeout, model_state_atom::value)
+        .then(
+            [=](const Tensor& t) {
+              if (t.numel() == static_cast<std::int64_t>(g->sum.size())) {
+                const auto v = t.to_vector();
+                for (std::size_t i = 0; i < v.size(); ++i) g->sum[i] += v[i];
+                ++g->answers;
+              }
+              if (--g->pending == 0) hand_out();
+            },
+            [=](caf::error&) {
+              if (--g->pending == 0) hand_out();
+            });
 }
 
 // Whether the state the job would checkpoint is whole: not while a ps task's

@@ -429,6 +429,8 @@ void restore_rollback_point(Self* self, std::function<void()> then) {
   for (const auto& b : c.optimizer.buffers)
     state.buffers.emplace_back(b.name, Tensor::from_vector({static_cast<std::int64_t>(b.values.size())}, b.values));
   for (const auto& [name, value] : c.optimizer.scalars) state.scalars.emplace_back(name, value);
+  if (!c.model_state.empty())
+    state.model_state = Tensor::from_vector({static_cast<std::int64_t>(c.model_state.size())}, c.model_state);
   auto finish_restore = [=]() {
     auto& st = self->state;
     const checkpoint::State& point = *st.rollback_point;

@@ -65,6 +65,12 @@ struct Checkpoint {
   metricsNote @11 :Text;
   # Optional free text, e.g. "loss=0.231 accuracy=0.934"; empty when none.
 
+  modelState @13 :Buffer;
+  # What the model keeps that is not trained (BatchNorm's running mean and
+  # variance), flat like the parameters (Model::state()); no elements when
+  # the model keeps none, and in files written before it existed. Its
+  # chunks carry their own CRCs; its name must be "model state".
+
   metadataCrc32 @12 :UInt32;
   # zlib crc32 over every field of format version 1 except chunk bytes and
   # chunk CRCs (those have their own), in a fixed encoding (metadata_crc32()

@@ -153,6 +153,7 @@ std::size_t estimate_words(const State& s) {
     words += text_words(*text);
   }
   words += buffer_words("parameters", s.parameters.size());
+  words += buffer_words("model state", s.model_state.size());
   for (const NamedBuffer& b : s.optimizer.buffers) words += buffer_words(b.name, b.values.size());
   for (const auto* scalars : {&s.optimizer.hyper_parameters, &s.optimizer.scalars}) {
     for (const auto& [key, value] : *scalars) words += 3 + text_words(key);
@@ -296,6 +297,7 @@ void build_message(capnp::MessageBuilder& message, const State& s) {
   model.setSpec(s.model.spec);
   model.setParameterCount(s.parameters.size());
   fill_buffer(root.initParameters(), "parameters", s.parameters);
+  if (!s.model_state.empty()) fill_buffer(root.initModelState(), "model state", s.model_state);
 
   auto optimizer = root.initOptimizer();
   optimizer.setName(s.optimizer.name);
@@ -531,6 +533,12 @@ State decode(const std::string& path, const FileBytes& file) {
   s.model.name = model.getName();
   s.model.spec = model.getSpec();
   read_buffer(path, "parameters", root.getParameters(), file.size, s.parameters);
+  if (root.hasModelState()) {
+    const std::string name = root.getModelState().getName();
+    if (name != "model state")
+      fail(path, "the model state buffer is named '" + printable(name) + "', not 'model state'");
+    read_buffer(path, "model state", root.getModelState(), file.size, s.model_state);
+  }
   if (model.getParameterCount() != s.parameters.size()) {
     fail(path, "model.parameterCount is " + std::to_string(model.getParameterCount()) +
                    " but the parameter buffer holds " + std::to_string(s.parameters.size()));

@@ -108,7 +108,8 @@ struct State {
   std::int64_t written_at_unix_ms = 0;
 
   ModelInfo model;
-  std::vector<float> parameters;  // the model's flat parameter buffer
+  std::vector<float> parameters;   // the model's flat parameter buffer
+  std::vector<float> model_state;  // its state that is not trained (running statistics); empty: none
   OptimizerState optimizer;
   Position position;
   ScheduleState schedule;

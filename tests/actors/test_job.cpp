@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -261,6 +262,38 @@ TEST(Job, ShouldStopTakesEffectAtTheNextStepBoundary) {
   ASSERT_EQ(asked_at.load(), 40);
   EXPECT_GE(r.steps, 40);
   EXPECT_LE(r.steps, 40 + 16) << "the stop waited for more than the granted steps";
+}
+
+// BatchNorm's running statistics are each replica's own; before an
+// evaluation and a checkpoint the replicas take their mean, so the final
+// evaluation and the checkpoint see the same statistics, in sync and in
+// async (whose server keeps none), and the model rebuilt from the
+// checkpoint alone evaluates exactly as the job did.
+TEST(Job, BatchNormStatisticsAreAveragedForEvaluationsAndCheckpoints) {
+  const std::string spec = (std::filesystem::path(::testing::TempDir()) / "troupe_job_bn.spec").string();
+  std::ofstream(spec) << "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm\nrelu\n"
+                         "maxpool2d pool=2\nflatten\ndense units=10\n";
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const std::string dir =
+        (std::filesystem::path(::testing::TempDir()) / (std::string("troupe_job_bn_") + mode)).string();
+    std::filesystem::remove_all(dir);
+    JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, mode, 32);
+    c.train.model = spec;
+    c.train.max_steps = 60;
+    c.train.checkpoint_dir = dir;
+    Job job(c);
+    JobResult r = job.run();
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    checkpoint::Directory d(dir, 0);
+    auto newest = d.newest_valid();
+    ASSERT_TRUE(newest.has_value());
+    ASSERT_EQ(newest->state.model_state.size(), 16u);
+    EXPECT_NE(newest->state.model_state[0], 0.0f) << "the running mean did not move";
+    auto model = models::load_model(newest->state, newest->path, Device::cpu());
+    const auto splits = data::load_dataset("fashion-mnist");
+    EXPECT_EQ(models::evaluate_model(*model, splits.test).test_accuracy, r.final.test_accuracy);
+  }
 }
 
 TEST(Job, BadConfigurationsAreRefusedBeforeTraining) {

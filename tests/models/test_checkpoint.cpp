@@ -158,6 +158,7 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
   std::vector<float> special = special_values();
   std::copy(special.begin(), special.end(), s.parameters.begin() + (4u << 20) - 3);  // across a chunk edge
   std::copy(special.begin(), special.end(), s.parameters.end() - special.size());
+  s.model_state = {0.5f, -1.25f, 3.0f, 1.0f};  // running statistics
   s.optimizer.name = "adam";
   s.optimizer.spec = "adam lr=0.001 beta1=0.9 beta2=0.999";
   s.optimizer.hyper_parameters = {{"lr", 0.001}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}};
@@ -180,6 +181,7 @@ TEST_F(CheckpointFileTest, RoundTripsEveryFieldWithMultiChunkParameters) {
   EXPECT_EQ(r.model.name, s.model.name);
   EXPECT_EQ(r.model.spec, s.model.spec);
   EXPECT_TRUE(bit_equal(r.parameters, s.parameters));
+  EXPECT_EQ(r.model_state, s.model_state);
   EXPECT_EQ(r.optimizer.name, s.optimizer.name);
   EXPECT_EQ(r.optimizer.spec, s.optimizer.spec);
   EXPECT_EQ(r.optimizer.hyper_parameters, s.optimizer.hyper_parameters);

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/trainer.hpp"
@@ -70,6 +71,44 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
     EXPECT_EQ(b.model().parameters().to_vector(), whole.model().parameters().to_vector())
         << "resumed parameters differ from the uninterrupted run";
   }
+}
+
+// A model with BatchNorm: its running statistics are in the checkpoint, so
+// a resumed run equals the uninterrupted one in them too, and the model
+// rebuilt from the checkpoint alone evaluates as the trainer did.
+std::string batchnorm_spec_file(const std::string& name) {
+  const std::string path = fresh_dir(name) + ".spec";
+  std::ofstream(path) << "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm\nrelu\n"
+                         "maxpool2d pool=2\nflatten\ndense units=10\n";
+  return path;
+}
+
+TEST(Trainer, BatchNormStatisticsAreCheckpointedAndResumedExactly) {
+  TrainConfig c = mlp_config(30);
+  c.model = batchnorm_spec_file("bn_model");
+  Trainer whole(c);
+  whole.run();
+  const auto stats = whole.model().state().to_vector();
+  ASSERT_EQ(stats.size(), 16u);  // mean and variance of 4 channels, padded to 16 floats
+  EXPECT_NE(stats[0], 0.0f) << "the running mean did not move";
+
+  TrainConfig first = c;
+  first.max_steps = 13;
+  first.checkpoint_dir = fresh_dir("bn_resume");
+  Trainer a(first);
+  a.run();
+  TrainConfig second = c;
+  second.checkpoint_dir = first.checkpoint_dir;
+  second.resume = true;
+  Trainer b(second);
+  b.run();
+  EXPECT_EQ(b.model().parameters().to_vector(), whole.model().parameters().to_vector());
+  EXPECT_EQ(b.model().state().to_vector(), stats) << "resumed running statistics differ";
+
+  const std::string saved = b.save_checkpoint();
+  auto rebuilt = load_model(checkpoint::read(saved), saved, Device::cpu());
+  EXPECT_EQ(rebuilt->state().to_vector(), stats);
+  EXPECT_EQ(evaluate_model(*rebuilt, b.data().test).test_accuracy, b.evaluate().test_accuracy);
 }
 
 TEST(Trainer, CheckpointsEveryNStepsAndKeepsTheLastK) {
