@@ -224,13 +224,16 @@ class Backend {
   virtual void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) = 0;
 
   // ---- losses and metrics ----
-  // Softmax + sparse categorical cross-entropy from logits [n, c]:
-  // loss[i] = logsumexp(logits[i]) - logits[i, labels[i]];
-  // dlogits[i] = grad_scale * (softmax(logits[i]) - onehot(labels[i]))
-  // (skipped when dlogits is null). Throws std::out_of_range for a label
+  // Softmax + sparse categorical cross-entropy from logits [n, c], with
+  // label smoothing e in [0, 1] (PyTorch's CrossEntropyLoss(label_smoothing=e)):
+  // the target is t = (1 - e) onehot(labels[i]) + e / c, so
+  // loss[i] = logsumexp(logits[i]) - (1 - e) logits[i, labels[i]] - (e / c) sum_j logits[i, j];
+  // dlogits[i] = grad_scale * (softmax(logits[i]) - t)
+  // (skipped when dlogits is null; dlogits may be the logits buffer). With
+  // e = 0 the plain cross-entropy. Throws std::out_of_range for a label
   // outside [0, c).
   virtual void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
-                            float* loss, float* dlogits, float grad_scale) = 0;
+                            float* loss, float* dlogits, float grad_scale, float smoothing) = 0;
   // loss[i] = mean over d of (pred - target)^2 for rows [n, d];
   // dpred = grad_scale * 2 * (pred - target) / d (skipped when null).
   virtual void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
@@ -244,6 +247,9 @@ class Backend {
                             const std::int32_t* labels, float* correct) = 0;
   // Sum of n floats, accumulated in double, returned to the host.
   virtual double reduce_sum(std::size_t n, const float* x) = 0;
+  // Sum of the squares of n floats, accumulated in double (the squared L2
+  // norm a gradient-norm clip needs), returned to the host.
+  virtual double reduce_sum_squares(std::size_t n, const float* x) = 0;
 
   // ---- element-wise and buffers ----
   virtual void add(std::size_t n, const float* a, const float* b, float* y) = 0;  // y = a + b
@@ -323,12 +329,13 @@ class Backend {
   void softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) override;                         \
   void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) override;      \
   void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss,     \
-                    float* dlogits, float grad_scale) override;                                                       \
+                    float* dlogits, float grad_scale, float smoothing) override;                                      \
   void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,         \
            float grad_scale) override;                                                                                \
   void topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, const float* logits, const std::int32_t* labels,  \
                     float* correct) override;                                                                         \
   double reduce_sum(std::size_t n, const float* x) override;                                                          \
+  double reduce_sum_squares(std::size_t n, const float* x) override;                                                  \
   void add(std::size_t n, const float* a, const float* b, float* y) override;                                         \
   void scale(std::size_t n, float alpha, float* x) override;                                                          \
   void axpy(std::size_t n, float alpha, const float* x, float* y) override;                                           \

@@ -600,8 +600,10 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 // ---------------------------------------------------------------- losses and metrics
 
 void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
-                  float grad_scale) {
+                  float grad_scale, float label_smoothing) {
   const char* op = "softmax_xent";
+  require(label_smoothing >= 0.0f && label_smoothing <= 1.0f, op,
+          "label_smoothing " + std::to_string(label_smoothing) + " must be in [0, 1]");
   require_dtype(op, "logits", logits, DType::f32);
   require_dtype(op, "labels", labels, DType::i32);
   require_dtype(op, "loss", loss, DType::f32);
@@ -613,7 +615,7 @@ void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss
   if (present(dlogits)) require_same(op, "logits", logits, "dlogits", dlogits);
   backend_for(op, {{"logits", &logits}, {"labels", &labels}, {"loss", &loss}, {"dlogits", &dlogits}})
       .softmax_xent(n, c, logits.f32(), labels.i32(), loss.f32(), present(dlogits) ? dlogits.f32() : nullptr,
-                    grad_scale);
+                    grad_scale, label_smoothing);
 }
 
 void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred, float grad_scale) {
@@ -647,6 +649,13 @@ double sum(const Tensor& x) {
   require_dtype("sum", "x", x, DType::f32);
   return backend_for("sum", {{"x", &x}}).reduce_sum(count(x), x.f32());
 }
+
+double sum_squares(const Tensor& x) {
+  require_dtype("sum_squares", "x", x, DType::f32);
+  return backend_for("sum_squares", {{"x", &x}}).reduce_sum_squares(count(x), x.f32());
+}
+
+double l2_norm(const Tensor& x) { return std::sqrt(sum_squares(x)); }
 
 // ---------------------------------------------------------------- element-wise
 

@@ -130,14 +130,19 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 // ---- losses and metrics ----
 // logits [n, c], labels i32 [n], loss [n]; dlogits [n, c] or undefined.
 // For the mean loss over a batch pass grad_scale = 1 / n (or 1 / global
-// batch when replicas' gradients are summed).
+// batch when replicas' gradients are summed). label_smoothing e in [0, 1]:
+// the target (1 - e) onehot + e / c, as PyTorch's
+// CrossEntropyLoss(label_smoothing=e) (Backend::softmax_xent).
 void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
-                  float grad_scale);
+                  float grad_scale, float label_smoothing = 0.0f);
 // pred, target [n, d] (or [n]), loss [n]; dpred like pred or undefined.
 void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Tensor& dpred, float grad_scale);
 // correct [n]: 1 where the label is among the top k logits.
 void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct, std::int64_t k);
 double sum(const Tensor& x);
+// Sum of squares, accumulated in double; l2_norm is its square root.
+double sum_squares(const Tensor& x);
+double l2_norm(const Tensor& x);
 
 // ---- element-wise and buffers ----
 void fill(const Tensor& x, float value);

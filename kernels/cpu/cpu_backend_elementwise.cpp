@@ -171,8 +171,11 @@ void CpuBackend::softmax_backward(std::int64_t rows, std::int64_t n, const float
 // ---------------------------------------------------------------- losses and metrics
 
 void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
-                              float* loss, float* dlogits, float grad_scale) {
+                              float* loss, float* dlogits, float grad_scale, float smoothing) {
   check_labels("softmax_xent", n, c, labels);
+  const double e = smoothing;
+  const float uniform_target = static_cast<float>(double(grad_scale) * e / double(c));
+  const float label_target = static_cast<float>(double(grad_scale) * (1.0 - e));
   for (std::int64_t i = 0; i < n; ++i) {
     const float* row = logits + i * c;
     // Subtracting the row max keeps every exponent <= 0: no overflow, and
@@ -180,19 +183,25 @@ void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logit
     const float max = row_max(c, row);
     // Read before dlogits is written, so dlogits may be the logits buffer.
     const float label_logit = row[labels[i]];
+    const double row_sum = e != 0.0 ? sum_in_double(static_cast<std::size_t>(c), row) : 0.0;
     double sum;
     if (dlogits) {
       float* drow = dlogits + i * c;
       for (std::int64_t j = 0; j < c; ++j) drow[j] = std::exp(row[j] - max);
       sum = sum_in_double(static_cast<std::size_t>(c), drow);
       const float factor = static_cast<float>(double(grad_scale) / sum);
-      for (std::int64_t j = 0; j < c; ++j) drow[j] *= factor;
-      drow[labels[i]] -= grad_scale;
+      if (e != 0.0) {
+        for (std::int64_t j = 0; j < c; ++j) drow[j] = drow[j] * factor - uniform_target;
+      } else {
+        for (std::int64_t j = 0; j < c; ++j) drow[j] *= factor;
+      }
+      drow[labels[i]] -= label_target;
     } else {
       sum = 0.0;
       for (std::int64_t j = 0; j < c; ++j) sum += static_cast<double>(std::exp(row[j] - max));
     }
-    loss[i] = static_cast<float>(double(max) + std::log(sum) - double(label_logit));
+    loss[i] =
+        static_cast<float>(double(max) + std::log(sum) - (1.0 - e) * double(label_logit) - (e / double(c)) * row_sum);
   }
 }
 
@@ -225,6 +234,8 @@ void CpuBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, co
 }
 
 double CpuBackend::reduce_sum(std::size_t n, const float* x) { return sum_in_double(n, x); }
+
+double CpuBackend::reduce_sum_squares(std::size_t n, const float* x) { return cpu::dot_in_double(n, x, x); }
 
 // ---------------------------------------------------------------- element-wise
 

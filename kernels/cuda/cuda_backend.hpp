@@ -16,7 +16,7 @@
 //   cuda_softmax.cu        softmax forward and backward (cuDNN)
 //   cuda_elementwise.cu    fill, relu, dropout, sigmoid/tanh/gelu,
 //                          add/scale/axpy, sum_n, copy_2d
-//   cuda_loss.cu           softmax_xent, mse, topk_correct, reduce_sum
+//   cuda_loss.cu           softmax_xent, mse, topk_correct, reduce_sum(_squares)
 //   cuda_optim.cu          sgd/adam updates and the seeded initialisers
 //   check.hpp              status checks (TROUPE_CUDA_CHECK and friends)
 //   launch.cuh             grid sizing, grid-stride loops, warp/block sums,

@@ -1,4 +1,4 @@
-// Losses, metrics and the sum reduction of the cuda backend.
+// Losses, metrics and the sum reductions of the cuda backend.
 //
 // softmax_xent, mse and topk_correct give one warp to each row: the rows of
 // a classifier are short (10 to a few thousand classes), so a warp covers a
@@ -40,7 +40,8 @@ using cuda::WarpRows;
 namespace {
 
 __global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
-                                    float* loss, float* dlogits, float grad_scale, unsigned long long* error_slot) {
+                                    float* loss, float* dlogits, float grad_scale, float smoothing,
+                                    unsigned long long* error_slot) {
   const WarpRows w = warp_rows();
   for (std::int64_t row = w.first; row < n; row += w.step) {
     const float* x = logits + row * c;
@@ -58,15 +59,27 @@ __global__ void softmax_xent_kernel(std::int64_t n, std::int64_t c, const float*
     float row_max = -INFINITY;
     for (std::int64_t j = w.lane; j < c; j += 32) row_max = fmaxf(row_max, x[j]);
     row_max = warp_max(row_max);
-    double sum = 0.0;
-    for (std::int64_t j = w.lane; j < c; j += 32) sum += expf(x[j] - row_max);
+    double sum = 0.0, row_sum = 0.0;
+    for (std::int64_t j = w.lane; j < c; j += 32) {
+      sum += expf(x[j] - row_max);
+      row_sum += x[j];
+    }
     sum = warp_sum(sum);
-    if (w.lane == 0) loss[row] = static_cast<float>(log(sum) + static_cast<double>(row_max) - x[label]);
+    // The row's logits are read before any lane writes dx, which may be the
+    // logits buffer: warp_sum synchronises the warp.
+    const float label_logit = x[label];
+    if (smoothing != 0.0f) row_sum = warp_sum(row_sum);
+    const double e = smoothing;
+    if (w.lane == 0)
+      loss[row] = static_cast<float>(log(sum) + static_cast<double>(row_max) - (1.0 - e) * label_logit -
+                                     (e / static_cast<double>(c)) * row_sum);
     if (dx) {
       const double inv_sum = 1.0 / sum;
+      const float uniform_target = static_cast<float>(e / static_cast<double>(c));
+      const float label_target = 1.0f - smoothing;
       for (std::int64_t j = w.lane; j < c; j += 32) {
         const float p = static_cast<float>(expf(x[j] - row_max) * inv_sum);
-        dx[j] = grad_scale * (p - (j == label ? 1.0f : 0.0f));
+        dx[j] = grad_scale * (p - (j == label ? label_target : 0.0f) - uniform_target);
       }
     }
   }
@@ -113,10 +126,15 @@ __global__ void topk_correct_kernel(std::int64_t n, std::int64_t c, std::int64_t
   }
 }
 
-// Stage 1: each block's grid-stride share of x into partials[blockIdx.x].
+// Stage 1: each block's grid-stride share of x (or of its squares) into
+// partials[blockIdx.x].
+template <bool Squares>
 __global__ void reduce_sum_blocks(std::size_t n, const float* x, double* partials) {
   double acc = 0.0;
-  for (std::size_t i = cuda::global_thread(); i < n; i += cuda::grid_threads()) acc += x[i];
+  for (std::size_t i = cuda::global_thread(); i < n; i += cuda::grid_threads()) {
+    const double xi = x[i];
+    acc += Squares ? xi * xi : xi;
+  }
   acc = block_sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
@@ -142,13 +160,13 @@ __global__ void reduce_sum_final(unsigned count, double* partials) {
 }  // namespace
 
 void CudaBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
-                               float* loss, float* dlogits, float grad_scale) {
+                               float* loss, float* dlogits, float grad_scale, float smoothing) {
   if (n == 0) return;
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);  // the error slot is shared
   cuda::reset_error_slot(st);
   softmax_xent_kernel<<<blocks_for_rows(st, n), kThreads, 0, st.stream>>>(n, c, logits, labels, loss, dlogits,
-                                                                          grad_scale, st.error_slot);
+                                                                          grad_scale, smoothing, st.error_slot);
   check_launch("softmax_xent_kernel", __FILE__, __LINE__);
   const std::int64_t bad = cuda::read_error_slot(st);
   if (bad >= 0) throw_bad_label("softmax_xent", st, bad, labels, c);
@@ -175,12 +193,15 @@ void CudaBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, c
   if (bad >= 0) throw_bad_label("topk_correct", st, bad, labels, c);
 }
 
-double CudaBackend::reduce_sum(std::size_t n, const float* x) {
+namespace {
+
+template <bool Squares>
+double reduce(std::size_t n, const float* x) {
   if (n == 0) return 0.0;
   DeviceState& st = current_device_state();
   std::lock_guard<std::mutex> lock(st.mutex);  // partials are shared scratch
   const unsigned blocks = std::min(blocks_for(st, n), DeviceState::kReduceBlocks);
-  reduce_sum_blocks<<<blocks, kThreads, 0, st.stream>>>(n, x, st.partials);
+  reduce_sum_blocks<Squares><<<blocks, kThreads, 0, st.stream>>>(n, x, st.partials);
   check_launch("reduce_sum_blocks", __FILE__, __LINE__);
   reduce_sum_final<<<1, 1024, 0, st.stream>>>(blocks, st.partials);
   check_launch("reduce_sum_final", __FILE__, __LINE__);
@@ -190,5 +211,11 @@ double CudaBackend::reduce_sum(std::size_t n, const float* x) {
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(st.stream));
   return total;
 }
+
+}  // namespace
+
+double CudaBackend::reduce_sum(std::size_t n, const float* x) { return reduce<false>(n, x); }
+
+double CudaBackend::reduce_sum_squares(std::size_t n, const float* x) { return reduce<true>(n, x); }
 
 }  // namespace troupe::kernels

@@ -1,5 +1,5 @@
 // Reference losses and metrics: softmax cross-entropy, mean squared error,
-// top-k accuracy and the double-accumulated sum. Plain loops over rows, in
+// top-k accuracy and the double-accumulated sums. Plain loops over rows, in
 // the element type T (double for gradient checks).
 #pragma once
 
@@ -21,27 +21,34 @@ inline void check_labels(const char* op, std::int64_t n, std::int64_t c, const s
   }
 }
 
-// loss[i] = logsumexp(row) - row[label]; the row maximum is subtracted before
-// exponentiating so that large logits cannot overflow exp.
-// dlogits[i] = grad_scale * (softmax(row) - onehot(label)), skipped when null.
+// loss[i] = logsumexp(row) - sum_j t_j row[j] with the smoothed target
+// t = (1 - smoothing) onehot(label) + smoothing / c (t = onehot for 0); the
+// row maximum is subtracted before exponentiating so that large logits
+// cannot overflow exp.
+// dlogits[i] = grad_scale * (softmax(row) - t), skipped when null.
 template <class T>
 void softmax_xent(std::int64_t n, std::int64_t c, const T* logits, const std::int32_t* labels, T* loss, T* dlogits,
-                  T grad_scale) {
+                  T grad_scale, T smoothing = T(0)) {
   check_labels("softmax_xent", n, c, labels);
+  const double e = double(smoothing);
   for (std::int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * c;
     T max = row[0];
     for (std::int64_t j = 1; j < c; ++j) max = row[j] > max ? row[j] : max;
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < c; ++j) sum += std::exp(double(row[j] - max));
+    double sum = 0.0, row_sum = 0.0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      sum += std::exp(double(row[j] - max));
+      row_sum += double(row[j]);
+    }
     const double log_sum = std::log(sum);
-    loss[i] = T(double(max) + log_sum - double(row[labels[i]]));
+    const double target_dot = (1.0 - e) * double(row[labels[i]]) + (e / double(c)) * row_sum;
+    loss[i] = T(double(max) + log_sum - target_dot);
     if (dlogits) {
       T* drow = dlogits + i * c;
       for (std::int64_t j = 0; j < c; ++j) {
         const double softmax = std::exp(double(row[j] - max) - log_sum);
-        const double onehot = j == labels[i] ? 1.0 : 0.0;
-        drow[j] = T(double(grad_scale) * (softmax - onehot));
+        const double target = (j == labels[i] ? 1.0 - e : 0.0) + e / double(c);
+        drow[j] = T(double(grad_scale) * (softmax - target));
       }
     }
   }
@@ -85,6 +92,13 @@ template <class T>
 double reduce_sum(std::size_t n, const T* x) {
   double sum = 0.0;
   for (std::size_t i = 0; i < n; ++i) sum += double(x[i]);
+  return sum;
+}
+
+template <class T>
+double reduce_sum_squares(std::size_t n, const T* x) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sum += double(x[i]) * double(x[i]);
   return sum;
 }
 

@@ -75,8 +75,8 @@ void RefBackend::batchnorm_backward_data(const BatchNormShape& s, const float* x
 }
 
 void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
-                              float* loss, float* dlogits, float grad_scale) {
-  ref::softmax_xent(n, c, logits, labels, loss, dlogits, grad_scale);
+                              float* loss, float* dlogits, float grad_scale, float smoothing) {
+  ref::softmax_xent(n, c, logits, labels, loss, dlogits, grad_scale, smoothing);
 }
 
 void RefBackend::mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,
@@ -90,6 +90,8 @@ void RefBackend::topk_correct(std::int64_t n, std::int64_t c, std::int64_t k, co
 }
 
 double RefBackend::reduce_sum(std::size_t n, const float* x) { return ref::reduce_sum(n, x); }
+
+double RefBackend::reduce_sum_squares(std::size_t n, const float* x) { return ref::reduce_sum_squares(n, x); }
 
 void RefBackend::add(std::size_t n, const float* a, const float* b, float* y) { ref::add(n, a, b, y); }
 
