@@ -158,6 +158,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const double reduce_seconds = std::chrono::duration<double>(reduced - reduce_started).count();
     mark(s, "all-reduce", reduce_started, reduced);
     check_gradient(s, s.model->gradients());
+    // The clip sees the reduced gradient, the same on every replica.
+    models::clip_gradient_norm(s.model->gradients(), s.config.optimizer.clip_norm);
     const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
     s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
     mark(s, "optimizer", reduced, net::Clock::now());
@@ -171,6 +173,8 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
                  : 0.0;
   check_loss(s, loss_sum);
   check_gradient(s, s.model->gradients());
+  // Clipped here, over the whole pushed gradient: shards see parts only.
+  models::clip_gradient_norm(s.model->gradients(), s.config.optimizer.clip_norm);
   // The gradient goes to the shards in their packed layout: one staging
   // buffer, each shard a view of its part (the next step rewrites it only
   // after every shard has answered this one), or, when one shard owns the
@@ -243,10 +247,11 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
     kernels::Registry::instance().for_device(s.config.device).set_threads(s.config.threads);
     s.model = std::make_unique<models::Model>(s.config.spec, s.config.device);
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
-    s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters());
+    s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters(), s.model->decayed_ranges());
     s.classification = !s.config.regression;
-    s.loss = std::make_unique<models::Loss>(s.config.regression ? models::LossKind::mean_squared_error
-                                                                : models::LossKind::sparse_categorical_crossentropy);
+    s.loss = std::make_unique<models::Loss>(
+        s.config.regression ? models::LossKind::mean_squared_error : models::LossKind::sparse_categorical_crossentropy,
+        s.config.label_smoothing);
   } catch (const std::exception& e) {
     fail(self, std::string("cannot build the replica: ") + e.what());
   }

@@ -83,6 +83,7 @@ struct DeviceConfig {
   // The loss: mean squared error for regression data, else cross-entropy.
   // From the training data: only rank 0 has `test`.
   bool regression = false;
+  float label_smoothing = 0.0f;  // cross-entropy's; 0: none
   std::int64_t eval_batch = 1000;
   std::chrono::milliseconds timeout{60000};
   caf::actor loader;

@@ -138,7 +138,7 @@ void MirroredStrategy::create_replicas(const ModelSpec& spec, const OptimizerCon
     rep.device = devices()[static_cast<std::size_t>(r)];
     rep.model = std::make_unique<Model>(spec, rep.device);
     rep.model->initialize(seed);  // the same seed everywhere: identical replicas
-    rep.optimizer = models::make_optimizer(optimizer, rep.model->parameters());
+    rep.optimizer = models::make_optimizer(optimizer, rep.model->parameters(), rep.model->decayed_ranges());
     rep.collective = std::move(group[static_cast<std::size_t>(r)]);
     loop->replicas.push_back(std::move(rep));
   }
@@ -234,6 +234,7 @@ PerReplica MirroredStrategy::run(const StepFn& step_fn, float lr) {
         grads.copy_from(rep.grad_host);
       }
       models::check_gradient_finite(grads, step + 1, r);
+      models::clip_gradient_norm(grads, rep.optimizer->config().clip_norm);  // the summed gradient
       rep.optimizer->step(rep.model->parameters(), grads, lr);
     } catch (const net::CollectiveError&) {
       throw;  // another replica failed first (or timed out)

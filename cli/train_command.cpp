@@ -368,7 +368,7 @@ void use_threads(int threads) {
 void add_train_command(CLI::App& app, TrainOptions& o) {
   auto* cmd = app.add_subcommand("train", "Train a model on the devices of this host");
   auto& c = o.config;
-  cmd->add_option("--model", c.model, "Zoo model (linreg, mlp, cnn, textcnn) or a model spec file")
+  cmd->add_option("--model", c.model, "Zoo model (linreg, mlp, wide, cnn, vgg, resnet, textcnn) or a model spec file")
       ->capture_default_str();
   cmd->add_option("--data", c.data, "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
       ->capture_default_str();
@@ -394,20 +394,38 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--ps-split-above", o.ps_split_above,
                   "Layers of more floats than this are split across every parameter-server shard")
       ->capture_default_str();
-  cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam or nadam")
+  cmd->add_option("--optimizer", c.optimizer.name, "sgd, adam, adamw (decoupled weight decay) or nadam")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
   cmd->add_option("--lr", c.lr, "Learning rate")->capture_default_str();
   cmd->add_option("--schedule", c.schedule,
                   "Learning-rate schedule: constant, piecewise:EPOCH=LR,..., piecewise-steps:STEP=LR,..., "
-                  "exponential:RATE/STEPS[/staircase], cosine:STEPS[/FINAL_FRACTION]")
+                  "exponential:RATE/STEPS[/staircase], cosine:STEPS[/FINAL_FRACTION], "
+                  "warmup-cosine:TOTAL_STEPS[/FINAL_FRACTION] (linear warm-up over --warmup steps, then cosine "
+                  "from the peak to FINAL_FRACTION x lr at TOTAL_STEPS)")
       ->capture_default_str();
-  cmd->add_option("--warmup", c.warmup_steps, "Linear learning-rate warm-up over this many steps")
+  cmd->add_option("--warmup", c.warmup_steps,
+                  "Linear learning-rate warm-up over this many steps (multiplies the schedule; with warmup-cosine "
+                  "the cosine starts where it ends)")
       ->capture_default_str();
   cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD with Nesterov momentum");
-  cmd->add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
-  cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
+  cmd->add_option("--weight-decay", c.optimizer.weight_decay,
+                  "Weight decay (L2 for sgd, adam, nadam; decoupled for adamw), on tensors of rank >= 2 only "
+                  "(kernels, embeddings; not biases or batchnorm) unless --decay-all")
+      ->capture_default_str();
+  cmd->add_flag("--decay-all", c.optimizer.decay_all, "Apply --weight-decay to every parameter, biases included");
+  cmd->add_option("--beta1", c.optimizer.beta1, "Adam/AdamW/Nadam beta1")->capture_default_str();
+  cmd->add_option("--beta2", c.optimizer.beta2, "Adam/AdamW/Nadam beta2")->capture_default_str();
+  cmd->add_option("--clip-norm", c.optimizer.clip_norm,
+                  "Clip the global gradient L2 norm to this (0: off): the reduced gradient in sync mode, each "
+                  "pushed gradient in async/ssp")
+      ->capture_default_str();
+  cmd->add_option("--label-smoothing", c.label_smoothing,
+                  "Label smoothing of the cross-entropy (PyTorch's label_smoothing), in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/AdamW/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout (0 to 2^64-1)")
       ->check(unsigned_64_bit())

@@ -187,6 +187,12 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       sc.index = indices[j];
                       sc.size = sizes[j];
                       sc.optimizer = job.train.optimizer;
+                      // A ps task knows its shards' sizes, not which of their
+                      // floats are biases: weight decay applies to all of them.
+                      if (sc.optimizer.weight_decay != 0.0f && !sc.optimizer.decay_all) {
+                        log("note: weight decay on this ps task's shards applies to every parameter (decay=all)");
+                        sc.optimizer.decay_all = true;
+                      }
                       sc.schedule = schedule;
                       sc.replicas = replicas;
                       ps::LocalShard shard = ps::spawn_shard(system, std::move(sc), ps::ShardThread::scheduled);

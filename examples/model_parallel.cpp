@@ -81,9 +81,10 @@ struct TwoHeaded {
     ops::glorot_uniform(w, kA + kB, kClasses, seed + 2);
     troupe::OptimizerConfig adam;
     adam.name = "adam";
-    opt_a = troupe::models::make_optimizer(adam, head_a.parameters());
-    opt_b = troupe::models::make_optimizer(adam, head_b.parameters());
-    opt_top = troupe::models::make_optimizer(adam, top_params);
+    opt_a = troupe::models::make_optimizer(adam, head_a.parameters(), head_a.decayed_ranges());
+    opt_b = troupe::models::make_optimizer(adam, head_b.parameters(), head_b.decayed_ranges());
+    // The top layer's kernel w decays, its bias does not.
+    opt_top = troupe::models::make_optimizer(adam, top_params, {{0, (kA + kB) * kClasses}});
   }
 
   void buffers(std::int64_t n) {

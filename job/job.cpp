@@ -104,6 +104,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
+    decayed_ = probe.decayed_ranges();
     state_count_ = probe.state_count();
     // The parameter server's shards (async, ssp): whole layers round-robin,
     // big ones split. Shards that would own nothing are not run.
@@ -118,8 +119,8 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                    config_.ps_shards, spec_.name.c_str(), partition_->shards(),
                    static_cast<long long>(config_.ps_split_above), partition_->shards());
   }
-  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);     // validates the schedule
-  models::make_optimizer(t.optimizer, Tensor::zeros({1}));  // validates the optimizer name
+  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);         // validates the schedule
+  models::make_optimizer(t.optimizer, Tensor::zeros({1}), {});  // validates the optimizer name
   data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
   batches_per_epoch_ = data::batches_per_epoch(plan, {0, static_cast<int>(config_.devices.size())});
   if (batches_per_epoch_ < 1)
@@ -147,6 +148,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.device = plan.device;
   dc.spec = plan.spec;
   dc.optimizer = t.optimizer;
+  dc.label_smoothing = t.label_smoothing;
   dc.schedule = plan.schedule;
   dc.seed = t.seed;
   dc.threads = plan.threads;
@@ -437,6 +439,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
 
       pc.partition = partition_;
       pc.optimizer = t.optimizer;
+      pc.decayed = decayed_;
       pc.schedule = schedule;
       pc.replicas = world;
       pc.metrics = config_.metrics;

@@ -201,6 +201,8 @@ const std::vector<Key>& keys() {
   const auto set_epsilon = [](const Value& v, C& c) { c.train.optimizer.epsilon = as_float(v, 0, false); };
   const auto set_beta1 = [](const Value& v, C& c) { c.train.optimizer.beta1 = as_float(v, 0, true, 1, false); };
   const auto set_beta2 = [](const Value& v, C& c) { c.train.optimizer.beta2 = as_float(v, 0, true, 1, false); };
+  const auto set_decay_all = [](const Value& v, C& c) { c.train.optimizer.decay_all = v.flag; };
+  const auto set_clip_norm = [](const Value& v, C& c) { c.train.optimizer.clip_norm = as_float(v, 0, true); };
   const auto set_threads = [](const Value& v, C& c) {
     c.threads_per_device = static_cast<int>(as_int(v, 1, std::numeric_limits<int>::max()));
   };
@@ -221,6 +223,8 @@ const std::vector<Key>& keys() {
       {"", "lr", Type::floating, [](const Value& v, C& c) { c.train.lr = as_float(v, 0, false); }},
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
+      {"", "label_smoothing", Type::floating,
+       [](const Value& v, C& c) { c.train.label_smoothing = as_float(v, 0, true, 1, true); }},
       {"", "seed", Type::seed, [](const Value& v, C& c) { c.train.seed = as_seed(v); }},
       {"", "mode", Type::string,
        [](const Value& v, C& c) {
@@ -272,6 +276,8 @@ const std::vector<Key>& keys() {
       {"optimizer", "epsilon", Type::floating, set_epsilon},
       {"optimizer", "beta1", Type::floating, set_beta1},
       {"optimizer", "beta2", Type::floating, set_beta2},
+      {"optimizer", "decay_all", Type::boolean, set_decay_all},
+      {"optimizer", "clip_norm", Type::floating, set_clip_norm},
       // The flat spellings of `troupe train --optimizer ... --momentum ...`.
       {"", "optimizer", Type::string, set_optimizer_name, "optimizer.name"},
       {"", "momentum", Type::floating, set_momentum, "optimizer.momentum"},
@@ -280,6 +286,8 @@ const std::vector<Key>& keys() {
       {"", "epsilon", Type::floating, set_epsilon, "optimizer.epsilon"},
       {"", "beta1", Type::floating, set_beta1, "optimizer.beta1"},
       {"", "beta2", Type::floating, set_beta2, "optimizer.beta2"},
+      {"", "decay_all", Type::boolean, set_decay_all, "optimizer.decay_all"},
+      {"", "clip_norm", Type::floating, set_clip_norm, "optimizer.clip_norm"},
   };
   return table;
 }
@@ -714,6 +722,9 @@ std::string to_job_text(const actors::JobConfig& c) {
   out << "lr = " << float_text(t.lr) << "\n";
   out << "schedule = " << quoted(t.schedule) << "\n";
   out << "warmup = " << t.warmup_steps << "\n";
+  // Written when set, so a job without them keeps its canonical text (and
+  // its fingerprint).
+  if (t.label_smoothing != 0.0f) out << "label_smoothing = " << float_text(t.label_smoothing) << "\n";
   // TOML integers stop at 2^63 - 1: a seed above is written as a string of
   // digits (which parse_job_text takes too); below, as an integer, so the
   // canonical text of a job, and so its fingerprint, is as it was before
@@ -742,6 +753,8 @@ std::string to_job_text(const actors::JobConfig& c) {
   out << "epsilon = " << float_text(t.optimizer.epsilon) << "\n";
   out << "beta1 = " << float_text(t.optimizer.beta1) << "\n";
   out << "beta2 = " << float_text(t.optimizer.beta2) << "\n";
+  if (t.optimizer.decay_all) out << "decay_all = true\n";
+  if (t.optimizer.clip_norm != 0.0f) out << "clip_norm = " << float_text(t.optimizer.clip_norm) << "\n";
   return out.str();
 }
 

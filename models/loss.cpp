@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/ops.hpp"
 
@@ -10,6 +11,11 @@ namespace troupe::models {
 namespace ops = kernels::ops;
 using kernels::DType;
 using kernels::Shape;
+
+Loss::Loss(LossKind kind, float label_smoothing) : kind_(kind), label_smoothing_(label_smoothing) {
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    throw std::invalid_argument("label smoothing " + std::to_string(label_smoothing) + " must be in [0, 1]");
+}
 
 Loss Loss::parse(const std::string& name) {
   if (name == "sparse_categorical_crossentropy" || name == "xent")
@@ -33,7 +39,7 @@ Tensor& per_row(Tensor& buffer, std::int64_t n, const kernels::Device& device) {
 double Loss::sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale) {
   Tensor& rows = per_row(per_example_, output.size(0), output.device());
   if (kind_ == LossKind::sparse_categorical_crossentropy)
-    ops::softmax_xent(output, target, rows, doutput, grad_scale);
+    ops::softmax_xent(output, target, rows, doutput, grad_scale, label_smoothing_);
   else
     ops::mse(output, target.reshape(output.shape()), rows, doutput, grad_scale);
   return ops::sum(rows);

@@ -14,11 +14,16 @@ enum class LossKind { sparse_categorical_crossentropy, mean_squared_error };
 
 class Loss {
  public:
-  explicit Loss(LossKind kind) : kind_(kind) {}
+  // label_smoothing e in [0, 1] (cross-entropy only; mse ignores it): the
+  // target is (1 - e) onehot + e / classes, as PyTorch's
+  // CrossEntropyLoss(label_smoothing=e). Throws std::invalid_argument
+  // outside [0, 1].
+  explicit Loss(LossKind kind, float label_smoothing = 0.0f);
   // "sparse_categorical_crossentropy" (alias "xent") or "mse"; anything else
   // throws std::invalid_argument listing both.
   static Loss parse(const std::string& name);
   LossKind kind() const { return kind_; }
+  float label_smoothing() const { return label_smoothing_; }
   std::string name() const;
 
   // Sum over the batch of each example's loss. When `doutput` is defined it
@@ -26,11 +31,14 @@ class Loss {
   // get the gradient of the mean loss over the global batch (replicas then
   // sum their gradients; see DESIGN.md's sync step).
   // output: logits [b, classes] with labels i32 [b]; or predictions [b, d]
-  // with targets f32 [b, d].
+  // with targets f32 [b, d]. With label smoothing the sum is of the
+  // smoothed loss (what training minimises); evaluations use a Loss
+  // without it.
   double sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale);
 
  private:
   LossKind kind_;
+  float label_smoothing_ = 0.0f;
   Tensor per_example_;
 };
 

@@ -109,6 +109,25 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Model::layer_ranges() const {
   return out;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> Model::decayed_ranges() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& e : layers_) {
+    if (e.count == 0) continue;
+    std::int64_t at = e.offset;  // a layer's tensors lie one after the other, in parameters() order
+    for (const ParameterInfo& p : e.layer->parameters()) {
+      const std::int64_t n = p.shape.numel();
+      if (p.shape.rank() >= 2 && n > 0) {
+        if (!out.empty() && out.back().first + out.back().second == at)
+          out.back().second += n;
+        else
+          out.emplace_back(at, n);
+      }
+      at += n;
+    }
+  }
+  return out;
+}
+
 void Model::initialize(std::uint64_t seed) {
   kernels::ops::fill(params_, 0.0f);
   if (state_.numel() > 0) kernels::ops::fill(state_, 0.0f);

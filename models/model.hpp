@@ -47,6 +47,11 @@ class Model {
   // {offset, count}, the count without the padding after it (how a
   // sharded parameter server places layers, actors/ps/partition.hpp).
   std::vector<std::pair<std::int64_t, std::int64_t>> layer_ranges() const;
+  // Where the parameter tensors of rank >= 2 lie (dense and conv kernels,
+  // embedding tables; not biases, not BatchNorm's gamma and beta): the
+  // ranges weight decay applies to by default (models/optimizer.hpp), as
+  // {offset, count} in buffer order, adjacent ones merged.
+  std::vector<std::pair<std::int64_t, std::int64_t>> decayed_ranges() const;
   const ModelSpec& spec() const { return spec_; }
   const Shape& input_shape() const { return spec_.input; }
   const Shape& output_shape() const { return output_; }

@@ -11,7 +11,7 @@ namespace {
 
 const char* forms =
     "constant, piecewise:EPOCH=LR[,EPOCH=LR...], piecewise-steps:STEP=LR[,...], "
-    "exponential:RATE/STEPS[/staircase], cosine:STEPS[/FINAL_FRACTION]";
+    "exponential:RATE/STEPS[/staircase], cosine:STEPS[/FINAL_FRACTION], warmup-cosine:TOTAL_STEPS[/FINAL_FRACTION]";
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -76,8 +76,8 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
       if (parts[2] != "staircase") fail("'" + parts[2] + "' is not 'staircase'");
       staircase_ = true;
     }
-  } else if (kind == "cosine" && !args.empty()) {
-    kind_ = Kind::cosine;
+  } else if ((kind == "cosine" || kind == "warmup-cosine") && !args.empty()) {
+    kind_ = kind == "cosine" ? Kind::cosine : Kind::warmup_cosine;
     auto parts = split(args, '/');
     if (parts.size() > 2) fail("expected STEPS[/FINAL_FRACTION]");
     double p = number(parts[0], spec);
@@ -86,6 +86,9 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
     period_ = static_cast<std::int64_t>(p);
     if (parts.size() == 2) alpha_ = number(parts[1], spec);
     if (alpha_ < 0 || alpha_ > 1) fail("the final fraction must be in [0, 1]");
+    if (kind_ == Kind::warmup_cosine && warmup_ > period_)
+      fail("the warm-up (" + std::to_string(warmup_) + " steps) must not be longer than the training (" +
+           std::to_string(period_) + " steps)");
   } else {
     fail("unknown form");
   }
@@ -114,6 +117,16 @@ float LrSchedule::at(std::int64_t step, std::int64_t epoch) const {
       double progress = double(std::min(step, period_)) / double(period_);
       lr = base_lr_ * ((1.0 - alpha_) * 0.5 * (1.0 + std::cos(pi * progress)) + alpha_);
       break;
+    }
+    case Kind::warmup_cosine: {
+      // As the anchors' lr_at(): the cosine starts at the peak where the
+      // warm-up ends and reaches alpha * peak at the last step.
+      if (step < warmup_) return static_cast<float>(double(base_lr_) * double(step + 1) / double(warmup_));
+      const double pi = 3.14159265358979323846;
+      const double span = double(std::max<std::int64_t>(1, period_ - warmup_));
+      const double progress = std::min(1.0, double(step - warmup_) / span);
+      const double low = alpha_ * double(base_lr_);
+      return static_cast<float>(low + 0.5 * (double(base_lr_) - low) * (1.0 + std::cos(pi * progress)));
     }
   }
   if (warmup_ > 0) lr *= std::min(1.0, double(step + 1) / double(warmup_));

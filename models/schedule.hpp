@@ -9,9 +9,15 @@
 //   exponential:0.96/1000/staircase   ... with floor(step / 1000)
 //   cosine:10000                 lr * (0.5 (1 + cos(pi min(step, 10000) / 10000)))
 //   cosine:10000/0.1             ... decaying to 0.1 lr rather than 0
+//   warmup-cosine:10000/0.1      linear warm-up to lr over the W warm-up steps,
+//                                lr (step + 1) / W, then cosine from lr at step
+//                                W to 0.1 lr at step 10000 (the end of training):
+//                                a lr + (1 - a) lr 0.5 (1 + cos(pi (step - W) / max(1, 10000 - W))),
+//                                and a lr after it; the PyTorch anchors' lr_at()
 //
-// Optional linear warm-up over the first N steps multiplies any of them by
-// min(1, (step + 1) / N).
+// Optional linear warm-up over the first N steps multiplies any of the
+// others by min(1, (step + 1) / N); warmup-cosine starts its cosine where
+// the warm-up ends instead.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +39,7 @@ class LrSchedule {
   std::int64_t warmup_steps() const { return warmup_; }
 
  private:
-  enum class Kind { constant, piecewise_epochs, piecewise_steps, exponential, cosine };
+  enum class Kind { constant, piecewise_epochs, piecewise_steps, exponential, cosine, warmup_cosine };
   std::string spec_;
   float base_lr_;
   std::int64_t warmup_;

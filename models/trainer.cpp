@@ -75,12 +75,13 @@ Trainer::Trainer(TrainConfig config)
       data_(data::load_dataset(config_.data, config_.data_options)),
       schedule_(config_.schedule, config_.lr, config_.warmup_steps),
       loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
-                                                           : LossKind::mean_squared_error) {
+                                                           : LossKind::mean_squared_error,
+            config_.label_smoothing) {
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
   model_ = std::make_unique<Model>(
       check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train), config_.device);
   model_->initialize(config_.seed);
-  optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+  optimizer_ = make_optimizer(config_.optimizer, model_->parameters(), model_->decayed_ranges());
   // An epoch must hold at least one full step, or training would spin.
   data::batches_per_epoch(plan_options(config_, data_.train.size()), {0, 1}) > 0
       ? void()
@@ -162,6 +163,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
       if (checkpoints_ && last_saved_step_ != step_) message += "; the last finite state is in " + save_checkpoint();
       throw std::runtime_error(message);
     }
+    clip_gradient_norm(model_->gradients(), config_.optimizer.clip_norm);
     optimizer_->step(model_->parameters(), model_->gradients(), lr);
     ++step_;
     cursor_ = batches.cursor();

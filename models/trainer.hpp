@@ -44,6 +44,7 @@ struct TrainConfig {
   float lr = 1e-3f;
   std::string schedule = "constant";
   std::int64_t warmup_steps = 0;
+  float label_smoothing = 0.0f;  // cross-entropy's (models/loss.hpp); 0: none
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = true;  // as the PyTorch anchor: full batches only

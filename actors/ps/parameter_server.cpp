@@ -239,6 +239,7 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
     sc.index = i;
     sc.size = config.partition->size(i);
     sc.optimizer = config.optimizer;
+    sc.decayed = config.partition->ranges_in(i, config.decayed);
     sc.schedule = config.schedule;
     sc.replicas = config.replicas;
     // One record per push, not one per shard.

@@ -57,6 +57,9 @@ namespace ps {
 struct ParameterServerConfig {
   std::shared_ptr<const Partition> partition;  // without empty shards
   models::OptimizerConfig optimizer;
+  // Where weight decay applies in the whole flat buffer
+  // (Model::decayed_ranges); each shard gets its part (Partition::ranges_in).
+  models::FlatRanges decayed;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
   std::shared_ptr<JobMetrics> metrics;       // staleness, recorded by shard 0

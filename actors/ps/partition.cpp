@@ -125,4 +125,24 @@ Tensor Partition::part(int shard, const Tensor& staging) const {
   return staging.slice(packed_offset(shard), {size(shard)});
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> Partition::ranges_in(
+    int shard, const std::vector<std::pair<std::int64_t, std::int64_t>>& flat) const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t packed = 0;  // where the current piece starts in the shard's buffer
+  for (const Range& piece : pieces(shard)) {
+    const std::int64_t end = piece.offset + piece.count;
+    for (const auto& [offset, count] : flat) {
+      const std::int64_t b = std::max(offset, piece.offset), e = std::min(offset + count, end);
+      if (b >= e) continue;
+      const std::int64_t at = packed + (b - piece.offset);
+      if (!out.empty() && out.back().first + out.back().second == at)
+        out.back().second += e - b;
+      else
+        out.emplace_back(at, e - b);
+    }
+    packed += piece.count;
+  }
+  return out;
+}
+
 }  // namespace troupe::actors::ps

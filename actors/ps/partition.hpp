@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -83,6 +84,10 @@ class Partition {
   void pack_all(const Tensor& flat, const Tensor& staging) const;
   // Shard s's part of a packed-layout buffer (a view, no copy).
   Tensor part(int shard, const Tensor& staging) const;
+  // Ranges {offset, count} of the flat buffer (in order, not overlapping:
+  // Model::decayed_ranges) as they lie in shard s's packed buffer, in order.
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges_in(
+      int shard, const std::vector<std::pair<std::int64_t, std::int64_t>>& flat) const;
 
  private:
   std::int64_t total_ = 0;

@@ -8,7 +8,7 @@ namespace troupe::actors::ps {
 ShardCore::ShardCore(ShardConfig config)
     : config_(std::move(config)),
       master_(Tensor::zeros({config_.size})),
-      optimizer_(models::make_optimizer(config_.optimizer, master_)) {
+      optimizer_(models::make_optimizer(config_.optimizer, master_, config_.decayed)) {
   clocks_.assign(static_cast<std::size_t>(config_.replicas), 0);
   pulled_at_.assign(clocks_.size(), 0);
 }

@@ -63,6 +63,10 @@ struct ShardConfig {
   int index = 0;          // in the partition
   std::int64_t size = 0;  // floats it owns (Partition::size)
   models::OptimizerConfig optimizer;
+  // Where weight decay applies in this shard's packed buffer
+  // (Partition::ranges_in of Model::decayed_ranges); empty: nowhere, unless
+  // optimizer.decay_all.
+  models::FlatRanges decayed;
   std::shared_ptr<const models::LrSchedule> schedule;
   int replicas = 1;
   // Called with each applied push's staleness (view, rank, updates), under

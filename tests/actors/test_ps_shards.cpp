@@ -109,7 +109,10 @@ TEST(PsShards, OneReplicaOnNShardsEqualsTheSingleServerBitwise) {
   adam.weight_decay = 1e-4f;
   models::OptimizerConfig nadam;
   nadam.name = "nadam";
-  for (const auto& optimizer : {sgd, adam, nadam}) {
+  models::OptimizerConfig adamw;  // decoupled decay, on the split layers' kernels only
+  adamw.name = "adamw";
+  adamw.weight_decay = 0.1f;
+  for (const auto& optimizer : {sgd, adam, nadam, adamw}) {
     SCOPED_TRACE(optimizer.text());
     JobConfig one = mlp_job({Device::cpu(0)}, "async", 1);
     one.train.optimizer = optimizer;
@@ -128,6 +131,67 @@ TEST(PsShards, OneReplicaOnNShardsEqualsTheSingleServerBitwise) {
       EXPECT_TRUE(sharded.parameters == single.parameters) << "the replica's parameters differ";
       expect_same_state(sharded.last, single.last);
     }
+  }
+}
+
+// Weight decay by rank on a sharded server: each shard gets its part of the
+// model's decay mask (Partition::ranges_in), so N shards step exactly as
+// one optimizer over the whole buffer, layers split across shards included.
+TEST(PsShards, ShardsApplyTheirPartOfTheDecayMaskAsTheWholeOptimizerDoes) {
+  const std::int64_t total = 208;
+  // Three layers: kernel 80 + bias 20, kernel 32 + bias 8, one of rank 1 only.
+  const std::vector<ps::Range> layers{{0, 100}, {112, 40}, {160, 30}};
+  const models::FlatRanges decayed{{0, 80}, {112, 32}};
+  const ps::Partition partition = ps::Partition::make(total, layers, 3, 32).without_empty_shards();
+  ASSERT_EQ(partition.shards(), 3);
+  models::OptimizerConfig sgd;
+  sgd.name = "sgd";
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.05f;
+  models::OptimizerConfig adamw;
+  adamw.name = "adamw";
+  adamw.weight_decay = 0.1f;
+  for (const auto& optimizer : {sgd, adamw}) {
+    SCOPED_TRACE(optimizer.text());
+    const float lr = 0.05f;
+    Tensor whole_params = Tensor::zeros({total});
+    auto whole = models::make_optimizer(optimizer, whole_params, decayed);
+    models::OptimizerConfig all = optimizer;
+    all.decay_all = true;
+    Tensor all_params = Tensor::zeros({total});
+    auto everything = models::make_optimizer(all, all_params, decayed);
+    std::vector<std::unique_ptr<ps::ShardCore>> shards;
+    for (int s = 0; s < partition.shards(); ++s) {
+      ps::ShardConfig c;
+      c.index = s;
+      c.size = partition.size(s);
+      c.optimizer = optimizer;
+      c.decayed = partition.ranges_in(s, decayed);
+      c.schedule = std::make_shared<const models::LrSchedule>("constant", lr, 0);
+      shards.push_back(std::make_unique<ps::ShardCore>(c));
+    }
+    Tensor staging = Tensor::empty({total});
+    for (int step = 1; step <= 6; ++step) {
+      std::vector<float> g(static_cast<std::size_t>(total));
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.37f * float(i) + float(step));
+      const Tensor grad = Tensor::from_vector({total}, g);
+      whole->step(whole_params, grad, lr);
+      everything->step(all_params, grad, lr);
+      partition.pack_all(grad, staging);
+      for (int s = 0; s < partition.shards(); ++s)
+        shards[static_cast<std::size_t>(s)]->apply(GradientPush{0, 0, step, partition.part(s, staging).clone()});
+    }
+    bool mask_mattered = false;
+    for (int s = 0; s < partition.shards(); ++s) {
+      Tensor want = Tensor::empty({partition.size(s)}), decayed_all = Tensor::empty({partition.size(s)});
+      partition.pack(s, whole_params, want);
+      partition.pack(s, all_params, decayed_all);
+      const std::vector<float> got = shards[static_cast<std::size_t>(s)]->state().parameters.to_vector();
+      EXPECT_TRUE(got == want.to_vector()) << "shard " << s << " differs from the whole optimizer";
+      mask_mattered = mask_mattered || got != decayed_all.to_vector();
+    }
+    EXPECT_TRUE(mask_mattered) << "decay=all gave the same parameters: the mask was not exercised";
   }
 }
 
