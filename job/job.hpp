@@ -266,7 +266,7 @@ class Job {
   std::int64_t parameter_count_ = 0;
   // Where weight decay applies (Model::decayed_ranges).
   std::vector<std::pair<std::int64_t, std::int64_t>> decayed_;
-  std::int64_t state_count_ = 0;  // the model's running statistics (BatchNorm)
+  std::int64_t state_count_ = 0;                    // the model's running statistics (BatchNorm)
   std::shared_ptr<const ps::Partition> partition_;  // the parameter server's shards
   std::int64_t batches_per_epoch_ = 0;
   std::shared_ptr<checkpoint::Directory> checkpoints_;

@@ -113,7 +113,8 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     const std::string bias = o.take("bias", "true");
     if (bias != "true" && bias != "false")
       throw std::invalid_argument("conv2d bias '" + bias + "': expected true or false");
-    layer = std::make_unique<Conv2D>(filters, kh, kw, stride, padding, bias == "true");
+    const Conv2D::Init init = Conv2D::parse_init(o.take("init", "glorot_uniform"));
+    layer = std::make_unique<Conv2D>(filters, kh, kw, stride, padding, bias == "true", init);
   } else if (kind == "conv1d") {
     std::int64_t filters = o.take_int("filters");
     std::int64_t kernel = o.take_int("kernel");
@@ -571,7 +572,47 @@ std::string normalised_layer_line(const std::string& line) {
   return make_layer(line)->spec();
 }
 
-std::vector<std::string> zoo_names() { return {"linreg", "mlp", "cnn", "textcnn"}; }
+std::vector<std::string> zoo_names() { return {"linreg", "mlp", "wide", "cnn", "vgg", "resnet", "textcnn"}; }
+
+namespace {
+// The resnet anchor's network (anchors/torch_resnet.py): a stem, three
+// stages of two basic blocks (16, 32, 64 filters; the first block of
+// stages 2 and 3 halves the resolution, with a 1x1 projection shortcut),
+// global average pooling and a Dense head; 174,970 parameters on 28x28x1.
+// Convolutions have no bias (the BatchNorm after each has its beta) and
+// start He-normal over their fan-out, as the anchor's.
+const char* kResnetBody = R"(block basic filters
+  conv2d filters=$filters kernel=3 padding=same bias=false init=he_normal_fan_out
+  batchnorm
+  relu
+  conv2d filters=$filters kernel=3 padding=same bias=false init=he_normal_fan_out
+  y: batchnorm
+  add from=in,y
+  relu
+end
+block down filters
+  conv2d filters=$filters kernel=3 stride=2 padding=same bias=false init=he_normal_fan_out
+  batchnorm
+  relu
+  conv2d filters=$filters kernel=3 padding=same bias=false init=he_normal_fan_out
+  y: batchnorm
+  conv2d filters=$filters kernel=1 stride=2 bias=false init=he_normal_fan_out from=in
+  s: batchnorm
+  add from=y,s
+  relu
+end
+conv2d filters=16 kernel=3 padding=same bias=false init=he_normal_fan_out
+batchnorm
+relu
+basic filters=16
+basic filters=16
+down filters=32
+basic filters=32
+down filters=64
+basic filters=64
+globalavgpool2d
+)";
+}  // namespace
 
 ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   auto need_classes = [&]() {
@@ -599,6 +640,25 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
             "\nconv2d filters=32 kernel=3\nrelu\nmaxpool2d pool=2\nflatten\n"
             "dense units=64\nrelu\ndense units=" +
             need_classes() + "\n";
+  } else if (name == "wide") {
+    // The sync-path benchmark's MLP (anchors/torch_anchor.py "wide"): 5.8 M
+    // parameters, 23 MB of gradients a step.
+    text += "input" + shape_text() +
+            "\nflatten\ndense units=2048\nrelu\ndense units=2048\nrelu\ndense units=" + need_classes() + "\n";
+  } else if (name == "vgg" || name == "resnet") {
+    if (data.input.rank() != 3)
+      throw std::invalid_argument("model '" + name + "' needs image data [channels, height, width], got " +
+                                  data.input.str());
+    if (name == "vgg")
+      // The VGG-style stack of anchors/torch_anchor.py ("vgg"): 3x3 "same"
+      // convolutions 64, 64, pool, 128, pool, Dense 256, Dense classes.
+      text += "input" + shape_text() +
+              "\nconv2d filters=64 kernel=3 padding=same\nrelu\nconv2d filters=64 kernel=3 padding=same\nrelu\n"
+              "maxpool2d pool=2\nconv2d filters=128 kernel=3 padding=same\nrelu\nmaxpool2d pool=2\nflatten\n"
+              "dense units=256\nrelu\ndense units=" +
+              need_classes() + "\n";
+    else
+      text += "input" + shape_text() + "\n" + kResnetBody + "dense units=" + need_classes() + "\n";
   } else if (name == "textcnn") {
     // The seed's Reuters model: Embedding(V, 7), Conv1D(64, 5) ReLU, MaxPool1D(2),
     // Conv1D(32, 3) ReLU, MaxPool1D(2), Flatten, Dense(C).

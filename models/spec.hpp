@@ -117,7 +117,7 @@ struct DataShape {
   std::int64_t vocab = 0;    // token-id data
 };
 
-// The model zoo: linreg, mlp, cnn, textcnn. Throws std::invalid_argument
+// The model zoo: linreg, mlp, wide, cnn, vgg, resnet, textcnn. Throws std::invalid_argument
 // listing the known names for any other.
 ModelSpec zoo_spec(const std::string& name, const DataShape& data);
 std::vector<std::string> zoo_names();

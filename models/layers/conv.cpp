@@ -62,8 +62,14 @@ void require_padding(const char* layer, const Padding& p) {
 // ---- Conv2D ----
 
 Conv2D::Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride, Padding padding,
-               bool bias)
-    : filters_(filters), kernel_h_(kernel_h), kernel_w_(kernel_w), stride_(stride), padding_(padding), use_bias_(bias) {
+               bool bias, Init init)
+    : filters_(filters),
+      kernel_h_(kernel_h),
+      kernel_w_(kernel_w),
+      stride_(stride),
+      padding_(padding),
+      use_bias_(bias),
+      init_(init) {
   require_positive("conv2d", "filters", filters);
   require_window("conv2d", "kernel", kernel_h);
   require_window("conv2d", "kernel", kernel_w);
@@ -75,7 +81,14 @@ std::string Conv2D::spec() const {
   std::string kernel =
       kernel_h_ == kernel_w_ ? std::to_string(kernel_h_) : std::to_string(kernel_h_) + "x" + std::to_string(kernel_w_);
   return "conv2d filters=" + std::to_string(filters_) + " kernel=" + kernel + " stride=" + std::to_string(stride_) +
-         " padding=" + padding_.str() + (use_bias_ ? "" : " bias=false");
+         " padding=" + padding_.str() + (use_bias_ ? "" : " bias=false") +
+         (init_ == Init::glorot_uniform ? "" : " init=he_normal_fan_out");
+}
+
+Conv2D::Init Conv2D::parse_init(const std::string& text) {
+  if (text == "glorot_uniform") return Init::glorot_uniform;
+  if (text == "he_normal_fan_out") return Init::he_normal_fan_out;
+  throw std::invalid_argument("conv2d init '" + text + "': expected glorot_uniform or he_normal_fan_out");
 }
 
 Shape Conv2D::build(const Shape& input, const Device& device) {
@@ -108,7 +121,10 @@ void Conv2D::bind(const Tensor& params, const Tensor& grads) {
 void Conv2D::initialize(std::uint64_t seed) {
   // Keras' Glorot fans for convolutions: receptive field times channels.
   const std::int64_t field = kernel_h_ * kernel_w_;
-  ops::glorot_uniform(kernel_, input_[0] * field, filters_ * field, seed);
+  if (init_ == Init::he_normal_fan_out)
+    ops::he_normal(kernel_, filters_ * field, seed);
+  else
+    ops::glorot_uniform(kernel_, input_[0] * field, filters_ * field, seed);
   if (use_bias_) ops::fill(bias_, 0.0f);
 }
 

@@ -52,10 +52,15 @@ struct Padding {
 // 2-D convolution over [c, h, w] with `filters` kernels of kernel_h x kernel_w.
 class Conv2D final : public Layer {
  public:
+  // How the kernel starts: Glorot uniform (Keras' default), or He normal
+  // over the fan-out (PyTorch's kaiming_normal_(mode="fan_out",
+  // nonlinearity="relu"), a ResNet's: std sqrt(2 / (filters * kh * kw))).
+  enum class Init { glorot_uniform, he_normal_fan_out };
+  static Init parse_init(const std::string& text);  // "glorot_uniform", "he_normal_fan_out"
   // bias=false: no bias (a BatchNorm after it has its own beta), as
   // PyTorch's bias=False and Keras' use_bias=False.
   Conv2D(std::int64_t filters, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride = 1,
-         Padding padding = {}, bool bias = true);
+         Padding padding = {}, bool bias = true, Init init = Init::glorot_uniform);
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -68,6 +73,7 @@ class Conv2D final : public Layer {
   std::int64_t filters_, kernel_h_, kernel_w_, stride_;
   Padding padding_;
   bool use_bias_;
+  Init init_;
   Shape input_, output_;
   Device device_;
   Tensor kernel_, bias_, dkernel_, dbias_, x_, y_, dx_;

@@ -207,9 +207,9 @@ TEST(Cli, ShardedParameterServerTrainsAndItsCheckpointEvaluates) {
 }
 
 TEST(Cli, UnknownNamesListTheKnownOnes) {
-  Result r = troupe("train --model resnet --steps 1");
+  Result r = troupe("train --model resnet50 --steps 1");
   EXPECT_EQ(r.status, 2);
-  EXPECT_CONTAINS(r.output, "unknown model 'resnet'; known: linreg, mlp, cnn, textcnn");
+  EXPECT_CONTAINS(r.output, "unknown model 'resnet50'; known: linreg, mlp, wide, cnn, vgg, resnet, textcnn");
   r = troupe("train --optimizer rmsprop");
   EXPECT_EQ(r.status, 2);
   EXPECT_CONTAINS(r.output, "--optimizer");

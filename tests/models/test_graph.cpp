@@ -4,6 +4,7 @@
 // the sum of its consumers' gradients) against finite differences.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "kernels/ops.hpp"
@@ -223,6 +224,38 @@ TEST(ModelGraph, ShapesThatDoNotFitNameTheLayerAndTheShapes) {
               Model(ModelSpec::parse(embedding_late, "t.spec"), Device::cpu());
             }).find("layer 2 'embedding vocab=10 dim=4': an embedding takes token ids"),
             std::string::npos);
+}
+
+// The zoo's residual network is the anchor's, layer for layer: 174,970
+// trainable parameters (anchors/torch_resnet.py), 1,056 values of running
+// statistics (mean and variance of 2 x (16 + 16*4 + 32*4 + 64*4) channels
+// without the padding), a graph that re-parses to itself, and shapes
+// 16x28x28 -> 32x14x14 -> 64x7x7 -> 64 -> 10.
+TEST(ModelGraph, TheZooResnetIsTheAnchorsNetwork) {
+  DataShape images{Shape{1, 28, 28}, DType::f32, 10};
+  ModelSpec spec = zoo_spec("resnet", images);
+  EXPECT_TRUE(ModelSpec::parse(spec.text(), "checkpoint") == spec);
+  Model m(spec, Device::cpu());
+  std::int64_t trainable = 0;
+  for (const auto& [offset, count] : m.layer_ranges()) trainable += count;
+  EXPECT_EQ(trainable, 174970);
+  EXPECT_EQ(m.output_shape(), (Shape{10}));
+  const std::string summary = m.summary();
+  EXPECT_NE(summary.find("[32, 14, 14]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("[64, 7, 7]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("down1/s: batchnorm"), std::string::npos) << summary;
+  // He normal over the fan-out: the stem's 144 weights have std sqrt(2 / (16 * 9)).
+  m.initialize(3);
+  auto p = m.parameters().to_vector();
+  double sq = 0;
+  for (int i = 0; i < 144; ++i) sq += double(p[i]) * p[i];
+  EXPECT_NEAR(std::sqrt(sq / 144), std::sqrt(2.0 / 144), 0.03);
+  Model vgg(zoo_spec("vgg", images), Device::cpu());
+  EXPECT_EQ(vgg.output_shape(), (Shape{10}));
+  Model wide(zoo_spec("wide", images), Device::cpu());
+  std::int64_t wide_count = 0;
+  for (const auto& [offset, count] : wide.layer_ranges()) wide_count += count;
+  EXPECT_EQ(wide_count, 784 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 10 + 10);
 }
 
 // The C++ builder: a block is a function; its spec's text re-parses to the

@@ -145,7 +145,8 @@ TEST(ModelSpec, SpecFilesAreBoundedRegularFiles) {
 
 TEST(ModelSpec, UnknownZooNameListsKnownOnes) {
   std::string e = error_of([] { zoo_spec("resnet50", {Shape{1, 28, 28}, DType::f32, 10}); });
-  EXPECT_NE(e.find("unknown model 'resnet50'; known: linreg, mlp, wide, cnn, vgg, resnet, textcnn"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown model 'resnet50'; known: linreg, mlp, wide, cnn, vgg, resnet, textcnn"), std::string::npos)
+      << e;
   e = error_of([] { zoo_spec("textcnn", {Shape{1, 28, 28}, DType::f32, 10}); });
   EXPECT_NE(e.find("token-id data"), std::string::npos) << e;
 }

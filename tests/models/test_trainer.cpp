@@ -174,8 +174,8 @@ TEST(Trainer, ConfigurationErrorsSurfaceBeforeTraining) {
     return "(no error)";
   };
   TrainConfig c = mlp_config(1);
-  c.model = "resnet";
-  EXPECT_NE(error_of(c).find("unknown model 'resnet'"), std::string::npos);
+  c.model = "resnet50";
+  EXPECT_NE(error_of(c).find("unknown model 'resnet50'"), std::string::npos);
   c = mlp_config(1);
   c.batch = 0;
   EXPECT_NE(error_of(c).find("--batch"), std::string::npos);
