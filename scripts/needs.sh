@@ -26,14 +26,14 @@ TROUPE_PACKAGES=(
   prometheus                      # tests/cli/prometheus_scrape.cpp: a real server scrapes GET /metrics
                                   # (about 8 s to install; on a host with systemd it also starts its own
                                   # service on :9090, which the test does not use)
-  openmpi-bin                     # tests/node/test_launchers.cpp: a real mpirun starts three `troupe node`s
+  openmpi-bin                     # tests/cluster/test_launchers.cpp: a real mpirun starts three `troupe node`s
   clang libclang-rt-14-dev        # scripts/fuzz.sh, scripts/ci-sanitizers.sh: libFuzzer and the ASan/UBSan build
   libomp-14-dev                   # clang's OpenMP, which the cpu kernels need in that build (gcc's comes with g++)
   llvm                            # llvm-symbolizer: the sanitizers name functions, which the suppression files match
   clang-format                    # scripts/check-format.sh (in scripts/test.sh): the tree's format, .clang-format
   python3                         # scripts/timeline.py, scripts/tensorboard_plot.py (standard library only),
                                   # tests/chaos/lib.sh's free_port
-  iproute2                        # `ip netns`: the multi-node tests in network namespaces (tests/node/netns.hpp,
+  iproute2                        # `ip netns`: the multi-node tests in network namespaces (tests/cluster/netns.hpp,
                                   # tests/faults/node_faults.sh); they skip where namespaces cannot be made
   procps                          # ps, pgrep: tests/faults/node_faults.sh finds and reaps its processes
 )

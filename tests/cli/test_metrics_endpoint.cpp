@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/node/process.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/exposition.hpp"
 #include "tests/support/http.hpp"
 #include "tests/support/ports.hpp"

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/node/process.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/ports.hpp"
 #include "util/timeline.hpp"
 

@@ -19,8 +19,8 @@
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "net/collective/nccl.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/node/process.hpp"
 #include "tests/support/ports.hpp"
 #include "tests/support/single_process.hpp"
 

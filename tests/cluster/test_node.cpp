@@ -16,9 +16,9 @@
 
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/trainer.hpp"
-#include "tests/node/cluster.hpp"
-#include "tests/node/netns.hpp"
-#include "tests/node/process.hpp"
+#include "tests/cluster/cluster.hpp"
+#include "tests/cluster/netns.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/ports.hpp"
 #include "tests/support/single_process.hpp"
 

@@ -16,8 +16,8 @@
 #include <regex>
 #include <sstream>
 
-#include "tests/node/cluster.hpp"
-#include "tests/node/process.hpp"
+#include "tests/cluster/cluster.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/ports.hpp"
 
 namespace troupe {

@@ -308,8 +308,8 @@ TEST(Job, BadConfigurationsAreRefusedBeforeTraining) {
   JobConfig c = mlp_job({Device::cpu(0), Device::cuda(0)}, "sync", 32);
   EXPECT_NE(error_of(c), "(no error)");
   c = mlp_job({Device::cpu(0)}, "sync", 32);
-  c.train.model = "resnet";
-  EXPECT_NE(error_of(c).find("unknown model 'resnet'"), std::string::npos);
+  c.train.model = "resnet50";
+  EXPECT_NE(error_of(c).find("unknown model 'resnet50'"), std::string::npos);
   EXPECT_THROW(parse_devices("cpu:0,gpu:1"), std::invalid_argument);
   EXPECT_THROW(parse_devices("cpu:0,cpu:0"), std::invalid_argument);
   EXPECT_EQ(parse_devices("cpu:0,cpu:1").size(), 2u);

@@ -307,7 +307,7 @@ TEST(ClusterJobFile, BadValues) {
   EXPECT_JOB_ERROR("\nswitch = \"x\"\n", "JOB.toml:2: key 'switch': --switch item 'x'");
   EXPECT_JOB_ERROR("schedule = \"linear\"\nlr = 0.1\n", "JOB.toml:1: key 'schedule':");
   EXPECT_JOB_ERROR("[optimizer]\nname = \"adagrad\"\n",
-                   "JOB.toml:2: key 'optimizer.name': unknown optimizer 'adagrad' (known: sgd, adam, nadam)");
+                   "JOB.toml:2: key 'optimizer.name': unknown optimizer 'adagrad' (known: sgd, adam, adamw, nadam)");
   EXPECT_JOB_ERROR("epochs = 0\n", "JOB.toml:1: key 'epochs': 0 is out of range (1..");
   EXPECT_JOB_ERROR("batch = -4\n", "key 'batch': -4 is out of range");
   EXPECT_JOB_ERROR("prefetch = 99999999999\n", "key 'prefetch': 99999999999 is out of range (1..2147483647)");

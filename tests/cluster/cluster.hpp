@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/node/process.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/ports.hpp"
 
 namespace troupe {

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "models/checkpoint/checkpoint.hpp"
-#include "tests/node/cluster.hpp"
-#include "tests/node/process.hpp"
+#include "tests/cluster/cluster.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/http.hpp"
 
 namespace troupe {

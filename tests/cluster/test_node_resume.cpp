@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "models/checkpoint/checkpoint.hpp"
-#include "tests/node/process.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/ports.hpp"
 
 namespace troupe {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/node/cluster.hpp"
-#include "tests/node/process.hpp"
+#include "tests/cluster/cluster.hpp"
+#include "tests/cluster/process.hpp"
 #include "tests/support/mitm_proxy.hpp"
 
 namespace troupe {

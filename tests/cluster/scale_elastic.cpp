@@ -11,8 +11,8 @@
 #include <regex>
 #include <thread>
 
-#include "tests/node/cluster.hpp"
-#include "tests/node/netns.hpp"
+#include "tests/cluster/cluster.hpp"
+#include "tests/cluster/netns.hpp"
 
 namespace troupe {
 namespace {
