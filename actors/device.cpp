@@ -321,7 +321,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       [=](set_state_atom, const ReplicaState& state) -> caf::result<caf::ok_atom> {
         if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
         restore_state(self->state.model->parameters(), *self->state.optimizer, state);
-        restore_model_state(*self->state.model, state);
+        restore_model_state(*self->state.model, state.model_state);
         return caf::ok_atom::value;
       },
       // The running statistics alone (BatchNorm), which the coordinator
@@ -332,9 +332,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       },
       [=](model_state_atom, const Tensor& state) -> caf::result<caf::ok_atom> {
         if (!self->state.model) return caf::make_error(caf::sec::runtime_error, self->state.failure);
-        ReplicaState only;
-        only.model_state = state;
-        restore_model_state(*self->state.model, only);
+        restore_model_state(*self->state.model, state);
         return caf::ok_atom::value;
       },
       // Resume (and joins): the state, and the replica's own clock and data
@@ -348,7 +346,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
           return caf::make_error(caf::sec::runtime_error,
                                  "replica " + std::to_string(st.config.rank) + " was moved while it had steps granted");
         restore_state(st.model->parameters(), *st.optimizer, state);
-        restore_model_state(*st.model, state);
+        restore_model_state(*st.model, state.model_state);
         st.clock = at.clock;
         st.grant.up_to = at.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();

@@ -27,13 +27,13 @@ void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const
   for (const auto& [name, value] : state.scalars) optimizer.set_scalar(name, value);
 }
 
-void restore_model_state(models::Model& model, const ReplicaState& state) {
-  if (!state.model_state.defined() || model.state_count() == 0) return;
-  if (state.model_state.numel() != model.state_count())
-    throw std::invalid_argument("a model state of " + std::to_string(state.model_state.numel()) +
+void restore_model_state(models::Model& model, const Tensor& state) {
+  if (!state.defined() || model.state_count() == 0) return;
+  if (state.numel() != model.state_count())
+    throw std::invalid_argument("a model state of " + std::to_string(state.numel()) +
                                 " values for a model that keeps " + std::to_string(model.state_count()));
   Tensor target = model.state();
-  target.copy_from(state.model_state);
+  target.copy_from(state);
 }
 
 }  // namespace troupe::actors

@@ -147,9 +147,9 @@ struct ReplicaState {
 // replica or a parameter-server shard (whose state is its packed part of
 // the whole, actors/ps/partition.hpp).
 void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state);
-// Copies the state's model state (running statistics) into `model`, when
-// it has one (not from the parameter server).
-void restore_model_state(models::Model& model, const ReplicaState& state);
+// Copies a model state (running statistics; ReplicaState::model_state)
+// into `model`; an undefined one (from the parameter server) changes nothing.
+void restore_model_state(models::Model& model, const Tensor& state);
 
 // Where a replica stands in the job: the steps it has completed (its clock)
 // and so the next batch of its shard. Sent with a state on resume (and, for
