@@ -480,7 +480,13 @@ TEST(PsPushLink, AHelloOfAnotherPurposeOrVersionIsDropped) {
     EXPECT_EQ(answer.purpose, net::wire::Purpose::push_link);
     ::close(fd);
   }
-  for (int i = 0; i < 200 && log.all().find("version 1") == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  // The two connections are served on their own threads, so their lines
+  // may come in either order: wait for both.
+  const auto both_logged = [&] {
+    const std::string all = log.all();
+    return all.find("version 1") != std::string::npos && all.find("wrong purpose") != std::string::npos;
+  };
+  for (int i = 0; i < 500 && !both_logged(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_NE(log.all().find("wrong purpose 'ring' (expected 'push link'): not a troupe push-link client"),
             std::string::npos)
       << log.all();
