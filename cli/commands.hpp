@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +38,9 @@ struct TrainOptions {
   std::string timeline;                  // --timeline FILE: a Chrome trace of every replica's steps (util/timeline.hpp)
   std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
+  // Whether the command line gave a setting, by its job-file key (for the
+  // zoo models' recipes, models/recipe.hpp); set by add_train_command.
+  std::function<bool(const std::string& key)> given = [](const std::string&) { return false; };
 };
 void add_train_command(CLI::App& app, TrainOptions& options);
 int run_train(TrainOptions& options);

@@ -16,6 +16,7 @@
 #include "job/job.hpp"
 #include "job/job_file.hpp"
 #include "kernels/registry.hpp"
+#include "models/recipe.hpp"
 #include "models/tensorboard.hpp"
 #include "net/cluster/auth.hpp"
 #include "net/control/control_auth.hpp"
@@ -368,7 +369,10 @@ void use_threads(int threads) {
 void add_train_command(CLI::App& app, TrainOptions& o) {
   auto* cmd = app.add_subcommand("train", "Train a model on the devices of this host");
   auto& c = o.config;
-  cmd->add_option("--model", c.model, "Zoo model (linreg, mlp, wide, cnn, vgg, resnet, textcnn) or a model spec file")
+  cmd->add_option("--model", c.model,
+                  "Zoo model (linreg, mlp, wide, cnn, vgg, resnet, textcnn) or a model spec file. resnet trains "
+                  "with its anchor's recipe (" +
+                      models::zoo_recipe("resnet").describe() + ") unless flags say otherwise")
       ->capture_default_str();
   cmd->add_option("--data", c.data, "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
       ->capture_default_str();
@@ -408,6 +412,9 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Linear learning-rate warm-up over this many steps (multiplies the schedule; with warmup-cosine "
                   "the cosine starts where it ends)")
       ->capture_default_str();
+  cmd->add_option("--warmup-epochs", c.warmup_epochs,
+                  "Linear learning-rate warm-up over this many epochs (as --warmup, in epochs; give one of the "
+                  "two)");
   cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD with Nesterov momentum");
   cmd->add_option("--weight-decay", c.optimizer.weight_decay,
@@ -451,10 +458,22 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Write a Chrome trace of every replica's steps here (data wait, forward, backward, all-reduce or "
                   "push/pull, optimizer; open it in ui.perfetto.dev)");
   cmd->add_option("--timeline-steps", o.timeline_steps, "The steps --timeline records, A:B")->capture_default_str();
+  o.given = [cmd](const std::string& key) {
+    if (key == "warmup") return cmd->count("--warmup") + cmd->count("--warmup-epochs") > 0;
+    std::string flag = "--" + key;
+    for (char& ch : flag)
+      if (ch == '_') ch = '-';
+    return cmd->count(flag) > 0;
+  };
 }
 
 int run_train(TrainOptions& o) {
   use_threads(o.threads);
+  // A zoo model with a recipe (resnet) trains with it where no flag says
+  // otherwise: `troupe train --model resnet` is the anchor's run.
+  if (const std::string recipe = models::apply_recipe(o.config, o.given); !recipe.empty())
+    std::fprintf(stderr, "model %s: its recipe, where no flag says otherwise: %s\n", o.config.model.c_str(),
+                 recipe.c_str());
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
   if (o.ps_shards < 1) throw UsageError("--ps-shards must be at least 1, got " + std::to_string(o.ps_shards));
   if (o.ps_split_above < 1)

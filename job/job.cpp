@@ -119,7 +119,6 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                    config_.ps_shards, spec_.name.c_str(), partition_->shards(),
                    static_cast<long long>(config_.ps_split_above), partition_->shards());
   }
-  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);         // validates the schedule
   models::make_optimizer(t.optimizer, Tensor::zeros({1}), {});  // validates the optimizer name
   data::PlanOptions plan{data_.train.size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
   batches_per_epoch_ = data::batches_per_epoch(plan, {0, static_cast<int>(config_.devices.size())});
@@ -127,6 +126,10 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
     throw std::invalid_argument("dataset " + t.data + " has " + std::to_string(data_.train.size()) +
                                 " training examples, fewer than one global batch of " +
                                 std::to_string(t.batch * static_cast<std::int64_t>(config_.devices.size())));
+  // Warm-up epochs and a cosine to the end become steps of this job's
+  // epochs (what the checkpoints and a cluster's job text then carry).
+  models::resolve_training_length(t, batches_per_epoch_);
+  models::LrSchedule(t.schedule, t.lr, t.warmup_steps);  // validates the schedule
   if (t.resume && t.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
   if (!t.checkpoint_dir.empty()) checkpoints_ = std::make_shared<checkpoint::Directory>(t.checkpoint_dir, t.keep_last);
 }

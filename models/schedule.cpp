@@ -35,7 +35,28 @@ double number(const std::string& text, const std::string& spec) {
 // "cosine:1e37"), so it is refused first.
 constexpr double kCountLimit = 9223372036854775808.0;  // 2^63
 
+// "cosine" or "warmup-cosine", and what follows its colon.
+bool cosine_kind(const std::string& spec, std::string& args) {
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  args = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  return kind == "cosine" || kind == "warmup-cosine";
+}
+
 }  // namespace
+
+bool schedule_ends_with_training(const std::string& spec) {
+  std::string args;
+  return cosine_kind(spec, args) && (args.empty() || args.front() == '/');
+}
+
+std::string schedule_with_length(const std::string& spec, std::int64_t total_steps) {
+  if (!schedule_ends_with_training(spec)) return spec;
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string fraction = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  return kind + ":" + std::to_string(total_steps) + fraction;
+}
 
 LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warmup_steps)
     : spec_(spec), base_lr_(base_lr), warmup_(warmup_steps) {
@@ -76,6 +97,11 @@ LrSchedule::LrSchedule(const std::string& spec, float base_lr, std::int64_t warm
       if (parts[2] != "staircase") fail("'" + parts[2] + "' is not 'staircase'");
       staircase_ = true;
     }
+  } else if (schedule_ends_with_training(spec)) {
+    fail(
+        "its length in steps is left to the training, which only troupe train and the C++ API know here (a "
+        "cluster job's steps per epoch follow its views): give it, e.g. " +
+        kind + ":" + "10000" + (args.empty() ? "" : args));
   } else if ((kind == "cosine" || kind == "warmup-cosine") && !args.empty()) {
     kind_ = kind == "cosine" ? Kind::cosine : Kind::warmup_cosine;
     auto parts = split(args, '/');

@@ -18,6 +18,12 @@
 // Optional linear warm-up over the first N steps multiplies any of the
 // others by min(1, (step + 1) / N); warmup-cosine starts its cosine where
 // the warm-up ends instead.
+//
+// `cosine` and `warmup-cosine` may leave out their step count (with or
+// without the final fraction: `warmup-cosine`, `warmup-cosine:/0.1`): they
+// then end with the training, at the step resolve_training_length()
+// (models/trainer.hpp) finds from the epochs, the steps of an epoch and
+// --steps, once the data is loaded. LrSchedule itself needs the count.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,13 @@
 #include <vector>
 
 namespace troupe::models {
+
+// Whether `spec` leaves its length to the training (see above).
+bool schedule_ends_with_training(const std::string& spec);
+
+// `spec` with the training's last step as its length (unchanged when it
+// names its own, or is not a cosine).
+std::string schedule_with_length(const std::string& spec, std::int64_t total_steps);
 
 class LrSchedule {
  public:

@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,7 +41,33 @@ void check_config(const TrainConfig& c) {
     throw std::invalid_argument("--resume needs --checkpoint-dir to resume from");
 }
 
+// The schedule of `c` once resolve_training_length() made it concrete with
+// the steps of one epoch on one replica (at least 1, so that a data set
+// smaller than a batch reaches the clearer error of the constructor's
+// body). One function, so that the warm-up is read after it is resolved.
+LrSchedule resolved_schedule(TrainConfig& c, std::int64_t examples) {
+  resolve_training_length(c, std::max<std::int64_t>(1, data::batches_per_epoch(plan_options(c, examples), {0, 1})));
+  return LrSchedule(c.schedule, c.lr, c.warmup_steps);
+}
+
 }  // namespace
+
+void resolve_training_length(TrainConfig& c, std::int64_t steps_per_epoch) {
+  if (c.warmup_epochs < 0 || !std::isfinite(c.warmup_epochs))
+    throw std::invalid_argument("--warmup-epochs must be >= 0, got " + std::to_string(c.warmup_epochs));
+  if (c.warmup_epochs > 0) {
+    if (c.warmup_steps > 0)
+      throw std::invalid_argument("--warmup (" + std::to_string(c.warmup_steps) + " steps) and --warmup-epochs (" +
+                                  std::to_string(c.warmup_epochs) + ") both set the warm-up; give one");
+    c.warmup_steps = std::max<std::int64_t>(1, std::llround(c.warmup_epochs * static_cast<double>(steps_per_epoch)));
+    c.warmup_epochs = 0;
+  }
+  if (schedule_ends_with_training(c.schedule)) {
+    std::int64_t total = c.epochs * steps_per_epoch;
+    if (c.max_steps > 0) total = std::min(total, c.max_steps);
+    c.schedule = schedule_with_length(c.schedule, std::max<std::int64_t>(1, total));
+  }
+}
 
 const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& device) {
   if (device == host.device()) return host;
@@ -73,7 +100,7 @@ DataShape data_shape_of(const data::Dataset& d) {
 Trainer::Trainer(TrainConfig config)
     : config_((check_config(config), std::move(config))),
       data_(data::load_dataset(config_.data, config_.data_options)),
-      schedule_(config_.schedule, config_.lr, config_.warmup_steps),
+      schedule_(resolved_schedule(config_, data_.train.size())),
       loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
                                                            : LossKind::mean_squared_error,
             config_.label_smoothing) {

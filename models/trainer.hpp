@@ -44,6 +44,9 @@ struct TrainConfig {
   float lr = 1e-3f;
   std::string schedule = "constant";
   std::int64_t warmup_steps = 0;
+  // Warm-up in epochs (the anchors' "one epoch"), turned into warmup_steps
+  // by resolve_training_length(); give one of the two.
+  double warmup_epochs = 0;
   float label_smoothing = 0.0f;  // cross-entropy's (models/loss.hpp); 0: none
   std::uint64_t seed = 0;
   bool shuffle = true;
@@ -72,6 +75,16 @@ struct TrainConfig {
   // it; each result goes to Callbacks::on_evaluate.
   std::int64_t eval_every = 0;
 };
+
+// Makes the settings that follow the training's length concrete, once the
+// steps of an epoch are known (the data loaded, the replicas counted):
+// warmup_epochs becomes warmup_steps (rounded to the nearest step, at least
+// one), and a cosine schedule that ends with the training
+// (models/schedule.hpp) ends at its last step: epochs x steps_per_epoch, or
+// max_steps when that comes first. Trainer and actors::Job call it; what
+// they store (checkpoints, the job's text) is the concrete form. Throws
+// std::invalid_argument when both warm-up forms are given.
+void resolve_training_length(TrainConfig& config, std::int64_t steps_per_epoch);
 
 struct EpochResult {
   std::int64_t epoch = 0;  // 0-based

@@ -108,7 +108,8 @@ void run_actions(Self* self) {
             r.train_loss = scored > 0 ? st.epoch_loss_sum / double(scored) : 0;
             r.train_accuracy =
                 st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored) : std::nan("");
-            r.lr = st.last_lr;
+            // The rate of the epoch's last step, as models::Trainer reports.
+            r.lr = st.config.schedule->at(std::max<std::int64_t>(0, st.global_step - 1), st.epoch);
             r.seconds = seconds(Clock::now() - st.t_epoch);
             r.samples_per_s = st.epoch_train_seconds > 0 ? double(st.epoch_examples) / st.epoch_train_seconds : 0;
             st.result.epochs.push_back(r);

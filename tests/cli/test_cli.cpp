@@ -12,14 +12,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
 #include "kernels/config.hpp"
 #include "tests/support/ports.hpp"
 
@@ -260,6 +263,88 @@ TEST(Cli, TruncatedIdxNamesFileAndOffset) {
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "train-images-idx3-ubyte");
   EXPECT_CONTAINS(r.output, "offset");
+}
+
+// A raw IDX directory of `train` and `test` images of 28x28 with labels
+// 0-9 (the pixels vary with the index, so batches differ).
+std::string tiny_idx(const std::string& name, std::uint32_t train, std::uint32_t test) {
+  const std::string dir = temp(name);
+  fs::create_directories(dir);
+  auto be32 = [](std::ofstream& f, std::uint32_t v) {
+    unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                          static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+    f.write(reinterpret_cast<char*>(b), 4);
+  };
+  for (const std::string split : {"train", "t10k"}) {
+    const std::uint32_t n = split == "train" ? train : test;
+    std::ofstream images(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
+    for (std::uint32_t v : {0x803u, n, 28u, 28u}) be32(images, v);
+    for (std::uint32_t i = 0; i < n * 784; ++i) images.put(static_cast<char>((i * 2654435761u) >> 24));
+    std::ofstream labels(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
+    for (std::uint32_t v : {0x801u, n}) be32(labels, v);
+    for (std::uint32_t i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
+  }
+  return dir;
+}
+
+// The learning rates of the rows of one kind in a --metrics JSON-lines file.
+std::vector<double> logged_lrs(const std::string& path, const std::string& kind) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto row = nlohmann::json::parse(line);
+    if (row.value("kind", "") == kind) out.push_back(row.at("lr").get<double>());
+  }
+  return out;
+}
+
+// `troupe train --model resnet` with no other flag is the anchor's run
+// (torch_resnet.py): SGD Nesterov 0.9, lr 0.1 warmed up over the first
+// epoch, then cosine to 0 at the last step, batch 128; each flag overrides
+// its part.
+TEST(Cli, ResnetTrainsWithItsAnchorsRecipeUnlessFlagsSayOtherwise) {
+  const std::string dir = tiny_idx("resnet_recipe", 256, 32);
+  Result r = troupe("train --model resnet --devices cpu:0 --data " + dir + " --epochs 2 --log-every 1 --metrics " +
+                    dir + "/m.jsonl");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output,
+                  "model resnet: its recipe, where no flag says otherwise: sgd nesterov momentum 0.9, lr 0.1, "
+                  "warm-up 1 epoch(s), schedule warmup-cosine, weight decay 0.0005, batch 128");
+  // 256 images of batch 128: 2 steps an epoch, 4 in all; the warm-up gives
+  // steps 0 and 1 0.05 and 0.1, then the cosine goes from the peak at step
+  // 2 to 0 at step 4: 0.1, 0.05. A step row logs the rate its epoch began
+  // with (steps 0 and 2), an epoch row that of its last step (1 and 3).
+  const std::vector<double> at_begin = logged_lrs(dir + "/m.jsonl", "step"),
+                            at_end = logged_lrs(dir + "/m.jsonl", "epoch");
+  ASSERT_EQ(at_begin.size(), 4u) << read_text(dir + "/m.jsonl");
+  ASSERT_EQ(at_end.size(), 2u) << read_text(dir + "/m.jsonl");
+  EXPECT_NEAR(at_begin[0], 0.05, 1e-6);
+  EXPECT_NEAR(at_end[0], 0.1, 1e-6);
+  EXPECT_NEAR(at_begin[2], 0.1, 1e-6);
+  EXPECT_NEAR(at_end[1], 0.05, 1e-6);
+
+  r = troupe("train --model resnet --devices cpu:0 --data " + dir + " --epochs 1 --lr 0.2 --batch 64 --log-every 1 " +
+             "--metrics " + dir + "/m2.jsonl");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output,
+                  "its recipe, where no flag says otherwise: sgd nesterov momentum 0.9, warm-up 1 epoch(s), "
+                  "schedule warmup-cosine, weight decay 0.0005\n");
+  // 4 steps, all of them warm-up, to the given peak.
+  const std::vector<double> own = logged_lrs(dir + "/m2.jsonl", "step"), end = logged_lrs(dir + "/m2.jsonl", "epoch");
+  ASSERT_EQ(own.size(), 4u);
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_NEAR(own[0], 0.05, 1e-6);
+  EXPECT_NEAR(end[0], 0.2, 1e-6);
+
+  // Two devices (the actor runtime): an epoch is 256 / (2 x 32) = 4 global
+  // steps; warm-up to 0.1 at step 3, then the cosine to step 8.
+  r = troupe("train --model resnet --devices cpu:0,cpu:1 --batch 32 --data " + dir + " --epochs 2 --log-every 0 " +
+             "--metrics " + dir + "/m3.jsonl");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::vector<double> job = logged_lrs(dir + "/m3.jsonl", "epoch");
+  ASSERT_EQ(job.size(), 2u) << read_text(dir + "/m3.jsonl");
+  EXPECT_NEAR(job[0], 0.1, 1e-6);                                              // step 3
+  EXPECT_NEAR(job[1], 0.05 * (1 + std::cos(3.14159265358979 * 3 / 4)), 1e-6);  // step 7
 }
 
 TEST(Cli, BadCsvRowNamesTheLine) {

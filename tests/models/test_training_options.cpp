@@ -15,8 +15,10 @@
 #include "models/loss.hpp"
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
+#include "models/recipe.hpp"
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
+#include "models/trainer.hpp"
 
 namespace troupe::models {
 namespace {
@@ -257,6 +259,95 @@ TEST(WarmupCosine, GivesTheAnchorsValues) {
   // The older forms keep their meaning: warm-up multiplies a cosine from step 0.
   LrSchedule multiplied("cosine:1000", 1.0f, 100);
   EXPECT_NEAR(multiplied.at(49, 0), 0.5 * 0.5 * (1 + std::cos(3.14159265358979323846 * 49 / 1000)), 1e-6);
+}
+
+// A cosine without its length ends with the training, and warm-up epochs
+// become steps, once the steps of an epoch are known.
+TEST(TrainingLength, ACosineWithoutItsLengthEndsAtTheLastStepAndWarmUpEpochsBecomeSteps) {
+  EXPECT_TRUE(schedule_ends_with_training("warmup-cosine"));
+  EXPECT_TRUE(schedule_ends_with_training("cosine:/0.1"));
+  EXPECT_FALSE(schedule_ends_with_training("cosine:100"));
+  EXPECT_FALSE(schedule_ends_with_training("constant"));
+  TrainConfig c;
+  c.epochs = 3;
+  c.schedule = "warmup-cosine";
+  c.warmup_epochs = 1.5;
+  resolve_training_length(c, 100);
+  EXPECT_EQ(c.schedule, "warmup-cosine:300");
+  EXPECT_EQ(c.warmup_steps, 150);
+  EXPECT_EQ(c.warmup_epochs, 0);
+  resolve_training_length(c, 7);  // already concrete: nothing changes
+  EXPECT_EQ(c.schedule, "warmup-cosine:300");
+  EXPECT_EQ(c.warmup_steps, 150);
+  TrainConfig limited;  // --steps ends the training first
+  limited.epochs = 10;
+  limited.max_steps = 250;
+  limited.schedule = "cosine:/0.1";
+  resolve_training_length(limited, 100);
+  EXPECT_EQ(limited.schedule, "cosine:250/0.1");
+  EXPECT_EQ(limited.warmup_steps, 0);
+  TrainConfig both;
+  both.warmup_steps = 10;
+  both.warmup_epochs = 1;
+  try {
+    resolve_training_length(both, 100);
+    ADD_FAILURE() << "both warm-up forms were taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("both set the warm-up"), std::string::npos) << e.what();
+  }
+  // Unresolved, the schedule itself refuses to guess its length.
+  try {
+    LrSchedule("warmup-cosine", 0.1f, 0);
+    ADD_FAILURE() << "an unresolved cosine was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup-cosine:10000"), std::string::npos) << e.what();
+  }
+}
+
+// resnet's recipe fills what the user did not give; another optimizer
+// brings its own settings.
+TEST(Recipe, ResnetTakesItsAnchorsRecipeWhereTheUserGaveNothing) {
+  TrainConfig c;
+  c.model = "resnet";
+  const std::string applied = apply_recipe(c, [](const std::string&) { return false; });
+  EXPECT_EQ(applied,
+            "sgd nesterov momentum 0.9, lr 0.1, warm-up 1 epoch(s), schedule warmup-cosine, weight decay "
+            "0.0005, batch 128");
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_FLOAT_EQ(c.optimizer.momentum, 0.9f);
+  EXPECT_FLOAT_EQ(c.lr, 0.1f);
+  EXPECT_FLOAT_EQ(c.optimizer.weight_decay, 5e-4f);
+  EXPECT_EQ(c.schedule, "warmup-cosine");
+  EXPECT_EQ(c.warmup_epochs, 1);
+  EXPECT_EQ(c.batch, 128);
+
+  TrainConfig user;  // --lr 0.05 --batch 64 --warmup 10
+  user.model = "resnet";
+  user.lr = 0.05f;
+  user.batch = 64;
+  user.warmup_steps = 10;
+  apply_recipe(user, [](const std::string& k) { return k == "lr" || k == "batch" || k == "warmup"; });
+  EXPECT_FLOAT_EQ(user.lr, 0.05f);
+  EXPECT_EQ(user.batch, 64);
+  EXPECT_EQ(user.warmup_epochs, 0);
+  EXPECT_EQ(user.warmup_steps, 10);
+  EXPECT_EQ(user.optimizer.name, "sgd");
+
+  TrainConfig adam;  // --optimizer adam: the recipe's lr, momentum and decay stay out
+  adam.model = "resnet";
+  apply_recipe(adam, [](const std::string& k) { return k == "optimizer"; });
+  EXPECT_EQ(adam.optimizer.name, "adam");
+  EXPECT_FLOAT_EQ(adam.lr, TrainConfig().lr);
+  EXPECT_FLOAT_EQ(adam.optimizer.weight_decay, 0.0f);
+  EXPECT_EQ(adam.schedule, "warmup-cosine");
+  EXPECT_EQ(adam.batch, 128);
+
+  TrainConfig cnn;  // models without a recipe keep the defaults
+  cnn.model = "cnn";
+  EXPECT_EQ(apply_recipe(cnn, [](const std::string&) { return false; }), "");
+  EXPECT_EQ(cnn.optimizer.name, "adam");
+  EXPECT_TRUE(zoo_recipe("cnn").empty());
 }
 
 TEST(OptimizerConfigText, RoundTripsEveryField) {
