@@ -128,6 +128,16 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Model::decayed_ranges() const
   return out;
 }
 
+Model::NodeView Model::node(std::size_t i) const {
+  const Entry& e = layers_.at(i);
+  return NodeView{*e.layer,
+                  e.name,
+                  e.inputs,
+                  e.output,
+                  params_.slice(e.offset, {e.count}),
+                  state_.slice(e.state_offset, {e.state_count})};
+}
+
 void Model::initialize(std::uint64_t seed) {
   kernels::ops::fill(params_, 0.0f);
   if (state_.numel() > 0) kernels::ops::fill(state_, 0.0f);

@@ -59,6 +59,19 @@ class Model {
   // A Keras-like table: layer, output shape, parameter count.
   std::string summary() const;
 
+  // One node of the graph as built, for what reads a whole model rather
+  // than running it (the ONNX export, models/export/onnx.hpp): without it,
+  // a reader would have to redo the flat buffers' layout.
+  struct NodeView {
+    const Layer& layer;
+    const std::string& name;         // its label; empty: none
+    const std::vector<int>& inputs;  // earlier nodes; -1: the model's input
+    const Shape& output;             // per example
+    Tensor params, state;            // views of the flat buffers, in parameters() / state() order; numel 0: none
+  };
+  std::size_t node_count() const { return layers_.size(); }
+  NodeView node(std::size_t i) const;
+
  private:
   struct Entry {
     std::unique_ptr<Layer> layer;
