@@ -76,6 +76,28 @@ struct EvalOptions {
 void add_eval_command(CLI::App& app, EvalOptions& options);
 int run_eval(EvalOptions& options);
 
+struct PredictOptions {
+  std::string checkpoint;
+  std::string data;        // default: fashion-mnist, as eval
+  std::int64_t limit = 0;  // the first N examples of the test split; 0: all
+  std::string output;      // the JSON file (docs/USER-GUIDE.md, "Predictions")
+  std::string inputs;      // optional: the examples' features as .npy, as the model took them
+  std::string device = "cpu:0";
+  int threads = 1;
+  std::int64_t batch = 1000;
+};
+void add_predict_command(CLI::App& app, PredictOptions& options);
+int run_predict(PredictOptions& options);
+
+struct ExportOptions {
+  std::string checkpoint;
+  std::string format = "onnx";
+  std::string output;
+  std::string data;  // optional: a dataset whose class names the file records
+};
+void add_export_command(CLI::App& app, ExportOptions& options);
+int run_export(ExportOptions& options);
+
 struct CtlOptions {
   std::string at;           // HOST:PORT of the job's control endpoint
   std::string action;       // status, metrics, mode, checkpoint, stop or drain

@@ -2,6 +2,8 @@
 //
 //   troupe train --model cnn --data fashion-mnist --epochs 2
 //   troupe eval --checkpoint runs/ckpt/ckpt-000000001874.troupe
+//   troupe predict --checkpoint CK --limit 100 --output predictions.json
+//   troupe export --checkpoint CK --format onnx --output model.onnx
 //   troupe node --listen 127.0.0.1:7000 --job job.toml --min-nodes 3
 //   troupe node --join 127.0.0.1:7000
 //   troupe --version          (also `troupe version`: the version and how it was built)
@@ -148,6 +150,10 @@ int run_troupe(int argc, char** argv) {
   troupe::cli::add_train_command(app, train);
   troupe::cli::EvalOptions eval;
   troupe::cli::add_eval_command(app, eval);
+  troupe::cli::PredictOptions predict;
+  troupe::cli::add_predict_command(app, predict);
+  troupe::cli::ExportOptions export_options;
+  troupe::cli::add_export_command(app, export_options);
   troupe::cli::CtlOptions ctl;
   troupe::cli::add_ctl_command(app, ctl);
   troupe::cli::NodeOptions node;
@@ -169,6 +175,8 @@ int run_troupe(int argc, char** argv) {
     }
     if (app.got_subcommand("train")) return troupe::cli::run_train(train);
     if (app.got_subcommand("eval")) return troupe::cli::run_eval(eval);
+    if (app.got_subcommand("predict")) return troupe::cli::run_predict(predict);
+    if (app.got_subcommand("export")) return troupe::cli::run_export(export_options);
     if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);
     if (app.got_subcommand("node")) return troupe::cli::run_node(node);
   } catch (const troupe::cli::UsageError& e) {
