@@ -36,6 +36,10 @@ TROUPE_PACKAGES=(
   iproute2                        # `ip netns`: the multi-node tests in network namespaces (tests/cluster/netns.hpp,
                                   # tests/faults/node_faults.sh); they skip where namespaces cannot be made
   procps                          # ps, pgrep: tests/faults/node_faults.sh finds and reaps its processes
+  libonnx-dev                     # models/export/onnx.cpp: ONNX's protobuf types (ModelProto), `troupe export`
+  python3-onnx                    # tests/export/onnx_check.py: onnx.checker on every export; torch_resnet_check.py
+  nodejs npm                      # tests/export/ort_compare.js runs onnxruntime-node (npm) under node; setup.sh
+                                  # installs that package with npm
 )
 
 # Every program that troupe's scripts and tests run, beside the ones that
@@ -47,6 +51,7 @@ TROUPE_COMMANDS=(
   "capnp capnproto"              "gnuplot gnuplot-nox"    "prometheus prometheus" "mpirun openmpi-bin"
   "clang++ clang"                "python3 python3"        "ip iproute2"           "ps procps"
   "pgrep procps"                 "clang-format clang-format"  "llvm-symbolizer llvm"
+  "node nodejs"
 )
 
 # Files the builds need that no command names, as "PATH PACKAGE": checked
