@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Small datasets for the export tests (tests/CMakeLists.txt, "The ONNX export"), so that
+training a few steps, evaluating and predicting take seconds on any model:
+
+  OUT/fashion-small/   an IDX directory: the first 512 training and 500 test
+                       images of Fashion-MNIST ($TROUPE_FASHION_MNIST_DIR, else
+                       Debian's /usr/share/datasets/fashion-mnist)
+  OUT/wordnet-small/   data.{adj,adv,noun,verb}: the first 300 synsets of each
+                       of WordNet's files ($TROUPE_WORDNET_DIR, else
+                       /usr/share/wordnet), for TROUPE_WORDNET_DIR
+
+Usage: make_data.py OUT
+"""
+import gzip, os, struct, sys
+
+out = sys.argv[1]
+fashion = os.environ.get("TROUPE_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+wordnet = os.environ.get("TROUPE_WORDNET_DIR", "/usr/share/wordnet")
+
+
+def read(path):
+    opener = gzip.open if os.path.exists(path + ".gz") else open
+    with opener(path + ".gz" if os.path.exists(path + ".gz") else path, "rb") as f:
+        return f.read()
+
+
+def head_idx(data, count):
+    """The IDX file of the first `count` items: the header with the new count, then their bytes."""
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    item = 1
+    for d in shape[1:]:
+        item *= d
+    header = data[:4] + struct.pack(">I", count) + data[8:4 + 4 * dims]
+    return header + data[4 + 4 * dims:4 + 4 * dims + count * item]
+
+
+idx = os.path.join(out, "fashion-small")
+os.makedirs(idx, exist_ok=True)
+for stem, count in (("train-images-idx3-ubyte", 512), ("train-labels-idx1-ubyte", 512),
+                    ("t10k-images-idx3-ubyte", 500), ("t10k-labels-idx1-ubyte", 500)):
+    with open(os.path.join(idx, stem), "wb") as f:
+        f.write(head_idx(read(os.path.join(fashion, stem)), count))
+
+text = os.path.join(out, "wordnet-small")
+os.makedirs(text, exist_ok=True)
+for part in ("adj", "adv", "noun", "verb"):
+    kept = []
+    with open(os.path.join(wordnet, "data." + part), "rb") as f:
+        for line in f:
+            if line.startswith(b"  "):  # the licence header
+                continue
+            kept.append(line)
+            if len(kept) == 300:
+                break
+    with open(os.path.join(text, "data." + part), "wb") as f:
+        f.writelines(kept)
+print(f"make_data: {idx} (512 train, 500 test images), {text} (4 x 300 synsets)")
