@@ -28,7 +28,8 @@ try:
     from onnx import numpy_helper
     import torch
 except ImportError as e:
-    print(f"SKIP: {e.name} is not installed (scripts/setup.sh installs python3-onnx and python3-torch)")
+    print(f"SKIP: {e.name} is not installed (Debian python3-onnx, which scripts/setup.sh installs, and "
+          "python3-torch, which it does not)")
     sys.exit(77)
 if not os.path.exists(os.path.join(anchors, "torch_resnet.py")):
     print(f"SKIP: no torch_resnet.py in {anchors} (set TROUPE_ANCHORS_DIR)")
