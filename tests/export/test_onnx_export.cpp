@@ -1,0 +1,161 @@
+// The ONNX export in-process (models/export/onnx.hpp): every layer kind the
+// spec format knows has an export, which ONNX's own C++ checker (Debian's
+// libonnx) accepts, with the operators and attributes that give troupe's
+// semantics. That the exported numbers equal troupe's is the scripts' part
+// (tests/CMakeLists.txt, "The ONNX export": onnxruntime, PyTorch).
+#include <gtest/gtest.h>
+#include <onnx/checker.h>  // defines: onnx::checker::check_model (libonnx)
+#include <onnx/onnx_pb.h>  // defines: onnx::ModelProto
+
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/export/onnx.hpp"
+#include "models/model.hpp"
+#include "models/spec.hpp"
+
+namespace {
+
+using troupe::models::Model;
+using troupe::models::ModelSpec;
+
+// The layer kinds the spec parser knows, from its own error's list, so a
+// new kind fails here until the export (and the table below) has it.
+std::vector<std::string> known_layer_kinds() {
+  try {
+    troupe::models::normalised_layer_line("no_such_layer");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    std::stringstream list(what.substr(what.find("known: ") + 7));
+    std::vector<std::string> kinds;
+    for (std::string kind; std::getline(list, kind, ',');) kinds.push_back(kind.substr(kind.find_first_not_of(' ')));
+    return kinds;
+  }
+  return {};
+}
+
+// A small model around one layer kind, and the ONNX operator it must become.
+struct Case {
+  std::string kind, spec, op;
+};
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {"dense", "input 6\ndense units=3", "Gemm"},
+      {"conv2d", "input 2 7 7\nconv2d filters=3 kernel=3x5 stride=2 padding=1 bias=false\nflatten", "Conv"},
+      {"conv1d", "input 2 9\nconv1d filters=3 kernel=3 padding=same\nflatten", "Conv"},
+      {"maxpool2d", "input 2 7 7\nmaxpool2d pool=3 stride=2\nflatten", "MaxPool"},
+      {"maxpool1d", "input 2 9\nmaxpool1d pool=2\nflatten", "MaxPool"},
+      {"avgpool2d", "input 2 7 7\navgpool2d pool=2\nflatten", "AveragePool"},
+      {"globalavgpool2d", "input 2 7 7\nglobalavgpool2d", "GlobalAveragePool"},
+      {"embedding", "input ids 9\nembedding vocab=20 dim=4\nflatten", "Gather"},
+      {"flatten", "input 2 3 3\nflatten", "Flatten"},
+      {"relu", "input 6\nrelu", "Relu"},
+      {"sigmoid", "input 6\nsigmoid", "Sigmoid"},
+      {"tanh", "input 6\ntanh", "Tanh"},
+      {"gelu", "input 6\ngelu", "Erf"},
+      {"softmax", "input 2 5\nsoftmax\nflatten", "Softmax"},
+      {"dropout", "input 6\ndropout rate=0.5", "Identity"},
+      {"batchnorm", "input 3 4 4\nbatchnorm momentum=0.8 epsilon=0.001\nflatten", "BatchNormalization"},
+      {"add", "input 6\na: relu\nb: tanh from=input\nadd from=a,b,input", "Add"},
+      {"concat", "input 2 4\na: relu\nb: tanh from=input\nconcat from=a,b,input\nflatten", "Concat"},
+  };
+  return all;
+}
+
+onnx::ModelProto exported(const std::string& spec_text) {
+  const ModelSpec spec = ModelSpec::parse("name t\n" + spec_text + "\n", "test");
+  Model model(spec, troupe::models::Device::cpu());
+  model.initialize(7);
+  onnx::ModelProto proto;
+  EXPECT_TRUE(proto.ParseFromString(troupe::models::to_onnx(model, {"0.0", {"a", "b"}})));
+  return proto;
+}
+
+const onnx::NodeProto* find_op(const onnx::ModelProto& m, const std::string& op) {
+  for (const auto& n : m.graph().node())
+    if (n.op_type() == op) return &n;
+  return nullptr;
+}
+
+const onnx::AttributeProto* attribute(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+TEST(OnnxExport, EveryLayerKindTheSpecKnowsIsExportedAndPassesOnnxsChecker) {
+  const std::vector<std::string> kinds = known_layer_kinds();
+  ASSERT_GE(kinds.size(), 18u);
+  for (const std::string& kind : kinds) {
+    const Case* c = nullptr;
+    for (const Case& each : cases())
+      if (each.kind == kind) c = &each;
+    ASSERT_NE(c, nullptr) << "layer '" << kind
+                          << "' is new: give it an ONNX export (models/export/onnx.cpp) and a case here";
+    SCOPED_TRACE(c->spec);
+    const onnx::ModelProto m = exported(c->spec);
+    EXPECT_NO_THROW(onnx::checker::check_model(m));
+    EXPECT_NE(find_op(m, c->op), nullptr) << kind << " has no " << c->op;
+    EXPECT_EQ(m.opset_import(0).version(), troupe::models::kOnnxOpset);
+    ASSERT_EQ(m.graph().input_size(), 1);
+    EXPECT_EQ(m.graph().input(0).name(), "input");
+    EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
+    EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
+              kind == "embedding" ? onnx::TensorProto::INT32 : onnx::TensorProto::FLOAT);
+    EXPECT_EQ(m.graph().output(0).name(), "output");
+    // Every value is produced once (ONNX's graphs are in SSA form).
+    std::set<std::string> produced;
+    for (const auto& n : m.graph().node())
+      for (const auto& out : n.output()) EXPECT_TRUE(produced.insert(out).second) << out << " twice";
+  }
+}
+
+// The attributes that carry troupe's semantics.
+TEST(OnnxExport, ConvolutionPaddingStridesAndBatchNormEpsilonAreTroupes) {
+  const onnx::ModelProto conv = exported(cases()[1].spec);
+  const onnx::NodeProto* c = find_op(conv, "Conv");
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->input_size(), 2);  // bias=false: no bias input
+  EXPECT_EQ(std::vector<std::int64_t>(attribute(*c, "kernel_shape")->ints().begin(),
+                                      attribute(*c, "kernel_shape")->ints().end()),
+            (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(std::vector<std::int64_t>(attribute(*c, "pads")->ints().begin(), attribute(*c, "pads")->ints().end()),
+            (std::vector<std::int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(attribute(*c, "strides")->ints(0), 2);
+  const onnx::ModelProto conv1d = exported(cases()[2].spec);
+  const onnx::NodeProto* same = find_op(conv1d, "Conv");
+  ASSERT_NE(same, nullptr);
+  EXPECT_EQ(attribute(*same, "pads")->ints_size(), 2);
+  EXPECT_EQ(attribute(*same, "pads")->ints(0), 1);  // kernel 3, "same": one zero each side
+
+  const onnx::ModelProto bn = exported(cases()[15].spec);
+  const onnx::NodeProto* b = find_op(bn, "BatchNormalization");
+  ASSERT_NE(b, nullptr);
+  EXPECT_FLOAT_EQ(attribute(*b, "epsilon")->f(), 0.001f);
+  // gamma, beta, then the running mean (0) and variance (1) of the state.
+  ASSERT_EQ(b->input_size(), 5);
+  EXPECT_EQ(b->input(3), "batchnorm_1.running_mean");
+  EXPECT_EQ(b->input(4), "batchnorm_1.running_var");
+
+  const onnx::ModelProto emb = exported(cases()[7].spec);
+  const onnx::NodeProto* t = find_op(emb, "Transpose");
+  ASSERT_NE(t, nullptr) << "the embedding's rows must become channels-first";
+  EXPECT_EQ(attribute(*t, "perm")->ints(1), 2);
+}
+
+TEST(OnnxExport, LabelsNameTheNodesAndALabelCalledOutputDoesNotClash) {
+  const onnx::ModelProto m = exported("input 6\noutput: relu\nconv2d_1: tanh\ndense units=2");
+  std::vector<std::string> names;
+  for (const auto& n : m.graph().node()) names.push_back(n.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"relu_1", "conv2d_1", "dense_1"}));
+  EXPECT_EQ(m.graph().node(2).output(0), "output");
+  EXPECT_NO_THROW(onnx::checker::check_model(m));
+  bool classes = false;
+  for (const auto& p : m.metadata_props()) classes = classes || (p.key() == "troupe.classes" && p.value() == "a\nb\n");
+  EXPECT_TRUE(classes);
+}
+
+}  // namespace
