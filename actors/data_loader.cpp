@@ -11,6 +11,7 @@ Batch gather(LoaderState& s) {
   out.features = d.make_feature_batch(s.config.plan.batch_size);
   out.labels = d.make_label_batch(s.config.plan.batch_size);
   out.examples = d.gather(b.indices, out.features, out.labels);
+  s.config.augment.apply(out.features, out.examples, b.indices, s.config.plan.seed, b.cursor.epoch);
   out.cursor = b.cursor;
   out.last_in_epoch = b.last_in_epoch;
   return out;

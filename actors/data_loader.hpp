@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "models/data/augment.hpp"
 #include "models/data/dataset.hpp"
 
 namespace troupe::actors {
@@ -33,6 +34,9 @@ struct LoaderConfig {
   data::Shard shard;
   data::Cursor start;
   int prefetch = 2;
+  // Applied while prefetching; an example's draw is keyed by (plan.seed,
+  // its epoch, its index), whichever replica loads it.
+  data::Augmentation augment;
 };
 
 caf::behavior data_loader(caf::stateful_actor<struct LoaderState>* self, LoaderConfig config);

@@ -432,6 +432,10 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Label smoothing of the cross-entropy (PyTorch's label_smoothing), in [0, 1]")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd->add_option("--augment", c.augment,
+                  "Augment the training images while loading: crop:P (a random crop of the image zero-padded by P "
+                  "pixels), flip (left-right, half of them), or crop:P,flip; each example's draw depends on the seed, "
+                  "the epoch and its index only");
   cmd->add_option("--epsilon", c.optimizer.epsilon, "Adam/AdamW/Nadam epsilon (PyTorch's 1e-8; Keras uses 1e-7)")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout (0 to 2^64-1)")

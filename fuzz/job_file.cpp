@@ -31,6 +31,8 @@ std::string difference(const JobConfig& a, const JobConfig& b) {
   if (s.schedule != t.schedule) return "schedule";
   if (s.warmup_steps != t.warmup_steps) return "warmup";
   if (s.seed != t.seed) return "seed";
+  if (!same_float(s.label_smoothing, t.label_smoothing)) return "label_smoothing";
+  if (s.augment != t.augment) return "augment";
   if (a.mode.str() != b.mode.str()) return "mode";
   if (a.switches.size() != b.switches.size()) return "switch";
   for (std::size_t i = 0; i < a.switches.size(); ++i)

@@ -101,6 +101,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   data_ = data::load_dataset(t.data, t.data_options);
   spec_ = models::resolve_model(t.model, models::data_shape_of(data_.train));
   models::check_model_input(spec_, data_.train);  // names the model and the data, before any step
+  data::Augmentation::parse(t.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
@@ -144,6 +145,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   lc.shard = {plan.rank, plan.world};
   lc.start = plan.start;
   lc.prefetch = plan.prefetch;
+  lc.augment = data::Augmentation::parse(t.augment);
   ReplicaActors out;
   out.loader = system.spawn<caf::detached>(data_loader, lc);
   DeviceConfig dc;

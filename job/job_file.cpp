@@ -15,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "kernels/config.hpp"
+#include "models/data/augment.hpp"
 #include "models/schedule.hpp"
 #include "net/cluster/auth.hpp"
 #include "util/config_file.hpp"
@@ -223,6 +224,14 @@ const std::vector<Key>& keys() {
       {"", "lr", Type::floating, [](const Value& v, C& c) { c.train.lr = as_float(v, 0, false); }},
       {"", "schedule", Type::string, [](const Value& v, C& c) { c.train.schedule = v.text; }},
       {"", "warmup", Type::integer, [](const Value& v, C& c) { c.train.warmup_steps = as_int(v, 0, max64); }},
+      {"", "augment", Type::string,
+       [](const Value& v, C& c) {
+         try {
+           c.train.augment = data::Augmentation::parse(v.text).empty() ? "" : data::Augmentation::parse(v.text).str();
+         } catch (const std::invalid_argument& e) {
+           throw BadValue(e.what());
+         }
+       }},
       {"", "label_smoothing", Type::floating,
        [](const Value& v, C& c) { c.train.label_smoothing = as_float(v, 0, true, 1, true); }},
       {"", "seed", Type::seed, [](const Value& v, C& c) { c.train.seed = as_seed(v); }},
@@ -725,6 +734,7 @@ std::string to_job_text(const actors::JobConfig& c) {
   // Written when set, so a job without them keeps its canonical text (and
   // its fingerprint).
   if (t.label_smoothing != 0.0f) out << "label_smoothing = " << float_text(t.label_smoothing) << "\n";
+  if (!t.augment.empty()) out << "augment = " << quoted(t.augment) << "\n";
   // TOML integers stop at 2^63 - 1: a seed above is written as a string of
   // digits (which parse_job_text takes too); below, as an integer, so the
   // canonical text of a job, and so its fingerprint, is as it was before

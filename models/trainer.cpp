@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "models/checkpoint/checkpoint.hpp"
+#include "models/data/augment.hpp"
 #include "models/data/epoch_plan.hpp"
 #include "models/warm_up.hpp"
 
@@ -105,6 +106,7 @@ Trainer::Trainer(TrainConfig config)
                                                            : LossKind::mean_squared_error,
             config_.label_smoothing) {
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
+  data::Augmentation::parse(config_.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
   model_ = std::make_unique<Model>(
       check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train), config_.device);
   model_->initialize(config_.seed);
@@ -135,6 +137,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
   const data::Dataset& train = data_.train;
   data::BatchIterator batches(plan_options(config_, train.size()), {0, 1}, cursor_);
   Tensor x_host = train.make_feature_batch(config_.batch);
+  const data::Augmentation augment = data::Augmentation::parse(config_.augment);
   Tensor y_host = train.make_label_batch(config_.batch);
   Tensor x_dev, y_dev, dout;
   Metrics epoch_metrics;
@@ -172,6 +175,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
     const auto t_step = Clock::now();
     data::BatchIterator::Batch batch = batches.next();
     const std::int64_t n = train.gather(batch.indices, x_host, y_host);
+    augment.apply(x_host, n, batch.indices, config_.seed, batch.cursor.epoch);
     Tensor xb = x_host.slice(0, batched(n, train.feature_shape()));
     Tensor yb = y_host.slice(0, batched(n, train.label_shape()));
     const Tensor& x = on_device(xb, x_dev, config_.device);

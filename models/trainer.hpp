@@ -48,6 +48,8 @@ struct TrainConfig {
   // by resolve_training_length(); give one of the two.
   double warmup_epochs = 0;
   float label_smoothing = 0.0f;  // cross-entropy's (models/loss.hpp); 0: none
+  // Image augmentation, "crop:2,flip" (models/data/augment.hpp); empty: none.
+  std::string augment;
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = true;  // as the PyTorch anchor: full batches only

@@ -72,6 +72,35 @@ TEST(Job, SyncOnTwoReplicasEqualsOneReplicaWithTheGlobalBatch) {
   EXPECT_LT(rel_diff(job.replica_parameters()[0], single.model().parameters().to_vector()), 1e-5);
 }
 
+// Augmentation happens in the data-loader actors, keyed by (seed, epoch,
+// example): two replicas of 32 see the images one replica of 64 (the plain
+// trainer, which augments after gathering) sees, so training matches.
+TEST(Job, AugmentedSyncOnTwoReplicasEqualsOneReplicaWithTheGlobalBatch) {
+  JobConfig two = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  two.train.optimizer.name = "sgd";
+  two.train.lr = 0.05f;
+  two.train.max_steps = 30;
+  two.train.augment = "crop:2,flip";
+  two.collect_replica_parameters = true;
+  Job job(two);
+  JobResult r = job.run();
+  expect_accounting(r);
+  ASSERT_EQ(job.replica_parameters().size(), 2u);
+  EXPECT_EQ(job.replica_parameters()[0], job.replica_parameters()[1]) << "replicas diverged";
+
+  models::TrainConfig one = two.train;
+  one.batch = 64;
+  models::Trainer single(one);
+  single.run();
+  const auto single_params = single.model().parameters().to_vector();
+  EXPECT_LT(rel_diff(job.replica_parameters()[0], single_params), 1e-5);
+  // And the augmentation did something: without it the run differs.
+  one.augment = "";
+  models::Trainer plain(one);
+  plain.run();
+  EXPECT_GT(rel_diff(plain.model().parameters().to_vector(), single_params), 1e-4);
+}
+
 // Three replicas sum three partial gradients where one replica computes one
 // GEMM over 96 examples: the same sum in another order. At lr 0.05 these
 // rounding differences grow about 2.4x per step from step ~25 on (the first

@@ -323,6 +323,18 @@ TEST(ClusterJobFile, BadValues) {
   EXPECT_JOB_ERROR("\nps_shards = 0\n", "JOB.toml:2: key 'ps_shards': 0 is out of range (1..2147483647)");
   EXPECT_JOB_ERROR("ps_shards = \"2\"\n", "key 'ps_shards'");
   EXPECT_JOB_ERROR("ps_split_above = -1\n", "key 'ps_split_above': -1 is out of range (1..");
+  EXPECT_JOB_ERROR("\naugment = \"rotate\"\n",
+                   "JOB.toml:2: key 'augment': --augment 'rotate': unknown augmentation 'rotate'; valid forms: none, "
+                   "flip, crop:P");
+}
+
+// An augmentation is kept in its one spelling, so one job has one text.
+TEST(ClusterJobFile, AugmentRoundTripsInItsCanonicalForm) {
+  const actors::JobConfig c = parse_job_text("augment = \"flip,crop:2\"\n", "JOB.toml");
+  EXPECT_EQ(c.train.augment, "crop:2,flip");
+  EXPECT_NE(to_job_text(c).find("\naugment = \"crop:2,flip\"\n"), std::string::npos) << to_job_text(c);
+  EXPECT_EQ(parse_job_text(to_job_text(c), "round-trip").train.augment, "crop:2,flip");
+  EXPECT_EQ(parse_job_text("augment = \"none\"\n", "JOB.toml").train.augment, "");
 }
 
 // Above 2^64 - 1 a seed used to be taken as 2^64 - 1 and changed results.
