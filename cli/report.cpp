@@ -125,6 +125,7 @@ models::Callbacks Report::callbacks() {
       if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
       const double eta = elapsed / double(in_epoch) * double(steps_in_epoch_ - in_epoch);
+      bar_open_ = true;
       std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  %s samples/s  loss %.4f  ETA %s ",
                    static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
                    static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), human_rate(rate).c_str(),
@@ -136,7 +137,7 @@ models::Callbacks Report::callbacks() {
     }
   };
   cb.on_epoch_end = [this](const models::EpochResult& r) {
-    if (tty_) std::fprintf(stderr, "\n");
+    close_bar();
     // Keras' epoch line: steps, time per step, the epoch's mean loss and
     // accuracy (the same figures the bar ended on), then the evaluation.
     char train_accuracy[32] = "";
@@ -152,11 +153,21 @@ models::Callbacks Report::callbacks() {
                  r.test_top5, double(r.lr), human_rate(r.samples_per_s).c_str());
     metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
   };
+  // A switch prints a line of its own (mid-epoch ones too).
+  cb.on_mode_switch = [this](std::int64_t step, const std::string& mode) {
+    close_bar();
+    std::fprintf(stderr, "step %lld: mode %s from here\n", static_cast<long long>(step), mode.c_str());
+  };
   cb.on_checkpoint = [this](const std::string& path, std::int64_t step) {
-    if (tty_) std::fprintf(stderr, "\n");
+    close_bar();
     std::fprintf(stderr, "checkpoint: %s (step %lld)\n", path.c_str(), static_cast<long long>(step));
   };
   return cb;
+}
+
+void Report::close_bar() {
+  if (bar_open_) std::fprintf(stderr, "\n");
+  bar_open_ = false;
 }
 
 void Report::write_summary(const std::string& path, const models::TrainResult& r, const models::TrainConfig& c) const {

@@ -34,6 +34,9 @@ class Report {
   void set_world(int world) { world_ = world; }
   void write_summary(const std::string& path, const models::TrainResult& result,
                      const models::TrainConfig& config) const;
+  // Ends the progress bar's line, if one is open (a job stopped by --steps
+  // mid-epoch), so that what is printed next starts a line of its own.
+  void close_bar();
 
  private:
   void metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
@@ -42,6 +45,7 @@ class Report {
 
   std::int64_t epochs_, log_every_;
   bool tty_;
+  bool bar_open_ = false;  // the bar was drawn and its line not ended
   std::unique_ptr<std::ofstream> metrics_;
   bool jsonl_ = false;
   std::int64_t epoch_ = 0, steps_in_epoch_ = 0;

@@ -170,6 +170,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
     print_finished(result.resumed_from, result.steps, trainer.config());
     return 0;
   }
+  report.close_bar();
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
   return exit_status(result, trainer.config().checkpoint_dir, last);
@@ -356,6 +357,7 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   std::fprintf(stderr, "modes: %s | %lld synchronous steps, %lld gradients pushed, %lld applied by the server%s%s%s\n",
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
                static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str(), counted.c_str());
+  report.close_bar();
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return exit_status(result, jc.train.checkpoint_dir, last);

@@ -20,7 +20,11 @@ std::string status_json(const CoordinatorState& s) {
   out["samples_per_s"] = t > 0 ? double(s.examples) / t : 0.0;
   out["last_loss"] = s.last_loss;
   out["lr"] = double(s.last_lr);
-  out["accuracy"] = s.result.epochs.empty() ? 0.0 : s.result.epochs.back().test_accuracy;
+  // null until the first evaluation: a 0 would read as a result.
+  if (s.result.epochs.empty())
+    out["accuracy"] = nullptr;
+  else
+    out["accuracy"] = s.result.epochs.back().test_accuracy;
   out["pushes"] = s.result.pushes;
   out["sync_steps"] = s.result.sync_steps;
   if (s.config.ps_tasks) out["rollbacks"] = s.result.rollbacks.size();

@@ -434,6 +434,7 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   }
   ASSERT_EQ(status.status, 0) << status.output;
   EXPECT_CONTAINS(status.output, "\"replicas\":2");
+  EXPECT_CONTAINS(status.output, "\"accuracy\":null");  // no evaluation yet (the first epoch is 937 steps)
   Result bad = troupe("ctl --at 127.0.0.1:" + port + " mode fast");
   EXPECT_EQ(bad.status, 1);
   EXPECT_CONTAINS(bad.output, "expected sync, async or ssp:N");
@@ -457,6 +458,7 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   EXPECT_EQ(rc, 0) << "the job did not exit within 10 s of /stop:\n" << text;
   EXPECT_CONTAINS(text, "test accuracy");
   EXPECT_CONTAINS(text, "ssp:2@");
+  EXPECT_CONTAINS(text, "step 100: mode async from here\n");  // a switch mid-epoch has its line
   if (rc != 0) kill(std::atoi(pid), SIGKILL);
   Result gone = troupe("ctl --at 127.0.0.1:" + port + " status");
   EXPECT_EQ(gone.status, 1);
