@@ -32,6 +32,33 @@ struct Interrupted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A synchronized BatchNorm's reductions (models/layer.hpp's
+// ReplicaReducer) go through the step's collective, within the step's
+// deadline, before its gradient all-reduce: the same collectives in the
+// same order on every replica. In an elastic job a failure interrupts the
+// step as a failed gradient all-reduce does.
+struct CollectiveReducer final : models::ReplicaReducer {
+  const DeviceConfig& config;
+  explicit CollectiveReducer(const DeviceConfig& c) : config(c) {}
+  void sum(const Tensor& t) override {
+    auto work = config.collective->allreduce(t, net::ReduceOp::sum);
+    try {
+      work->wait(net::Clock::now() + config.timeout);
+    } catch (const std::exception& e) {
+      if (config.elastic) throw Interrupted(e.what());
+      throw;
+    }
+  }
+};
+
+// Hands the model a reducer for one step and takes it back however the
+// step ends, so that no evaluation or later async step reduces.
+struct ReducerForStep {
+  models::Model& model;
+  ReducerForStep(models::Model& m, models::ReplicaReducer* r) : model(m) { model.set_reducer(r); }
+  ~ReducerForStep() { model.set_reducer(nullptr); }
+};
+
 // No more steps in this view; the coordinator forms the next one.
 void interrupt(Self* self, const std::string& why) {
   auto& s = self->state;
@@ -138,7 +165,16 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
   }
   std::int64_t correct = 0;
   if (s.grant.mode.kind == Mode::Kind::sync) {
-    const double loss_sum = b.examples ? compute_gradient(s, b, s.config.sync_grad_scale, correct) : 0.0;
+    // Synchronized BatchNorm reduces inside forward and backward; a replica
+    // without examples joins those reductions with zeros.
+    const bool reduces = s.model->reduces_across_replicas() && s.config.collective;
+    CollectiveReducer reducer(s.config);
+    ReducerForStep scoped(*s.model, reduces ? &reducer : nullptr);
+    double loss_sum = 0.0;
+    if (b.examples)
+      loss_sum = compute_gradient(s, b, s.config.sync_grad_scale, correct);
+    else if (reduces)
+      s.model->join_reductions();
     check_loss(s, loss_sum);
     const auto reduce_started = net::Clock::now();
     auto work = s.config.collective->allreduce(s.model->gradients(), net::ReduceOp::sum);

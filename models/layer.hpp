@@ -37,6 +37,18 @@ struct ParameterInfo {
   Shape shape;
 };
 
+// Sums small tensors across the replicas of one synchronous step, in
+// place: what a synchronized BatchNorm (`batchnorm sync=true`) reduces its
+// batch statistics with. As for every collective (c10d's rule), each
+// replica calls sum() the same number of times per step, in the same
+// order, with tensors of the same size; a replica with no examples in the
+// step joins through Model::join_reductions(), so nobody waits for it.
+class ReplicaReducer {
+ public:
+  virtual ~ReplicaReducer() = default;
+  virtual void sum(const Tensor& t) = 0;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -64,6 +76,18 @@ class Layer {
 
   virtual const Tensor& forward(const Tensor& x, bool training) = 0;
   virtual const Tensor& backward(const Tensor& dy, bool need_dx) = 0;
+
+  // Whether this layer reduces across replicas in a synchronous step.
+  virtual bool reduces_across_replicas() const { return false; }
+  // The reducer of the current synchronous step; null (the default, and
+  // outside sync steps: evaluations, async, one replica): the layer works
+  // on its own batch.
+  virtual void set_reducer(ReplicaReducer* reducer) { (void)reducer; }
+  // A replica with no examples in a synchronous step: the reductions a
+  // training forward and a backward pass would make, with nothing of its
+  // own, and whatever state the others update with their results.
+  virtual void join_forward() {}
+  virtual void join_backward() {}
 
  protected:
   // (Re)allocates `buffer` to [batch, ...shape] on `device` when its shape

@@ -212,6 +212,24 @@ void Model::backward(const Tensor& doutput) {
   }
 }
 
+bool Model::reduces_across_replicas() const {
+  for (const auto& e : layers_)
+    if (e.layer->reduces_across_replicas()) return true;
+  return false;
+}
+
+void Model::set_reducer(ReplicaReducer* reducer) {
+  for (auto& e : layers_) e.layer->set_reducer(reducer);
+}
+
+void Model::join_reductions() {
+  // Forward in graph order, backward in reverse, as forward() and
+  // backward() visit the layers (every layer that reduces has parameters,
+  // so backward() never skips it).
+  for (auto& e : layers_) e.layer->join_forward();
+  for (std::size_t i = layers_.size(); i-- > 0;) layers_[i].layer->join_backward();
+}
+
 std::string Model::summary() const {
   std::string out = "Model \"" + spec_.name + "\" (input " + spec_.input.str() + ")\n";
   char line[160];

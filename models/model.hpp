@@ -35,6 +35,14 @@ class Model {
   // Backward from d loss / d output; fills gradients().
   void backward(const Tensor& doutput);
 
+  // Synchronized BatchNorm (layer.hpp's ReplicaReducer): whether any layer
+  // reduces across replicas; hands every layer the step's reducer (null:
+  // none); and, for a replica with no examples in a step, makes the
+  // reductions its forward and backward pass would, in their order.
+  bool reduces_across_replicas() const;
+  void set_reducer(ReplicaReducer* reducer);
+  void join_reductions();
+
   const Tensor& parameters() const { return params_; }
   // What the model keeps that is not trained (BatchNorm's running
   // statistics), in one flat buffer laid out like the parameters; empty

@@ -141,7 +141,11 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     layer = std::make_unique<Activation>(Activation::Kind::softmax);
   } else if (kind == "batchnorm") {
     const float momentum = parse_float(o.take("momentum", "0.9"), "batchnorm momentum");
-    layer = std::make_unique<BatchNorm>(momentum, parse_float(o.take("epsilon", "1e-5"), "batchnorm epsilon"));
+    const float epsilon = parse_float(o.take("epsilon", "1e-5"), "batchnorm epsilon");
+    const std::string sync = o.take("sync", "false");
+    if (sync != "true" && sync != "false")
+      throw std::invalid_argument("batchnorm sync '" + sync + "': expected true or false");
+    layer = std::make_unique<BatchNorm>(momentum, epsilon, sync == "true");
   } else if (kind == "concat") {
     layer = std::make_unique<Concat>();
   } else if (kind == "embedding") {

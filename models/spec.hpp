@@ -36,8 +36,11 @@
 //   b: basic filters=16
 //
 // The model's output is its last line; every other layer's output must be
-// used. Layers: dense, conv2d, conv1d, maxpool2d, maxpool1d, embedding
-// (vocab=, dim=), flatten, relu, dropout, add. Unknown layers, blocks,
+// used. Layers: dense, conv2d (bias=false for one before a batchnorm),
+// conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding
+// (vocab=, dim=), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
+// batchnorm (momentum=, epsilon=, sync=true: statistics of every
+// replica's batch in a synchronous step), and the merges add and concat. Unknown layers, blocks,
 // labels or options, missing values and bad numbers (a kernel, stride,
 // pool or padding above 2^31 - 1, say) are errors naming the source and
 // line (and the block's line). What only the built model can see (a layer

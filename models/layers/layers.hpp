@@ -260,7 +260,10 @@ class Activation final : public Layer {
 // and no optimizer touch them.
 class BatchNorm final : public Layer {
  public:
-  explicit BatchNorm(float momentum = 0.9f, float epsilon = 1e-5f);
+  // sync: in a synchronous step with a reducer (layer.hpp), the batch's
+  // statistics are those of every replica's batch together (PyTorch's
+  // SyncBatchNorm, TF's synchronized=True), forward and backward.
+  explicit BatchNorm(float momentum = 0.9f, float epsilon = 1e-5f, bool sync = false);
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -270,9 +273,21 @@ class BatchNorm final : public Layer {
   void initialize(std::uint64_t seed) override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, bool need_dx) override;
+  bool reduces_across_replicas() const override { return sync_; }
+  void set_reducer(ReplicaReducer* reducer) override { reducer_ = sync_ ? reducer : nullptr; }
+  void join_forward() override;
+  void join_backward() override;
 
  private:
+  // The batch's mean and variance from the channel sums (and, synchronized,
+  // those of every replica), and the running statistics' update.
+  void batch_statistics(const Tensor* x);
   float momentum_, epsilon_;
+  bool sync_ = false;
+  ReplicaReducer* reducer_ = nullptr;
+  double count_ = 0;  // positions per channel the last training pass normalised over (all replicas')
+  Tensor stats_;      // [C + 2] reduced forward: the channel sums and the count (high, low)
+  Tensor dsums_;      // [2C] reduced backward: the sums of dy and dy * xhat
   std::int64_t channels_ = 0, per_example_ = 0;  // per_example_: positions per channel in one example
   Shape shape_;
   Device device_;

@@ -1,4 +1,5 @@
 // Normalisation layers: BatchNorm.
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -17,7 +18,7 @@ std::string number(float v) {
 }
 }  // namespace
 
-BatchNorm::BatchNorm(float momentum, float epsilon) : momentum_(momentum), epsilon_(epsilon) {
+BatchNorm::BatchNorm(float momentum, float epsilon, bool sync) : momentum_(momentum), epsilon_(epsilon), sync_(sync) {
   if (!(momentum >= 0.0f && momentum < 1.0f))
     throw std::invalid_argument(
         "batchnorm: momentum must be in [0, 1) (Keras' convention: 0.9 keeps 90% of the "
@@ -28,7 +29,9 @@ BatchNorm::BatchNorm(float momentum, float epsilon) : momentum_(momentum), epsil
 }
 
 std::string BatchNorm::spec() const {
-  return "batchnorm momentum=" + number(momentum_) + " epsilon=" + number(epsilon_);
+  // sync only when set: the text of every unsynchronized model (and so its
+  // checkpoints) stays as it was.
+  return "batchnorm momentum=" + number(momentum_) + " epsilon=" + number(epsilon_) + (sync_ ? " sync=true" : "");
 }
 
 Shape BatchNorm::build(const Shape& input, const Device& device) {
@@ -69,6 +72,63 @@ void BatchNorm::initialize(std::uint64_t) {
   }
 }
 
+// The batch's mean and variance (two passes: the mean, then the squares
+// about it, not the mean of the squares, which loses the variance to
+// cancellation), then the running statistics' update. Synchronized, each
+// pass's sums are those of every replica: the channel sums go with the
+// positions counted (as two floats, high and low 2^20, so that counts up
+// to 2^44 stay exact), then the squares about the common mean. `x` null: a
+// replica with no examples, which adds zeros and updates its running
+// statistics as the others do, so that the replicas keep agreeing.
+void BatchNorm::batch_statistics(const Tensor* x) {
+  if (!mean_.defined() || mean_.device() != device_) {
+    mean_ = Tensor::zeros({channels_}, DType::f32, device_);
+    var_ = Tensor::zeros({channels_}, DType::f32, device_);
+  }
+  const double local = x ? static_cast<double>(x->size(0)) * static_cast<double>(per_example_) : 0.0;
+  double count = local;
+  if (!reducer_) {
+    ops::channel_sum(*x, mean_);
+    ops::scale(mean_, static_cast<float>(1.0 / count));
+    ops::channel_centered_sumsq(*x, mean_, var_);
+  } else {
+    if (!stats_.defined() || stats_.device() != device_) {
+      stats_ = Tensor::zeros({channels_ + 2}, DType::f32, device_);
+      dsums_ = Tensor::zeros({2 * channels_}, DType::f32, device_);
+    }
+    const Tensor sums = stats_.slice(0, {channels_});
+    if (x)
+      ops::channel_sum(*x, sums);
+    else
+      ops::fill(sums, 0.0f);
+    constexpr double split = 1048576.0;  // 2^20
+    const double high = std::floor(local / split);
+    ops::fill(stats_.slice(channels_, {1}), static_cast<float>(high));
+    ops::fill(stats_.slice(channels_ + 1, {1}), static_cast<float>(local - high * split));
+    reducer_->sum(stats_);
+    const std::vector<float> counted = stats_.slice(channels_, {2}).to_vector();
+    count = double(counted[0]) * split + double(counted[1]);
+    if (!(count > 0))
+      throw std::logic_error("batchnorm sync=true: no replica had examples in this step (a step is never empty)");
+    mean_.copy_from(sums);
+    ops::scale(mean_, static_cast<float>(1.0 / count));
+    if (x)
+      ops::channel_centered_sumsq(*x, mean_, var_);
+    else
+      ops::fill(var_, 0.0f);
+    reducer_->sum(var_);
+  }
+  ops::scale(var_, static_cast<float>(1.0 / count));
+  count_ = count;
+  // The running variance is unbiased, as PyTorch keeps it; one value per
+  // channel has no unbiased variance, and then the batch's (0) is used.
+  const double unbias = count > 1 ? count / (count - 1) : 1.0;
+  ops::scale(running_mean_, momentum_);
+  ops::axpy(1.0f - momentum_, mean_, running_mean_);
+  ops::scale(running_var_, momentum_);
+  ops::axpy(static_cast<float>((1.0 - momentum_) * unbias), var_, running_var_);
+}
+
 const Tensor& BatchNorm::forward(const Tensor& x, bool training) {
   x_ = x;
   trained_ = training;
@@ -77,26 +137,13 @@ const Tensor& BatchNorm::forward(const Tensor& x, bool training) {
     ops::batchnorm_forward(x, running_mean_, running_var_, gamma_, beta_, epsilon_, y);
     return y;
   }
-  if (!mean_.defined() || mean_.device() != device_) {
-    mean_ = Tensor::zeros({channels_}, DType::f32, device_);
-    var_ = Tensor::zeros({channels_}, DType::f32, device_);
-  }
-  // Two passes: the mean, then the squares about it (not the mean of the
-  // squares, which loses the variance to cancellation).
-  const double count = static_cast<double>(x.size(0)) * static_cast<double>(per_example_);
-  ops::channel_sum(x, mean_);
-  ops::scale(mean_, static_cast<float>(1.0 / count));
-  ops::channel_centered_sumsq(x, mean_, var_);
-  ops::scale(var_, static_cast<float>(1.0 / count));
+  batch_statistics(&x);
   ops::batchnorm_forward(x, mean_, var_, gamma_, beta_, epsilon_, y);
-  // The running variance is unbiased, as PyTorch keeps it; one value per
-  // channel has no unbiased variance, and then the batch's (0) is used.
-  const double unbias = count > 1 ? count / (count - 1) : 1.0;
-  ops::scale(running_mean_, momentum_);
-  ops::axpy(1.0f - momentum_, mean_, running_mean_);
-  ops::scale(running_var_, momentum_);
-  ops::axpy(static_cast<float>((1.0 - momentum_) * unbias), var_, running_var_);
   return y;
+}
+
+void BatchNorm::join_forward() {
+  if (reducer_) batch_statistics(nullptr);
 }
 
 const Tensor& BatchNorm::backward(const Tensor& dy, bool need_dx) {
@@ -106,16 +153,36 @@ const Tensor& BatchNorm::backward(const Tensor& dy, bool need_dx) {
   const Tensor& mean = trained_ ? mean_ : running_mean_;
   const Tensor& var = trained_ ? var_ : running_var_;
   ops::batchnorm_backward_reduce(x_, dy, mean, var, epsilon_, dbeta_, dgamma_);
+  const bool synchronized = trained_ && reducer_ != nullptr;
+  if (synchronized) {
+    // The parameters' gradients stay this replica's (the step's gradient
+    // all-reduce sums them); the input's gradient needs the sums over
+    // every replica's batch, as the statistics were. Reduced even when no
+    // input gradient is wanted, so that every replica reduces alike.
+    dsums_.slice(0, {channels_}).copy_from(dbeta_);
+    dsums_.slice(channels_, {channels_}).copy_from(dgamma_);
+    reducer_->sum(dsums_);
+  }
   if (!need_dx) return dx_;
   Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
-  const double count = static_cast<double>(dy.size(0)) * static_cast<double>(per_example_);
-  if (trained_) {
+  if (synchronized) {
+    ops::batchnorm_backward_data(x_, dy, mean, var, gamma_, epsilon_, dsums_.slice(0, {channels_}),
+                                 dsums_.slice(channels_, {channels_}), count_, dx);
+  } else if (trained_) {
+    const double count = static_cast<double>(dy.size(0)) * static_cast<double>(per_example_);
     ops::batchnorm_backward_data(x_, dy, mean, var, gamma_, epsilon_, dbeta_, dgamma_, count, dx);
   } else {
+    const double count = static_cast<double>(dy.size(0)) * static_cast<double>(per_example_);
     if (!zeros_.defined() || zeros_.device() != device_) zeros_ = Tensor::zeros({channels_}, DType::f32, device_);
     ops::batchnorm_backward_data(x_, dy, mean, var, gamma_, epsilon_, zeros_, zeros_, count, dx);
   }
   return dx;
+}
+
+void BatchNorm::join_backward() {
+  if (!reducer_) return;
+  ops::fill(dsums_, 0.0f);
+  reducer_->sum(dsums_);
 }
 
 }  // namespace troupe::models

@@ -325,6 +325,48 @@ TEST(Job, BatchNormStatisticsAreAveragedForEvaluationsAndCheckpoints) {
   }
 }
 
+// With `batchnorm sync=true` the replicas normalise by the statistics of
+// the global batch (through the job's collective, forward and backward):
+// 2 replicas of 32 train as 1 replica of 64. Without it each replica
+// normalises by its own 32 and the runs part.
+TEST(Job, SyncBatchNormOnTwoReplicasEqualsOneReplicaWithTheGlobalBatch) {
+  const std::string dir = ::testing::TempDir();
+  auto spec_file = [&](bool sync) {
+    const std::string path = dir + (sync ? "/troupe_job_syncbn.spec" : "/troupe_job_localbn.spec");
+    std::ofstream(path) << "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm"
+                        << (sync ? " sync=true" : "") << "\nrelu\nmaxpool2d pool=2\nflatten\ndense units=10\n";
+    return path;
+  };
+  auto run = [&](bool sync) {
+    JobConfig two = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+    two.train.model = spec_file(sync);
+    two.train.optimizer.name = "sgd";
+    two.train.lr = 0.05f;
+    two.train.max_steps = 20;
+    two.collect_replica_parameters = true;
+    Job job(two);
+    JobResult r = job.run();
+    expect_accounting(r);
+    EXPECT_EQ(job.replica_parameters()[0], job.replica_parameters()[1]) << "replicas diverged";
+    return job.replica_parameters()[0];
+  };
+  const std::vector<float> synced = run(true), local = run(false);
+  JobConfig ref = mlp_job({Device::cpu(0)}, "sync", 64);
+  models::TrainConfig one = ref.train;
+  one.model = spec_file(true);
+  one.optimizer.name = "sgd";
+  one.lr = 0.05f;
+  one.max_steps = 20;
+  models::Trainer single(one);
+  single.run();
+  const std::vector<float> reference = single.model().parameters().to_vector();
+  const double synced_diff = rel_diff(synced, reference), local_diff = rel_diff(local, reference);
+  std::fprintf(stderr, "relative difference from one replica of 64: %.3g with sync, %.3g without\n", synced_diff,
+               local_diff);
+  EXPECT_LT(synced_diff, 1e-5);
+  EXPECT_GT(local_diff, 10 * synced_diff) << "without sync the replicas' statistics should differ";
+}
+
 TEST(Job, BadConfigurationsAreRefusedBeforeTraining) {
   auto error_of = [](JobConfig c) -> std::string {
     try {
