@@ -17,6 +17,8 @@ TROUPE_PACKAGES=(
   libdnnl-dev                     # oneDNN (convolution / pooling on CPU)
   libcli11-dev                    # the troupe command line
   zlib1g-dev                      # gzipped IDX files
+  libpng-dev                      # images:DIR: PNG decoding (models/data/images.cpp)
+  libjpeg62-turbo-dev             # images:DIR: JPEG decoding, libjpeg-turbo's libjpeg API (models/data/images.cpp)
   libssl-dev                      # OpenSSL libcrypto: SHA-256, HMAC, HKDF, random bytes
   nlohmann-json3-dev              # JSON written and read (status, summary, metrics, TF_CONFIG)
   libtomlplusplus-dev             # toml++ 3.3: the job file (job/job_file.cpp)

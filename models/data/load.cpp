@@ -6,6 +6,7 @@
 #include "models/data/fashion_mnist.hpp"
 #include "models/data/file_bytes.hpp"
 #include "models/data/idx.hpp"
+#include "models/data/images.hpp"
 
 namespace troupe::data {
 
@@ -46,16 +47,28 @@ Splits load_dataset(const std::string& name_or_path, const LoadOptions& options)
     if (name_or_path == entry.name) return entry.load(options);
   }
   if (ends_with(name_or_path, ".csv") || ends_with(name_or_path, ".csv.gz")) return load_csv(name_or_path, options.csv);
-  if (directory_exists(name_or_path)) return load_idx_directory(name_or_path, name_or_path);
+  const std::string images_prefix = "images:";
+  if (name_or_path.compare(0, images_prefix.size(), images_prefix) == 0)
+    return load_image_folders(name_or_path.substr(images_prefix.size()), options.images);
+  if (directory_exists(name_or_path)) {
+    // A folder of class folders read as IDX would only report four missing
+    // files: say what it looks like instead.
+    const bool images = !is_idx_directory(name_or_path) && looks_like_image_folders(name_or_path);
+    return load_idx_directory(
+        name_or_path, name_or_path, 10,
+        images ? "it holds class folders of images: for those, give --data images:" + name_or_path : std::string());
+  }
 
   // One line, as every error the CLI prints, so that whoever reads only the
   // first line (a log, a scheduler's summary) still sees the names.
   std::string known;
   for (const auto& entry : table()) known += std::string(known.empty() ? " " : ", ") + entry.name;
-  throw UnknownDatasetError("unknown dataset '" + name_or_path + "'; known names:" + known +
-                                ", or a path: a .csv file or an IDX directory (FILE.csv with a header row and the"
-                                " label last; a directory holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])",
-                            name_or_path);
+  throw UnknownDatasetError(
+      "unknown dataset '" + name_or_path + "'; known names:" + known +
+          ", or a path: a .csv file, images:DIR or an IDX directory (FILE.csv with a header row and the"
+          " label last; images:DIR for DIR/<class>/*.png|*.jpg; a directory holding"
+          " {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])",
+      name_or_path);
 }
 
 }  // namespace troupe::data

@@ -4,6 +4,7 @@
 //   linreg             generated y = 2x + noise
 //   wordnet            WordNet glosses -> lexicographer file (wordnet-base)
 //   PATH.csv[.gz]      a CSV table (csv.hpp)
+//   images:DIR         image folders, DIR/<class>/*.png|jpg (images.hpp)
 //   DIRECTORY          an IDX directory: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
 //
 // Adding a dataset: write its loader in its own file, add a line to the
@@ -16,6 +17,7 @@
 #include "models/data/csv.hpp"
 #include "models/data/dataset.hpp"
 #include "models/data/error.hpp"
+#include "models/data/images.hpp"
 #include "models/data/linreg.hpp"
 #include "models/data/wordnet.hpp"
 
@@ -24,6 +26,7 @@ namespace troupe::data {
 struct LoadOptions {
   std::string fashion_mnist_dir;  // empty: $TROUPE_FASHION_MNIST_DIR, else the Debian location
   CsvOptions csv;
+  ImageOptions images;
   LinregOptions linreg;
   WordnetOptions wordnet;
 };
