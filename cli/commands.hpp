@@ -20,6 +20,18 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// The image folders' flags (--image-size, --color, --test-fraction), shared
+// by train, eval and predict: eval and predict must load the folder as
+// training did, or the model's input shape or the test split differ.
+struct ImageFlags {
+  std::string size;  // "HxW"; empty: the first image's size
+  std::string color = "auto";
+  double test_fraction = 0;
+};
+void add_image_options(CLI::App& command, ImageFlags& flags);
+// Into `options.images`; throws UsageError on a malformed size or colour.
+void apply_image_options(const ImageFlags& flags, data::LoadOptions& options);
+
 struct TrainOptions {
   models::TrainConfig config;
   std::string devices;  // empty: all GPUs, else 2 CPU devices (actors::default_devices)
@@ -38,6 +50,7 @@ struct TrainOptions {
   std::string timeline;                  // --timeline FILE: a Chrome trace of every replica's steps (util/timeline.hpp)
   std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
+  ImageFlags images;
   // Whether the command line gave a setting, by its job-file key (for the
   // zoo models' recipes, models/recipe.hpp); set by add_train_command.
   std::function<bool(const std::string& key)> given = [](const std::string&) { return false; };
@@ -72,6 +85,7 @@ struct EvalOptions {
   std::string device = "cpu:0";
   int threads = 1;
   std::int64_t batch = 1000;
+  ImageFlags images;
 };
 void add_eval_command(CLI::App& app, EvalOptions& options);
 int run_eval(EvalOptions& options);
@@ -85,6 +99,7 @@ struct PredictOptions {
   std::string device = "cpu:0";
   int threads = 1;
   std::int64_t batch = 1000;
+  ImageFlags images;
 };
 void add_predict_command(CLI::App& app, PredictOptions& options);
 int run_predict(PredictOptions& options);

@@ -11,6 +11,7 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
       app.add_subcommand("eval", "Evaluate a saved model on a dataset's test split, without any training set-up");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
+  add_image_options(*cmd, o.images);
   cmd->add_option("--device", o.device, "Device: cpu:N or cuda:N")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads for the kernels")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Examples per evaluation batch")->capture_default_str();
@@ -21,7 +22,10 @@ int run_eval(EvalOptions& o) {
   if (o.batch < 1) throw UsageError("--batch must be at least 1");
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
-  data::Splits splits = data::load_dataset(o.data);  // an unknown name is a usage error: before the checkpoint
+  data::LoadOptions load_options;
+  apply_image_options(o.images, load_options);
+  data::Splits splits =
+      data::load_dataset(o.data, load_options);  // an unknown name: a usage error, before the checkpoint
   checkpoint::State state = checkpoint::read(o.checkpoint);
   auto model = models::load_model(state, o.checkpoint, device);
   const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;

@@ -64,6 +64,7 @@ void add_predict_command(CLI::App& app, PredictOptions& o) {
       "predict", "Write a saved model's outputs (logits) for the first N examples of a dataset's test split, as JSON");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
+  add_image_options(*cmd, o.images);
   cmd->add_option("--limit", o.limit, "The first N test examples (0: all)")->capture_default_str();
   cmd->add_option("--output", o.output, "The JSON file to write (shape, class names, labels, outputs)")->required();
   cmd->add_option("--inputs", o.inputs, "Also write the examples' features here, as NumPy .npy (f32, or i32 ids)");
@@ -80,7 +81,10 @@ int run_predict(PredictOptions& o) {
   prepare_output_path("--inputs", o.inputs);
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
-  data::Splits splits = data::load_dataset(o.data);  // an unknown name is a usage error: before the checkpoint
+  data::LoadOptions load_options;
+  apply_image_options(o.images, load_options);
+  data::Splits splits =
+      data::load_dataset(o.data, load_options);  // an unknown name: a usage error, before the checkpoint
   checkpoint::State state = checkpoint::read(o.checkpoint);
   auto model = models::load_model(state, o.checkpoint, device);
   const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;

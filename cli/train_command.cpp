@@ -376,8 +376,11 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "with its anchor's recipe (" +
                       models::zoo_recipe("resnet").describe() + ") unless flags say otherwise")
       ->capture_default_str();
-  cmd->add_option("--data", c.data, "Dataset: fashion-mnist, linreg, wordnet, a .csv file or an IDX directory")
+  cmd->add_option("--data", c.data,
+                  "Dataset: fashion-mnist, linreg, wordnet, a .csv file, images:DIR (DIR/<class>/*.png|*.jpg, or "
+                  "DIR/train/<class>/... and DIR/test/<class>/...) or an IDX directory")
       ->capture_default_str();
+  add_image_options(*cmd, o.images);
   cmd->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   cmd->add_option("--batch", c.batch, "Examples per step and replica (global batch = batch x replicas)")
       ->capture_default_str();
@@ -475,6 +478,7 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
 
 int run_train(TrainOptions& o) {
   use_threads(o.threads);
+  apply_image_options(o.images, o.config.data_options);
   // A zoo model with a recipe (resnet) trains with it where no flag says
   // otherwise: `troupe train --model resnet` is the anchor's run.
   if (const std::string recipe = models::apply_recipe(o.config, o.given); !recipe.empty())

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <png.h>  // defines: png_image_write_to_file, the image-folder test's files
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -721,6 +723,50 @@ TEST(CliIssue11, ModelThatCannotTakeTheDataIsRefusedBeforeTraining) {
   EXPECT_CONTAINS(r.output,
                   "troupe: model flat takes f32 features of shape [784], but dataset fashion-mnist gives "
                   "f32 features of shape [1, 28, 28]: the model's input line must be 'input 1 28 28'");
+}
+
+// An image folder (images:DIR) trains a few steps and its checkpoint
+// evaluates on the same folder with the same flags; an IDX reading of it
+// suggests images:, and a corrupt image is a data error naming the file.
+TEST(CliImages, TrainsOnAnImageFolderAndEvaluates) {
+  const std::string dir = temp("images");
+  // Two classes of 8x8 grey images: dark and light, 12 of each.
+  for (int i = 0; i < 24; ++i) {
+    const std::string cls = i < 12 ? "dark" : "light";
+    fs::create_directories(dir + "/pics/" + cls);
+    std::vector<unsigned char> pixels(64, static_cast<unsigned char>(i < 12 ? 20 + i : 220 - i));
+    png_image image;
+    std::memset(&image, 0, sizeof image);
+    image.version = PNG_IMAGE_VERSION;
+    image.width = 8;
+    image.height = 8;
+    image.format = PNG_FORMAT_GRAY;
+    const std::string path = dir + "/pics/" + cls + "/" + std::to_string(i) + ".png";
+    ASSERT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, pixels.data(), 0, nullptr)) << path;
+  }
+  const std::string flags = " --data images:" + dir + "/pics --image-size 28x28 --test-fraction 0.25";
+  Result r = troupe("train --model mlp --epochs 3 --steps 6 --batch 4 --devices cpu:0 --checkpoint-dir " + dir +
+                    "/ckpt" + flags);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "test accuracy");
+  std::string ckpt;
+  for (auto& e : fs::directory_iterator(dir + "/ckpt")) ckpt = e.path().string();
+  ASSERT_FALSE(ckpt.empty());
+  r = troupe("eval --checkpoint " + ckpt + flags);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "mlp on images:" + dir + "/pics/test (6 examples, step 6): accuracy");
+
+  r = troupe("train --model mlp --steps 1 --devices cpu:0 --data " + dir + "/pics");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "it holds class folders of images: for those, give --data images:" + dir + "/pics");
+
+  std::ofstream(dir + "/pics/light/99.png") << "\x89PNG\r\n\x1a\n truncated";
+  r = troupe("train --model mlp --steps 1 --devices cpu:0" + flags);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "troupe: " + dir + "/pics/light/99.png: not a readable PNG: libpng:");
+  r = troupe("train --model mlp --steps 1 --devices cpu:0 --data images:" + dir + "/pics --image-size 28");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "troupe: --image-size '28': expected HxW");
 }
 
 }  // namespace
