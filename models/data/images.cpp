@@ -1,5 +1,8 @@
 #include "models/data/images.hpp"
 
+// jpeglib.h uses FILE without declaring it.
+#include <cstdio>
+
 #include <jpeglib.h>  // defines: jpeg_decompress_struct, jpeg_error_mgr (libjpeg62-turbo-dev)
 #include <png.h>      // defines: png_image, the simplified read API (libpng-dev)
 
@@ -7,7 +10,6 @@
 #include <cctype>
 #include <cmath>
 #include <csetjmp>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -213,6 +215,9 @@ std::vector<std::string> image_files(const std::string& folder, std::size_t& oth
   for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
     std::error_code ignored;
     if (it->is_directory(ignored)) continue;
+    // Hidden files are skipped: macOS leaves "._name.png" resource forks
+    // beside every copied image, and they are not images.
+    if (it->path().filename().string().compare(0, 1, ".") == 0) continue;
     if (is_image_name(it->path()))
       files.push_back(it->path().filename().string());
     else

@@ -3,10 +3,12 @@
 // every error naming its file. The images are real PNG and JPEG files,
 // written here through libpng and libjpeg.
 #include <gtest/gtest.h>
+// jpeglib.h uses FILE without declaring it.
+#include <cstdio>
+
 #include <jpeglib.h>  // defines: jpeg_compress_struct, to write the JPEG files
 #include <png.h>      // defines: png_image_write_to_file, to write the PNG files
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -81,6 +83,7 @@ TEST(DataImages, ClassesAndFilesAreSortedByName) {
   write_flat_png(dir.file("a/x.png"), 4, 3, 10);
   write_flat_png(dir.file("c/y.png"), 4, 3, 255);
   write_file(dir.file("c/notes.txt"), "not an image");
+  write_file(dir.file("c/._y.png"), "a macOS resource fork, no PNG");
   fs::create_directories(dir.file(".hidden"));
   const Splits s = load_dataset("images:" + dir.path());
   EXPECT_EQ(s.train.class_names, (std::vector<std::string>{"a", "b", "c"}));
