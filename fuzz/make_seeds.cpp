@@ -5,11 +5,18 @@
 // text seeds are spelled here so that each input's leading option bytes are
 // explicit. Run by `scripts/fuzz.sh --seeds`; the output is committed.
 #include <fcntl.h>
+
+// jpeglib.h uses FILE without declaring it.
+#include <cstdio>
+
+#include <jpeglib.h>  // defines: jpeg_compress_struct, the JPEG seeds
+#include <png.h>      // defines: png_image_write_to_memory, the PNG seeds
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -332,6 +339,72 @@ void idx_seeds() {
   put("idx", "labels.gz", gzip(labels));
 }
 
+// ---------------------------------------------------------------- images
+
+// A palette image takes `pixels` as indices into a 256-entry grey ramp.
+std::string png_of(int height, int width, png_uint_32 format, const std::vector<unsigned char>& pixels) {
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = format;
+  std::vector<unsigned char> colormap(256 * 3);
+  for (std::size_t i = 0; i < colormap.size(); ++i) colormap[i] = static_cast<unsigned char>(i / 3);
+  const void* map = nullptr;
+  if (format & PNG_FORMAT_FLAG_COLORMAP) {
+    image.colormap_entries = 256;
+    map = colormap.data();
+  }
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, map)) std::abort();
+  std::string out(size, '\0');
+  if (!png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0, map)) std::abort();
+  out.resize(size);
+  return out;
+}
+
+std::string jpeg_of(int height, int width, int channels, bool progressive) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr errors;
+  cinfo.err = jpeg_std_error(&errors);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = channels;
+  cinfo.in_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 75, TRUE);
+  if (progressive) jpeg_simple_progression(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<unsigned char> row(static_cast<std::size_t>(width * channels));
+  while (cinfo.next_scanline < cinfo.image_height) {
+    for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<unsigned char>(i * 29 + cinfo.next_scanline * 7);
+    JSAMPROW rows[1] = {row.data()};
+    jpeg_write_scanlines(&cinfo, rows, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string out(reinterpret_cast<const char*>(buffer), size);
+  std::free(buffer);
+  return out;
+}
+
+void image_seeds() {
+  std::vector<unsigned char> pixels(4 * 5 * 4);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i * 13);
+  put("image", "grey.png", png_of(4, 5, PNG_FORMAT_GRAY, pixels));
+  put("image", "rgb.png", png_of(4, 5, PNG_FORMAT_RGB, pixels));
+  put("image", "rgba.png", png_of(4, 5, PNG_FORMAT_RGBA, pixels));
+  put("image", "palette.png", png_of(4, 5, PNG_FORMAT_RGB_COLORMAP, pixels));
+  put("image", "grey.jpg", jpeg_of(8, 8, 1, false));
+  put("image", "rgb.jpg", jpeg_of(9, 17, 3, false));
+  put("image", "progressive.jpg", jpeg_of(16, 16, 3, true));
+}
+
 void csv_seeds() {
   // Option byte (csv.cpp): bit 0 regression, bit 1 label column "y", bit 2
   // three classes, bits 3-4 test fraction, bits 5-7 seed.
@@ -497,6 +570,7 @@ int main(int argc, char** argv) {
   gate_seeds();
   idx_seeds();
   csv_seeds();
+  image_seeds();
   text_seeds();
   push_frame_seeds();
   push_answer_seeds();
