@@ -536,7 +536,7 @@ TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
   const std::vector<std::string> lines = lines_of(r.output);
   ASSERT_EQ(lines.size(), 1u) << r.output;
   EXPECT_CONTAINS(lines[0], "troupe: unknown dataset 'imagenet'; known names: fashion-mnist, linreg, wordnet");
-  EXPECT_CONTAINS(lines[0], "a .csv file or an IDX directory");
+  EXPECT_CONTAINS(lines[0], "a .csv file, images:DIR or an IDX directory");
 }
 
 // cli/README.md once listed a `bench` command that does not exist. The
