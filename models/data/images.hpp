@@ -17,8 +17,10 @@
 //          RGBA or palette, a JPEG with 3 components), else grey. Grey to
 //          rgb repeats the channel; rgb to grey is ITU-R BT.601 luma,
 //          0.299 R + 0.587 G + 0.114 B (as tf.image.rgb_to_grayscale).
-//          Alpha is dropped; 16-bit PNGs are reduced to 8 bits (value >> 8,
-//          libpng's png_set_strip_16).
+//          Alpha is dropped (not composited). 16-bit PNGs are reduced to
+//          8 bits by libpng's simplified API, read as sRGB when they carry
+//          no gAMA or sRGB chunk (257 k becomes k); a file marked linear
+//          is gamma-encoded to sRGB. A JPEG's CMYK is refused (libjpeg).
 //
 // Resize, as tf.image.resize(method="bilinear", antialias=False): output
 // pixel (y, x) of an out_h x out_w image samples the input at

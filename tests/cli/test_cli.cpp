@@ -755,6 +755,12 @@ TEST(CliImages, TrainsOnAnImageFolderAndEvaluates) {
   r = troupe("eval --checkpoint " + ckpt + flags);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "mlp on images:" + dir + "/pics/test (6 examples, step 6): accuracy");
+  // predict writes the folders' names as the class names.
+  r = troupe("predict --checkpoint " + ckpt + flags + " --limit 2 --output " + dir + "/p.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream predictions(dir + "/p.json");
+  const nlohmann::json p = nlohmann::json::parse(predictions);
+  EXPECT_EQ(p.dump().find("\"dark\",\"light\"") != std::string::npos, true) << p.dump();
 
   r = troupe("train --model mlp --steps 1 --devices cpu:0 --data " + dir + "/pics");
   EXPECT_EQ(r.status, 1) << r.output;

@@ -145,6 +145,32 @@ TEST(DataImages, ColourIsRgbWhenAnyImageHasItAndGreyOnRequest) {
   EXPECT_EQ(load_dataset("images:" + dir.path()).train.features.shape(), (Shape{2, 1, 1, 2}));
 }
 
+// A 16-bit grey PNG without gAMA or sRGB, through libpng's own writer (the
+// simplified one writes 16-bit files only as linear light): 257 k reads
+// back as k.
+TEST(DataImages, SixteenBitPngIsScaledToEightBits) {
+  TempDir dir;
+  fs::create_directories(dir.file("a"));
+  const std::string path = dir.file("a/deep.png");
+  FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_init_io(png, file);
+  png_set_IHDR(png, info, 3, 1, 16, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  // Big-endian samples: 0, 257 * 128, 65535.
+  unsigned char row[6] = {0x00, 0x00, 0x80, 0x80, 0xff, 0xff};
+  png_write_row(png, row);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(file);
+  const Splits s = load_dataset("images:" + dir.path());
+  ASSERT_EQ(s.train.features.shape(), (Shape{1, 1, 1, 3}));
+  EXPECT_EQ(s.train.features.to_vector(), (std::vector<float>{0, 128 / 255.0f, 1}));
+}
+
 TEST(DataImages, JpegGreyAndColour) {
   TempDir dir;
   // Flat 8x8 blocks come back within a step or two of what was written.
