@@ -57,8 +57,18 @@ elif grep -qs "\"version\": \"$ort_version\"" "$ort_dir/node_modules/onnxruntime
 else
   echo "setup: npm install onnxruntime-node@$ort_version into $ort_dir"
   mkdir -p "$ort_dir"
-  (cd "$ort_dir" && npm install --no-audit --no-fund --no-save --ignore-scripts "onnxruntime-node@$ort_version") || {
+  # Three tries: a registry's transient error must not fail a whole run.
+  installed=0
+  for attempt in 1 2 3; do
+    if (cd "$ort_dir" && npm install --no-audit --no-fund --no-save --ignore-scripts "onnxruntime-node@$ort_version"); then
+      installed=1
+      break
+    fi
+    echo "setup: npm install failed (attempt $attempt of 3)" >&2
+    sleep $((attempt * 5))
+  done
+  if [ "$installed" != 1 ]; then
     echo "setup: npm could not install onnxruntime-node into $ort_dir (TROUPE_NO_NPM=1 skips it)" >&2
     exit 1
-  }
+  fi
 fi
