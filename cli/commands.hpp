@@ -5,11 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "cluster/node.hpp"
 #include "job/job.hpp"
+#include "models/checkpoint/checkpoint.hpp"
+#include "models/data/load.hpp"
+#include "models/model.hpp"
 #include "models/trainer.hpp"
 #include "net/cluster/cluster_spec.hpp"
 
@@ -88,6 +92,19 @@ struct EvalOptions {
   ImageFlags images;
 };
 void add_eval_command(CLI::App& app, EvalOptions& options);
+
+// What eval and predict start from: the data (loaded first, so that an
+// unknown name is a usage error before the checkpoint is read), the
+// checkpoint's model on `device`, and the split they read: the test split,
+// or the training split when the data has none.
+struct SavedModelOnData {
+  data::Splits splits;
+  checkpoint::State state;
+  std::unique_ptr<models::Model> model;
+  const data::Dataset& examples() const { return splits.test.size() > 0 ? splits.test : splits.train; }
+};
+SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const ImageFlags& images,
+                                  const kernels::Device& device);
 int run_eval(EvalOptions& options);
 
 struct PredictOptions {

@@ -17,19 +17,27 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
   cmd->add_option("--batch", o.batch, "Examples per evaluation batch")->capture_default_str();
 }
 
+SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const ImageFlags& images,
+                                  const kernels::Device& device) {
+  SavedModelOnData out;
+  data::LoadOptions load_options;
+  apply_image_options(images, load_options);
+  out.splits = data::load_dataset(data, load_options);
+  out.state = checkpoint::read(checkpoint);
+  out.model = models::load_model(out.state, checkpoint, device);
+  models::check_model_input(out.model->spec(), out.examples());
+  return out;
+}
+
 int run_eval(EvalOptions& o) {
   if (o.data.empty()) o.data = "fashion-mnist";
   if (o.batch < 1) throw UsageError("--batch must be at least 1");
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
-  data::LoadOptions load_options;
-  apply_image_options(o.images, load_options);
-  data::Splits splits =
-      data::load_dataset(o.data, load_options);  // an unknown name: a usage error, before the checkpoint
-  checkpoint::State state = checkpoint::read(o.checkpoint);
-  auto model = models::load_model(state, o.checkpoint, device);
-  const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;
-  models::check_model_input(model->spec(), test);
+  const SavedModelOnData saved = load_saved_model(o.checkpoint, o.data, o.images, device);
+  const checkpoint::State& state = saved.state;
+  models::Model* model = saved.model.get();
+  const data::Dataset& test = saved.examples();
   models::EpochResult r = models::evaluate_model(*model, test, o.batch);
   std::printf("%s on %s/%s (%lld examples, step %llu): accuracy %.4f  top-5 %.4f  loss %.4f\n",
               state.model.name.c_str(), test.name.c_str(), test.split.c_str(), static_cast<long long>(r.test_examples),

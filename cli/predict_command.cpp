@@ -81,14 +81,10 @@ int run_predict(PredictOptions& o) {
   prepare_output_path("--inputs", o.inputs);
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
-  data::LoadOptions load_options;
-  apply_image_options(o.images, load_options);
-  data::Splits splits =
-      data::load_dataset(o.data, load_options);  // an unknown name: a usage error, before the checkpoint
-  checkpoint::State state = checkpoint::read(o.checkpoint);
-  auto model = models::load_model(state, o.checkpoint, device);
-  const data::Dataset& test = splits.test.size() > 0 ? splits.test : splits.train;
-  models::check_model_input(model->spec(), test);
+  const SavedModelOnData saved = load_saved_model(o.checkpoint, o.data, o.images, device);
+  const checkpoint::State& state = saved.state;
+  models::Model* model = saved.model.get();
+  const data::Dataset& test = saved.examples();
   const std::int64_t n = o.limit > 0 ? std::min(o.limit, test.size()) : test.size();
 
   const bool classification = test.task == data::Task::classification;
