@@ -17,7 +17,7 @@ Batch gather(LoaderState& s) {
   return out;
 }
 
-void request_fill(caf::stateful_actor<LoaderState>* self) {
+void request_fill(data_loader_actor::stateful_pointer<LoaderState> self) {
   auto& s = self->state;
   if (!s.filling && static_cast<int>(s.ready.size()) < s.config.prefetch) {
     s.filling = true;
@@ -27,7 +27,8 @@ void request_fill(caf::stateful_actor<LoaderState>* self) {
 
 }  // namespace
 
-caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, LoaderConfig config) {
+data_loader_actor::behavior_type data_loader(data_loader_actor::stateful_pointer<LoaderState> self,
+                                             LoaderConfig config) {
   self->state.config = std::move(config);
   auto& cfg = self->state.config;
   if (cfg.prefetch < 1) cfg.prefetch = 1;
@@ -47,7 +48,7 @@ caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, LoaderConfig c
         if (static_cast<int>(s.ready.size()) < s.config.prefetch) s.ready.push_back(gather(s));
         request_fill(self);
       },
-      [=](seek_atom, data::Cursor cursor) {
+      [=](seek_atom, data::Cursor cursor) -> caf::ok_atom {
         auto& s = self->state;
         s.ready.clear();
         s.batches = std::make_unique<data::BatchIterator>(s.config.plan, s.config.shard, cursor);
@@ -57,12 +58,12 @@ caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, LoaderConfig c
       // A new membership view: this replica's rank, the world and the
       // per-replica batch change, and the rest of the epoch is split anew
       // from the cursor's offset (models/data/epoch_plan.hpp, 5.).
-      [=](reconfig_atom, std::int64_t batch_size, int rank, int world, data::Cursor cursor) {
+      [=](reconfig_atom, const LoaderView& v) -> caf::ok_atom {
         auto& s = self->state;
         s.ready.clear();
-        s.config.plan.batch_size = batch_size;
-        s.config.shard = data::Shard{rank, world};
-        s.batches = std::make_unique<data::BatchIterator>(s.config.plan, s.config.shard, cursor);
+        s.config.plan.batch_size = v.batch_size;
+        s.config.shard = data::Shard{v.rank, v.world};
+        s.batches = std::make_unique<data::BatchIterator>(s.config.plan, s.config.shard, v.cursor);
         request_fill(self);
         return caf::ok_atom::value;
       },

@@ -2,11 +2,10 @@
 // training data (data::BatchIterator for its rank) and keeps up to
 // `prefetch` batches ready.
 //
-// Protocol:
+// Protocol (data_loader_actor below; the compiler checks both sides):
 //   next_batch            -> Batch     the next batch of this replica's shard
 //   seek, Cursor          -> ok        continue from a saved cursor (resume)
-//   reconfig, batch, rank, world, Cursor -> ok
-//                                      a new membership view: shard anew
+//   reconfig, LoaderView  -> ok        a new membership view: shard anew
 //   (self) fill                        gather one more batch while fewer than
 //                                      `prefetch` are ready
 //
@@ -39,7 +38,28 @@ struct LoaderConfig {
   data::Augmentation augment;
 };
 
-caf::behavior data_loader(caf::stateful_actor<struct LoaderState>* self, LoaderConfig config);
+// What a loader takes on entering a membership view: its replica's rank,
+// the world, the per-replica batch, and where the rest of the epoch begins
+// (models/data/epoch_plan.hpp, 5.). Local only.
+struct LoaderView {
+  std::int64_t batch_size = 1;
+  int rank = 0, world = 1;
+  data::Cursor cursor;
+};
+
+}  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::LoaderView)
+
+namespace troupe::actors {
+
+// `fill` is in the interface only because the loader sends it to itself (a
+// typed actor may only send what its own interface names); from anyone
+// else it gathers a batch ahead of time, which is harmless.
+using data_loader_actor =
+    caf::typed_actor<caf::replies_to<next_batch_atom>::with<Batch>,
+                     caf::replies_to<seek_atom, data::Cursor>::with<caf::ok_atom>,
+                     caf::replies_to<reconfig_atom, LoaderView>::with<caf::ok_atom>, caf::reacts_to<fill_atom>>;
 
 struct LoaderState {
   LoaderConfig config;
@@ -48,5 +68,8 @@ struct LoaderState {
   bool filling = false;  // a fill message is queued
   static inline const char* name = "data_loader";
 };
+
+data_loader_actor::behavior_type data_loader(data_loader_actor::stateful_pointer<LoaderState> self,
+                                             LoaderConfig config);
 
 }  // namespace troupe::actors

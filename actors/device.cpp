@@ -424,8 +424,8 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         st.grant.view = a.view;
         st.grant.up_to = a.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.config.loader, st.config.timeout, reconfig_atom::value, a.batch_size, a.rank, a.world,
-                      a.cursor)
+        self->request(st.config.loader, st.config.timeout, reconfig_atom::value,
+                      LoaderView{a.batch_size, a.rank, a.world, a.cursor})
             .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;

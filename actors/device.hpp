@@ -51,6 +51,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/data_loader.hpp"
 #include "actors/gradient_sink.hpp"
 #include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
@@ -86,7 +87,7 @@ struct DeviceConfig {
   float label_smoothing = 0.0f;  // cross-entropy's; 0: none
   std::int64_t eval_batch = 1000;
   std::chrono::milliseconds timeout{60000};
-  caf::actor loader;
+  data_loader_actor loader;
   // The parameter server (async, ssp): its shards by index in `partition`,
   // as CAF actors in this process. A replica whose pushes go on the data
   // plane (push_routes: a worker node's, or any with ps tasks) has none.

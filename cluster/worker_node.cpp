@@ -139,7 +139,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   membership_actor_t membership = *membership_or;
   self->monitor(membership);
 
-  std::vector<caf::actor> loaders, replicas;
+  std::vector<data_loader_actor> loaders;
+  std::vector<caf::actor> replicas;
   std::vector<std::shared_ptr<net::Collective>> collectives;
   int data_fd = -1;
   int status = 1;

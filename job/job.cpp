@@ -400,7 +400,8 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   ps::ParameterServer server;
   std::shared_ptr<const net::push::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   std::vector<std::shared_ptr<net::Collective>> collectives;
-  std::vector<caf::actor> loaders, devices, all_devices;
+  std::vector<data_loader_actor> loaders;
+  std::vector<caf::actor> devices, all_devices;
   auto shutdown = [&](const std::string& why = "the job is over") {
     // A device blocked in a push handles no exit: fail its push first.
     if (push_routes) push_routes->registry->abort(why);

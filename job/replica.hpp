@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 
+#include "actors/data_loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
@@ -48,7 +49,8 @@ struct ReplicaPlan {
 };
 
 struct ReplicaActors {
-  caf::actor loader, device;
+  data_loader_actor loader;
+  caf::actor device;
 };
 
 // Spawns both actors detached (job/job.hpp says why).
