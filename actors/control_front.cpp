@@ -35,6 +35,26 @@ control_front_t::behavior_type front(Front self, caf::actor coordinator, caf::ac
           answer(ControlReply{504, "no answer from the coordinator: " + self->system().render(e)});
         };
         auto on_reply = [=](ControlReply& c) { answer(std::move(c)); };
+        // A switch, a checkpoint or a stop is answered when it is done, at
+        // the next step boundary; an asker who waits less hears before then
+        // that it is pending (the coordinator has it and carries it out).
+        const bool pending_answer = r->wait && *r->wait < answer_within && r->kind != ControlRequest::Kind::drain &&
+                                    r->kind != ControlRequest::Kind::status;
+        const auto within = pending_answer ? *r->wait : answer_within;
+        auto on_wait_error = [=](caf::error& e) {
+          if (pending_answer && e == caf::sec::request_timeout) {
+            const char* what = r->kind == ControlRequest::Kind::mode         ? "switches to "
+                               : r->kind == ControlRequest::Kind::checkpoint ? "writes a checkpoint"
+                                                                             : "stops";
+            answer(ControlReply{202, std::string("pending: the coordinator has the request and ") + what +
+                                         (r->kind == ControlRequest::Kind::mode ? r->argument : std::string()) +
+                                         " at the next step boundary, not reached within " +
+                                         std::to_string(within.count()) +
+                                         " ms; troupe ctl status shows when it has (mode, step)"});
+            return;
+          }
+          on_error(e);
+        };
         switch (r->kind) {
           case ControlRequest::Kind::status:
             self->request(coordinator, answer_within, status_atom::value)
@@ -45,13 +65,13 @@ control_front_t::behavior_type front(Front self, caf::actor coordinator, caf::ac
                     on_error);
             break;
           case ControlRequest::Kind::mode:
-            self->request(coordinator, answer_within, mode_atom::value, r->argument).then(on_reply, on_error);
+            self->request(coordinator, within, mode_atom::value, r->argument).then(on_reply, on_wait_error);
             break;
           case ControlRequest::Kind::checkpoint:
-            self->request(coordinator, answer_within, checkpoint_atom::value).then(on_reply, on_error);
+            self->request(coordinator, within, checkpoint_atom::value).then(on_reply, on_wait_error);
             break;
           case ControlRequest::Kind::stop:
-            self->request(coordinator, answer_within, stop_atom::value).then(on_reply, on_error);
+            self->request(coordinator, within, stop_atom::value).then(on_reply, on_wait_error);
             break;
           case ControlRequest::Kind::drain:
             self->request(job_thread, answer_within, drain_atom::value, r->argument).then(on_reply, on_error);

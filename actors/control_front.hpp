@@ -15,6 +15,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/coordinator/coordinator.hpp"  // ControlReply
@@ -27,10 +28,15 @@ namespace troupe::actors {
 class ControlRequest {
  public:
   enum class Kind { status, mode, checkpoint, stop, drain };
-  ControlRequest(Kind kind, std::string argument) : kind(kind), argument(std::move(argument)) {}
+  ControlRequest(Kind kind, std::string argument, std::optional<std::chrono::milliseconds> wait = std::nullopt)
+      : kind(kind), argument(std::move(argument)), wait(wait) {}
 
   const Kind kind;
   const std::string argument;  // the mode, the node to drain; else empty
+  // How long the asker waits (troupe ctl's Troupe-Wait): a switch, a
+  // checkpoint or a stop not done by then is answered 202, pending, instead
+  // of leaving the asker to time out on a request that then takes effect.
+  const std::optional<std::chrono::milliseconds> wait;
 
   std::future<ControlReply> reply() { return promise_.get_future(); }
   // Later answers are dropped (the request was answered already).
@@ -57,7 +63,9 @@ using control_front_t = caf::typed_actor<caf::reacts_to<ControlRequestPtr>>;
 
 // `answer_within`: how long a request may wait for the coordinator (a mode
 // switch or a checkpoint is answered at the next step boundary); after it
-// the request is answered 504. When the front exits (the job is over) every
+// the request is answered 504, or, for a switch, a checkpoint or a stop
+// whose asker said how long it waits (ControlRequest::wait), 202 pending
+// when that wait is shorter. When the front exits (the job is over) every
 // request still waiting is answered 409.
 control_front_t spawn_control_front(caf::actor_system& system, caf::actor coordinator, caf::actor job_thread,
                                     std::chrono::milliseconds answer_within);

@@ -44,12 +44,12 @@ void JobMetrics::watch(models::Callbacks& cb) {
     std::lock_guard<std::mutex> lock(mutex_);
     epoch_ = static_cast<double>(epoch);
   };
-  cb.on_step_end = [this, next = cb.on_step_end](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
-    if (next) next(step, in_epoch, loss, rate);
+  cb.on_step_end = [this, next = cb.on_step_end](const models::StepEnd& e) {
+    if (next) next(e);
     std::lock_guard<std::mutex> lock(mutex_);
-    step_ = static_cast<double>(step);
-    loss_ = loss;
-    samples_per_s_ = rate;
+    step_ = static_cast<double>(e.step);
+    loss_ = e.loss;
+    samples_per_s_ = e.samples_per_s;
   };
   cb.on_evaluate = [this, next = cb.on_evaluate](const models::EpochResult& r) {
     if (next) next(r);

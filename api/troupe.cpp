@@ -173,10 +173,22 @@ TensorBoard::TensorBoard(const std::string& dir, std::int64_t log_every)
     : log_(std::make_unique<models::TensorBoardLog>(dir, log_every)) {}
 TensorBoard::~TensorBoard() = default;
 void TensorBoard::on_epoch_begin(std::int64_t, float lr) { log_->epoch_begin(lr); }
-void TensorBoard::on_step_end(const StepLogs& l) { log_->step_end(l.step, l.loss, l.samples_per_s); }
+void TensorBoard::on_step_end(const StepLogs& l) {
+  models::StepEnd e;
+  e.step = l.step;
+  e.step_in_epoch = l.step_in_epoch;
+  e.loss = l.loss;
+  e.accuracy = l.accuracy;
+  e.samples_per_s = l.samples_per_s;
+  e.lr = l.lr;
+  log_->step_end(e);
+}
 void TensorBoard::on_epoch_end(const EpochResult& r) { log_->epoch_end(r); }
 void TensorBoard::on_evaluate(const EpochResult& r) { log_->evaluation(r); }
-void TensorBoard::on_train_end(const History& h) { log_->record_mode_history(h.mode_history); }
+void TensorBoard::on_train_end(const History& h) {
+  log_->record_mode_history(h.mode_history);
+  log_->final_evaluation(h.final);
+}
 std::string TensorBoard::path() const { return log_->path(); }
 void TensorBoard::set_job(const std::string& config_text, const std::string& mode, std::int64_t replicas) {
   log_->set_job(config_text, mode, replicas);
@@ -284,11 +296,11 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
     each([&](Callback& c) { c.on_epoch_begin(epoch, lr); });
     each([&](Callback& c) { c.on_step_begin(last_step + 1); });
   };
-  cb.on_step_end = [&](std::int64_t step, std::int64_t in_epoch, double loss, double sps) {
-    last_step = step;
-    const StepLogs logs{step, in_epoch, loss, sps};
+  cb.on_step_end = [&](const models::StepEnd& e) {
+    last_step = e.step;
+    const StepLogs logs{e.step, e.step_in_epoch, e.loss, e.samples_per_s, e.accuracy, e.lr};
     each([&](Callback& c) { c.on_step_end(logs); });
-    each([&](Callback& c) { c.on_step_begin(step + 1); });
+    each([&](Callback& c) { c.on_step_begin(e.step + 1); });
   };
   cb.on_epoch_end = [&](const EpochResult& r) {
     h.epochs.push_back(r);

@@ -113,10 +113,12 @@ models::Callbacks Report::callbacks() {
   cb.on_evaluate = [this](const models::EpochResult& r) {
     metrics_row("eval", r.epoch, r.step, r.train_loss, r.train_accuracy, std::nan(""), r.lr, &r);
   };
-  cb.on_step_end = [this](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
-    loss_avg_ = loss;  // the epoch's mean so far (Callbacks::on_step_end), as Keras' bar
+  cb.on_step_end = [this](const models::StepEnd& e) {
+    const std::int64_t step = e.step, in_epoch = e.step_in_epoch;
+    const double rate = e.samples_per_s;
+    loss_avg_ = e.loss;  // the epoch's mean so far (Callbacks::on_step_end), as Keras' bar
     const bool log_now = log_every_ > 0 && step % log_every_ == 0;
-    if (log_now) metrics_row("step", epoch_, step, loss, std::nan(""), rate, lr_, nullptr);
+    if (log_now) metrics_row("step", epoch_, step, e.loss, e.accuracy, rate, e.lr, nullptr);
     if (tty_) {
       if (in_epoch % 10 != 0 && in_epoch != steps_in_epoch_) return;  // redraw at most every 10 steps
       const int width = 30;

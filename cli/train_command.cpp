@@ -171,6 +171,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
     return 0;
   }
   report.close_bar();
+  if (tensorboard) tensorboard->final_evaluation(result.final);
   print_result(result);
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
   return exit_status(result, trainer.config().checkpoint_dir, last);
@@ -249,6 +250,8 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
     jc.metrics = metrics;
   }
   actors::Job job(jc);  // every configuration error surfaces here
+  if (!job.config().train.warmup_note.empty())
+    std::fprintf(stderr, "model %s: %s\n", jc.train.model.c_str(), job.config().train.warmup_note.c_str());
 
   std::string devices_text;
   for (const auto& d : job.config().devices) devices_text += (devices_text.empty() ? "" : ", ") + d.str();
@@ -268,16 +271,18 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   if (!o.control.empty()) {
     net::Handlers h;
     h.status = [&job] { return job.status(); };
+    // A switch, a checkpoint or a stop is answered when done, or "pending"
+    // before the client's wait (Troupe-Wait) ends.
     h.mode = [&job](const std::string& body) {
-      auto r = job.request_mode(body);
+      auto r = job.request_mode(body, net::request_wait());
       return net::Reply{r.status, r.message};
     };
     h.checkpoint = [&job] {
-      auto r = job.request_checkpoint();
+      auto r = job.request_checkpoint(net::request_wait());
       return net::Reply{r.status, r.message};
     };
     h.stop = [&job] {
-      auto r = job.request_stop();
+      auto r = job.request_stop(net::request_wait());
       return net::Reply{r.status, r.message};
     };
     h.drain = [&job](const std::string& node) {
@@ -317,6 +322,7 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   }
   if (tensorboard) tensorboard->record_mode_history(r.mode_history);
   if (!r.error.empty()) throw std::runtime_error(r.error);
+  if (tensorboard && !r.already_finished) tensorboard->final_evaluation(r.final);
   if (r.already_finished) {
     print_finished(r.resumed_from, r.steps, jc.train);
     return 0;

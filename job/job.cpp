@@ -905,8 +905,8 @@ void Job::close_control(const std::string& why) {
   if (front) caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
 }
 
-ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback) {
-  auto request = std::make_shared<ControlRequest>(kind, argument);
+ControlReply Job::ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback, Wait wait) {
+  auto request = std::make_shared<ControlRequest>(kind, argument, wait);
   std::future<ControlReply> reply = request->reply();
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
@@ -940,22 +940,23 @@ std::string Job::status() {
   return r.message;
 }
 
-ControlReply Job::request_mode(const std::string& mode) {
+ControlReply Job::request_mode(const std::string& mode, Wait wait) {
   return ask(ControlRequest::Kind::mode, mode,
-             ControlReply{409, "the job is not running, or the switch is still pending"});
+             ControlReply{409, "the job is not running, or the switch is still pending"}, wait);
 }
 
-ControlReply Job::request_checkpoint() {
+ControlReply Job::request_checkpoint(Wait wait) {
   return ask(ControlRequest::Kind::checkpoint, "",
-             ControlReply{409, "the job is not running, or the checkpoint is still pending"});
+             ControlReply{409, "the job is not running, or the checkpoint is still pending"}, wait);
 }
 
 ControlReply Job::request_drain(const std::string& node) {
   return ask(ControlRequest::Kind::drain, node, ControlReply{409, "the job is not running"});
 }
 
-ControlReply Job::request_stop() {
-  return ask(ControlRequest::Kind::stop, "", ControlReply{409, "the job is not running, or the stop is still pending"});
+ControlReply Job::request_stop(Wait wait) {
+  return ask(ControlRequest::Kind::stop, "", ControlReply{409, "the job is not running, or the stop is still pending"},
+             wait);
 }
 
 }  // namespace troupe::actors

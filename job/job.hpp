@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -237,9 +238,13 @@ class Job {
   JobResult run(const models::Callbacks& callbacks = {});
 
   std::string status();  // JSON
-  ControlReply request_mode(const std::string& mode);
-  ControlReply request_checkpoint();
-  ControlReply request_stop();
+  // `wait`: how long the asker waits (troupe ctl's Troupe-Wait); one not
+  // done by then is answered 202, pending (control_front.hpp). None: the
+  // answer comes when it is done, or 504 after kControlAnswerSeconds.
+  using Wait = std::optional<std::chrono::milliseconds>;
+  ControlReply request_mode(const std::string& mode, Wait wait = std::nullopt);
+  ControlReply request_checkpoint(Wait wait = std::nullopt);
+  ControlReply request_stop(Wait wait = std::nullopt);
   // A cluster node leaves at the next step boundary (its index or name).
   ControlReply request_drain(const std::string& node);
 
@@ -258,7 +263,8 @@ class Job {
   // front (actors/control_front.hpp), which asks the coordinator at once;
   // before the front exists (the job is starting) it waits in
   // control_requests_.
-  ControlReply ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback);
+  ControlReply ask(ControlRequest::Kind kind, const std::string& argument, ControlReply fallback,
+                   Wait wait = std::nullopt);
 
   JobConfig config_;
   data::Splits data_;

@@ -70,7 +70,10 @@ std::string apply_recipe(TrainConfig& c, const std::function<bool(const std::str
     if (r.weight_decay && !given("weight_decay")) c.optimizer.weight_decay = *(applied.weight_decay = r.weight_decay);
   }
   if (r.schedule && !given("schedule")) c.schedule = *(applied.schedule = r.schedule);
-  if (r.warmup_epochs && !given("warmup")) c.warmup_epochs = *(applied.warmup_epochs = r.warmup_epochs);
+  if (r.warmup_epochs && !given("warmup")) {
+    c.warmup_epochs = *(applied.warmup_epochs = r.warmup_epochs);
+    c.warmup_from_recipe = true;
+  }
   if (r.batch && !given("batch")) c.batch = *(applied.batch = r.batch);
   return applied.describe();
 }

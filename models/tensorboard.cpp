@@ -245,21 +245,28 @@ void TensorBoardLog::start(std::int64_t step) {
 
 void TensorBoardLog::epoch_begin(float lr) { lr_ = lr; }
 
-void TensorBoardLog::step_end(std::int64_t step, double loss, double samples_per_s) {
-  start(step - 1);
-  if (log_every_ <= 0 || step % log_every_ != 0) return;
-  file_.scalar("train/loss", step, loss);
-  file_.scalar("train/samples_per_s", step, samples_per_s);
-  file_.scalar("train/learning_rate", step, lr_);
+void TensorBoardLog::step_end(const StepEnd& e) {
+  start(e.step - 1);
+  if (log_every_ <= 0 || e.step % log_every_ != 0) return;
+  file_.scalar("train/loss", e.step, e.loss);
+  if (!std::isnan(e.accuracy)) file_.scalar("train/accuracy", e.step, e.accuracy);
+  file_.scalar("train/samples_per_s", e.step, e.samples_per_s);
+  file_.scalar("train/learning_rate", e.step, e.lr);
 }
 
 void TensorBoardLog::evaluation(const EpochResult& r) {
   start(r.step);
   if (r.step == last_test_step_) return;  // an epoch end comes through both hooks
   last_test_step_ = r.step;
-  file_.scalar("test/loss", r.step, r.test_loss);
-  file_.scalar("test/accuracy", r.step, r.test_accuracy);
-  file_.scalar("test/top5", r.step, r.test_top5);
+  // NaN: not measured (no test data; top-5 of a regression).
+  if (!std::isnan(r.test_loss)) file_.scalar("test/loss", r.step, r.test_loss);
+  if (!std::isnan(r.test_accuracy)) file_.scalar("test/accuracy", r.step, r.test_accuracy);
+  if (!std::isnan(r.test_top5)) file_.scalar("test/top5", r.step, r.test_top5);
+}
+
+void TensorBoardLog::final_evaluation(const EpochResult& r) {
+  evaluation(r);
+  file_.flush();
 }
 
 void TensorBoardLog::epoch_end(const EpochResult& r) {
@@ -277,9 +284,9 @@ void TensorBoardLog::watch(Callbacks& cb) {
     epoch_begin(lr);
     if (next) next(epoch, steps, lr);
   };
-  cb.on_step_end = [this, next = cb.on_step_end](std::int64_t step, std::int64_t in_epoch, double loss, double rate) {
-    step_end(step, loss, rate);
-    if (next) next(step, in_epoch, loss, rate);
+  cb.on_step_end = [this, next = cb.on_step_end](const StepEnd& e) {
+    step_end(e);
+    if (next) next(e);
   };
   cb.on_epoch_end = [this, next = cb.on_epoch_end](const EpochResult& r) {
     epoch_end(r);

@@ -92,12 +92,13 @@ class EventFile {
 
 // What troupe plots, tag by tag (the step is always the global step, i.e.
 // updates applied):
-//   train/loss, train/samples_per_s, train/learning_rate   every log_every steps (the
-//       loss there is the epoch's mean so far, as the metrics CSV's step rows) and
-//       at each epoch end (the epoch's mean loss and throughput)
-//   train/accuracy       at epoch ends, when the runtime measures it (the single-
-//                        replica trainer does; the actor runtime does not)
-//   test/loss, test/accuracy, test/top5   at every evaluation (epoch ends, eval_every)
+//   train/loss, train/accuracy, train/samples_per_s, train/learning_rate
+//       every log_every steps (loss and accuracy there are the epoch's so far,
+//       as the metrics CSV's step rows; the rate is that step's) and at each
+//       epoch end (the epoch's); no accuracy for regression
+//   test/loss, test/accuracy, test/top5   at every evaluation (epoch ends,
+//       eval_every, and the final one of a job that --steps ended mid-epoch:
+//       final_evaluation)
 //   job/mode             at the start and at every mode switch (mode_number above)
 //   job/world_size       at the start: the number of replicas (a cluster's
 //                        coordinator: its view 0, once the nodes joined), and
@@ -125,10 +126,14 @@ class TensorBoardLog {
 
   // What watch() calls; the C++ API's callback calls them too.
   void epoch_begin(float lr);
-  void step_end(std::int64_t step, double loss, double samples_per_s);
+  void step_end(const StepEnd& e);
   void evaluation(const EpochResult& r);
   void epoch_end(const EpochResult& r);
   void mode_switch(std::int64_t step, const std::string& mode);
+  // The job's last evaluation (TrainResult::final, History::final): a job
+  // that --steps ended mid-epoch evaluates once more at its end, which no
+  // hook reports; at an epoch end it is the one already written.
+  void final_evaluation(const EpochResult& r);
 
  private:
   bool live_switches_ = false;  // mode_switch() ran: the history at the end adds nothing

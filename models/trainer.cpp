@@ -63,11 +63,17 @@ void resolve_training_length(TrainConfig& c, std::int64_t steps_per_epoch) {
     c.warmup_steps = std::max<std::int64_t>(1, std::llround(c.warmup_epochs * static_cast<double>(steps_per_epoch)));
     c.warmup_epochs = 0;
   }
-  if (schedule_ends_with_training(c.schedule)) {
-    std::int64_t total = c.epochs * steps_per_epoch;
-    if (c.max_steps > 0) total = std::min(total, c.max_steps);
-    c.schedule = schedule_with_length(c.schedule, std::max<std::int64_t>(1, total));
+  std::int64_t total = c.epochs * steps_per_epoch;
+  if (c.max_steps > 0) total = std::min(total, c.max_steps);
+  total = std::max<std::int64_t>(1, total);
+  if (c.warmup_from_recipe && c.warmup_steps > total) {
+    const std::int64_t cut = total / 10;
+    c.warmup_note = "the recipe's warm-up (" + std::to_string(c.warmup_steps) +
+                    " steps) is longer than the training (" + std::to_string(total) + " steps): warming up over " +
+                    std::to_string(cut) + " steps instead, a tenth of it (--warmup-epochs sets it)";
+    c.warmup_steps = cut;
   }
+  if (schedule_ends_with_training(c.schedule)) c.schedule = schedule_with_length(c.schedule, total);
 }
 
 const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& device) {
@@ -206,9 +212,16 @@ TrainResult Trainer::run(const Callbacks& cb) {
     trained_examples += n;
     epoch_examples += n;
     const double epoch_elapsed = seconds_since(t_epoch);
-    if (cb.on_step_end)
-      cb.on_step_end(step_, batch.cursor.batch + 1, epoch_metrics.mean_loss(),
-                     epoch_elapsed > 0 ? double(epoch_examples) / epoch_elapsed : 0.0);
+    if (cb.on_step_end) {
+      StepEnd e;
+      e.step = step_;
+      e.step_in_epoch = batch.cursor.batch + 1;
+      e.loss = epoch_metrics.mean_loss();
+      e.accuracy = classification() ? epoch_metrics.accuracy() : std::nan("");
+      e.samples_per_s = epoch_elapsed > 0 ? double(epoch_examples) / epoch_elapsed : 0.0;
+      e.lr = lr;
+      cb.on_step_end(e);
+    }
 
     const bool due_by_time = config_.checkpoint_minutes > 0 && Clock::now() - t_checkpoint >= checkpoint_interval;
     if (checkpoints_ && ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || due_by_time)) {

@@ -47,6 +47,12 @@ struct TrainConfig {
   // Warm-up in epochs (the anchors' "one epoch"), turned into warmup_steps
   // by resolve_training_length(); give one of the two.
   double warmup_epochs = 0;
+  // The warm-up came from a zoo model's recipe (apply_recipe), not from a
+  // flag: a training shorter than it (a smoke test's --steps 20) then warms
+  // up over a tenth of the training instead of being refused, and
+  // warmup_note says so (the CLI prints it).
+  bool warmup_from_recipe = false;
+  std::string warmup_note;
   float label_smoothing = 0.0f;  // cross-entropy's (models/loss.hpp); 0: none
   // Image augmentation, "crop:2,flip" (models/data/augment.hpp); empty: none.
   std::string augment;
@@ -99,14 +105,25 @@ struct EpochResult {
   double seconds = 0;
 };
 
+// What Callbacks::on_step_end hears after each global step.
+struct StepEnd {
+  std::int64_t step = 0;           // the global step just counted (1-based)
+  std::int64_t step_in_epoch = 0;  // its place in the epoch
+  // The epoch's mean loss so far (Keras' running average, so a progress bar
+  // and the epoch's summary line agree) and its top-1 training accuracy so
+  // far (NaN where it is not measured: regression).
+  double loss = 0;
+  double accuracy = 0;
+  double samples_per_s = 0;  // so far this epoch
+  float lr = 0;              // the learning rate of this step (the schedule at its global step)
+};
+
 // Hooks around training, as Keras callbacks. All optional.
 struct Callbacks {
   std::function<void(const Model&, const data::Splits&)> on_train_begin;
   std::function<void(std::int64_t epoch, std::int64_t steps_in_epoch, float lr)> on_epoch_begin;
-  // After each step: global step (1-based count), step within epoch, the
-  // mean loss over the epoch so far (Keras' running average, so a progress
-  // bar and the epoch's summary line agree), samples/s so far this epoch.
-  std::function<void(std::int64_t step, std::int64_t step_in_epoch, double loss, double samples_per_s)> on_step_end;
+  // After each global step (StepEnd above).
+  std::function<void(const StepEnd&)> on_step_end;
   std::function<void(const EpochResult&)> on_epoch_end;
   // Every evaluation of the actor runtime, mid-epoch ones (eval_every) and
   // epoch ends alike: step, epoch, test metrics, lr, and `seconds` = training

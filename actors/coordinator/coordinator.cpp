@@ -21,15 +21,16 @@ namespace {
 constexpr auto kStopWatchInterval = std::chrono::milliseconds(50);
 
 // The callbacks' should_stop (a signal's flag, Strategy::stop() from a
-// callback) is looked at after every step, so a stop takes effect at the
-// next step boundary, and every kStopWatchInterval besides. Says whether a
-// stop is queued.
+// callback) is looked at after every step, and every kStopWatchInterval
+// besides; a stop then halts the replicas (hurry), so it takes effect at
+// the next step boundary. Says whether a stop is queued.
 bool look_for_stop(Self* self) {
   auto& st = self->state;
   if (st.stop_asked || st.finished) return true;
   if (!st.config.callbacks.should_stop || !st.config.callbacks.should_stop()) return false;
   st.stop_asked = true;
   enqueue(self, Action{ActionKind::stop, st.mode});
+  hurry(self);
   return true;
 }
 
@@ -131,11 +132,19 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
           // The epoch's mean loss so far, as Keras shows it: the bar and the
           // epoch's summary line then agree.
           const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
-          const double mean = scored > 0 ? st.epoch_loss_sum / double(scored) : st.last_loss;
+          models::StepEnd e;
+          e.step = st.global_step;
           // Steps into the epoch: the segments before this one (each in its
           // own view's global batches) and this one's.
-          st.config.callbacks.on_step_end(st.global_step, st.epoch_steps_before + min_clock(st) - st.seg_start, mean,
-                                          t > 0 ? double(st.epoch_examples) / t : 0.0);
+          e.step_in_epoch = st.epoch_steps_before + min_clock(st) - st.seg_start;
+          e.loss = scored > 0 ? st.epoch_loss_sum / double(scored) : st.last_loss;
+          e.accuracy =
+              st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored) : std::nan("");
+          e.samples_per_s = t > 0 ? double(st.epoch_examples) / t : 0.0;
+          // The schedule at the step just counted (the step before it in the
+          // schedule's count, which starts at 0), as the replicas used.
+          e.lr = st.config.schedule->at(st.global_step - 1, st.epoch);
+          st.config.callbacks.on_step_end(e);
         }
         if (advanced) look_for_stop(self);  // queues a stop; extend() below then grants no more
         // A checkpoint by time bounds what a crash loses when no step-based
@@ -248,6 +257,7 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
         enqueue(self, Action{ActionKind::switch_mode, to, rp});
+        hurry(self);  // at the next step boundary, not after the grants handed out
         return caf::delegated<ControlReply>{};
       },
       [=](checkpoint_atom) -> caf::result<ControlReply> {
@@ -255,12 +265,14 @@ caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
         enqueue(self, Action{ActionKind::checkpoint, self->state.mode, rp});
+        hurry(self);  // at the next step boundary, not after the grants handed out
         return caf::delegated<ControlReply>{};
       },
       [=](stop_atom) -> caf::result<ControlReply> {
         if (self->state.finished) return ControlReply{409, "the job has finished"};
         auto rp = self->make_response_promise();
         enqueue(self, Action{ActionKind::stop, self->state.mode, rp});
+        hurry(self);  // at the next step boundary, not after the grants handed out
         return caf::delegated<ControlReply>{};
       },
   };

@@ -12,7 +12,10 @@
 // a multiple of the batches per epoch), a scheduled switch, a checkpoint
 // interval, the step limit, or a pending request. When every clock equals
 // its grant the job is quiescent: no step is running and no gradient is in
-// flight. That is the step boundary where actions run:
+// flight. A stop, or a switch or checkpoint someone asked for, does not wait
+// for the grants handed out: every replica is halted after the step it is
+// running (grants.cpp, hurry; in sync all at one clock). That is the step
+// boundary where actions run:
 //
 //   running --(event reached / request queued)--> pausing
 //   pausing --(all clocks == grants)--> quiescent: run actions in order

@@ -148,4 +148,64 @@ void extend(Self* self) {
   if (quiescent(s)) on_quiescent(self);
 }
 
+// A stop, or a switch or checkpoint someone asked for (troupe ctl, the
+// API), takes effect at the next step boundary, not after the grants
+// already handed out (up to `window` steps per replica, or a whole epoch
+// of fast steps): every replica is told to run no step beyond the one in
+// progress (halt, answered with its clock between two steps), and its
+// grant shrinks to that clock.
+//
+// In sync the replicas must stop at one clock, or the one that runs on
+// waits in its all-reduce for those that stopped. A replica that answered
+// is between steps; one that has not may be inside the step after the
+// newest clock answered (waiting in its all-reduce for the others), so
+// while some have not answered every replica runs to one past the newest
+// clock answered; once all have, to the newest. The target only grows
+// (a replica may already be inside the step it allowed) and never passes
+// the grant the replicas had.
+void hurry(Self* self) {
+  auto& s = self->state;
+  if (!s.started || s.finished || s.busy || s.forming || s.paused || quiescent(s)) return;
+  const std::uint32_t round = ++s.hurry_round;
+  const std::uint32_t view = s.view;
+  const std::size_t n = s.clocks.size();
+  s.hurry_answered.assign(n, false);
+  s.hurry_target = 0;
+  const std::int64_t granted = s.grants.empty() ? 0 : *std::max_element(s.grants.begin(), s.grants.end());
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!alive(s, r)) continue;
+    self->request(s.config.devices[r], s.config.timeout, halt_atom::value)
+        .then(
+            [=](std::int64_t clock) {
+              auto& st = self->state;
+              if (st.finished || round != st.hurry_round || view != st.view || !alive(st, r)) return;
+              // The step reports before this answer came first (one sender,
+              // one receiver): the clock is the one reported.
+              st.grants[r] = std::max(clock, st.clocks[r]);
+              st.hurry_answered[r] = true;
+              if (st.mode.kind == Mode::Kind::sync) {
+                bool all = true;
+                std::int64_t newest = 0;
+                for (std::size_t q = 0; q < st.clocks.size(); ++q) {
+                  if (!alive(st, q)) continue;
+                  if (st.hurry_answered[q])
+                    newest = std::max(newest, st.grants[q]);
+                  else
+                    all = false;
+                }
+                st.hurry_target = std::max(st.hurry_target, std::min(granted, newest + (all ? 0 : 1)));
+                for (std::size_t q = 0; q < st.clocks.size(); ++q) {
+                  if (!alive(st, q) || !st.hurry_answered[q] || st.grants[q] >= st.hurry_target) continue;
+                  st.grants[q] = st.hurry_target;
+                  send_grant(self, static_cast<int>(q));
+                }
+              }
+              if (!st.busy && quiescent(st)) on_quiescent(self);
+            },
+            // A replica lost meanwhile: the view change that follows deals
+            // with it; its grant stays as it was.
+            [](caf::error&) {});
+  }
+}
+
 }  // namespace troupe::actors::coord

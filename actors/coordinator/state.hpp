@@ -96,6 +96,11 @@ struct CoordinatorState {
   bool resumed_mid_epoch = false;  // this epoch began before a resume
   bool paused = false;             // fewer than --min-nodes nodes, or no ps task for the shards
   std::uint32_t pause_id = 0;      // which pause a halt (its --wait-timeout) is for
+  // hurry() (grants.cpp): which round of halts the replicas' answers are
+  // for, who has answered, and (sync) the clock every replica stops at.
+  std::uint32_t hurry_round = 0;
+  std::vector<bool> hurry_answered;
+  std::int64_t hurry_target = 0;
   Clock::time_point paused_since;
   std::string pause_reason;
   // Shards on ps tasks (CoordinatorConfig::ps_tasks). A ps task lost or
@@ -134,6 +139,7 @@ float current_lr(const CoordinatorState& s);
 void enter_segment(CoordinatorState& s, const DataStart& d);
 void send_grant(Self* self, int r);
 void extend(Self* self);
+void hurry(Self* self);
 
 // switches.cpp
 bool skipped_for_rollback(Self* self, const std::string& action, const caf::error& e);

@@ -120,7 +120,9 @@ EpochResult evaluate(Model& model, const Dataset& dataset, std::int64_t batch = 
 // this epoch.
 struct StepLogs {
   std::int64_t step = 0, step_in_epoch = 0;
-  double loss = 0, samples_per_s = 0;
+  double loss = 0, samples_per_s = 0;  // the epoch's mean loss so far; samples/s so far this epoch
+  double accuracy = 0;                 // the epoch's training accuracy so far (NaN: regression)
+  float lr = 0;                        // the learning rate of this step
 };
 
 struct History;

@@ -7,11 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <boost/beast/http.hpp>
 
 #include "net/control/control_auth.hpp"
+#include "net/control/control_server.hpp"  // kWaitHeader
 #include "net/transport/socket.hpp"
 
 namespace troupe::net {
@@ -39,7 +41,7 @@ class Connection {
 };
 
 std::string request_text(const std::string& method, const std::string& path, const std::string& body,
-                         const std::string& host, const std::string& auth_key) {
+                         const std::string& host, const std::string& auth_key, std::chrono::milliseconds timeout) {
   http::request<http::string_body> req;
   const http::verb verb = http::string_to_verb(method);
   if (verb == http::verb::unknown)
@@ -51,6 +53,13 @@ std::string request_text(const std::string& method, const std::string& path, con
   req.set(http::field::host, host);
   req.set(http::field::user_agent, "troupe-ctl");
   if (!body.empty()) req.set(http::field::content_type, "text/plain");
+  // The server answers "pending" before this wait ends rather than say
+  // nothing while a switch waits for the next step boundary: it gets a
+  // quarter of the timeout (at most 300 ms) less, the time for the answer
+  // to come back.
+  const auto margin = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(300));
+  const long long wait = std::clamp<long long>((timeout - margin).count(), 1, 3600000);
+  req.set(kWaitHeader, std::to_string(wait));
   req.keep_alive(false);
   req.body() = body;
   req.prepare_payload();
@@ -100,7 +109,7 @@ ControlClient::ControlClient(const std::string& address) : address_(parse_host_p
 ControlResponse ControlClient::request(const std::string& method, const std::string& path, const std::string& body,
                                        std::chrono::milliseconds timeout) const {
   const std::string where = address_.str();
-  const std::string text = request_text(method, path, body, where, auth_key_);
+  const std::string text = request_text(method, path, body, where, auth_key_, timeout);
 
   const auto no_answer_in_time = [&] {
     return ControlError("no answer from " + where + " within " + describe_seconds(timeout.count() / 1000.0));

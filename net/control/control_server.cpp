@@ -3,6 +3,7 @@
 #include "net/control/control_auth.hpp"
 #include "net/control/prometheus.hpp"
 #include "net/crypto/crypto.hpp"
+#include "util/printable.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -37,6 +38,8 @@ constexpr const char* kEndpoints = "GET /status, GET /metrics, POST /mode, POST 
 // Set on the handler thread while a handler runs, so stop() can refuse to be
 // called from inside one (it would wait for itself).
 thread_local bool in_handler = false;
+// The request's Troupe-Wait (kWaitHeader), while its handler runs.
+thread_local std::optional<std::chrono::milliseconds> handler_wait;
 
 std::string message_json(bool ok, const std::string& message) {
   nlohmann::ordered_json body;
@@ -54,6 +57,19 @@ struct Answer {
 };
 
 Answer error_answer(unsigned status, const std::string& message) { return {status, message_json(false, message), {}}; }
+
+// Troupe-Wait's value: whole milliseconds in [1, 3600000] (ctl's --timeout
+// range), digits only.
+std::optional<std::chrono::milliseconds> parse_wait(const std::string& text) {
+  if (text.empty() || text.size() > 7) return std::nullopt;
+  long long ms = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    ms = ms * 10 + (c - '0');
+  }
+  if (ms < 1 || ms > 3600000) return std::nullopt;
+  return std::chrono::milliseconds(ms);
+}
 
 enum class Endpoint { status, mode, checkpoint, stop, drain, metrics };
 
@@ -94,7 +110,8 @@ struct ControlServer::Impl {
   // Why the request's credential is refused, or "" when it is good.
   std::string refusal(const std::string& credential, bool get_metrics, const std::string& method,
                       const std::string& target, const std::string& body);
-  Answer call(Endpoint endpoint, const std::string& body);  // on the handler thread
+  // On the handler thread; `wait`: the client's Troupe-Wait, if it sent one.
+  Answer call(Endpoint endpoint, const std::string& body, std::optional<std::chrono::milliseconds> wait);
 };
 
 namespace {
@@ -164,11 +181,20 @@ class Session : public std::enable_shared_from_this<Session> {
       a.allow = std::string(http::to_string(wanted));
       return answer(std::move(a));
     }
+    std::optional<std::chrono::milliseconds> wait;
+    if (const auto w = req.find(kWaitHeader); w != req.end()) {
+      const std::string text(w->value());
+      wait = parse_wait(text);
+      if (!wait)
+        return answer(error_answer(400, std::string(kWaitHeader) +
+                                            " must be whole milliseconds from 1 to 3600000, got '" +
+                                            util::printable(text, 40) + "'"));
+    }
     // The handler runs on the handler thread; the answer comes back to the io
     // thread. Meanwhile this connection waits and every other one goes on.
     stream_.expires_never();
-    asio::post(*server_.handler_thread, [self = shared_from_this(), endpoint, body = req.body()] {
-      Answer a = self->server_.call(endpoint, body);
+    asio::post(*server_.handler_thread, [self = shared_from_this(), endpoint, body = req.body(), wait] {
+      Answer a = self->server_.call(endpoint, body, wait);
       asio::post(self->stream_.get_executor(), [self, a = std::move(a)]() mutable { self->answer(std::move(a)); });
     });
   }
@@ -254,14 +280,21 @@ std::string ControlServer::Impl::refusal(const std::string& credential, bool get
   return {};
 }
 
-Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body) {
+Answer ControlServer::Impl::call(Endpoint endpoint, const std::string& body,
+                                 std::optional<std::chrono::milliseconds> wait) {
   static constexpr const char* names[] = {"GET /status", "POST /mode",  "POST /checkpoint",
                                           "POST /stop",  "POST /drain", "GET /metrics"};
   const char* name = names[static_cast<int>(endpoint)];
   struct InHandler {
-    InHandler() { in_handler = true; }
-    ~InHandler() { in_handler = false; }
-  } guard;
+    explicit InHandler(std::optional<std::chrono::milliseconds> wait) {
+      in_handler = true;
+      handler_wait = wait;
+    }
+    ~InHandler() {
+      in_handler = false;
+      handler_wait.reset();
+    }
+  } guard(wait);
   const auto not_available = [&] { return error_answer(501, std::string(name) + " is not available in this job"); };
   try {
     Reply reply;
@@ -373,6 +406,8 @@ void ControlServer::start() {
     }
   });
 }
+
+std::optional<std::chrono::milliseconds> request_wait() { return handler_wait; }
 
 void ControlServer::stop() {
   Impl& s = *impl_;

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "net/control/address.hpp"
@@ -63,6 +64,19 @@ struct Handlers {
   std::function<Reply(const std::string& body)> drain;  // POST /drain: body "2" or a node's name
   std::function<std::string()> metrics;                 // GET /metrics: Prometheus text, sent as is
 };
+
+// How long the client waits for the answer, in whole milliseconds: troupe
+// ctl sends a little less than what its --timeout leaves. A handler that
+// would answer only when something takes effect (a switch, a checkpoint,
+// a stop: the next step boundary) answers before then that the request is
+// pending, so that the client never gives up on a request that then
+// happens. Not part of the signature: it only bounds how long the server
+// waits.
+inline constexpr const char* kWaitHeader = "Troupe-Wait";
+
+// Inside a handler: the request's Troupe-Wait, if it sent one (a malformed
+// one is answered 400 before any handler runs). Elsewhere: none.
+std::optional<std::chrono::milliseconds> request_wait();
 
 struct ControlServerOptions {
   // A client that has not sent a whole request this long after connecting

@@ -62,10 +62,15 @@ TEST(JobMetrics, OneHostSeriesFromTheCallbacksAndTheReports) {
 
   models::Callbacks cb;
   int chained = 0;
-  cb.on_step_end = [&](std::int64_t, std::int64_t, double, double) { ++chained; };
+  cb.on_step_end = [&](const models::StepEnd&) { ++chained; };
   m.watch(cb);
   cb.on_epoch_begin(1, 100, 0.1f);
-  cb.on_step_end(140, 40, 0.5, 2500.0);
+  models::StepEnd e;
+  e.step = 140;
+  e.step_in_epoch = 40;
+  e.loss = 0.5;
+  e.samples_per_s = 2500.0;
+  cb.on_step_end(e);
   EXPECT_EQ(chained, 1) << "watch() replaced the callback it should chain onto";
   models::EpochResult eval;
   eval.test_accuracy = 0.8125;

@@ -256,7 +256,7 @@ TEST(Resume, TrainingAccuracyIsMeasuredAndTheLastStepLossIsTheEpochMean) {
   c.collect_replica_parameters = false;
   double last_step_loss = -1;
   models::Callbacks cb;
-  cb.on_step_end = [&](std::int64_t, std::int64_t, double loss, double) { last_step_loss = loss; };
+  cb.on_step_end = [&](const models::StepEnd& e) { last_step_loss = e.loss; };
   models::EpochResult epoch;
   cb.on_epoch_end = [&](const models::EpochResult& r) { epoch = r; };
   Job j(c);

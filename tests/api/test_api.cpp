@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include <atomic>
@@ -84,6 +85,37 @@ TEST(Api, SwitchModeFromACallbackIsQueuedNotDeadlocked) {
   EXPECT_EQ(count("job/mode"), 2u);  // ssp:1 at the start, sync at the switch
   EXPECT_EQ(count("job/world_size"), 1u);
   EXPECT_EQ(count("train/loss"), 4u);  // steps 50, 100, 150, 200
+}
+
+// Strategy::stop() from a callback takes effect at the next step
+// boundary: the coordinator looks at the flag right after the callback
+// returns and halts every replica after the step it is running. The
+// replicas run a little ahead of the coordinator's count (their reports are
+// in flight), so a few steps beyond 10 may complete; without the halt they
+// ran on through the 16 steps each was granted ahead (25 in sync, 41 in
+// async here).
+TEST(Api, StopFromACallbackEndsTheJobAtTheNextStepBoundary) {
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    std::unique_ptr<troupe::Strategy> strategy;
+    if (std::string(mode) == "sync")
+      strategy = std::make_unique<troupe::MirroredStrategy>(troupe::parse_devices("cpu:0,cpu:1"));
+    else
+      strategy = std::make_unique<troupe::ParameterServerStrategy>(mode, troupe::parse_devices("cpu:0,cpu:1"));
+    troupe::ControlReply reply;
+    std::int64_t last_step = 0;
+    auto cb = std::make_shared<troupe::LambdaCallback>();
+    cb->step_end = [&](const troupe::StepLogs& l) {
+      last_step = l.step;
+      if (l.step == 10) reply = strategy->stop();
+    };
+    troupe::History h = strategy->fit(small_mlp(1000), {cb});
+    EXPECT_EQ(reply.status, 202) << reply.message;
+    EXPECT_TRUE(h.stopped_early);
+    EXPECT_GE(h.steps, 10);
+    EXPECT_LE(h.steps, 15) << "steps ran on after the stop";
+    EXPECT_EQ(last_step, h.steps);
+  }
 }
 
 // A parameter server in shards (the mlp's two big layers split

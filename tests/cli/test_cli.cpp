@@ -444,6 +444,15 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   EXPECT_EQ(mode.status, 0) << mode.output;
   Result ckpt = troupe("ctl --at 127.0.0.1:" + port + " checkpoint");
   EXPECT_EQ(ckpt.status, 0) << ckpt.output;
+  // Past the scheduled switch at step 100 before the stop (the requests
+  // above take effect at once, at the step in flight, so the job may still
+  // be before it).
+  for (int i = 0; i < 300; ++i) {
+    const Result now = troupe("ctl --at 127.0.0.1:" + port + " status");
+    const auto at = now.output.find("\"step\":");
+    if (now.status == 0 && at != std::string::npos && std::atoll(now.output.c_str() + at + 7) > 100) break;
+    usleep(100 * 1000);
+  }
   Result stop = troupe("ctl --at 127.0.0.1:" + port + " stop");
   EXPECT_EQ(stop.status, 0) << stop.output;
   // The job exits cleanly within a few seconds of the stop.

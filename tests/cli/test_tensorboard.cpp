@@ -219,7 +219,13 @@ TEST(TensorBoard, ACutRecordLosesOnlyItselfAndModesAreNumbers) {
     path = log.path();
     log.set_job("model = \"mlp\"", "ssp:3", 4);
     log.epoch_begin(0.5f);
-    log.step_end(10, 2.0, 100);
+    troupe::models::StepEnd e;
+    e.step = 10;
+    e.loss = 2.0;
+    e.accuracy = 0.75;
+    e.samples_per_s = 100;
+    e.lr = 0.5f;
+    log.step_end(e);
     log.record_mode_history({"ssp:3@0", "sync@7", "resumed from x@1"});
   }
   EXPECT_EQ(fs::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u);
@@ -239,6 +245,7 @@ TEST(TensorBoard, ACutRecordLosesOnlyItselfAndModesAreNumbers) {
   EXPECT_EQ(by_tag["job/mode"], modes);
   EXPECT_EQ(by_tag["job/world_size"].at(0).second, 4.0f);
   EXPECT_EQ(by_tag["train/learning_rate"].at(0), (std::pair<std::int64_t, float>{10, 0.5f}));
+  EXPECT_EQ(by_tag["train/accuracy"].at(0), (std::pair<std::int64_t, float>{10, 0.75f}));
 
   // A crash mid-record: every earlier record still reads, with good CRCs.
   const std::size_t records = events.size();
@@ -260,12 +267,15 @@ std::vector<std::string> split(const std::string& line) {
   return out;
 }
 
-void check_run_against_csv(const std::string& devices) {
-  const std::string dir = temp(devices == "cpu:0" ? "single" : "job");
+// `steps`: 60 ends an epoch (one replica: 60 steps of 1000; two: 30 of
+// 2 x 1000); 50 ends the job mid-epoch, whose final evaluation must be
+// there too.
+void check_run_against_csv(const std::string& devices, std::int64_t limit = 60) {
+  const std::string dir = temp((devices == "cpu:0" ? "single" : "job") + std::to_string(limit));
   const std::string csv = dir + "/m.csv", tb = dir + "/tb", log = dir + "/log";
-  const std::string cmd = std::string(TROUPE_BINARY) +
-                          " train --model mlp --steps 60 --log-every 20 --epochs 2 --batch 1000 --devices " + devices +
-                          " --metrics " + csv + " --tensorboard " + tb + " > " + log + " 2>&1";
+  const std::string cmd = std::string(TROUPE_BINARY) + " train --model mlp --steps " + std::to_string(limit) +
+                          " --log-every 20 --epochs 2 --batch 1000 --devices " + devices + " --metrics " + csv +
+                          " --tensorboard " + tb + " > " + log + " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
 
@@ -323,6 +333,7 @@ void check_run_against_csv(const std::string& devices) {
     EXPECT_TRUE(rate) << "samples/s at " << step;
     if (c[0] == "step") {
       ++steps;
+      expect_point("train/accuracy", step, c[4]);  // the epoch's so far
     } else {
       ++epochs;
       if (c[4] != "nan") {
@@ -334,19 +345,34 @@ void check_run_against_csv(const std::string& devices) {
       expect_point("test/top5", step, c[9]);
     }
   }
-  EXPECT_EQ(steps, 3);                            // 20, 40, 60
-  EXPECT_EQ(epochs, devices == "cpu:0" ? 1 : 2);  // 60 or 30 steps per epoch
+  const std::int64_t per_epoch = devices == "cpu:0" ? 60 : 30;
+  const bool mid_epoch = limit % per_epoch != 0;
+  EXPECT_EQ(steps, limit / 20);  // 20, 40, 60
+  EXPECT_EQ(epochs, limit / per_epoch);
   // The single-replica trainer has no on_evaluate; the actor runtime writes
   // an "eval" row at each epoch end here.
   EXPECT_EQ(evaluations, devices == "cpu:0" ? 0 : epochs);
   EXPECT_EQ(by_tag["train/loss"].size(), static_cast<std::size_t>(steps + epochs));
-  EXPECT_EQ(by_tag["test/accuracy"].size(), static_cast<std::size_t>(epochs));
-  EXPECT_EQ(by_tag["train/accuracy"].size(), static_cast<std::size_t>(train_accuracy));
+  EXPECT_EQ(by_tag["train/accuracy"].size(), static_cast<std::size_t>(steps + train_accuracy));
+  // Every evaluation, and a job ended mid-epoch by --steps evaluates once
+  // more at its last step: the test accuracy it prints.
+  ASSERT_EQ(by_tag["test/accuracy"].size(), static_cast<std::size_t>(epochs + (mid_epoch ? 1 : 0)));
+  const auto last = by_tag["test/accuracy"].back();
+  EXPECT_EQ(last.first, limit);
+  const std::string out = slurp(log);
+  const auto at = out.rfind("test accuracy ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NEAR(last.second, std::stod(out.substr(at + 14, 6)), 6e-5) << out;
 }
 
 TEST(TensorBoardCli, TheActorRuntimesEventsMatchItsMetricsCsv) { check_run_against_csv("cpu:0,cpu:1"); }
 
 TEST(TensorBoardCli, TheSingleReplicaTrainersEventsMatchItsMetricsCsv) { check_run_against_csv("cpu:0"); }
+
+TEST(TensorBoardCli, AJobEndedMidEpochByStepsHasItsFinalEvaluation) {
+  check_run_against_csv("cpu:0,cpu:1", 50);
+  check_run_against_csv("cpu:0", 50);
+}
 
 // The job file's `tensorboard` key (a one-node `troupe node` coordinator)
 // and a mode switch written as it happens, at the step it took effect.

@@ -236,6 +236,43 @@ TEST(Job, ControlSwitchesAndCheckpointsWhileTraining) {
   EXPECT_EQ(job.request_mode("sync").status, 409);  // not running any more
 }
 
+// An asker who waits less than the switch takes hears that it is pending
+// (202) before its wait ends, and the switch still happens; one who waits
+// long enough hears that it is done (200). The coordinator is held in a
+// step callback for 600 ms, so the next step boundary is surely later
+// than the 100 ms wait.
+TEST(Job, ASwitchNotDoneWithinTheAskersWaitIsAnsweredPendingAndStillHappens) {
+  JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  c.train.max_steps = 60;
+  Job job(c);
+  std::atomic<bool> holding{false};
+  models::Callbacks cb;
+  cb.on_step_end = [&](const models::StepEnd& e) {
+    if (e.step != 10) return;
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  };
+  ControlReply pending, done;
+  double pending_ms = 0;
+  std::thread control([&] {
+    while (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    pending = job.request_mode("async", std::chrono::milliseconds(100));
+    pending_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    done = job.request_mode("ssp:1", std::chrono::milliseconds(5000));
+  });
+  JobResult r = job.run(cb);
+  control.join();
+  expect_accounting(r);
+  EXPECT_EQ(pending.status, 202) << pending.message;
+  EXPECT_NE(pending.message.find("pending"), std::string::npos) << pending.message;
+  EXPECT_LT(pending_ms, 400) << "the pending answer came after the asker's wait";
+  EXPECT_EQ(done.status, 200) << done.message;
+  ASSERT_EQ(r.mode_history.size(), 3u);
+  EXPECT_EQ(r.mode_history[1].rfind("async@", 0), 0u) << r.mode_history[1];
+  EXPECT_EQ(r.final_mode.str(), "ssp:1");
+}
+
 // A control request goes from the caller's thread to the coordinator
 // through the control front, with no relay that looks for it now and then
 // (the job's thread once did, every 50 ms): a status, which the coordinator
@@ -281,8 +318,8 @@ TEST(Job, ShouldStopTakesEffectAtTheNextStepBoundary) {
   Job job(c);
   std::atomic<std::int64_t> asked_at{-1};
   models::Callbacks cb;
-  cb.on_step_end = [&](std::int64_t step, std::int64_t, double, double) {
-    if (step == 40) asked_at = step;
+  cb.on_step_end = [&](const models::StepEnd& e) {
+    if (e.step == 40) asked_at = e.step;
   };
   cb.should_stop = [&] { return asked_at.load() >= 0; };
   JobResult r = job.run(cb);

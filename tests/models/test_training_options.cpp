@@ -261,6 +261,40 @@ TEST(WarmupCosine, GivesTheAnchorsValues) {
   EXPECT_NEAR(multiplied.at(49, 0), 0.5 * 0.5 * (1 + std::cos(3.14159265358979323846 * 49 / 1000)), 1e-6);
 }
 
+// `troupe train --model resnet --steps 20`: the recipe's one-epoch warm-up
+// (234 steps) is longer than the training, and a smoke test should run,
+// not be refused: the recipe's warm-up becomes a tenth of the training,
+// said in warmup_note. A warm-up the user gave stays refused.
+TEST(TrainingLength, ARecipesWarmUpLongerThanTheTrainingBecomesATenthOfItAndSaysSo) {
+  TrainConfig c;
+  c.model = "resnet";
+  apply_recipe(c, [](const std::string&) { return false; });
+  c.max_steps = 20;
+  ASSERT_TRUE(c.warmup_from_recipe);
+  resolve_training_length(c, 234);
+  EXPECT_EQ(c.warmup_steps, 2);
+  EXPECT_EQ(c.schedule, "warmup-cosine:20");
+  EXPECT_NE(c.warmup_note.find("the recipe's warm-up (234 steps) is longer than the training (20 steps)"),
+            std::string::npos)
+      << c.warmup_note;
+  LrSchedule(c.schedule, c.lr, c.warmup_steps);  // valid now
+  TrainConfig whole;                             // a whole epoch or more: the recipe as it is, no note
+  whole.model = "resnet";
+  apply_recipe(whole, [](const std::string&) { return false; });
+  resolve_training_length(whole, 234);
+  EXPECT_EQ(whole.warmup_steps, 234);
+  EXPECT_TRUE(whole.warmup_note.empty());
+  TrainConfig own;  // --warmup-epochs 1 --steps 20: the user's, refused
+  own.model = "resnet";
+  apply_recipe(own, [](const std::string& key) { return key == "warmup"; });
+  own.warmup_epochs = 1;
+  own.schedule = "warmup-cosine";
+  own.max_steps = 20;
+  resolve_training_length(own, 234);
+  EXPECT_EQ(own.warmup_steps, 234);
+  EXPECT_THROW(LrSchedule(own.schedule, own.lr, own.warmup_steps), std::invalid_argument);
+}
+
 // A cosine without its length ends with the training, and warm-up epochs
 // become steps, once the steps of an epoch are known.
 TEST(TrainingLength, ACosineWithoutItsLengthEndsAtTheLastStepAndWarmUpEpochsBecomeSteps) {

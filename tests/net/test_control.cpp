@@ -165,6 +165,39 @@ TEST(ControlServer, AnswersJsonWithContentTypeAndEscapesMessages) {
   EXPECT_CONTAINS(resp, R"({"ok":false,"message":"disk \"full\"\nretry"})");
 }
 
+// troupe ctl says how long it waits (Troupe-Wait: its timeout less a
+// quarter, at most 300 ms), and a handler reads it while it runs, to answer
+// "pending" in time; a malformed value is a 400 before any handler runs.
+TEST(ControlServer, TheClientsWaitReachesTheHandlerAndAMalformedOneIs400) {
+  std::atomic<int> calls{0};
+  Handlers h;
+  h.mode = [&calls](const std::string&) {
+    ++calls;
+    const auto wait = request_wait();
+    return Reply{200, wait ? std::to_string(wait->count()) : std::string("none")};
+  };
+  Served s(std::move(h));
+  const ControlClient client = s.client();
+  EXPECT_CONTAINS(client.request("POST", "/mode", "sync", std::chrono::milliseconds(2000)).body, "\"1700\"");
+  EXPECT_CONTAINS(client.request("POST", "/mode", "sync", std::chrono::milliseconds(400)).body, "\"300\"");
+  EXPECT_FALSE(request_wait().has_value());  // outside a handler
+  {
+    RawSocket sock(s.server.port());  // curl: no Troupe-Wait
+    sock.send("POST /mode HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nsync");
+    EXPECT_CONTAINS(sock.read_all(), "\"none\"");
+  }
+  EXPECT_EQ(calls.load(), 3);
+  for (const char* bad : {"soon", "-5", "0", "3600001", "12ms"}) {
+    RawSocket sock(s.server.port());
+    sock.send(std::string("POST /mode HTTP/1.1\r\nHost: x\r\nTroupe-Wait: ") + bad +
+              "\r\nContent-Length: 4\r\n\r\nsync");
+    const std::string resp = sock.read_all();
+    EXPECT_EQ(http_status(resp), 400) << bad;
+    EXPECT_CONTAINS(resp, "Troupe-Wait must be whole milliseconds from 1 to 3600000, got '" + std::string(bad) + "'");
+  }
+  EXPECT_EQ(calls.load(), 3);
+}
+
 TEST(ControlServer, UnknownPathIs404ListingEndpointsAndWrongMethodIs405) {
   FakeJob job;
   Served s(job.handlers());
