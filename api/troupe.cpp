@@ -173,16 +173,7 @@ TensorBoard::TensorBoard(const std::string& dir, std::int64_t log_every)
     : log_(std::make_unique<models::TensorBoardLog>(dir, log_every)) {}
 TensorBoard::~TensorBoard() = default;
 void TensorBoard::on_epoch_begin(std::int64_t, float lr) { log_->epoch_begin(lr); }
-void TensorBoard::on_step_end(const StepLogs& l) {
-  models::StepEnd e;
-  e.step = l.step;
-  e.step_in_epoch = l.step_in_epoch;
-  e.loss = l.loss;
-  e.accuracy = l.accuracy;
-  e.samples_per_s = l.samples_per_s;
-  e.lr = l.lr;
-  log_->step_end(e);
-}
+void TensorBoard::on_step_end(const StepLogs& l) { log_->step_end(l); }
 void TensorBoard::on_epoch_end(const EpochResult& r) { log_->epoch_end(r); }
 void TensorBoard::on_evaluate(const EpochResult& r) { log_->evaluation(r); }
 void TensorBoard::on_train_end(const History& h) {
@@ -298,8 +289,7 @@ History Strategy::fit(const FitConfig& config, const CallbackList& callbacks) {
   };
   cb.on_step_end = [&](const models::StepEnd& e) {
     last_step = e.step;
-    const StepLogs logs{e.step, e.step_in_epoch, e.loss, e.samples_per_s, e.accuracy, e.lr};
-    each([&](Callback& c) { c.on_step_end(logs); });
+    each([&](Callback& c) { c.on_step_end(e); });
     each([&](Callback& c) { c.on_step_begin(e.step + 1); });
   };
   cb.on_epoch_end = [&](const EpochResult& r) {

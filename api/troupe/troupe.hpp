@@ -118,12 +118,10 @@ EpochResult evaluate(Model& model, const Dataset& dataset, std::int64_t batch = 
 // One step as the runtime counts it: the global step (updates applied, 1-based),
 // the step within the epoch, the last reported batch's mean loss, samples/s
 // this epoch.
-struct StepLogs {
-  std::int64_t step = 0, step_in_epoch = 0;
-  double loss = 0, samples_per_s = 0;  // the epoch's mean loss so far; samples/s so far this epoch
-  double accuracy = 0;                 // the epoch's training accuracy so far (NaN: regression)
-  float lr = 0;                        // the learning rate of this step
-};
+// The step, the epoch's mean loss and training accuracy so far (NaN:
+// regression), samples/s so far this epoch, the step's learning rate: what
+// the runtime's own hook hears (models/trainer.hpp).
+using StepLogs = models::StepEnd;
 
 struct History;
 
