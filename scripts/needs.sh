@@ -39,6 +39,8 @@ TROUPE_PACKAGES=(
                                   # tests/faults/node_faults.sh); they skip where namespaces cannot be made
   procps                          # ps, pgrep: tests/faults/node_faults.sh finds and reaps its processes
   libonnx-dev                     # models/export/onnx.cpp: ONNX's protobuf types (ModelProto), `troupe export`
+  libprotobuf-dev                 # protobuf's headers and CMake's FindProtobuf, which libonnx-dev needs and does
+                                  # not depend on: a fresh Debian 12 had libprotobuf32 only, and configure failed
   python3-onnx                    # tests/export/onnx_check.py: onnx.checker on every export; torch_resnet_check.py
   nodejs npm                      # tests/export/ort_compare.js runs onnxruntime-node (npm) under node; setup.sh
                                   # installs that package with npm
