@@ -14,6 +14,7 @@ Batch gather(LoaderState& s) {
   s.config.augment.apply(out.features, out.examples, b.indices, s.config.plan.seed, b.cursor.epoch);
   out.cursor = b.cursor;
   out.last_in_epoch = b.last_in_epoch;
+  out.global_examples = b.global_examples;
   return out;
 }
 

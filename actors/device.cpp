@@ -171,8 +171,14 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     CollectiveReducer reducer(s.config);
     ReducerForStep scoped(*s.model, reduces ? &reducer : nullptr);
     double loss_sum = 0.0;
+    // The mean over the global batch: a partial last one (no drop_remainder)
+    // has fewer examples than batch x world.
+    const std::int64_t full = s.config.sync_batch;
+    const float scale = b.global_examples > 0 && b.global_examples != full
+                            ? 1.0f / static_cast<float>(b.global_examples)
+                            : s.config.sync_grad_scale;
     if (b.examples)
-      loss_sum = compute_gradient(s, b, s.config.sync_grad_scale, correct);
+      loss_sum = compute_gradient(s, b, scale, correct);
     else if (reduces)
       s.model->join_reductions();
     check_loss(s, loss_sum);
@@ -419,6 +425,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
           st.sink.reset();
         }
         st.config.sync_grad_scale = 1.0f / static_cast<float>(a.batch_size * a.world);
+        st.config.sync_batch = a.batch_size * a.world;
         st.clock = a.clock;
         st.grant = Grant{};
         st.grant.view = a.view;
@@ -432,7 +439,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
       },
       [=](evaluate_atom) -> models::EpochResult {
         auto& st = self->state;
-        if (!st.config.test || st.config.test->size() == 0) return models::EpochResult{};
+        if (!st.config.test) return models::EpochResult{};
         return models::evaluate_model(*st.model, *st.config.test, st.config.eval_batch);
       },
   };

@@ -77,6 +77,7 @@ struct DeviceConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   float sync_grad_scale = 1.0f;  // 1 / global batch
+  std::int64_t sync_batch = 0;   // the global batch, batch x world; a Batch with fewer global_examples is partial
   bool elastic = false;          // membership may change: keep the committed state, survive aborts
   std::uint32_t view = 0;
   std::shared_ptr<net::Collective> collective;

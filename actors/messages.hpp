@@ -85,6 +85,10 @@ using watch_stop_atom = caf::atom_constant<caf::atom("watchstop")>;    // coordi
 struct Batch {
   Tensor features, labels;  // [b, ...]; rows n..b-1 unused
   std::int64_t examples = 0;
+  // Of the global batch this one is part of, every replica's together: a
+  // synchronous step's gradient is the mean over these (fewer than batch x
+  // world in the last, partial batch of an epoch without drop_remainder).
+  std::int64_t global_examples = 0;
   data::Cursor cursor;  // where this batch sits in the data order
   bool last_in_epoch = false;
 };

@@ -147,17 +147,29 @@ CsvLogger::CsvLogger(const std::string& path, bool every_evaluation)
   file_->out.open(path, std::ios::trunc);
   if (!file_->out) throw std::runtime_error("CsvLogger: cannot create " + path);
   file_->out << (every_evaluation_ ? "kind," : "")
-             << "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,test_top5,lr,seconds,samples_per_s\n";
+             << "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,test_top5,test_mae,lr,seconds,"
+                "samples_per_s\n";
   file_->out.flush();
 }
 
 CsvLogger::~CsvLogger() = default;
 
 namespace {
+// An empty cell where a figure was not measured (NaN: no test data,
+// accuracy in regression), as a spreadsheet or pandas reads a missing value.
+struct Cell {
+  double value;
+};
+std::ostream& operator<<(std::ostream& out, Cell c) {
+  if (!std::isnan(c.value)) out << c.value;
+  return out;
+}
+
 void csv_row(std::ofstream& out, const char* kind, const EpochResult& r) {
   if (kind) out << kind << ',';
-  out << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ',' << r.test_loss << ','
-      << r.test_accuracy << ',' << r.test_top5 << ',' << r.lr << ',' << r.seconds << ',' << r.samples_per_s << '\n';
+  out << r.epoch << ',' << r.step << ',' << Cell{r.train_loss} << ',' << Cell{r.train_accuracy} << ','
+      << Cell{r.test_loss} << ',' << Cell{r.test_accuracy} << ',' << Cell{r.test_top5} << ',' << Cell{r.test_mae} << ','
+      << r.lr << ',' << r.seconds << ',' << r.samples_per_s << '\n';
   out.flush();
 }
 }  // namespace
@@ -197,11 +209,17 @@ void ProgressLogger::on_epoch_end(const EpochResult& r) {
   char train_accuracy[48] = "";
   if (!std::isnan(r.train_accuracy))
     std::snprintf(train_accuracy, sizeof train_accuracy, "  accuracy %.4f", r.train_accuracy);
-  std::printf(
-      "epoch %lld  step %lld  loss %.4f%s  test loss %.4f  test accuracy %.4f  top-5 %.4f  "
-      "lr %g  %.1f s  %.0f samples/s\n",
-      static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy, r.test_loss,
-      r.test_accuracy, r.test_top5, double(r.lr), r.seconds, r.samples_per_s);
+  char test[96];
+  if (!r.has_test())
+    std::snprintf(test, sizeof test, "no test data");
+  else if (r.regression)
+    std::snprintf(test, sizeof test, "test mse %.4f  mae %.4f", r.test_loss, r.test_mae);
+  else
+    std::snprintf(test, sizeof test, "test loss %.4f  test accuracy %.4f  top-5 %.4f", r.test_loss, r.test_accuracy,
+                  r.test_top5);
+  std::printf("epoch %lld  step %lld  loss %.4f%s  %s  lr %g  %.1f s  %.0f samples/s\n",
+              static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step), r.train_loss, train_accuracy, test,
+              double(r.lr), r.seconds, r.samples_per_s);
   std::fflush(stdout);
 }
 

@@ -24,17 +24,21 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// The image folders' flags (--image-size, --color, --test-fraction), shared
-// by train, eval and predict: eval and predict must load the folder as
-// training did, or the model's input shape or the test split differ.
-struct ImageFlags {
-  std::string size;  // "HxW"; empty: the first image's size
+// How the data is read (cli/data_options.cpp), shared by train, eval and
+// predict: eval and predict must load the data as training did, or the
+// model's input shape or the test split differ.
+struct DataFlags {
+  std::string task = "classify";  // a .csv file's: classify or regress
+  std::string label_column;       // a .csv file's label column: a name or a number from 1; empty: the last
+  double test_fraction = 0;       // a .csv file or images:DIR: the held-out fraction
+  std::string test_data;          // a second file whose examples are the test split
+  std::string size;               // images: "HxW"; empty: the first image's size
   std::string color = "auto";
-  double test_fraction = 0;
 };
-void add_image_options(CLI::App& command, ImageFlags& flags);
-// Into `options.images`; throws UsageError on a malformed size or colour.
-void apply_image_options(const ImageFlags& flags, data::LoadOptions& options);
+void add_data_options(CLI::App& command, DataFlags& flags);
+// Into `options` (csv, images, test_data); throws UsageError on a
+// malformed size, or a test fraction with test data.
+void apply_data_options(const DataFlags& flags, data::LoadOptions& options);
 
 struct TrainOptions {
   models::TrainConfig config;
@@ -54,7 +58,7 @@ struct TrainOptions {
   std::string timeline;                  // --timeline FILE: a Chrome trace of every replica's steps (util/timeline.hpp)
   std::string timeline_steps = "1:500";  // --timeline-steps A:B: the steps it records
   std::int64_t log_every = 100;
-  ImageFlags images;
+  DataFlags data_flags;
   // Whether the command line gave a setting, by its job-file key (for the
   // zoo models' recipes, models/recipe.hpp); set by add_train_command.
   std::function<bool(const std::string& key)> given = [](const std::string&) { return false; };
@@ -89,7 +93,7 @@ struct EvalOptions {
   std::string device = "cpu:0";
   int threads = 1;
   std::int64_t batch = 1000;
-  ImageFlags images;
+  DataFlags data_flags;
 };
 void add_eval_command(CLI::App& app, EvalOptions& options);
 
@@ -103,7 +107,7 @@ struct SavedModelOnData {
   std::unique_ptr<models::Model> model;
   const data::Dataset& examples() const { return splits.test.size() > 0 ? splits.test : splits.train; }
 };
-SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const ImageFlags& images,
+SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const DataFlags& flags,
                                   const kernels::Device& device);
 int run_eval(EvalOptions& options);
 
@@ -116,7 +120,7 @@ struct PredictOptions {
   std::string device = "cpu:0";
   int threads = 1;
   std::int64_t batch = 1000;
-  ImageFlags images;
+  DataFlags data_flags;
 };
 void add_predict_command(CLI::App& app, PredictOptions& options);
 int run_predict(PredictOptions& options);

@@ -64,7 +64,7 @@ void add_predict_command(CLI::App& app, PredictOptions& o) {
       "predict", "Write a saved model's outputs (logits) for the first N examples of a dataset's test split, as JSON");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
-  add_image_options(*cmd, o.images);
+  add_data_options(*cmd, o.data_flags);
   cmd->add_option("--limit", o.limit, "The first N test examples (0: all)")->capture_default_str();
   cmd->add_option("--output", o.output, "The JSON file to write (shape, class names, labels, outputs)")->required();
   cmd->add_option("--inputs", o.inputs, "Also write the examples' features here, as NumPy .npy (f32, or i32 ids)");
@@ -81,7 +81,7 @@ int run_predict(PredictOptions& o) {
   prepare_output_path("--inputs", o.inputs);
   use_threads(o.threads);
   const kernels::Device device = kernels::Device::parse(o.device);
-  const SavedModelOnData saved = load_saved_model(o.checkpoint, o.data, o.images, device);
+  const SavedModelOnData saved = load_saved_model(o.checkpoint, o.data, o.data_flags, device);
   const checkpoint::State& state = saved.state;
   models::Model* model = saved.model.get();
   const data::Dataset& test = saved.examples();

@@ -30,6 +30,14 @@ std::string clock_text(double seconds) {
   return buf;
 }
 
+// A CSV cell: a number, or nothing where it was not measured (NaN).
+std::string cell(double value) {
+  if (std::isnan(value)) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", value);
+  return buf;
+}
+
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s);
@@ -37,6 +45,18 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+std::string test_figures(const models::EpochResult& r) {
+  char text[128];
+  if (!r.has_test())
+    return "no test data";
+  else if (r.regression)
+    std::snprintf(text, sizeof text, "test mse %.4f mae %.4f", r.test_loss, r.test_mae);
+  else
+    std::snprintf(text, sizeof text, "test loss %.4f accuracy %.4f top-5 %.4f", r.test_loss, r.test_accuracy,
+                  r.test_top5);
+  return text;
+}
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -63,7 +83,8 @@ Report::Report(std::int64_t epochs, std::int64_t log_every, const std::string& m
     if (!*metrics_) throw std::runtime_error("--metrics " + metrics_path + ": cannot create the file");
     jsonl_ = metrics_path.size() > 6 && metrics_path.substr(metrics_path.size() - 6) == ".jsonl";
     if (!jsonl_)
-      *metrics_ << "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5,seconds,world\n";
+      *metrics_ << "kind,epoch,step,loss,accuracy,samples_per_s,lr,test_loss,test_accuracy,test_top5,test_mae,seconds,"
+                   "world\n";
   }
 }
 
@@ -78,14 +99,18 @@ void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step
     *metrics_ << metrics_json_line(kind, epoch, step, loss, accuracy, samples_per_s, lr, eval, seconds(), world_)
               << "\n";
   } else {
-    char buf[512];
-    int n = std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6g,%.1f,%.6g", kind, static_cast<long long>(epoch),
-                          static_cast<long long>(step), loss, accuracy, samples_per_s, double(lr));
+    // An empty cell where a figure was not measured (NaN), as a spreadsheet
+    // or pandas reads a missing value.
+    char rate[32] = "";
+    if (!std::isnan(samples_per_s)) std::snprintf(rate, sizeof rate, "%.1f", samples_per_s);
+    const std::string head = std::string(kind) + "," + std::to_string(epoch) + "," + std::to_string(step) + "," +
+                             cell(loss) + "," + cell(accuracy) + "," + rate + "," + cell(double(lr));
+    std::string test = ",,,,";
     if (eval)
-      std::snprintf(buf + n, sizeof buf - n, ",%.6g,%.6g,%.6g", eval->test_loss, eval->test_accuracy, eval->test_top5);
-    else
-      std::snprintf(buf + n, sizeof buf - n, ",,,");
-    *metrics_ << buf << "," << seconds_text(seconds()) << "," << (world_ > 0 ? std::to_string(world_) : "") << "\n";
+      test = "," + cell(eval->test_loss) + "," + cell(eval->test_accuracy) + "," + cell(eval->test_top5) + "," +
+             cell(eval->test_mae);
+    *metrics_ << head << test << "," << seconds_text(seconds()) << "," << (world_ > 0 ? std::to_string(world_) : "")
+              << "\n";
   }
   metrics_->flush();
 }
@@ -146,13 +171,11 @@ models::Callbacks Report::callbacks() {
     if (!std::isnan(r.train_accuracy))
       std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
     const std::int64_t steps = std::max<std::int64_t>(steps_in_epoch_, 1);
-    std::fprintf(stderr,
-                 "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | test loss %.4f accuracy %.4f "
-                 "top-5 %.4f | lr %.3g | %s samples/s\n",
-                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_),
-                 static_cast<long long>(steps_in_epoch_), static_cast<long long>(steps_in_epoch_), r.seconds,
-                 1000.0 * r.seconds / double(steps), r.train_loss, train_accuracy, r.test_loss, r.test_accuracy,
-                 r.test_top5, double(r.lr), human_rate(r.samples_per_s).c_str());
+    std::fprintf(
+        stderr, "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | %s | lr %.3g | %s samples/s\n",
+        static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), static_cast<long long>(steps_in_epoch_),
+        static_cast<long long>(steps_in_epoch_), r.seconds, 1000.0 * r.seconds / double(steps), r.train_loss,
+        train_accuracy, test_figures(r).c_str(), double(r.lr), human_rate(r.samples_per_s).c_str());
     metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
   };
   // A switch prints a line of its own (mid-epoch ones too).
@@ -194,6 +217,7 @@ std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t
     row["test_loss"] = eval->test_loss;
     row["test_accuracy"] = eval->test_accuracy;
     row["test_top5"] = eval->test_top5;
+    row["test_mae"] = eval->test_mae;
   }
   row["seconds"] = seconds;
   if (world > 0)
@@ -210,9 +234,15 @@ std::string summary_json(const models::TrainResult& r, const models::TrainConfig
   summary["epochs"] = r.epochs.size();
   summary["steps"] = r.steps;
   summary["batch"] = c.batch;
+  // null where not measured (nlohmann-json writes NaN as null): every test
+  // figure without test data, accuracy and top-5 in regression, where
+  // test_loss is the mean squared error.
+  summary["task"] = r.final.regression ? "regression" : "classification";
+  summary["test_examples"] = r.final.test_examples;
   summary["test_accuracy"] = r.final.test_accuracy;
   summary["test_top5"] = r.final.test_top5;
   summary["test_loss"] = r.final.test_loss;
+  summary["test_mae"] = r.final.test_mae;
   summary["samples_per_s"] = r.samples_per_s;
   summary["wall_s"] = r.wall_seconds;
   summary["peak_memory_mib"] = peak_memory_mib;

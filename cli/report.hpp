@@ -58,12 +58,17 @@ class Report {
 
 // One --metrics JSON line (no newline) and the --summary-json text. Strings
 // are escaped and non-finite numbers written as null, so both always parse.
-// `eval` adds test_loss, test_accuracy and test_top5 (an epoch row);
+// `eval` adds test_loss, test_accuracy, test_top5 and test_mae (an epoch
+// row; null where not measured);
 // `seconds` and `world` (null when 0: unknown) end every row.
 std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                               double samples_per_s, float lr, const models::EpochResult* eval, double seconds = 0,
                               int world = 0);
 std::string summary_json(const models::TrainResult& result, const models::TrainConfig& config, double peak_memory_mib);
+
+// The test part of a result line: "test loss L accuracy A top-5 T",
+// "test mse M mae E" (regression), or "no test data".
+std::string test_figures(const models::EpochResult& result);
 
 // Writes `text` to `path` atomically (temporary file, then rename).
 void write_file_atomically(const std::string& path, const std::string& text);

@@ -126,11 +126,20 @@ CLI::Validator unsigned_64_bit() {
 
 void print_result(const models::TrainResult& result) {
   if (result.stopped_early) std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
-  if (!std::isfinite(result.final.test_loss))
-    std::fprintf(stderr,
-                 "warning: the test loss is not finite: the model has diverged and its accuracy means nothing\n");
-  std::printf("test accuracy %.4f  top-5 %.4f  loss %.4f  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n",
-              result.final.test_accuracy, result.final.test_top5, result.final.test_loss,
+  const models::EpochResult& f = result.final;
+  if (f.has_test() && !std::isfinite(f.test_loss))
+    std::fprintf(stderr, "warning: the test loss is not finite: the model has diverged and its %s means nothing\n",
+                 f.regression ? "error" : "accuracy");
+  // No figure where nothing was measured: a 0 reads as a result.
+  char test[128];
+  if (!f.has_test())
+    std::snprintf(test, sizeof test, "no test data (give --test-fraction or --test-data to hold some out)");
+  else if (f.regression)
+    std::snprintf(test, sizeof test, "test mse %.4f  mae %.4f", f.test_loss, f.test_mae);
+  else
+    std::snprintf(test, sizeof test, "test accuracy %.4f  top-5 %.4f  loss %.4f", f.test_accuracy, f.test_top5,
+                  f.test_loss);
+  std::printf("%s  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n", test,
               static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,
               models::peak_memory_mib());
 }
@@ -386,7 +395,16 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "Dataset: fashion-mnist, linreg, wordnet, a .csv file, images:DIR (DIR/<class>/*.png|*.jpg, or "
                   "DIR/train/<class>/... and DIR/test/<class>/...) or an IDX directory")
       ->capture_default_str();
-  add_image_options(*cmd, o.images);
+  add_data_options(*cmd, o.data_flags);
+  cmd->add_flag("--standardize", c.standardize,
+                "Standardize the features: the model's first layer subtracts the training split's mean and divides by "
+                "its deviation, per feature (per channel of images); kept in the checkpoint's model, so eval, "
+                "predict and the ONNX export apply the same");
+  cmd->add_option("--drop-remainder", c.drop_remainder,
+                  "true: every epoch trains full global batches only, the last examples of the shuffled order left "
+                  "out (as the PyTorch anchors' drop_last); false: the last, partial batch trains too, its loss the "
+                  "mean over its examples")
+      ->capture_default_str();
   cmd->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   cmd->add_option("--batch", c.batch, "Examples per step and replica (global batch = batch x replicas)")
       ->capture_default_str();
@@ -484,7 +502,7 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
 
 int run_train(TrainOptions& o) {
   use_threads(o.threads);
-  apply_image_options(o.images, o.config.data_options);
+  apply_data_options(o.data_flags, o.config.data_options);
   // A zoo model with a recipe (resnet) trains with it where no flag says
   // otherwise: `troupe train --model resnet` is the anchor's run.
   if (const std::string recipe = models::apply_recipe(o.config, o.given); !recipe.empty())

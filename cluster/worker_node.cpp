@@ -179,7 +179,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
     // Everything this node needs before it says it is ready: the data, the
     // model, the devices.
     data::Splits data = data::load_dataset(job.train.data, job.train.data_options);
-    const models::ModelSpec spec = models::resolve_model(job.train.model, models::data_shape_of(data.train));
+    const models::ModelSpec spec = models::training_model(job.train, data.train);
     for (const auto& d : devices)
       if (d.is_cuda() && d.index >= kernels::cuda_device_count())
         throw std::invalid_argument("--devices: " + d.str() + " requested, but this machine has " +

@@ -99,8 +99,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                  "they will compete for the cores\n",
                  cpu_devices, config_.threads_per_device, cores);
   data_ = data::load_dataset(t.data, t.data_options);
-  spec_ = models::resolve_model(t.model, models::data_shape_of(data_.train));
-  models::check_model_input(spec_, data_.train);  // names the model and the data, before any step
+  spec_ = models::training_model(t, data_.train);  // names the model and the data, before any step
   data::Augmentation::parse(t.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
@@ -158,6 +157,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.seed = t.seed;
   dc.threads = plan.threads;
   dc.sync_grad_scale = 1.0f / static_cast<float>(t.batch * plan.world);
+  dc.sync_batch = t.batch * plan.world;
   dc.collective = plan.collective;
   dc.test = plan.test_data;
   dc.regression = plan.train_data && plan.train_data->task == data::Task::regression;

@@ -232,6 +232,46 @@ const std::vector<Key>& keys() {
            throw BadValue(e.what());
          }
        }},
+      // How the data is read, as train's flags (cli/data_options.cpp): every
+      // node reads it alike.
+      {"", "task", Type::string,
+       [](const Value& v, C& c) {
+         if (v.text != "classify" && v.text != "regress")
+           throw BadValue("must be \"classify\" or \"regress\", not \"" + v.text + "\"");
+         c.train.data_options.csv.task = v.text == "regress" ? data::Task::regression : data::Task::classification;
+       }},
+      {"", "label_column", Type::string, [](const Value& v, C& c) { c.train.data_options.csv.label_column = v.text; }},
+      {"", "test_fraction", Type::floating,
+       [](const Value& v, C& c) {
+         const float f = as_float(v, 0, true, 1, false);
+         c.train.data_options.csv.test_fraction = f;
+         c.train.data_options.images.test_fraction = f;
+       }},
+      {"", "test_data", Type::string, [](const Value& v, C& c) { c.train.data_options.test_data = v.text; }},
+      {"", "image_size", Type::string,
+       [](const Value& v, C& c) {
+         int height = 0, width = 0;
+         char end = 0;
+         if (std::sscanf(v.text.c_str(), "%dx%d%c", &height, &width, &end) != 2 || height < 1 || width < 1 ||
+             height > 16384 || width > 16384)
+           throw BadValue("\"" + v.text + "\": expected \"HxW\", e.g. \"28x28\", each in [1, 16384]");
+         c.train.data_options.images.height = height;
+         c.train.data_options.images.width = width;
+       }},
+      {"", "color", Type::string,
+       [](const Value& v, C& c) {
+         auto& color = c.train.data_options.images.color;
+         if (v.text == "auto")
+           color = data::ImageColor::automatic;
+         else if (v.text == "grey" || v.text == "gray")
+           color = data::ImageColor::grey;
+         else if (v.text == "rgb")
+           color = data::ImageColor::rgb;
+         else
+           throw BadValue("must be \"auto\", \"grey\" or \"rgb\", not \"" + v.text + "\"");
+       }},
+      {"", "standardize", Type::boolean, [](const Value& v, C& c) { c.train.standardize = v.flag; }},
+      {"", "drop_remainder", Type::boolean, [](const Value& v, C& c) { c.train.drop_remainder = v.flag; }},
       {"", "label_smoothing", Type::floating,
        [](const Value& v, C& c) { c.train.label_smoothing = as_float(v, 0, true, 1, true); }},
       {"", "seed", Type::seed, [](const Value& v, C& c) { c.train.seed = as_seed(v); }},
@@ -735,6 +775,17 @@ std::string to_job_text(const actors::JobConfig& c) {
   // its fingerprint).
   if (t.label_smoothing != 0.0f) out << "label_smoothing = " << float_text(t.label_smoothing) << "\n";
   if (!t.augment.empty()) out << "augment = " << quoted(t.augment) << "\n";
+  const data::LoadOptions& d = t.data_options;
+  if (d.csv.task == data::Task::regression) out << "task = \"regress\"\n";
+  if (!d.csv.label_column.empty()) out << "label_column = " << quoted(d.csv.label_column) << "\n";
+  const double fraction = std::max(d.csv.test_fraction, d.images.test_fraction);
+  if (fraction > 0) out << "test_fraction = " << float_text(static_cast<float>(fraction)) << "\n";
+  if (!d.test_data.empty()) out << "test_data = " << quoted(d.test_data) << "\n";
+  if (d.images.height > 0) out << "image_size = \"" << d.images.height << "x" << d.images.width << "\"\n";
+  if (d.images.color != data::ImageColor::automatic)
+    out << "color = " << (d.images.color == data::ImageColor::rgb ? "\"rgb\"" : "\"grey\"") << "\n";
+  if (t.standardize) out << "standardize = true\n";
+  if (!t.drop_remainder) out << "drop_remainder = false\n";
   // TOML integers stop at 2^63 - 1: a seed above is written as a string of
   // digits (which parse_job_text takes too); below, as an integer, so the
   // canonical text of a job, and so its fingerprint, is as it was before

@@ -1,6 +1,7 @@
 #include "models/loss.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -49,7 +50,19 @@ void Metrics::add(const Tensor& output, const Tensor& target, double loss_sum, b
   const std::int64_t n = output.size(0);
   examples_ += n;
   loss_sum_ += loss_sum;
-  if (!classification || n == 0) return;
+  if (n == 0) return;
+  if (!classification) {
+    // The predictions are few (a target or a handful per example): summed
+    // on the host, in double, whatever the device.
+    const std::vector<float> predicted = output.to_vector(), wanted = target.to_vector();
+    if (predicted.size() != wanted.size())
+      throw std::invalid_argument("Metrics: " + std::to_string(predicted.size()) + " predictions for " +
+                                  std::to_string(wanted.size()) + " targets");
+    for (std::size_t i = 0; i < predicted.size(); ++i)
+      abs_error_sum_ += std::fabs(double(predicted[i]) - double(wanted[i]));
+    targets_ += static_cast<std::int64_t>(predicted.size());
+    return;
+  }
   Tensor& correct = per_row(correct_, n, output.device());
   ops::topk_correct(output, target, correct, 1);
   top1_ += static_cast<std::int64_t>(ops::sum(correct) + 0.5);

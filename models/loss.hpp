@@ -42,11 +42,13 @@ class Loss {
   Tensor per_example_;
 };
 
-// Counts over batches: examples, loss sum, top-1 and top-5 correct.
+// Counts over batches: examples, loss sum, top-1 and top-5 correct
+// (classification), absolute errors (regression).
 class Metrics {
  public:
   // Adds a batch of logits (classification: accuracy and top-5) or
-  // predictions (regression: loss only) with the batch's loss sum.
+  // predictions (regression: the loss and the absolute errors) with the
+  // batch's loss sum.
   void add(const Tensor& output, const Tensor& target, double loss_sum, bool classification);
   void reset() { *this = Metrics(); }
 
@@ -55,10 +57,15 @@ class Metrics {
   double accuracy() const { return examples_ ? double(top1_) / double(examples_) : 0.0; }
   double top5_accuracy() const { return examples_ ? double(top5_) / double(examples_) : 0.0; }
   std::int64_t top1_correct() const { return top1_; }
+  // Regression: the mean over every target value of |prediction - target|
+  // (Keras' mean_absolute_error); 0 before any.
+  double mean_absolute_error() const { return targets_ ? abs_error_sum_ / double(targets_) : 0.0; }
 
  private:
   std::int64_t examples_ = 0;
   double loss_sum_ = 0.0;
+  double abs_error_sum_ = 0.0;
+  std::int64_t targets_ = 0;
   std::int64_t top1_ = 0, top5_ = 0;
   Tensor correct_;
 };

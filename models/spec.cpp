@@ -45,6 +45,19 @@ float parse_float(const std::string& text, const std::string& what) {
   throw std::invalid_argument(what + " '" + text + "' is not a number");
 }
 
+// "1.5,-2,3e-4": a comma-separated list of numbers (standardize's mean= and std=).
+std::vector<float> parse_float_list(const std::string& text, const std::string& what) {
+  std::vector<float> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    out.push_back(parse_float(item, what + " value " + std::to_string(out.size() + 1)));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 // Options of one layer line: key=value pairs, each used at most once.
 class Options {
  public:
@@ -81,12 +94,12 @@ class Options {
 
 const char* known_layers =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, add, concat";
+    "tanh, gelu, softmax, dropout, batchnorm, standardize, add, concat";
 
 bool is_layer_kind(const std::string& kind) {
   for (const char* k :
        {"dense", "conv2d", "conv1d", "maxpool2d", "maxpool1d", "avgpool2d", "globalavgpool2d", "embedding", "flatten",
-        "relu", "sigmoid", "tanh", "gelu", "softmax", "dropout", "batchnorm", "add", "concat"})
+        "relu", "sigmoid", "tanh", "gelu", "softmax", "dropout", "batchnorm", "standardize", "add", "concat"})
     if (kind == k) return true;
   return false;
 }
@@ -146,6 +159,10 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     if (sync != "true" && sync != "false")
       throw std::invalid_argument("batchnorm sync '" + sync + "': expected true or false");
     layer = std::make_unique<BatchNorm>(momentum, epsilon, sync == "true");
+  } else if (kind == "standardize") {
+    std::vector<float> mean = parse_float_list(o.take("mean"), "standardize mean");
+    std::vector<float> deviation = parse_float_list(o.take("std"), "standardize std");
+    layer = std::make_unique<Standardize>(std::move(mean), std::move(deviation));
   } else if (kind == "concat") {
     layer = std::make_unique<Concat>();
   } else if (kind == "embedding") {
@@ -619,10 +636,12 @@ globalavgpool2d
 }  // namespace
 
 ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
+  // The head: one output per class, or per regression target (Keras'
+  // Dense(1) head on a regression table: the same network, another loss).
   auto need_classes = [&]() {
-    if (data.classes <= 0)
-      throw std::invalid_argument("model '" + name + "' classifies, but the data has no class labels");
-    return std::to_string(data.classes);
+    if (data.classes > 0) return std::to_string(data.classes);
+    if (data.outputs > 0) return std::to_string(data.outputs);
+    throw std::invalid_argument("model '" + name + "' needs class labels or regression targets");
   };
   auto shape_text = [&]() {
     std::string s;

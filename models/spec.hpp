@@ -40,7 +40,9 @@
 // conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding
 // (vocab=, dim=), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
 // batchnorm (momentum=, epsilon=, sync=true: statistics of every
-// replica's batch in a synchronous step), and the merges add and concat. Unknown layers, blocks,
+// replica's batch in a synchronous step), standardize (mean=A,B,.. std=C,D,..:
+// fixed constants per channel; train --standardize writes one first), and
+// the merges add and concat. Unknown layers, blocks,
 // labels or options, missing values and bad numbers (a kernel, stride,
 // pool or padding above 2^31 - 1, say) are errors naming the source and
 // line (and the block's line). What only the built model can see (a layer
@@ -136,5 +138,15 @@ ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data);
 // training would fail at step 1 with "input i32 must be f32". The Trainer
 // and the actor Job call it before any step (spec_check.cpp).
 const ModelSpec& check_model_input(const ModelSpec& spec, const data::Dataset& dataset);
+
+// `spec` with a first layer that standardizes its input by the mean and the
+// (population) deviation of each channel of `train`'s features (each
+// feature of a table, each colour of an image), as sklearn's StandardScaler
+// and Keras' Normalization.adapt: "standardized: standardize mean=.. std=..",
+// which every line that took the model's input now takes. A channel whose
+// deviation is 0 (a constant column) keeps a deviation of 1. Throws
+// std::invalid_argument for token ids, an empty split, or a spec that
+// already starts with a standardize layer.
+ModelSpec standardize_first(const ModelSpec& spec, const data::Dataset& train);
 
 }  // namespace troupe::models

@@ -104,6 +104,13 @@ DataShape data_shape_of(const data::Dataset& d) {
   return s;
 }
 
+ModelSpec training_model(const TrainConfig& config, const data::Dataset& train) {
+  ModelSpec spec = resolve_model(config.model, data_shape_of(train));
+  if (config.standardize) spec = standardize_first(spec, train);
+  check_model_input(spec, train);
+  return spec;
+}
+
 Trainer::Trainer(TrainConfig config)
     : config_((check_config(config), std::move(config))),
       data_(data::load_dataset(config_.data, config_.data_options)),
@@ -113,8 +120,7 @@ Trainer::Trainer(TrainConfig config)
             config_.label_smoothing) {
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
   data::Augmentation::parse(config_.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
-  model_ = std::make_unique<Model>(
-      check_model_input(resolve_model(config_.model, data_shape_of(data_.train)), data_.train), config_.device);
+  model_ = std::make_unique<Model>(training_model(config_, data_.train), config_.device);
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters(), model_->decayed_ranges());
   // An epoch must hold at least one full step, or training would spin.
@@ -235,7 +241,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
       r.epoch = batch.cursor.epoch;
       r.step = step_;
       r.train_loss = epoch_metrics.mean_loss();
-      r.train_accuracy = epoch_metrics.accuracy();
+      r.train_accuracy = classification() ? epoch_metrics.accuracy() : std::nan("");
       r.lr = lr;
       r.seconds = seconds_since(t_epoch);
       r.samples_per_s = r.seconds > 0 ? double(epoch_examples) / r.seconds : 0;
@@ -274,8 +280,9 @@ EpochResult Trainer::evaluate(const data::Dataset* dataset) {
 
 EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t batch) {
   EpochResult r;
-  if (d.size() == 0) return r;
   const bool classification = d.task == data::Task::classification;
+  r.regression = !classification;
+  if (d.size() == 0) return r;
   Loss loss(classification ? LossKind::sparse_categorical_crossentropy : LossKind::mean_squared_error);
   Metrics metrics;
   const std::int64_t b = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, d.size()));
@@ -293,8 +300,12 @@ EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t ba
     metrics.add(out, y, loss.sum(out, y, Tensor(), 1.0f), classification);
   }
   r.test_loss = metrics.mean_loss();
-  r.test_accuracy = metrics.accuracy();
-  r.test_top5 = metrics.top5_accuracy();
+  if (classification) {
+    r.test_accuracy = metrics.accuracy();
+    r.test_top5 = metrics.top5_accuracy();
+  } else {
+    r.test_mae = metrics.mean_absolute_error();
+  }
   r.test_examples = metrics.examples();
   return r;
 }

@@ -11,6 +11,7 @@
 // on the CPU reaches the same parameters as an uninterrupted one.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +57,11 @@ struct TrainConfig {
   float label_smoothing = 0.0f;  // cross-entropy's (models/loss.hpp); 0: none
   // Image augmentation, "crop:2,flip" (models/data/augment.hpp); empty: none.
   std::string augment;
+  // --standardize: the model's first layer standardizes the features with
+  // the training split's mean and deviation per feature (per channel of
+  // images), a `standardize` line in its spec (training_model below), so
+  // the checkpoint, eval, predict and the export apply them too.
+  bool standardize = false;
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = true;  // as the PyTorch anchor: full batches only
@@ -94,12 +100,20 @@ struct TrainConfig {
 // std::invalid_argument when both warm-up forms are given.
 void resolve_training_length(TrainConfig& config, std::int64_t steps_per_epoch);
 
+// An epoch's figures, or one evaluation's. What was not measured is NaN,
+// never 0 (a 0 reads as a result): every test figure when the job has no
+// test data (test_examples 0), accuracy and top-5 in regression, the mean
+// absolute error in classification. In regression test_loss is the mean
+// squared error.
 struct EpochResult {
   std::int64_t epoch = 0;  // 0-based
   std::int64_t step = 0;   // global steps done
   double train_loss = 0, train_accuracy = 0;
-  double test_loss = 0, test_accuracy = 0, test_top5 = 0;
+  double test_loss = std::nan(""), test_accuracy = std::nan(""), test_top5 = std::nan("");
+  double test_mae = std::nan("");  // regression: the mean absolute error over every target
   std::int64_t test_examples = 0;
+  bool regression = false;  // the data's task (evaluate_model sets it, with test data or without)
+  bool has_test() const { return test_examples > 0; }
   float lr = 0;
   double samples_per_s = 0;  // this epoch's training throughput
   double seconds = 0;
@@ -228,6 +242,13 @@ EpochResult evaluate_model(Model& model, const data::Dataset& dataset, std::int6
 // The model's DataShape for a dataset (input shape and dtype, classes,
 // regression outputs, vocabulary size).
 DataShape data_shape_of(const data::Dataset& dataset);
+
+// The model a job trains: config.model (a zoo name or a spec file) for the
+// training split's shape, first standardizing the features when
+// config.standardize (standardize_first), checked against the split's input
+// (check_model_input). Trainer, the actor Job and every cluster node call
+// it, so that all build the same spec text from the same data.
+ModelSpec training_model(const TrainConfig& config, const data::Dataset& train);
 
 // Rebuilds a model from a checkpoint alone (spec, parameters and state), on `device`.
 std::unique_ptr<Model> load_model(const checkpoint::State& state, const std::string& path, Device device);

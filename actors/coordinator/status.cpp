@@ -20,11 +20,14 @@ std::string status_json(const CoordinatorState& s) {
   out["samples_per_s"] = t > 0 ? double(s.examples) / t : 0.0;
   out["last_loss"] = s.last_loss;
   out["lr"] = double(s.last_lr);
-  // null until the first evaluation: a 0 would read as a result.
-  if (s.result.epochs.empty())
-    out["accuracy"] = nullptr;
-  else
-    out["accuracy"] = s.result.epochs.back().test_accuracy;
+  // null until the first evaluation, and where not measured (no test data;
+  // accuracy in regression, mae in classification): a 0 would read as a
+  // result. nlohmann-json writes a NaN as null.
+  const models::EpochResult none;
+  const models::EpochResult& last = s.result.epochs.empty() ? none : s.result.epochs.back();
+  out["accuracy"] = last.test_accuracy;
+  out["test_loss"] = last.test_loss;
+  out["test_mae"] = last.test_mae;
   out["pushes"] = s.result.pushes;
   out["sync_steps"] = s.result.sync_steps;
   if (s.config.ps_tasks) out["rollbacks"] = s.result.rollbacks.size();

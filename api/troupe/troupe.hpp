@@ -153,7 +153,8 @@ class PrintLR : public Callback {
 };
 
 // Keras' CSVLogger: one row per epoch (epoch,step,train_loss,train_accuracy,
-// test_loss,test_accuracy,test_top5,lr,seconds,samples_per_s). With
+// test_loss,test_accuracy,test_top5,test_mae,lr,seconds,samples_per_s;
+// empty where not measured). With
 // `every_evaluation`, one row per evaluation instead (kind = epoch|eval).
 // Throws std::runtime_error naming the file when it cannot be created.
 class CsvLogger : public Callback {

@@ -90,6 +90,18 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
         label_col = static_cast<std::int64_t>(header.size()) - 1;
       } else {
         const auto found = std::find(header.begin(), header.end(), options.label_column);
+        // A column's number (from 1, as the errors count them) when no
+        // column has that name.
+        const std::string& wanted = options.label_column;
+        if (found == header.end() && wanted.find_first_not_of("0123456789") == std::string::npos &&
+            wanted.size() < 10) {
+          const long number = std::strtol(wanted.c_str(), nullptr, 10);
+          if (number < 1 || number > static_cast<long>(header.size()))
+            throw fail(line_number,
+                       "label column " + wanted + ": the header has columns 1 to " + std::to_string(header.size()));
+          label_col = number - 1;
+          continue;
+        }
         if (found == header.end() || std::count(header.begin(), header.end(), options.label_column) > 1) {
           std::string names;
           for (const auto& h : header) names += (names.empty() ? "" : ", ") + shown(h);
@@ -108,8 +120,12 @@ Splits load_csv(const std::string& path, const CsvOptions& options) {
       const std::string column = "column " + std::to_string(c + 1) + " (" + shown(header[c]) + ")";
       if (static_cast<std::int64_t>(c) == label_col && options.task == Task::classification) {
         long label = 0;
-        if (!parse_label(fields[c], label))
-          throw fail(line_number, column + ": label '" + shown(fields[c]) + "' is not an integer class id >= 0");
+        if (!parse_label(fields[c], label)) {
+          double number = 0;
+          const bool a_target = parse_number(fields[c], number);
+          throw fail(line_number, column + ": label '" + shown(fields[c]) + "' is not an integer class id >= 0" +
+                                      (a_target ? " (a regression target? then give --task regress)" : ""));
+        }
         if (options.num_classes > 0 && label >= options.num_classes)
           throw fail(line_number, column + ": label " + shown(fields[c]) + " is outside [0, " +
                                       std::to_string(options.num_classes) + ")");

@@ -16,7 +16,9 @@
 namespace troupe::data {
 
 struct CsvOptions {
-  std::string label_column;  // the label / target column's name; empty: the last column
+  // The label / target column's name, or its number from 1 when no column
+  // has that name; empty: the last column.
+  std::string label_column;
   Task task = Task::classification;
   int num_classes = 0;       // classification: 0 means max label + 1
   double test_fraction = 0;  // in [0, 1): examples moved to the test split

@@ -72,6 +72,13 @@ std::int64_t batch_examples(const PlanOptions& options, const Shard& shard, std:
   return std::min(options.batch_size, (options.examples - first + world - 1) / world);
 }
 
+std::int64_t global_batch_examples(const PlanOptions& options, int world, std::int64_t offset, std::int64_t t) {
+  const Shard first{0, world};
+  if (t < 0 || t >= data::batches_per_epoch(options, first, offset)) return 0;
+  const std::int64_t global = options.batch_size * world;
+  return std::min(global, options.examples - offset - t * global);
+}
+
 EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_t epoch, std::int64_t offset)
     : options_(options),
       shard_(shard),
@@ -137,6 +144,7 @@ BatchIterator::Batch BatchIterator::next() {
   out.cursor = cursor_;
   out.indices = plan_->batch(cursor_.batch);
   out.last_in_epoch = cursor_.batch + 1 == plan_->batches();
+  out.global_examples = global_batch_examples(options_, shard_.world, cursor_.offset, cursor_.batch);
   cursor_ =
       out.last_in_epoch ? Cursor{cursor_.epoch + 1, 0, 0} : Cursor{cursor_.epoch, cursor_.batch + 1, cursor_.offset};
   return out;

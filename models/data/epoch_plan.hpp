@@ -93,6 +93,11 @@ std::int64_t batches_per_epoch(const PlanOptions& options, const Shard& shard, s
 // partial global batch, 0 past the segment's end. EpochPlan::batch(t).size()
 // without building the permutation.
 std::int64_t batch_examples(const PlanOptions& options, const Shard& shard, std::int64_t offset, std::int64_t t);
+// The examples of global batch t of that segment, every rank's together:
+// b * world, fewer in the last, partial one, 0 past the end. A synchronous
+// step's mean loss is over these (the gradient's 1 / count), so that the
+// replicas of a partial last batch train as one replica would on it.
+std::int64_t global_batch_examples(const PlanOptions& options, int world, std::int64_t offset, std::int64_t t);
 
 // One epoch's order, with the batches of any rank and the global batches.
 class EpochPlan {
@@ -128,6 +133,7 @@ class BatchIterator {
     Cursor cursor;                      // where this batch sits
     std::vector<std::int64_t> indices;  // example indices (may be empty, see 3.)
     bool last_in_epoch = false;
+    std::int64_t global_examples = 0;  // of the global batch it is part of (global_batch_examples)
   };
 
   // The next batch; advances the cursor (into the next epoch after the last

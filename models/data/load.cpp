@@ -1,5 +1,6 @@
 #include "models/data/load.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include "models/data/error.hpp"
@@ -42,7 +43,62 @@ std::vector<std::string> known_dataset_names() {
   return names;
 }
 
+namespace {
+Splits load_one(const std::string& name_or_path, const LoadOptions& options);
+}  // namespace
+
+// --test-data: the second source's examples, all of them, are the test split.
 Splits load_dataset(const std::string& name_or_path, const LoadOptions& options) {
+  if (options.test_data.empty()) return load_one(name_or_path, options);
+  const std::string& test_path = options.test_data;
+  const bool test_is_table = ends_with(test_path, ".csv") || ends_with(test_path, ".csv.gz");
+  const bool test_is_images = test_path.compare(0, 7, "images:") == 0;
+  if (!test_is_table && !test_is_images)
+    throw UnknownDatasetError("test data '" + test_path +
+                                  "': give a .csv file or images:DIR (read as the training data "
+                                  "is, every example of it the test split)",
+                              test_path);
+  if (options.csv.test_fraction > 0 || options.images.test_fraction > 0)
+    throw UnknownDatasetError(
+        "test data '" + test_path + "' and a test fraction together: the test split is one or the other", test_path);
+  LoadOptions test_options = options;
+  test_options.test_data.clear();
+  Splits splits = load_one(name_or_path, test_options);
+  if (splits.test.size() > 0)
+    throw UnknownDatasetError("dataset '" + name_or_path + "' has a test split of its own (" +
+                                  std::to_string(splits.test.size()) + " examples); test data '" + test_path +
+                                  "' would replace it: leave one out",
+                              test_path);
+  Splits other = load_one(test_path, test_options);
+  Dataset test = std::move(other.train);
+  const Dataset& train = splits.train;
+  if (test.size() == 0) throw DataError("test data " + test_path + ": no examples", test_path);
+  if (test.feature_shape() != train.feature_shape() || test.features.dtype() != train.features.dtype() ||
+      test.task != train.task || test.label_shape() != train.label_shape())
+    throw DataError("test data " + test_path + " gives " + test.describe() + ", but the training data " + name_or_path +
+                        " gives " + train.describe() +
+                        ": both must have the same columns (or image size "
+                        "and colour) and task",
+                    test_path);
+  if (train.task == Task::classification) {
+    const int classes = std::max(train.num_classes, test.num_classes);
+    splits.train.num_classes = classes;
+    test.num_classes = classes;
+    if (!train.class_names.empty() && test.class_names != train.class_names)
+      throw DataError("test data " + test_path + ": its class folders are not the training data's (" +
+                          std::to_string(test.class_names.size()) + " against " +
+                          std::to_string(train.class_names.size()) + ", or named otherwise)",
+                      test_path);
+  }
+  test.split = "test";
+  splits.test = std::move(test);
+  splits.test.validate();
+  return splits;
+}
+
+namespace {
+
+Splits load_one(const std::string& name_or_path, const LoadOptions& options) {
   for (const auto& entry : table()) {
     if (name_or_path == entry.name) return entry.load(options);
   }
@@ -70,5 +126,7 @@ Splits load_dataset(const std::string& name_or_path, const LoadOptions& options)
           " {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])",
       name_or_path);
 }
+
+}  // namespace
 
 }  // namespace troupe::data

@@ -25,6 +25,11 @@ namespace troupe::data {
 
 struct LoadOptions {
   std::string fashion_mnist_dir;  // empty: $TROUPE_FASHION_MNIST_DIR, else the Debian location
+  // A second .csv file or images:DIR whose every example is the test
+  // split, read with the options of the first (--test-data); empty: the
+  // dataset's own test split. Its features must have the training
+  // split's shape; in classification both take the larger class count.
+  std::string test_data;
   CsvOptions csv;
   ImageOptions images;
   LinregOptions linreg;

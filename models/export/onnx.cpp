@@ -112,7 +112,7 @@ void set_type(onnx::ValueInfoProto& v, const std::string& name, int elem_type, c
 
 const char* kSupported =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, add, concat";
+    "tanh, gelu, softmax, dropout, batchnorm, standardize, add, concat";
 
 }  // namespace
 
@@ -259,6 +259,17 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
           w.node("BatchNormalization", name, {in[0], weights.at(0), weights.at(1), weights.at(2), weights.at(3)}, out);
       GraphWriter::real(n, "epsilon", std::stof(line.get("epsilon", "1e-5")));
       GraphWriter::real(n, "momentum", std::stof(line.get("momentum", "0.9")));
+    } else if (kind == "standardize") {
+      // (x - mean) / std per channel: constants of shape [c, 1, ...] that
+      // broadcast over the batch and the positions of each channel.
+      const auto* layer = dynamic_cast<const Standardize*>(&v.layer);
+      if (!layer) throw fail("not a Standardize layer");
+      std::vector<std::int64_t> dims(v.output.dims().size(), 1);
+      dims.at(0) = static_cast<std::int64_t>(layer->mean().size());
+      const std::string mean = w.initializer(name + ".mean", Shape(dims), layer->mean().data());
+      const std::string deviation = w.initializer(name + ".std", Shape(dims), layer->deviation().data());
+      w.node("Sub", name + "/centred", {in[0], mean}, name + "/centred");
+      w.node("Div", name, {name + "/centred", deviation}, out);
     } else if (kind == "add") {
       // Left to right, as troupe sums: (x1 + x2) + x3.
       std::string sum = in.at(0);

@@ -296,6 +296,34 @@ class BatchNorm final : public Layer {
   Tensor mean_, var_, zeros_, x_, y_, dx_;
 };
 
+// Fixed standardization per channel of [c, ...] (per feature of [d]):
+//   y = (x - mean[c]) / std[c]
+// with constants written in the spec (Keras' Normalization(mean=,
+// variance=) with its values given): `troupe train --standardize` puts one
+// first, with the training split's means and deviations
+// (models::standardize_first), so that the checkpoint, eval, predict and
+// the ONNX export (Sub, Div) all apply what training did. Nothing is
+// trained; the backward pass is dy / std. Spec:
+//   standardize mean=5.84,3.05 std=0.83,0.43
+class Standardize final : public Layer {
+ public:
+  // Throws std::invalid_argument unless both have the same length >= 1,
+  // every mean is finite and every deviation finite and > 0.
+  Standardize(std::vector<float> mean, std::vector<float> std);
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& deviation() const { return std_; }
+
+ private:
+  std::vector<float> mean_, std_;
+  Shape shape_;
+  Device device_;
+  Tensor mean_t_, var_t_, zeros_, ones_, y_, dx_;  // on the device: the kernels' per-channel constants
+};
+
 // ---- merges: they join the branches of a model graph (models/spec.hpp) ----
 
 // The element-wise sum of its inputs, which must have one shape (a

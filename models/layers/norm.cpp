@@ -1,7 +1,9 @@
-// Normalisation layers: BatchNorm.
+// Normalisation layers: BatchNorm, and the fixed Standardize.
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kernels/ops.hpp"
 #include "models/layers/layers.hpp"
@@ -183,6 +185,76 @@ void BatchNorm::join_backward() {
   if (!reducer_) return;
   ops::fill(dsums_, 0.0f);
   reducer_->sum(dsums_);
+}
+
+// ---- Standardize ----
+
+namespace {
+// Nine significant digits: a float32 reads back as itself, so the spec
+// text (and a checkpoint's) rebuilds the same constants.
+std::string list(const std::vector<float>& values) {
+  std::string out;
+  for (float v : values) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));
+    out += (out.empty() ? "" : ",") + std::string(text);
+  }
+  return out;
+}
+}  // namespace
+
+Standardize::Standardize(std::vector<float> mean, std::vector<float> std)
+    : mean_(std::move(mean)), std_(std::move(std)) {
+  if (mean_.empty() || mean_.size() != std_.size())
+    throw std::invalid_argument("standardize: mean= and std= need one value per channel each, got " +
+                                std::to_string(mean_.size()) + " and " + std::to_string(std_.size()));
+  for (std::size_t c = 0; c < mean_.size(); ++c) {
+    if (!std::isfinite(mean_[c]))
+      throw std::invalid_argument("standardize: mean " + std::to_string(c + 1) + " is not finite");
+    if (!(std::isfinite(std_[c]) && std_[c] > 0.0f))
+      throw std::invalid_argument("standardize: std " + std::to_string(c + 1) + " is " + number(std_[c]) +
+                                  "; every deviation must be finite and > 0");
+  }
+}
+
+std::string Standardize::spec() const { return "standardize mean=" + list(mean_) + " std=" + list(std_); }
+
+Shape Standardize::build(const Shape& input, const Device& device) {
+  const auto channels = static_cast<std::int64_t>(mean_.size());
+  if (input.rank() < 1 || input[0] != channels)
+    throw std::invalid_argument("standardize: " + std::to_string(channels) +
+                                " means and deviations, one per channel (the first dimension), but the input is " +
+                                input.str());
+  shape_ = input;
+  device_ = device;
+  // The batch-norm kernel with the deviations' squares as the variance and
+  // no epsilon: y = (x - mean) / sqrt(std^2), and sqrt of a float's
+  // rounded square is that float again (IEEE round to nearest).
+  std::vector<float> var(std_.size());
+  for (std::size_t c = 0; c < std_.size(); ++c) var[c] = std_[c] * std_[c];
+  mean_t_ = Tensor::from_vector(Shape{channels}, mean_).to(device);
+  var_t_ = Tensor::from_vector(Shape{channels}, var).to(device);
+  zeros_ = Tensor::zeros(Shape{channels}, DType::f32, device);
+  ones_ = Tensor::full(Shape{channels}, 1.0f, device);
+  for (float v : var)
+    if (!(v > 0.0f && std::isfinite(v)))
+      throw std::invalid_argument(
+          "standardize: a deviation's square is not a positive float (below about 1e-19 "
+          "or above 1.8e19): such a feature cannot be standardized in float32");
+  return input;
+}
+
+const Tensor& Standardize::forward(const Tensor& x, bool) {
+  Tensor& y = ensure(y_, x.size(0), shape_, device_);
+  ops::batchnorm_forward(x, mean_t_, var_t_, ones_, zeros_, 0.0f, y);
+  return y;
+}
+
+const Tensor& Standardize::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
+  ops::batchnorm_forward(dy, zeros_, var_t_, ones_, zeros_, 0.0f, dx);  // dy / std
+  return dx;
 }
 
 }  // namespace troupe::models

@@ -8,6 +8,9 @@ training a few steps, evaluating and predicting take seconds on any model:
   OUT/wordnet-small/   data.{adj,adv,noun,verb}: the first 300 synsets of each
                        of WordNet's files ($TROUPE_WORDNET_DIR, else
                        /usr/share/wordnet), for TROUPE_WORDNET_DIR
+  OUT/houses.csv       600 rows of a seeded regression table: features of
+                       very different scales (rooms, area, age), a float
+                       price (--task regress --standardize)
 
 Usage: make_data.py OUT
 """
@@ -55,4 +58,20 @@ for part in ("adj", "adv", "noun", "verb"):
                 break
     with open(os.path.join(text, "data." + part), "wb") as f:
         f.writelines(kept)
-print(f"make_data: {idx} (512 train, 500 test images), {text} (4 x 300 synsets)")
+# A linear congruential generator, so the table is the same with any Python.
+state = 12345
+
+
+def uniform(low, high):
+    global state
+    state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+    return low + (high - low) * (state >> 11) / 2**53
+
+
+with open(os.path.join(out, "houses.csv"), "w") as f:
+    f.write("rooms,area,age,price\n")
+    for _ in range(600):
+        rooms, area, age = int(uniform(1, 7)), uniform(30, 250), uniform(0, 80)
+        price = 50 * rooms + 3 * area - 1.5 * age + uniform(-20, 20)
+        f.write(f"{rooms},{area:.2f},{age:.1f},{price:.3f}\n")
+print(f"make_data: {idx} (512 train, 500 test images), {text} (4 x 300 synsets), houses.csv (600 rows)")

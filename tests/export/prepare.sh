@@ -8,8 +8,13 @@
 #
 # Usage: prepare.sh TROUPE WORK NAME MODEL DATA [full]
 #   MODEL: a zoo name or a spec file; DATA: as troupe train's --data
+# $EXPORT_DATA_FLAGS go to train, predict and eval (how the data is read:
+# --task regress --test-fraction 0.2), $EXPORT_TRAIN_FLAGS to train only
+# (--standardize).
 set -euo pipefail
 troupe=$1 work=$2 name=$3 model=$4 data=$5 full=${6:-}
+read -r -a data_flags <<< "${EXPORT_DATA_FLAGS:-}"
+read -r -a train_flags <<< "${EXPORT_TRAIN_FLAGS:-}"
 dir=$work/$name
 rm -rf "$dir"
 mkdir -p "$dir"
@@ -20,17 +25,17 @@ mkdir -p "$dir"
 # one class everywhere) is a figure a wrong layer would change.
 training=(--steps 5)
 [[ $full == full ]] && training=(--steps 40 --epochs 3 --optimizer sgd --lr 0.05 --momentum 0.9)
-"$troupe" train --model "$model" --data "$data" "${training[@]}" --batch 32 --devices cpu:0 \
+"$troupe" train --model "$model" --data "$data" "${data_flags[@]}" "${train_flags[@]}" "${training[@]}" --batch 32 --devices cpu:0 \
   --checkpoint-dir "$dir/ckpt" --log-every 0 > "$dir/train.log" 2>&1 || {
   cat "$dir/train.log"
   exit 1
 }
 ck=$(ls "$dir"/ckpt/ckpt-*.troupe | tail -n 1)
-"$troupe" predict --checkpoint "$ck" --data "$data" --limit 100 --output "$dir/predictions.json" \
+"$troupe" predict --checkpoint "$ck" --data "$data" "${data_flags[@]}" --limit 100 --output "$dir/predictions.json" \
   --inputs "$dir/inputs.npy"
 "$troupe" export --checkpoint "$ck" --format onnx --output "$dir/model.onnx"
 if [[ $full == full ]]; then
-  "$troupe" predict --checkpoint "$ck" --data "$data" --output "$dir/predictions_all.json" \
+  "$troupe" predict --checkpoint "$ck" --data "$data" "${data_flags[@]}" --output "$dir/predictions_all.json" \
     --inputs "$dir/inputs_all.npy"
-  "$troupe" eval --checkpoint "$ck" --data "$data" | tee "$dir/eval.txt"
+  "$troupe" eval --checkpoint "$ck" --data "$data" "${data_flags[@]}" | tee "$dir/eval.txt"
 fi

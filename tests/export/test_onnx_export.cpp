@@ -7,6 +7,7 @@
 #include <onnx/checker.h>  // defines: onnx::checker::check_model (libonnx)
 #include <onnx/onnx_pb.h>  // defines: onnx::ModelProto
 
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -59,6 +60,7 @@ const std::vector<Case>& cases() {
       {"softmax", "input 2 5\nsoftmax\nflatten", "Softmax"},
       {"dropout", "input 6\ndropout rate=0.5", "Identity"},
       {"batchnorm", "input 3 4 4\nbatchnorm momentum=0.8 epsilon=0.001\nflatten", "BatchNormalization"},
+      {"standardize", "input 2 3 3\nstandardize mean=0.5,-1 std=2,0.25\nflatten", "Div"},
       {"add", "input 6\na: relu\nb: tanh from=input\nadd from=a,b,input", "Add"},
       {"concat", "input 2 4\na: relu\nb: tanh from=input\nconcat from=a,b,input\nflatten", "Concat"},
   };
@@ -88,7 +90,7 @@ const onnx::AttributeProto* attribute(const onnx::NodeProto& n, const std::strin
 
 TEST(OnnxExport, EveryLayerKindTheSpecKnowsIsExportedAndPassesOnnxsChecker) {
   const std::vector<std::string> kinds = known_layer_kinds();
-  ASSERT_GE(kinds.size(), 18u);
+  ASSERT_GE(kinds.size(), 19u);
   for (const std::string& kind : kinds) {
     const Case* c = nullptr;
     for (const Case& each : cases())
@@ -144,6 +146,33 @@ TEST(OnnxExport, ConvolutionPaddingStridesAndBatchNormEpsilonAreTroupes) {
   const onnx::NodeProto* t = find_op(emb, "Transpose");
   ASSERT_NE(t, nullptr) << "the embedding's rows must become channels-first";
   EXPECT_EQ(attribute(*t, "perm")->ints(1), 2);
+}
+
+// (x - mean) / std per channel: constants [c, 1, 1] broadcast over an
+// image's positions, with the spec's values.
+TEST(OnnxExport, StandardizeIsASubAndADivByConstantsPerChannel) {
+  const onnx::ModelProto m = exported("input 2 3 3\nstandardize mean=0.5,-1 std=2,0.25\nflatten");
+  const onnx::NodeProto* sub = find_op(m, "Sub");
+  const onnx::NodeProto* div = find_op(m, "Div");
+  ASSERT_NE(sub, nullptr);
+  ASSERT_NE(div, nullptr);
+  EXPECT_EQ(sub->input(0), "input");
+  EXPECT_EQ(div->input(0), sub->output(0));
+  const onnx::TensorProto* mean = nullptr;
+  const onnx::TensorProto* deviation = nullptr;
+  for (const auto& t : m.graph().initializer()) {
+    if (t.name() == sub->input(1)) mean = &t;
+    if (t.name() == div->input(1)) deviation = &t;
+  }
+  ASSERT_NE(mean, nullptr);
+  ASSERT_NE(deviation, nullptr);
+  EXPECT_EQ(std::vector<std::int64_t>(mean->dims().begin(), mean->dims().end()), (std::vector<std::int64_t>{2, 1, 1}));
+  float values[2];
+  ASSERT_EQ(deviation->raw_data().size(), sizeof values);
+  std::memcpy(values, deviation->raw_data().data(), sizeof values);
+  EXPECT_EQ(values[0], 2.0f);
+  EXPECT_EQ(values[1], 0.25f);
+  EXPECT_NO_THROW(onnx::checker::check_model(m));
 }
 
 TEST(OnnxExport, LabelsNameTheNodesAndALabelCalledOutputDoesNotClash) {

@@ -125,6 +125,59 @@ TEST(Job, SyncOnThreeReplicasEqualsOneReplicaWithTheGlobalBatch) {
   EXPECT_LT(rel_diff(job.replica_parameters()[0], single.model().parameters().to_vector()), 1e-5);
 }
 
+// A regression table, standardized, with the last partial batch trained
+// (drop_remainder false): 150 rows in global batches of 32 are 4 full steps
+// and one of 22 per epoch. The replicas' gradient of that step is the mean
+// over its 22 examples, as one replica's; and both put the same
+// standardize layer first, from the same training split.
+TEST(Job, APartialLastBatchAndStandardizedFeaturesTrainOnTwoReplicasAsOnOne) {
+  const std::string path = ::testing::TempDir() + "/troupe_job_partial.csv";
+  {
+    std::ofstream out(path);
+    out << "x1,x2,x3,y\n";
+    for (int i = 0; i < 150; ++i) {
+      const double x1 = (i * 37 % 101) * 10.0, x2 = (i * 17 % 13) * 0.01, x3 = i % 7;
+      out << x1 << "," << x2 << "," << x3 << "," << 0.002 * x1 - 30 * x2 + x3 << "\n";
+    }
+  }
+  JobConfig two = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 16);
+  two.train.data = path;
+  two.train.data_options.csv.task = data::Task::regression;
+  two.train.standardize = true;
+  two.train.drop_remainder = false;
+  two.train.epochs = 3;
+  two.train.optimizer.name = "sgd";
+  two.train.lr = 0.02f;
+  two.collect_replica_parameters = true;
+  Job job(two);
+  JobResult r = job.run();
+  expect_accounting(r);
+  EXPECT_EQ(r.steps, 15);
+  ASSERT_EQ(job.replica_parameters().size(), 2u);
+  EXPECT_EQ(job.replica_parameters()[0], job.replica_parameters()[1]) << "replicas diverged";
+  EXPECT_TRUE(r.final.regression);
+  EXPECT_TRUE(std::isnan(r.final.test_accuracy));
+  EXPECT_EQ(r.final.test_examples, 0);  // no test split: nothing measured, NaN rather than 0
+  EXPECT_TRUE(std::isnan(r.final.test_loss));
+  EXPECT_EQ(job.spec().layers.at(0).rfind("standardized: standardize mean=", 0), 0u) << job.spec().layers.at(0);
+
+  models::TrainConfig one = two.train;
+  one.batch = 32;
+  models::Trainer single(one);
+  const models::TrainResult s = single.run();
+  EXPECT_EQ(s.steps, 15);
+  EXPECT_EQ(single.model().spec(), job.spec());
+  const auto single_params = single.model().parameters().to_vector();
+  EXPECT_LT(rel_diff(job.replica_parameters()[0], single_params), 1e-5);
+  // drop_remainder true leaves the 22 out: 12 steps, other parameters.
+  models::TrainConfig dropped = one;
+  dropped.drop_remainder = true;
+  models::Trainer full_only(dropped);
+  EXPECT_EQ(full_only.run().steps, 12);
+  EXPECT_GT(rel_diff(full_only.model().parameters().to_vector(), single_params), 1e-4);
+  std::remove(path.c_str());
+}
+
 TEST(Job, AsyncEpochAppliesEveryPushOnceAndLearns) {
   JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "async", 64);
   Job job(c);

@@ -337,6 +337,37 @@ TEST(ClusterJobFile, AugmentRoundTripsInItsCanonicalForm) {
   EXPECT_EQ(parse_job_text("augment = \"none\"\n", "JOB.toml").train.augment, "");
 }
 
+// How the data is read travels in the job text, so that every node of a
+// cluster reads a table or an image folder as the coordinator does.
+TEST(ClusterJobFile, DataKeysRoundTripAndAJobWithoutThemKeepsItsText) {
+  const actors::JobConfig c = parse_job_text(
+      "task = \"regress\"\nlabel_column = \"price\"\ntest_fraction = 0.25\nimage_size = \"32x24\"\ncolor = \"rgb\"\n"
+      "standardize = true\ndrop_remainder = false\n",
+      "JOB.toml");
+  const auto& d = c.train.data_options;
+  EXPECT_EQ(d.csv.task, data::Task::regression);
+  EXPECT_EQ(d.csv.label_column, "price");
+  EXPECT_EQ(d.csv.test_fraction, 0.25);
+  EXPECT_EQ(d.images.test_fraction, 0.25);
+  EXPECT_EQ(d.images.height, 32);
+  EXPECT_EQ(d.images.width, 24);
+  EXPECT_EQ(d.images.color, data::ImageColor::rgb);
+  EXPECT_TRUE(c.train.standardize);
+  EXPECT_FALSE(c.train.drop_remainder);
+  const std::string text = to_job_text(c);
+  EXPECT_EQ(to_job_text(parse_job_text(text, "round-trip")), text);
+  EXPECT_NE(text.find("\ntask = \"regress\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nimage_size = \"32x24\"\n"), std::string::npos) << text;
+  const actors::JobConfig tests = parse_job_text("test_data = \"held_out.csv\"\ncolor = \"grey\"\n", "JOB.toml");
+  EXPECT_EQ(tests.train.data_options.test_data, "held_out.csv");
+  EXPECT_EQ(parse_job_text(to_job_text(tests), "round-trip").train.data_options.test_data, "held_out.csv");
+  EXPECT_EQ(to_job_text(actors::JobConfig{}).find("task"), std::string::npos);
+  EXPECT_JOB_ERROR("task = \"cluster\"\n", "\"classify\" or \"regress\"");
+  EXPECT_JOB_ERROR("image_size = \"32\"\n", "HxW");
+  EXPECT_JOB_ERROR("color = \"cmyk\"\n", "\"auto\", \"grey\" or \"rgb\"");
+  EXPECT_JOB_ERROR("test_fraction = 1.5\n", "test_fraction");
+}
+
 // Above 2^64 - 1 a seed used to be taken as 2^64 - 1 and changed results.
 TEST(ClusterJobFile, SeedsOutsideUint64AreRefused) {
   EXPECT_JOB_ERROR("epochs = 1\nseed = 99999999999999999999\n",

@@ -57,6 +57,60 @@ TEST(DataCsv, RegressionTargetByName) {
   EXPECT_NE(message.find("price, rooms, area"), std::string::npos) << message;
 }
 
+// --label-column N: a column's number from 1 when no column has that name;
+// a float label in classification suggests regression.
+TEST(DataCsv, TheLabelColumnByNumberAndAFloatLabelSuggestsRegression) {
+  TempDir dir;
+  write_file(dir.file("houses.csv"), "price,rooms,area\n100.5,3,70\n200,5,120\n");
+  CsvOptions options;
+  options.task = Task::regression;
+  options.label_column = "1";
+  const Splits s = load_csv(dir.file("houses.csv"), options);
+  EXPECT_EQ(s.train.labels.to_vector(), (std::vector<float>{100.5f, 200.0f}));
+  EXPECT_EQ(s.train.features.to_vector(), (std::vector<float>{3, 70, 5, 120}));
+  options.label_column = "2";
+  EXPECT_EQ(load_csv(dir.file("houses.csv"), options).train.labels.to_vector(), (std::vector<float>{3, 5}));
+  options.label_column = "4";
+  std::string message = error_of<DataError>([&] { load_csv(dir.file("houses.csv"), options); });
+  EXPECT_NE(message.find("label column 4: the header has columns 1 to 3"), std::string::npos) << message;
+  options = CsvOptions{};
+  options.label_column = "price";
+  message = error_of<DataError>([&] { load_csv(dir.file("houses.csv"), options); });
+  EXPECT_NE(message.find("houses.csv:2: column 1 (price): label '100.5' is not an integer class id"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("give --task regress"), std::string::npos) << message;
+}
+
+// --test-data: a second file's every example is the test split, read as the
+// first; in classification both take the larger class count.
+TEST(DataCsv, ASecondFileIsTheTestSplit) {
+  TempDir dir;
+  write_file(dir.file("train.csv"), "a,b,y\n1,2,0\n3,4,1\n5,6,0\n");
+  write_file(dir.file("test.csv"), "a,b,y\n7,8,2\n");
+  LoadOptions options;
+  options.test_data = dir.file("test.csv");
+  const Splits s = load_dataset(dir.file("train.csv"), options);
+  EXPECT_EQ(s.train.size(), 3);
+  ASSERT_EQ(s.test.size(), 1);
+  EXPECT_EQ(s.test.split, "test");
+  EXPECT_EQ(s.test.features.to_vector(), (std::vector<float>{7, 8}));
+  EXPECT_EQ(s.train.num_classes, 3);
+  EXPECT_EQ(s.test.num_classes, 3);
+
+  write_file(dir.file("wide.csv"), "a,b,c,y\n7,8,9,1\n");
+  options.test_data = dir.file("wide.csv");
+  std::string message = error_of<DataError>([&] { load_dataset(dir.file("train.csv"), options); });
+  EXPECT_NE(message.find("same columns"), std::string::npos) << message;
+  options.test_data = dir.file("test.csv");
+  options.csv.test_fraction = 0.5;
+  message = error_of<DataError>([&] { load_dataset(dir.file("train.csv"), options); });
+  EXPECT_NE(message.find("one or the other"), std::string::npos) << message;
+  options.csv.test_fraction = 0;
+  options.test_data = "fashion-mnist";
+  message = error_of<DataError>([&] { load_dataset(dir.file("train.csv"), options); });
+  EXPECT_NE(message.find("give a .csv file or images:DIR"), std::string::npos) << message;
+}
+
 TEST(DataCsv, SeededTestSplit) {
   TempDir dir;
   std::string text = "a,b,label\n";

@@ -238,6 +238,35 @@ TEST(EpochPlanSegments, BatchExamplesIsTheSizeOfTheRanksBatch) {
   }
 }
 
+// A global batch's examples are every rank's batch together: the sum of
+// batch_examples over the ranks, fewer than batch x world only in the last,
+// partial batch; and the iterator's batches carry it.
+TEST(EpochPlanSegments, GlobalBatchExamplesIsTheSumOverTheRanks) {
+  std::mt19937_64 rng(12);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 300);
+    const PlanOptions o{n, 1 + static_cast<std::int64_t>(rng() % 9), true, rng(), (rng() & 1) != 0};
+    const int world = 1 + static_cast<int>(rng() % 5);
+    const std::int64_t offset = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n + 1));
+    const std::int64_t steps = batches_per_epoch(o, {0, world}, offset);
+    for (std::int64_t t = -1; t <= steps; ++t) {
+      std::int64_t sum = 0;
+      for (int r = 0; r < world; ++r) sum += batch_examples(o, {r, world}, offset, t);
+      ASSERT_EQ(global_batch_examples(o, world, offset, t), sum) << "n " << n << ", world " << world << ", step " << t;
+      if (t >= 0 && t + 1 < steps) {
+        ASSERT_EQ(sum, o.batch_size * world);
+      }
+    }
+  }
+  BatchIterator it(PlanOptions{10, 2, false, 0, false}, {1, 2});
+  EXPECT_EQ(it.next().global_examples, 4);
+  EXPECT_EQ(it.next().global_examples, 4);
+  const BatchIterator::Batch last = it.next();
+  EXPECT_TRUE(last.last_in_epoch);
+  EXPECT_EQ(last.global_examples, 2);  // 10 = 4 + 4 + 2
+  EXPECT_EQ(last.indices.size(), 1u);  // rank 1's share of the 2
+}
+
 TEST(EpochPlanSegments, RejectsAnOffsetOutsideTheEpoch) {
   PlanOptions o{100, 4, true, 1, false};
   EXPECT_THROW(batches_per_epoch(o, {0, 2}, 101), std::invalid_argument);

@@ -10,6 +10,7 @@
 #include "models/layers/layers.hpp"
 #include "models/loss.hpp"
 #include "models/model.hpp"
+#include "models/spec.hpp"
 #include "tests/kernels/harness.hpp"
 
 namespace troupe::models {
@@ -221,6 +222,46 @@ TEST(BatchNorm, RunningStatisticsAreWhatPyTorchKeepsAndEvaluationUsesThem) {
   EXPECT_NEAR(y[0], (1 - s[0]) / std::sqrt(s[2] + 1e-5), 1e-5);
   EXPECT_NEAR(y[11], (12 - s[1]) / std::sqrt(s[3] + 1e-5), 1e-5);
   EXPECT_EQ(layer.spec(), "batchnorm momentum=0.9 epsilon=1e-05");
+}
+
+// Fixed constants per channel: y = (x - mean) / std, against a plain
+// reference on random data, on [c, h, w] and on [d]; backward dy / std
+// through the finite-difference checker; and the spec text that rebuilds
+// the same floats.
+TEST(Standardize, IsXMinusTheMeanOverTheDeviationPerChannelAndItsBackwardIsDyOverIt) {
+  for (const Shape& in : {Shape{2, 3, 4}, Shape{2}}) {
+    Standardize layer({0.5f, -3.25f}, {2.0f, 0.3f});
+    LayerCheck c(layer, in, 90, -4.0f, 4.0f);
+    const std::vector<float> x = c.x.to_vector(), y = layer.forward(c.x, false).to_vector();
+    const std::int64_t positions = in.numel() / 2;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t channel = (i / static_cast<std::size_t>(positions)) % 2;
+      const float mean = channel == 0 ? 0.5f : -3.25f, deviation = channel == 0 ? 2.0f : 0.3f;
+      EXPECT_NEAR(y[i], (x[i] - mean) / deviation, 1e-5 * (1 + std::fabs(x[i] - mean) / deviation)) << i;
+    }
+    c.check("standardize input " + in.str(), c.x, true);
+    EXPECT_EQ(layer.parameter_count(), 0);
+    EXPECT_EQ(layer.state_count(), 0);
+  }
+}
+
+TEST(Standardize, ItsSpecLineRebuildsTheSameFloatsAndBadConstantsAreRefused) {
+  const float third = 1.0f / 3.0f;
+  Standardize layer({third, 1e-7f, -123456.789f}, {0.1f, 3e5f, 7.0f});
+  const std::string line = layer.spec();
+  EXPECT_EQ(normalised_layer_line(line), line);
+  auto rebuilt = ModelSpec::parse("input 3\n" + line + "\n", "test").make_graph();
+  const auto* again = dynamic_cast<const Standardize*>(rebuilt.at(0).layer.get());
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->mean(), layer.mean());
+  EXPECT_EQ(again->deviation(), layer.deviation());
+  EXPECT_THROW(Standardize({1, 2}, {1}), std::invalid_argument);
+  EXPECT_THROW(Standardize({1}, {0}), std::invalid_argument);
+  EXPECT_THROW(Standardize({1}, {-1}), std::invalid_argument);
+  EXPECT_THROW(normalised_layer_line("standardize mean=1,x std=1,1"), std::invalid_argument);
+  EXPECT_THROW(normalised_layer_line("standardize mean=1"), std::invalid_argument);
+  Standardize two({0, 0}, {1, 1});
+  EXPECT_THROW(two.build({3}, Device::cpu()), std::invalid_argument);  // 2 constants for 3 channels
 }
 
 TEST(LayerGradients, FlattenIsAViewBothWays) {
