@@ -400,11 +400,13 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                 "Standardize the features: the model's first layer subtracts the training split's mean and divides by "
                 "its deviation, per feature (per channel of images); kept in the checkpoint's model, so eval, "
                 "predict and the ONNX export apply the same");
-  cmd->add_option("--drop-remainder", c.drop_remainder,
-                  "true: every epoch trains full global batches only, the last examples of the shuffled order left "
-                  "out (as the PyTorch anchors' drop_last); false: the last, partial batch trains too, its loss the "
-                  "mean over its examples")
-      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--drop-remainder", [&c](const std::string& v) { c.drop_remainder = v == "true"; },
+         "true: every epoch trains full global batches only, the last examples of the shuffled order left out (as "
+         "the PyTorch anchors' drop_last); false: the last, partial batch trains too, its loss the mean over its "
+         "examples")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->default_str("true");
   cmd->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   cmd->add_option("--batch", c.batch, "Examples per step and replica (global batch = batch x replicas)")
       ->capture_default_str();

@@ -104,6 +104,29 @@ TEST(Elastic, AKilledWorkerIsRemovedAndTheSurvivorsFinishInEveryMode) {
   }
 }
 
+// The same with a BatchNorm model whose statistics are reduced across the
+// replicas (`batchnorm sync=true`): after the kill the survivors' steps
+// reduce through the new view's collective, every example is used once,
+// the two agree bitwise (parameters and optimizer state) and the model
+// learns.
+TEST(Elastic, ASyncBatchNormModelLosesAWorkerAndTheSurvivorsFinishExactly) {
+  const std::string specs = temp_dir("elastic-bn-spec");
+  const std::string spec = write_file(specs, "bn.spec",
+                                      "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm "
+                                      "sync=true\nrelu\nmaxpool2d pool=2\nflatten\ndense units=10\n");
+  Cluster c("elastic-bn", "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nepochs = 1\n",
+            2, {"--start-nodes", "3"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
+  c.workers[1]->signal(SIGKILL);
+  ASSERT_TRUE(c.coordinator->wait_for_output("the survivors go on in a new view", 10s)) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(120s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  const std::string out = c.coordinator->output();
+  expect_exactly_once(out, 2, 96);
+  EXPECT_NE(out.find("the 2 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_GE(final_accuracy(out), 0.75) << out;
+}
+
 // A checkpoint written after a view change records the data segment the
 // survivors train, so a resume continues it exactly: a job of 3 nodes loses
 // one at step 100 (the rest of epoch 1 is split among 2), stops at step 400

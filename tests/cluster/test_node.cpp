@@ -412,6 +412,75 @@ TEST(Node, ACoordinatorWaitingForNodesStopsWithinASecondOfASignal) {
   }
 }
 
+// A BatchNorm model across nodes. The CNN of Job's BatchNorm tests
+// (tests/job/test_job.cpp), `sync=true` or not.
+std::string bn_spec(const std::string& dir, bool sync) {
+  return write_file(dir, sync ? "bn_sync.spec" : "bn.spec",
+                    std::string("name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm") +
+                        (sync ? " sync=true" : "") + "\nrelu\nmaxpool2d pool=2\nflatten\ndense units=10\n");
+}
+
+// With `batchnorm sync=true` the statistics are those of the global batch,
+// reduced across the nodes through the job's collective, forward and
+// backward: three nodes of 32 train as one process of 96, parameters and
+// running statistics alike.
+TEST(Node, ThreeNodesWithSyncBatchNormEqualOneProcessWithTheGlobalBatch) {
+  const std::string spec = bn_spec(temp_dir("syncbn-spec"), true);
+  const std::string checkpoints = temp_dir("syncbn-ckpt");
+  Cluster c("syncbn",
+            "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nsteps = 30\nlr = 0.02\n" +
+                "mode = \"sync\"\ncheckpoint_dir = \"" + checkpoints + "\"\n[optimizer]\nname = \"sgd\"\n",
+            2);
+  ASSERT_EQ(c.wait_all(240s), (std::vector<int>{0, 0, 0})) << c.logs();
+  auto latest = checkpoint::Directory(checkpoints, 0).latest();
+  ASSERT_TRUE(latest.has_value()) << c.logs();
+  const checkpoint::State state = checkpoint::read(*latest);
+  EXPECT_EQ(state.position.global_step, 30u);
+
+  models::TrainConfig one;
+  one.model = spec;
+  one.data = "fashion-mnist";
+  one.seed = 5;
+  one.batch = 96;
+  one.max_steps = 30;
+  one.optimizer.name = "sgd";
+  one.lr = 0.02f;
+  models::Trainer single(one);
+  single.run();
+  EXPECT_LT(rel_diff(state.parameters, single.model().parameters().to_vector()), 1e-5);
+  ASSERT_EQ(state.model_state.size(), 16u);  // running mean and variance of 4 channels, padded
+  EXPECT_LT(rel_diff(state.model_state, single.model().state().to_vector()), 1e-5);
+}
+
+// Each node's own statistics (no sync) through mode switches: sync, async,
+// sync again. The accounting holds, and before the final evaluation and
+// the checkpoint the coordinator hands every replica the mean of their
+// running statistics, so the model rebuilt from the checkpoint alone
+// evaluates to the accuracy the job printed.
+TEST(Node, ABatchNormModelSwitchesModesAcrossTheClusterAndItsCheckpointEvaluatesAsTheJobDid) {
+  const std::string spec = bn_spec(temp_dir("bn-switch-spec"), false);
+  const std::string checkpoints = temp_dir("bn-switch-ckpt");
+  Cluster c("bn-switch",
+            "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nsteps = 200\n" +
+                "mode = \"sync\"\nswitch = \"50:async,130:sync\"\ncheckpoint_dir = \"" + checkpoints + "\"\n",
+            2);
+  ASSERT_EQ(c.wait_all(240s), (std::vector<int>{0, 0, 0})) << c.logs();
+  const Accounting a = accounting(c.coordinator->output());
+  EXPECT_EQ(a.steps, 200) << c.logs();
+  EXPECT_EQ(a.pushed, a.applied) << c.logs();
+  EXPECT_EQ(a.steps, a.sync + a.applied) << "global steps are not the updates applied";
+  EXPECT_GT(a.sync, 0);
+  EXPECT_GT(a.applied, 0);
+  auto latest = checkpoint::Directory(checkpoints, 0).latest();
+  ASSERT_TRUE(latest.has_value()) << c.logs();
+  const checkpoint::State state = checkpoint::read(*latest);
+  EXPECT_EQ(state.position.global_step, 200u);
+  auto model = models::load_model(state, *latest, kernels::Device::cpu());
+  const double accuracy = models::evaluate_model(*model, data::load_dataset("fashion-mnist").test).test_accuracy;
+  EXPECT_NEAR(accuracy, a.accuracy, 0.5e-4) << c.logs();  // the job prints 4 decimals
+  EXPECT_GT(accuracy, 0.5) << "the model learns in 200 steps";
+}
+
 // The sync test again with every node in its own network namespace (its own
 // network stack, as separate hosts have), joined by veth links to a bridge.
 TEST(Node, ThreeNodesInThreeNetworkNamespaces) {
