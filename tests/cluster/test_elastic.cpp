@@ -114,8 +114,8 @@ TEST(Elastic, ASyncBatchNormModelLosesAWorkerAndTheSurvivorsFinishExactly) {
   const std::string spec = write_file(specs, "bn.spec",
                                       "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm "
                                       "sync=true\nrelu\nmaxpool2d pool=2\nflatten\ndense units=10\n");
-  Cluster c("elastic-bn", "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nepochs = 1\n",
-            2, {"--start-nodes", "3"}, {}, 1);
+  Cluster c("elastic-bn", "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nepochs = 1\n", 2,
+            {"--start-nodes", "3"}, {}, 1);
   ASSERT_TRUE(wait_for_step(*c.coordinator, 100, 120s)) << c.logs();
   c.workers[1]->signal(SIGKILL);
   ASSERT_TRUE(c.coordinator->wait_for_output("the survivors go on in a new view", 10s)) << c.logs();
