@@ -77,14 +77,30 @@ BENCHMARK(BM_Sgemm)
 // ---------------------------------------------------------------- convolution
 
 enum Direction : int { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
-enum Variant : int { kBackend = 0, kOneDnn = 1, kIm2col = 2 };
-enum Layer : int { kSeedCnn = 0, kTextCnn = 1 };
+enum Variant : int { kBackend = 0, kOneDnn = 1, kIm2col = 2, kOneDnnBlocked = 3 };
+enum Layer : int { kSeedCnn = 0, kTextCnn = 1, kResnet16 = 2, kResnet32 = 3, kResnet64 = 4 };
 
 // The seed CNN's first layer: 64 images 1x28x28, 32 filters 3x3.
 // The text CNN's conv1d: 64 sequences of 7 channels x 300, 64 filters of
 // width 5, stored as 4-D with height 1.
+// The resnet's 3x3 convolutions at its batch 128, same padding: 16
+// channels at 28x28, 32 at 14x14, 64 at 7x7 (anchors/torch_resnet.py).
 Conv2dShape layer_shape(int layer) {
   Conv2dShape s;
+  if (layer >= kResnet16) {
+    const std::int64_t channels = layer == kResnet16 ? 16 : layer == kResnet32 ? 32 : 64;
+    const std::int64_t side = layer == kResnet16 ? 28 : layer == kResnet32 ? 14 : 7;
+    s.n = 128;
+    s.c = channels;
+    s.h = side;
+    s.w = side;
+    s.k = channels;
+    s.r = 3;
+    s.s = 3;
+    s.pad_h = 1;
+    s.pad_w = 1;
+    return s;
+  }
   if (layer == kSeedCnn) {
     s.n = 64;
     s.c = 1;
@@ -125,6 +141,8 @@ void run_conv(int variant, int direction, const Conv2dShape& s, ConvBuffers& b) 
     case kForward:
       if (variant == kOneDnn)
         cpu::conv2d_forward_onednn(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
+      else if (variant == kOneDnnBlocked)
+        cpu::conv2d_forward_onednn_blocked(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
       else if (variant == kIm2col)
         cpu::conv2d_forward_im2col(s, b.x.f32(), b.w.f32(), b.bias.f32(), b.y.f32());
       else
@@ -133,6 +151,8 @@ void run_conv(int variant, int direction, const Conv2dShape& s, ConvBuffers& b) 
     case kBackwardData:
       if (variant == kOneDnn)
         cpu::conv2d_backward_data_onednn(s, b.dy.f32(), b.w.f32(), b.dx.f32());
+      else if (variant == kOneDnnBlocked)
+        cpu::conv2d_backward_data_onednn_blocked(s, b.dy.f32(), b.w.f32(), b.dx.f32());
       else if (variant == kIm2col)
         cpu::conv2d_backward_data_im2col(s, b.dy.f32(), b.w.f32(), b.dx.f32());
       else
@@ -141,6 +161,8 @@ void run_conv(int variant, int direction, const Conv2dShape& s, ConvBuffers& b) 
     default:
       if (variant == kOneDnn)
         cpu::conv2d_backward_filter_onednn(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
+      else if (variant == kOneDnnBlocked)
+        cpu::conv2d_backward_filter_onednn_blocked(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
       else if (variant == kIm2col)
         cpu::conv2d_backward_filter_im2col(s, b.x.f32(), b.dy.f32(), b.dw.f32(), b.db.f32());
       else
@@ -194,13 +216,15 @@ void BM_Conv(benchmark::State& state) {
   }
   set_flops(state, 2.0 * double(s.n * s.k * s.p() * s.q()) * double(s.c * s.r * s.s));
   static const char* const directions[] = {"forward", "backward_data", "backward_filter"};
-  static const char* const variants[] = {"backend", "onednn", "im2col"};
-  state.SetLabel(std::string(layer == kSeedCnn ? "seed_cnn " : "text_cnn ") + directions[direction] + " " +
-                 variants[variant]);
+  static const char* const variants[] = {"backend", "onednn", "im2col", "onednn_blocked"};
+  static const char* const layers[] = {"seed_cnn ", "text_cnn ", "resnet16 ", "resnet32 ", "resnet64 "};
+  state.SetLabel(std::string(layers[layer]) + directions[direction] + " " + variants[variant]);
 }
 BENCHMARK(BM_Conv)
     ->ArgNames({"layer", "dir", "variant"})
-    ->ArgsProduct({{kSeedCnn, kTextCnn}, {kForward, kBackwardData, kBackwardFilter}, {kBackend, kOneDnn, kIm2col}})
+    ->ArgsProduct({{kSeedCnn, kTextCnn, kResnet16, kResnet32, kResnet64},
+                   {kForward, kBackwardData, kBackwardFilter},
+                   {kBackend, kOneDnn, kIm2col, kOneDnnBlocked}})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -14,6 +14,12 @@ void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w,
 void conv2d_backward_data_onednn(const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_filter_onednn(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);
 
+// oneDNN in the layouts its primitive chooses (blocked on AVX-512), troupe's
+// plain buffers reordered in and out (conv_onednn.cpp).
+void conv2d_forward_onednn_blocked(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_data_onednn_blocked(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_filter_onednn_blocked(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);
+
 void conv2d_forward_im2col(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv2d_backward_data_im2col(const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_filter_im2col(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);

@@ -31,14 +31,22 @@ struct ConvCase {
 };
 
 const ConvCase kCases[] = {
-    {{2, 3, 7, 7}, {4, 3, 3, 3}, {1, 1, 0, 0}},    {{2, 3, 8, 9}, {5, 3, 3, 3}, {2, 2, 1, 1}},  // stride 2, padding 1
-    {{1, 1, 5, 5}, {1, 1, 1, 1}, {1, 1, 0, 0}},                                                 // 1x1: cpu skips im2col
-    {{2, 4, 6, 6}, {3, 4, 1, 1}, {2, 2, 0, 0}},                                                 // 1x1 but strided
+    {{2, 3, 7, 7}, {4, 3, 3, 3}, {1, 1, 0, 0}},
+    {{2, 3, 8, 9}, {5, 3, 3, 3}, {2, 2, 1, 1}},     // stride 2, padding 1
+    {{1, 1, 5, 5}, {1, 1, 1, 1}, {1, 1, 0, 0}},     // 1x1: cpu skips im2col
+    {{2, 4, 6, 6}, {3, 4, 1, 1}, {2, 2, 0, 0}},     // 1x1 but strided
     {{3, 2, 9, 7}, {4, 2, 3, 2}, {2, 1, 1, 0}},     // non-square filter and stride
     {{1, 7, 33, 1}, {2, 7, 3, 1}, {1, 1, 1, 0}},    // a column
     {{2, 2, 5, 5}, {3, 2, 5, 5}, {1, 1, 0, 0}},     // filter as large as the input
     {{2, 3, 7, 8}, {2, 3, 3, 3}, {3, 2, 2, 1}},     // stride leaves columns unread
     {{4, 1, 28, 28}, {32, 1, 3, 3}, {1, 1, 0, 0}},  // the seed CNN, small batch
+    // 16 channels and more: the cpu backend's blocked oneDNN layouts
+    // (nChw16c), troupe's NCHW reordered in and out.
+    {{3, 16, 9, 9}, {16, 16, 3, 3}, {1, 1, 1, 1}},    // a resnet block's 3x3, same padding
+    {{2, 16, 10, 10}, {32, 16, 3, 3}, {2, 2, 1, 1}},  // its downsampling 3x3, stride 2
+    {{2, 16, 10, 10}, {32, 16, 1, 1}, {2, 2, 0, 0}},  // its 1x1 projection shortcut
+    {{2, 20, 7, 6}, {24, 20, 3, 3}, {1, 1, 1, 1}},    // channels not a multiple of 16
+    {{2, 3, 8, 8}, {17, 3, 3, 3}, {1, 1, 0, 0}},      // few input channels, 17 filters
 };
 
 std::string describe(const ConvCase& cc) {
