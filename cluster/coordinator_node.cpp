@@ -548,7 +548,7 @@ class CoordinatorCluster final : public ClusterHooks {
   }
 
   Placement replace_shards(caf::scoped_actor& self, const ps::Partition& partition, int replicas,
-                           const std::vector<int>& leaving) override {
+                           const std::vector<int>& leaving, const models::FlatRanges& decayed) override {
     Placement out;
     // The leavers' state was gathered at this boundary: they go first.
     for (int index : leaving) release_ps(self, index, "its shards moved to the other ps tasks at a step boundary");
@@ -602,14 +602,22 @@ class CoordinatorCluster final : public ClusterHooks {
       const auto& task = tasks[static_cast<std::size_t>(k)];
       std::vector<std::int32_t> indices;
       std::vector<std::int64_t> sizes;
+      // Where weight decay applies in each of its shards, as
+      // [ranges of shard 1, then offset, count of each; ranges of shard 2, ...]:
+      // a ps task knows sizes, not which floats are kernels and which biases.
+      std::vector<std::int64_t> decay;
       for (int i = k; i < shards; i += count) {
         indices.push_back(i);
         sizes.push_back(partition.size(i));
+        const auto ranges = partition.ranges_in(i, decayed);
+        decay.push_back(static_cast<std::int64_t>(ranges.size()));
+        for (const auto& [offset, length] : ranges) decay.insert(decay.end(), {offset, length});
       }
       // The answer is a message tagged with the placement (ps_node.cpp):
       // waited for with a deadline while a loss of the task is watched for,
       // since a request to a lost node fails only at its timeout.
-      self->send(task.handle, host_shards_atom::value, placement, indices, sizes, static_cast<std::int32_t>(replicas));
+      self->send(task.handle, host_shards_atom::value, placement, indices, sizes, static_cast<std::int32_t>(replicas),
+                 decay);
       std::string error;
       std::vector<caf::actor> got;
       bool answered = false;

@@ -161,7 +161,8 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                 // watches for lost nodes, and never takes an answer to an
                 // earlier placement for this one.
                 [&](host_shards_atom, std::uint32_t placement, const std::vector<std::int32_t>& indices,
-                    const std::vector<std::int64_t>& sizes, std::int32_t replicas) {
+                    const std::vector<std::int64_t>& sizes, std::int32_t replicas,
+                    const std::vector<std::int64_t>& decay) {
                   auto coordinator = caf::actor_cast<caf::actor>(self->current_sender());
                   std::vector<caf::actor> handles;
                   const std::string refused = [&]() -> std::string {
@@ -180,6 +181,29 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       log("hosting no shard: a spare, used when a ps task is lost or leaves");
                       return "";
                     }
+                    // Where weight decay applies in each shard (the
+                    // coordinator's layout: count, then offset and length of
+                    // each range, shard after shard), checked before use.
+                    std::vector<models::FlatRanges> decayed(indices.size());
+                    std::size_t at = 0;
+                    for (std::size_t j = 0; j < indices.size(); ++j) {
+                      if (at >= decay.size() || decay[at] < 0 ||
+                          decay[at] > static_cast<std::int64_t>((decay.size() - at - 1) / 2))
+                        return "host_shards: the weight-decay ranges of shard " + std::to_string(indices[j]) +
+                               " are malformed";
+                      const auto n = static_cast<std::size_t>(decay[at++]);
+                      std::int64_t end = 0;
+                      for (std::size_t r = 0; r < n; ++r, at += 2) {
+                        const std::int64_t offset = decay[at], length = decay[at + 1];
+                        if (offset < end || length < 1 || offset > sizes[j] - length)
+                          return "host_shards: a weight-decay range [" + std::to_string(offset) + ", +" +
+                                 std::to_string(length) + ") outside shard " + std::to_string(indices[j]) + " of " +
+                                 std::to_string(sizes[j]) + " floats";
+                        decayed[j].emplace_back(offset, length);
+                        end = offset + length;
+                      }
+                    }
+                    if (at != decay.size()) return std::string("host_shards: trailing weight-decay ranges");
                     std::map<int, std::int64_t> parts;
                     std::int64_t floats = 0;
                     for (std::size_t j = 0; j < indices.size(); ++j) {
@@ -187,12 +211,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       sc.index = indices[j];
                       sc.size = sizes[j];
                       sc.optimizer = job.train.optimizer;
-                      // A ps task knows its shards' sizes, not which of their
-                      // floats are biases: weight decay applies to all of them.
-                      if (sc.optimizer.weight_decay != 0.0f && !sc.optimizer.decay_all) {
-                        log("note: weight decay on this ps task's shards applies to every parameter (decay=all)");
-                        sc.optimizer.decay_all = true;
-                      }
+                      sc.decayed = std::move(decayed[j]);
                       sc.schedule = schedule;
                       sc.replicas = replicas;
                       ps::LocalShard shard = ps::spawn_shard(system, std::move(sc), ps::ShardThread::scheduled);

@@ -472,7 +472,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         // push's to the pusher, whose step report brings it to /metrics.
         pc.metrics = nullptr;
         if (config_.metrics) config_.metrics->staleness_from_reports();
-        ClusterHooks::Placement placed = cluster->replace_shards(self, *partition_, world, {});
+        ClusterHooks::Placement placed = cluster->replace_shards(self, *partition_, world, {}, decayed_);
         if (!placed.error.empty()) throw std::runtime_error(placed.error);
         const std::vector<caf::actor>& handles = placed.handles;
         const std::vector<std::string>& addresses = placed.addresses;
@@ -680,7 +680,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
       caf::actor new_front;
       if (plan.replace_shards && push_routes) {
         ClusterHooks::Placement placed =
-            cluster->replace_shards(self, *partition_, static_cast<int>(all_devices.size()), plan.ps_remove);
+            cluster->replace_shards(self, *partition_, static_cast<int>(all_devices.size()), plan.ps_remove, decayed_);
         if (!placed.error.empty()) {
           FormedView failed;
           failed.view = plan.view;

@@ -161,9 +161,11 @@ class ClusterHooks {
   // ps tasks there are (in join order, without `leaving`, which are let go
   // first): at the start, and anew when a ps task was lost or leaves; each
   // task ends the shards it hosted and starts its new ones, empty.
-  // `replicas`: the world the shards count clocks for.
+  // `replicas`: the world the shards count clocks for; `decayed`: where
+  // weight decay applies in the whole flat buffer (Model::decayed_ranges),
+  // each shard told its part (Partition::ranges_in).
   virtual Placement replace_shards(caf::scoped_actor& /*self*/, const ps::Partition& /*partition*/, int /*replicas*/,
-                                   const std::vector<int>& /*leaving*/) {
+                                   const std::vector<int>& /*leaving*/, const models::FlatRanges& /*decayed*/) {
     Placement p;
     p.error = "this job cannot place its shards anew";
     return p;

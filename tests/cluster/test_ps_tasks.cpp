@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <thread>
 
@@ -13,12 +15,14 @@
 #include "tests/cluster/cluster.hpp"
 #include "tests/cluster/process.hpp"
 #include "tests/support/http.hpp"
+#include "tests/support/single_process.hpp"
 
 namespace troupe {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::Process;
+using testing::rel_diff;
 
 const char* kMlpJob = R"(model = "mlp"
 data = "fashion-mnist"
@@ -434,6 +438,48 @@ TEST(PsTasks, APsTaskRejoinsACoordinatorRestartedWithResume) {
   EXPECT_EQ(a.steps, 600) << logs;
   EXPECT_EQ(a.pushed, a.applied) << logs;
   EXPECT_NE(ps.output().find("the job is done"), std::string::npos) << logs;
+}
+
+// Weight decay on ps tasks applies where it does on one host: to the
+// tensors of rank >= 2, not to biases or BatchNorm's gamma and beta. The
+// coordinator sends each ps task its shards' part of the mask, so one
+// replica pushing to a ps task trains as `troupe train --mode async` on
+// one device, and not as --decay-all (which decays gamma from 1 down).
+TEST(PsTasks, WeightDecayOnAPsTaskSparesBiasesAndBatchNormAsOnOneHost) {
+  const std::string dir = temp_dir("ps-decay");
+  const std::string spec = write_file(dir, "bn.spec",
+                                      "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm\n"
+                                      "relu\nmaxpool2d pool=2\nflatten\ndense units=10\n");
+  const std::string settings = "steps = 40\nbatch = 32\nlr = 0.05\nmode = \"async\"\n";
+  const std::string cluster_ckpt = dir + "/cluster", local_ckpt = dir + "/local", all_ckpt = dir + "/all";
+  {
+    Cluster c("ps-decay-job",
+              "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\n" + settings + "checkpoint_dir = \"" +
+                  cluster_ckpt + "\"\n[optimizer]\nname = \"sgd\"\nweight_decay = 0.05\n",
+              0, {"--ps-tasks", "1"}, {}, 1);
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start_ps_task(c, 0));
+    ASSERT_EQ(c.wait_all(120s), (std::vector<int>{0})) << all_logs(c, ps);
+    EXPECT_EQ(ps[0]->wait_for(10s), 0) << all_logs(c, ps);
+    EXPECT_EQ(ps[0]->output().find("applies to every parameter"), std::string::npos) << all_logs(c, ps);
+  }
+  const std::string common = std::string(TROUPE_BINARY) + " train --model " + spec +
+                             " --devices cpu:0 --mode async --seed 5 --steps 40 --batch 32 --lr 0.05 --optimizer sgd "
+                             "--weight-decay 0.05 --log-every 0 --checkpoint-dir ";
+  ASSERT_EQ(std::system((common + local_ckpt + " > " + dir + "/local.log 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system((common + all_ckpt + " --decay-all > " + dir + "/all.log 2>&1").c_str()), 0);
+  auto parameters = [](const std::string& folder) {
+    auto latest = checkpoint::Directory(folder, 0).latest();
+    return latest ? checkpoint::read(*latest).parameters : std::vector<float>{};
+  };
+  const std::vector<float> cluster = parameters(cluster_ckpt), local = parameters(local_ckpt),
+                           all = parameters(all_ckpt);
+  ASSERT_FALSE(cluster.empty());
+  ASSERT_EQ(cluster.size(), local.size());
+  const double masked = rel_diff(cluster, local), unmasked = rel_diff(cluster, all);
+  std::printf("ps task against one host: %.3g; against --decay-all: %.3g\n", masked, unmasked);
+  EXPECT_LT(masked, 1e-6);
+  EXPECT_GT(unmasked, 100 * masked + 1e-6);
 }
 
 // A coordinator told to wait for ps tasks that never come stops at
