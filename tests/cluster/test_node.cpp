@@ -453,7 +453,7 @@ TEST(Node, ThreeNodesWithSyncBatchNormEqualOneProcessWithTheGlobalBatch) {
 }
 
 // Each node's own statistics (no sync) through mode switches: sync, async,
-// sync again. The accounting holds, and before the final evaluation and
+// ssp:2, sync again. The accounting holds, and before the final evaluation and
 // the checkpoint the coordinator hands every replica the mean of their
 // running statistics, so the model rebuilt from the checkpoint alone
 // evaluates to the accuracy the job printed.
@@ -462,7 +462,7 @@ TEST(Node, ABatchNormModelSwitchesModesAcrossTheClusterAndItsCheckpointEvaluates
   const std::string checkpoints = temp_dir("bn-switch-ckpt");
   Cluster c("bn-switch",
             "model = \"" + spec + "\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 32\nsteps = 200\n" +
-                "mode = \"sync\"\nswitch = \"50:async,130:sync\"\ncheckpoint_dir = \"" + checkpoints + "\"\n",
+                "mode = \"sync\"\nswitch = \"50:async,100:ssp:2,150:sync\"\ncheckpoint_dir = \"" + checkpoints + "\"\n",
             2);
   ASSERT_EQ(c.wait_all(240s), (std::vector<int>{0, 0, 0})) << c.logs();
   const Accounting a = accounting(c.coordinator->output());

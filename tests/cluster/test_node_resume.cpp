@@ -94,6 +94,36 @@ TEST(NodeResume, SyncStoppedMidEpochAndResumedEqualsAnUninterruptedRunBitwise) {
   EXPECT_TRUE(resumed.parameters == uninterrupted.parameters) << "resumed parameters differ from an uninterrupted run";
 }
 
+// The same with a BatchNorm model whose statistics are every replica's
+// batch together (`batchnorm sync=true`): the checkpoint carries the
+// running statistics, the resumed replicas start from them, and the end is
+// bitwise the uninterrupted run's, parameters and statistics alike.
+TEST(NodeResume, ASyncBatchNormModelStoppedMidEpochAndResumedEqualsAnUninterruptedRunBitwise) {
+  const std::string dir = fresh("sync-bn");
+  const std::string spec = dir + "/bn.spec";
+  std::ofstream(spec) << "name bn_cnn\ninput 1 28 28\nconv2d filters=4 kernel=3 bias=false\nbatchnorm sync=true\n"
+                         "relu\nmaxpool2d pool=2\nflatten\ndense units=10\n";
+  auto bn_job = [&](int steps, const std::string& checkpoints) {
+    std::string text = job("sync", steps, checkpoints);
+    return "model = \"" + spec + "\"\n" + text.substr(text.find('\n') + 1);  // the spec for "mlp"
+  };
+  NodesRun first = run_two_nodes(dir, "first", bn_job(37, dir + "/ckpt"), false);
+  ASSERT_EQ(first.status, (std::vector<int>{0, 0})) << first.logs;
+  const checkpoint::State stopped = newest(dir + "/ckpt");
+  ASSERT_FALSE(stopped.model_state.empty());
+  EXPECT_NE(stopped.model_state[0], 0.0f) << "the running mean did not move";
+  NodesRun second = run_two_nodes(dir, "second", bn_job(80, dir + "/ckpt"), true);
+  ASSERT_EQ(second.status, (std::vector<int>{0, 0})) << second.logs;
+  EXPECT_EQ(accounting(second.logs), (std::vector<long long>{80 - 37, 0, 0})) << second.logs;
+  NodesRun whole = run_two_nodes(dir, "whole", bn_job(80, dir + "/whole"), false);
+  ASSERT_EQ(whole.status, (std::vector<int>{0, 0})) << whole.logs;
+  const checkpoint::State resumed = newest(dir + "/ckpt"), uninterrupted = newest(dir + "/whole");
+  EXPECT_EQ(resumed.position.global_step, 80u);
+  EXPECT_TRUE(resumed.parameters == uninterrupted.parameters) << "resumed parameters differ from an uninterrupted run";
+  EXPECT_TRUE(resumed.model_state == uninterrupted.model_state)
+      << "resumed running statistics differ from an uninterrupted run";
+}
+
 TEST(NodeResume, AsyncStoppedMidEpochAndResumedPushesOnlyWhatRemained) {
   const std::string dir = fresh("async");
   NodesRun first = run_two_nodes(dir, "first", job("async", 41, dir + "/ckpt"), false);
