@@ -269,6 +269,25 @@ TEST(Elastic, ANodeJoinsARunningJobAtTheNextStepBoundary) {
   }
 }
 
+// The zoo's resnet (BatchNorm after every convolution, residual blocks)
+// joined by a node in sync: the newcomer takes replica 0's parameters,
+// optimizer state and running statistics at a step boundary and the three
+// stay bitwise in step to the end.
+TEST(Elastic, TheResnetJoinedByANodeInSyncKeepsItsReplicasInStep) {
+  Cluster c("elastic-join-resnet",
+            "model = \"resnet\"\ndata = \"fashion-mnist\"\nseed = 5\nbatch = 16\nsteps = 150\nmode = \"sync\"\n", 1,
+            {"--start-nodes", "2"}, {}, 1);
+  ASSERT_TRUE(wait_for_step(*c.coordinator, 5, 120s)) << c.logs();
+  Process& joiner = c.add_worker();
+  ASSERT_TRUE(c.coordinator->wait_for_output(": 3 replica(s) on 3 node(s) (was 2 on 2)", 60s)) << c.logs();
+  EXPECT_EQ(c.coordinator->wait_for(180s), 0) << c.logs();
+  EXPECT_EQ(c.workers[0]->wait_for(10s), 0) << c.logs();
+  EXPECT_EQ(joiner.wait_for(10s), 0) << c.logs();
+  const std::string out = c.coordinator->output();
+  EXPECT_NE(out.find("the 3 replicas agree bitwise"), std::string::npos) << out;
+  EXPECT_NE(out.find("(150 steps"), std::string::npos) << out;
+}
+
 // SIGTERM on a worker and `troupe ctl drain` make a node leave at the next
 // step boundary: no step is discarded, the node exits (143 after its signal,
 // 0 when drained), and the job goes on to the end.
