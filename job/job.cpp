@@ -127,8 +127,19 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
                                 " training examples, fewer than one global batch of " +
                                 std::to_string(t.batch * static_cast<std::int64_t>(config_.devices.size())));
   // Warm-up epochs and a cosine to the end become steps of this job's
-  // epochs (what the checkpoints and a cluster's job text then carry).
-  models::resolve_training_length(t, batches_per_epoch_);
+  // epochs (what the checkpoints and a cluster's job text then carry), in
+  // global steps of the mode the job starts in: a synchronous step is one
+  // global batch, but in async and ssp every replica's push is a global
+  // step: an epoch has each replica's batches times the replicas (it had
+  // one replica's, on two, and a cosine over 5 epochs reached 0 in the
+  // third). A cluster's world is known once its nodes joined: n / batch,
+  // which that product approaches whatever the world. A switch later
+  // trains on at that rate.
+  const auto world = static_cast<std::int64_t>(config_.devices.size());
+  const std::int64_t schedule_steps_per_epoch = !config_.mode.uses_server() ? batches_per_epoch_
+                                                : config_.cluster           ? data::batches_per_epoch(plan, {0, 1})
+                                                                            : batches_per_epoch_ * world;
+  models::resolve_training_length(t, schedule_steps_per_epoch);
   models::LrSchedule(t.schedule, t.lr, t.warmup_steps);  // validates the schedule
   if (t.resume && t.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
   if (!t.checkpoint_dir.empty()) checkpoints_ = std::make_shared<checkpoint::Directory>(t.checkpoint_dir, t.keep_last);

@@ -178,6 +178,37 @@ TEST(Job, APartialLastBatchAndStandardizedFeaturesTrainOnTwoReplicasAsOnOne) {
   std::remove(path.c_str());
 }
 
+// A cosine without its length ends with the training in global steps: in
+// sync a step is a global batch, in async every replica's push is one, so
+// an epoch of 150 examples in batches of 16 on 2 replicas is 4 sync steps
+// but 8 pushes, 4 of each replica (it was sized 4 in async too, and the
+// cosine reached 0 halfway: a resnet run on 2 devices trained its last
+// epochs at lr 0).
+TEST(Job, ACosineToTheEndCountsTheGlobalStepsOfTheModeTheJobStartsIn) {
+  const std::string path = ::testing::TempDir() + "/troupe_job_cosine.csv";
+  {
+    std::ofstream out(path);
+    out << "a,b,label\n";
+    for (int i = 0; i < 150; ++i) out << i % 10 << "," << (i * 3) % 7 << "," << i % 2 << "\n";
+  }
+  for (const char* mode : {"sync", "async", "ssp:2"}) {
+    SCOPED_TRACE(mode);
+    JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, mode, 16);
+    c.train.data = path;
+    c.train.epochs = 2;
+    c.train.schedule = "cosine";
+    c.train.warmup_epochs = 1;
+    Job job(c);
+    const bool sync = std::string(mode) == "sync";
+    EXPECT_EQ(job.config().train.schedule, sync ? "cosine:8" : "cosine:16");
+    EXPECT_EQ(job.config().train.warmup_steps, sync ? 4 : 8);
+    const JobResult r = job.run();
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    EXPECT_EQ(r.steps, sync ? 8 : 16);
+  }
+  std::remove(path.c_str());
+}
+
 TEST(Job, AsyncEpochAppliesEveryPushOnceAndLearns) {
   JobConfig c = mlp_job({Device::cpu(0), Device::cpu(1)}, "async", 64);
   Job job(c);
