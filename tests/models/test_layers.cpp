@@ -81,6 +81,15 @@ TEST(LayerGradients, Conv2DWithStrideAndSamePadding) {
   c.check("conv2d params", c.params.slice(0, {layer.parameter_count()}), false);
 }
 
+// 16 channels in and out: the cpu backend's blocked oneDNN kernels
+// (nChw16c, troupe's NCHW reordered in and out) in all three directions.
+TEST(LayerGradients, Conv2DWithSixteenChannelsInAndOut) {
+  Conv2D layer(16, 3, 3, 1, Padding::parse("same"));
+  LayerCheck c(layer, {16, 4, 4}, 21);
+  c.check("conv2d input", c.x, true);
+  c.check("conv2d params", c.params.slice(0, {layer.parameter_count()}), false);
+}
+
 TEST(LayerGradients, Conv1D) {
   Conv1D layer(4, 5);
   LayerCheck c(layer, {3, 11}, 30);
