@@ -5,6 +5,7 @@
 // PyTorch).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -33,8 +34,10 @@ Result troupe(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+// ctest runs each test in its own process, in parallel, and each process
+// makes the suite's checkpoint: the process id keeps their folders apart.
 std::string temp(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("troupe_predict_" + name);
+  fs::path p = fs::path(::testing::TempDir()) / ("troupe_predict_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -56,6 +59,12 @@ class PredictExport : public ::testing::Test {
     const Result r = troupe("train --model mlp --steps 2 --devices cpu:0 --checkpoint-dir " + dir + "/ckpt");
     ASSERT_EQ(r.status, 0) << r.output;
     for (const auto& e : fs::directory_iterator(dir + "/ckpt")) checkpoint = e.path().string();
+  }
+  // This process's folders go with it.
+  static void TearDownTestSuite() {
+    const std::string mine = "troupe_predict_" + std::to_string(::getpid()) + "_";
+    for (const auto& e : fs::directory_iterator(::testing::TempDir()))
+      if (e.path().filename().string().rfind(mine, 0) == 0) fs::remove_all(e.path());
   }
   inline static std::string checkpoint;
 };
