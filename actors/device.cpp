@@ -1,6 +1,7 @@
 #include "actors/device.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/ops.hpp"
 #include "kernels/registry.hpp"
@@ -12,7 +13,7 @@ namespace troupe::actors {
 
 namespace {
 
-using Self = caf::stateful_actor<DeviceState>;
+using Self = std::remove_pointer_t<device_actor_t::stateful_pointer<DeviceState>>;
 
 void fail(Self* self, const std::string& what) {
   auto& s = self->state;
@@ -282,7 +283,7 @@ ReplicaState snapshot(const DeviceState& s) {
 
 }  // namespace
 
-caf::behavior device_actor(Self* self, DeviceConfig config) {
+device_actor_t::behavior_type device_actor(Self* self, DeviceConfig config) {
   auto& s = self->state;
   s.config = std::move(config);
   try {
@@ -302,7 +303,7 @@ caf::behavior device_actor(Self* self, DeviceConfig config) {
         // Grants come from the coordinator, which is spawned after the
         // devices: its handle arrives with the first one.
         if (!self->state.config.coordinator) {
-          self->state.config.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+          self->state.config.coordinator = caf::actor_cast<device_reports_t>(self->current_sender());
           if (self->state.failed)
             self->send(self->state.config.coordinator, failed_atom::value, self->state.config.rank,
                        self->state.failure);

@@ -2,21 +2,8 @@
 // runs its training steps. Spawned detached, so its compute runs on its own
 // thread and never blocks CAF's scheduler.
 //
-// Protocol (from the coordinator unless noted):
-//   grant, Grant              may run steps until clock == grant.up_to, in grant.mode
-//   (self) step               run one step if the grant allows
-//   get_state                 -> ReplicaState   a copy of parameters and optimizer state
-//   set_state, ReplicaState   -> ok             replace them (mode switches)
-//   set_state, ReplicaState, ReplicaPosition
-//                             -> ok             replace them and move the replica to that
-//                                               clock and data position (resume, joins)
-//   evaluate                  -> EpochResult    evaluate the replica on the test split
-//   digest                    -> string         SHA-256 (hex) of parameters and optimizer state
-//   halt                      -> clock          run no step beyond the one in progress
-//   reconfig, ViewAssignment  -> ok             enter a new membership view: rank, world,
-//                                               batch, collective, clock and data position
-//                                               (a survivor a step behind the view's clock
-//                                               takes a survivor's state in set_state next)
+// Protocol: actors/device_protocol.hpp (device_actor_t: what it accepts;
+// device_reports_t: what it reports to the coordinator).
 //
 // One step: ask the data loader for the next batch, forward and backward
 // (the gradient lands in the model's flat gradient buffer), then
@@ -52,6 +39,7 @@
 #include <optional>
 
 #include "actors/data_loader.hpp"
+#include "actors/device_protocol.hpp"
 #include "actors/gradient_sink.hpp"
 #include "actors/host_staging.hpp"
 #include "actors/messages.hpp"
@@ -101,7 +89,7 @@ struct DeviceConfig {
   // Shards on ps tasks: each shard's part goes on the data plane
   // to its ps task's address (net/push/push_routes.hpp), not to `shards`. Null: CAF.
   std::shared_ptr<const net::push::PushRoutes> push_routes;
-  caf::actor coordinator;              // learnt from the first grant
+  device_reports_t coordinator;        // learnt from the first grant
   std::shared_ptr<Timeline> timeline;  // --timeline: this replica's spans (null: none)
   int track = 0;                       // its track there: the replica's place on its node
 };
@@ -135,6 +123,7 @@ struct DeviceState {
   static inline const char* name = "device";
 };
 
-caf::behavior device_actor(caf::stateful_actor<DeviceState>* self, DeviceConfig config);
+// Spawned detached (job/job.cpp): its steps run on its own thread.
+device_actor_t::behavior_type device_actor(device_actor_t::stateful_pointer<DeviceState> self, DeviceConfig config);
 
 }  // namespace troupe::actors

@@ -129,9 +129,11 @@ class CoreSink final : public GradientSink {
   std::vector<std::shared_ptr<ps::ShardCore>> cores_;
 };
 
-class ActorSink final : public GradientSink, public std::enable_shared_from_this<ActorSink> {
+// `Self`: the device's typed pointer, or an event-based actor's (tests).
+template <class Self>
+class ActorSink final : public GradientSink, public std::enable_shared_from_this<ActorSink<Self>> {
  public:
-  ActorSink(caf::event_based_actor* self, std::shared_ptr<const ps::Partition> partition,
+  ActorSink(Self self, std::shared_ptr<const ps::Partition> partition,
             std::vector<caf::actor> shards, std::chrono::milliseconds timeout)
       : GradientSink(std::move(partition)), self_(self), shards_(std::move(shards)), timeout_(timeout) {}
   const char* kind() const override { return "actors"; }
@@ -140,7 +142,7 @@ class ActorSink final : public GradientSink, public std::enable_shared_from_this
     const int n = partition_->shards();
     auto left = std::make_shared<int>(n);
     auto over = std::make_shared<bool>(false);  // failed once: the other answers are dropped
-    auto keep = shared_from_this();             // the handlers outlive a view change
+    auto keep = this->shared_from_this();       // the handlers outlive a view change
     for (int i = 0; i < n; ++i) {
       self_->request(shards_.at(static_cast<std::size_t>(i)), timeout_, push_atom::value, part_push(p, *partition_, i))
           .await(
@@ -159,18 +161,16 @@ class ActorSink final : public GradientSink, public std::enable_shared_from_this
   }
 
  private:
-  caf::event_based_actor* self_;
+  Self self_;
   std::vector<caf::actor> shards_;
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace
-
-std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
-                                                 std::shared_ptr<const ps::Partition> partition,
-                                                 std::shared_ptr<const net::push::PushRoutes> routes,
-                                                 std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+template <class Self>
+std::shared_ptr<GradientSink> make_sink(Self self, std::shared_ptr<const ps::Partition> partition,
+                                        std::shared_ptr<const net::push::PushRoutes> routes,
+                                        std::vector<std::shared_ptr<ps::ShardCore>> cores,
+                                        std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
   if (!partition) throw std::logic_error("a gradient sink needs the shards' partition");
   if (routes) return std::make_shared<DataPlaneSink>(std::move(partition), std::move(routes));
   if (!cores.empty()) {
@@ -181,7 +181,25 @@ std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
   if (static_cast<int>(shards.size()) != partition->shards())
     throw std::logic_error("the device has " + std::to_string(shards.size()) +
                            " parameter-server shards for a partition of " + std::to_string(partition->shards()));
-  return std::make_shared<ActorSink>(self, std::move(partition), std::move(shards), timeout);
+  return std::make_shared<ActorSink<Self>>(self, std::move(partition), std::move(shards), timeout);
+}
+
+}  // namespace
+
+std::shared_ptr<GradientSink> make_gradient_sink(device_actor_t::pointer self,
+                                                 std::shared_ptr<const ps::Partition> partition,
+                                                 std::shared_ptr<const net::push::PushRoutes> routes,
+                                                 std::vector<std::shared_ptr<ps::ShardCore>> cores,
+                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+  return make_sink(self, std::move(partition), std::move(routes), std::move(cores), std::move(shards), timeout);
+}
+
+std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
+                                                 std::shared_ptr<const ps::Partition> partition,
+                                                 std::shared_ptr<const net::push::PushRoutes> routes,
+                                                 std::vector<std::shared_ptr<ps::ShardCore>> cores,
+                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+  return make_sink(self, std::move(partition), std::move(routes), std::move(cores), std::move(shards), timeout);
 }
 
 }  // namespace troupe::actors

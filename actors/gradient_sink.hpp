@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/device_protocol.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/shard.hpp"
 #include "kernels/tensor.hpp"
@@ -69,7 +70,13 @@ class GradientSink {
 
 // The sink for a device's configuration: the data plane when it has push
 // routes, else the shards' cores when it has them, else the shard actors
-// (`self` sends the requests; `timeout` bounds each).
+// (`self`, the device, sends the requests; `timeout` bounds each).
+std::shared_ptr<GradientSink> make_gradient_sink(device_actor_t::pointer self,
+                                                 std::shared_ptr<const ps::Partition> partition,
+                                                 std::shared_ptr<const net::push::PushRoutes> routes,
+                                                 std::vector<std::shared_ptr<ps::ShardCore>> cores,
+                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout);
+// The same from any event-based actor (the tests push without a device).
 std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
                                                  std::shared_ptr<const ps::Partition> partition,
                                                  std::shared_ptr<const net::push::PushRoutes> routes,

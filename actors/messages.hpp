@@ -259,7 +259,7 @@ struct ViewPlan {
 // the nodes (for status), or why it could not.
 struct FormedView {
   std::uint32_t view = 0;
-  std::vector<caf::actor> devices;
+  std::vector<caf::actor> devices;  // device actors (actors/device_protocol.hpp)
   std::vector<NodeInfo> nodes;
   std::int64_t batch = 1;  // per replica in the new view
   std::vector<int> lost;   // nodes found gone while forming

@@ -291,7 +291,7 @@ class CoordinatorCluster final : public ClusterHooks {
     return out;
   }
 
-  std::vector<caf::actor> remote_devices(caf::scoped_actor& self) override {
+  std::vector<device_actor_t> remote_devices(caf::scoped_actor& self) override {
     std::map<int, std::vector<caf::actor>> by_node;
     std::string error;
     bool lost_member = false;
@@ -331,12 +331,12 @@ class CoordinatorCluster final : public ClusterHooks {
                             ", the first, lost a member before training: " + error);
       throw std::runtime_error(error);
     }
-    std::vector<caf::actor> out;
+    std::vector<device_actor_t> out;
     for (auto& [k, devices] : by_node) {
       (void)k;
       // A lost device means a lost node: run()'s loop hears it from the
       // membership actor, which monitors every node.
-      for (auto& d : devices) out.push_back(d);
+      for (auto& d : to_devices(devices)) out.push_back(d);
     }
     return out;
   }

@@ -140,7 +140,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
   self->monitor(membership);
 
   std::vector<data_loader_actor> loaders;
-  std::vector<caf::actor> replicas;
+  std::vector<device_actor_t> replicas;
   std::vector<std::shared_ptr<net::Collective>> collectives;
   int data_fd = -1;
   int status = 1;
@@ -335,7 +335,7 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
                   if (!refused.empty()) throw std::runtime_error("replica " + std::to_string(a.rank) + ": " + refused);
                 }
               }
-              self->send(coordinator, formed_atom::value, f.view, f.node_rank, replicas, std::string());
+              self->send(coordinator, formed_atom::value, f.view, f.node_rank, to_actors(replicas), std::string());
               formed = true;
               log((f.view == 0 ? "training: replicas " : "view " + std::to_string(f.view) + ": replicas ") +
                   std::to_string(f.first_rank) + ".." +

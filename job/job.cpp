@@ -213,7 +213,7 @@ int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
 // only at its timeout): before training starts that is a member of the
 // first view lost, and the job starts again without it while it may
 // (FirstViewLost).
-void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::vector<caf::actor>& devices,
+void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::vector<device_actor_t>& devices,
                    const ReplicaState& state, std::size_t first, const std::vector<std::int64_t>& clocks,
                    const std::vector<data::Cursor>& cursors, std::chrono::milliseconds timeout,
                    const std::string& what) {
@@ -412,7 +412,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   std::shared_ptr<const net::push::PushRoutes> push_routes;  // shards on ps tasks: pushes on the data plane
   std::vector<std::shared_ptr<net::Collective>> collectives;
   std::vector<data_loader_actor> loaders;
-  std::vector<caf::actor> devices, all_devices;
+  std::vector<device_actor_t> devices, all_devices;
   auto shutdown = [&](const std::string& why = "the job is over") {
     // A device blocked in a push handles no exit: fail its push first.
     if (push_routes) push_routes->registry->abort(why);
@@ -732,7 +732,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         for (auto& c : collectives) c->abort("view " + std::to_string(plan.view) + " replaces it");
         collectives = fresh;
         all_devices = devices;
-        for (auto& d : f.devices) all_devices.push_back(d);
+        for (auto& d : to_devices(f.devices)) all_devices.push_back(d);
         // The newcomers' replicas, and survivors a step behind the view's
         // clock (sync: their all-reduce failed where another's completed),
         // take the state of a replica at that clock (parameters and
@@ -777,7 +777,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
                          });
           }
         }
-        f.devices = all_devices;
+        f.devices = to_actors(all_devices);
         if (config_.metrics) config_.metrics->set_nodes(f.view, f.nodes);
       } else {
         for (auto& c : fresh) c->abort(f.error);

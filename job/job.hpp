@@ -86,7 +86,7 @@ class ClusterHooks {
   // start in it.
   virtual std::uint32_t first_view() const { return 0; }
   // The other nodes' device actors, in rank order.
-  virtual std::vector<caf::actor> remote_devices(caf::scoped_actor& self) = 0;
+  virtual std::vector<device_actor_t> remote_devices(caf::scoped_actor& self) = 0;
   virtual std::vector<NodeInfo> nodes() const = 0;
   // How the links between nodes are protected, for the status ("sealed
   // (AES-256-GCM)", "NOT sealed (--insecure)", ...); empty: not said.

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "actors/data_loader.hpp"
+#include "actors/device_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/ps/partition.hpp"
 #include "actors/ps/shard.hpp"  // ShardCore
@@ -50,7 +51,7 @@ struct ReplicaPlan {
 
 struct ReplicaActors {
   data_loader_actor loader;
-  caf::actor device;
+  device_actor_t device;
 };
 
 // Spawns both actors detached (job/job.hpp says why).

@@ -81,6 +81,7 @@
 #include <memory>
 
 #include "actors/coordinator/resume.hpp"
+#include "actors/device_protocol.hpp"
 #include "actors/messages.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
@@ -135,7 +136,7 @@ struct CoordinatorConfig {
   Mode mode;
   std::vector<ScheduledSwitch> switches;
   std::int64_t window = 16;  // steps a grant runs ahead
-  std::vector<caf::actor> devices;
+  std::vector<device_actor_t> devices;
   std::vector<NodeInfo> nodes;  // a cluster's nodes (empty on one host)
   std::string links;            // a cluster's link protection, for the status (ClusterHooks::links)
   caf::actor parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards

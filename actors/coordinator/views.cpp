@@ -307,7 +307,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   const int before = s.config.replicas;
   const std::size_t nodes_before = s.config.nodes.size();
   s.view = f.view;
-  s.config.devices = f.devices;
+  s.config.devices = to_devices(f.devices);
   s.config.replicas = static_cast<int>(f.devices.size());
   s.config.nodes = f.nodes;
   s.batch = f.batch;
