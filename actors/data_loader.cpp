@@ -59,7 +59,7 @@ data_loader_actor::behavior_type data_loader(data_loader_actor::stateful_pointer
       // A new membership view: this replica's rank, the world and the
       // per-replica batch change, and the rest of the epoch is split anew
       // from the cursor's offset (models/data/epoch_plan.hpp, 5.).
-      [=](reconfig_atom, const LoaderView& v) -> caf::ok_atom {
+      [=](reshard_atom, const LoaderView& v) -> caf::ok_atom {
         auto& s = self->state;
         s.ready.clear();
         s.config.plan.batch_size = v.batch_size;

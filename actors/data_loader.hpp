@@ -5,7 +5,7 @@
 // Protocol (data_loader_actor below; the compiler checks both sides):
 //   next_batch            -> Batch     the next batch of this replica's shard
 //   seek, Cursor          -> ok        continue from a saved cursor (resume)
-//   reconfig, LoaderView  -> ok        a new membership view: shard anew
+//   reshard, LoaderView   -> ok        a new membership view: shard anew
 //   (self) fill                        gather one more batch while fewer than
 //                                      `prefetch` are ready
 //
@@ -59,7 +59,7 @@ namespace troupe::actors {
 using data_loader_actor =
     caf::typed_actor<caf::replies_to<next_batch_atom>::with<Batch>,
                      caf::replies_to<seek_atom, data::Cursor>::with<caf::ok_atom>,
-                     caf::replies_to<reconfig_atom, LoaderView>::with<caf::ok_atom>, caf::reacts_to<fill_atom>>;
+                     caf::replies_to<reshard_atom, LoaderView>::with<caf::ok_atom>, caf::reacts_to<fill_atom>>;
 
 struct LoaderState {
   LoaderConfig config;

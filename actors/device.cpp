@@ -432,7 +432,7 @@ device_actor_t::behavior_type device_actor(Self* self, DeviceConfig config) {
         st.grant.view = a.view;
         st.grant.up_to = a.clock;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.config.loader, st.config.timeout, reconfig_atom::value,
+        self->request(st.config.loader, st.config.timeout, reshard_atom::value,
                       LoaderView{a.batch_size, a.rank, a.world, a.cursor})
             .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });

@@ -80,7 +80,7 @@ struct DeviceConfig {
   // The parameter server (async, ssp): its shards by index in `partition`,
   // as CAF actors in this process. A replica whose pushes go on the data
   // plane (push_routes: a worker node's, or any with ps tasks) has none.
-  std::vector<caf::actor> shards;
+  std::vector<ps::ps_actor_t> shards;
   // The same shards' cores when they run in this process (shard.hpp): a
   // push is then applied on the device's own thread, no message to the
   // shard's actor and back. Empty: through `shards`.

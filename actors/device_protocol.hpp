@@ -38,9 +38,8 @@ namespace troupe::actors {
 //   reconfig, ViewAssignment  -> ok             enter a new membership view
 //   evaluate                  -> EpochResult    the replica on the test split
 using device_actor_t = caf::typed_actor<
-    caf::reacts_to<grant_atom, Grant>, caf::reacts_to<step_atom>,
-    caf::replies_to<get_state_atom>::with<ReplicaState>, caf::replies_to<digest_atom>::with<std::string>,
-    caf::replies_to<set_state_atom, ReplicaState>::with<caf::ok_atom>,
+    caf::reacts_to<grant_atom, Grant>, caf::reacts_to<step_atom>, caf::replies_to<get_state_atom>::with<ReplicaState>,
+    caf::replies_to<digest_atom>::with<std::string>, caf::replies_to<set_state_atom, ReplicaState>::with<caf::ok_atom>,
     caf::replies_to<set_state_atom, ReplicaState, ReplicaPosition>::with<caf::ok_atom>,
     caf::replies_to<model_state_atom>::with<Tensor>, caf::replies_to<model_state_atom, Tensor>::with<caf::ok_atom>,
     caf::replies_to<halt_atom>::with<std::int64_t>, caf::replies_to<reconfig_atom, ViewAssignment>::with<caf::ok_atom>,

@@ -133,8 +133,8 @@ class CoreSink final : public GradientSink {
 template <class Self>
 class ActorSink final : public GradientSink, public std::enable_shared_from_this<ActorSink<Self>> {
  public:
-  ActorSink(Self self, std::shared_ptr<const ps::Partition> partition,
-            std::vector<caf::actor> shards, std::chrono::milliseconds timeout)
+  ActorSink(Self self, std::shared_ptr<const ps::Partition> partition, std::vector<ps::ps_actor_t> shards,
+            std::chrono::milliseconds timeout)
       : GradientSink(std::move(partition)), self_(self), shards_(std::move(shards)), timeout_(timeout) {}
   const char* kind() const override { return "actors"; }
 
@@ -162,7 +162,7 @@ class ActorSink final : public GradientSink, public std::enable_shared_from_this
 
  private:
   Self self_;
-  std::vector<caf::actor> shards_;
+  std::vector<ps::ps_actor_t> shards_;
   std::chrono::milliseconds timeout_;
 };
 
@@ -170,7 +170,7 @@ template <class Self>
 std::shared_ptr<GradientSink> make_sink(Self self, std::shared_ptr<const ps::Partition> partition,
                                         std::shared_ptr<const net::push::PushRoutes> routes,
                                         std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                        std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+                                        std::vector<ps::ps_actor_t> shards, std::chrono::milliseconds timeout) {
   if (!partition) throw std::logic_error("a gradient sink needs the shards' partition");
   if (routes) return std::make_shared<DataPlaneSink>(std::move(partition), std::move(routes));
   if (!cores.empty()) {
@@ -190,7 +190,8 @@ std::shared_ptr<GradientSink> make_gradient_sink(device_actor_t::pointer self,
                                                  std::shared_ptr<const ps::Partition> partition,
                                                  std::shared_ptr<const net::push::PushRoutes> routes,
                                                  std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+                                                 std::vector<ps::ps_actor_t> shards,
+                                                 std::chrono::milliseconds timeout) {
   return make_sink(self, std::move(partition), std::move(routes), std::move(cores), std::move(shards), timeout);
 }
 
@@ -198,7 +199,8 @@ std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
                                                  std::shared_ptr<const ps::Partition> partition,
                                                  std::shared_ptr<const net::push::PushRoutes> routes,
                                                  std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout) {
+                                                 std::vector<ps::ps_actor_t> shards,
+                                                 std::chrono::milliseconds timeout) {
   return make_sink(self, std::move(partition), std::move(routes), std::move(cores), std::move(shards), timeout);
 }
 

@@ -75,12 +75,12 @@ std::shared_ptr<GradientSink> make_gradient_sink(device_actor_t::pointer self,
                                                  std::shared_ptr<const ps::Partition> partition,
                                                  std::shared_ptr<const net::push::PushRoutes> routes,
                                                  std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout);
+                                                 std::vector<ps::ps_actor_t> shards, std::chrono::milliseconds timeout);
 // The same from any event-based actor (the tests push without a device).
 std::shared_ptr<GradientSink> make_gradient_sink(caf::event_based_actor* self,
                                                  std::shared_ptr<const ps::Partition> partition,
                                                  std::shared_ptr<const net::push::PushRoutes> routes,
                                                  std::vector<std::shared_ptr<ps::ShardCore>> cores,
-                                                 std::vector<caf::actor> shards, std::chrono::milliseconds timeout);
+                                                 std::vector<ps::ps_actor_t> shards, std::chrono::milliseconds timeout);
 
 }  // namespace troupe::actors

@@ -67,7 +67,10 @@ using formed_atom = caf::atom_constant<caf::atom("formed")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 // Elastic membership (actors/membership.hpp, docs/ARCHITECTURE.md).
-using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;       // a device or loader enters a new view
+// Each view change's message has an atom of its own, one payload each:
+using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;       // a device enters a view (ViewAssignment)
+using reshard_atom = caf::atom_constant<caf::atom("reshard")>;         // a loader takes its new shard (LoaderView)
+using view_clocks_atom = caf::atom_constant<caf::atom("viewclocks")>;  // the ps enters a view at these clocks
 using halt_atom = caf::atom_constant<caf::atom("halt")>;               // a device stops after its step -> clock
 using step_aborted_atom = caf::atom_constant<caf::atom("stepabort")>;  // a step's all-reduce was aborted
 using abort_view_atom = caf::atom_constant<caf::atom("abortview")>;    // a node aborts its collectives

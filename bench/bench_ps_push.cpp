@@ -158,7 +158,7 @@ struct Mover {
   caf::actor_system_config cfg;
   actors::configure_actor_system(cfg);
   std::unique_ptr<caf::actor_system> system;
-  std::vector<caf::actor> shards;
+  std::vector<actors::ps::ps_actor_t> shards;
   std::map<int, std::shared_ptr<actors::ps::ShardCore>> cores;
   if (o.shard) {
     system = std::make_unique<caf::actor_system>(cfg);

@@ -215,9 +215,9 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
                       sc.schedule = schedule;
                       sc.replicas = replicas;
                       ps::LocalShard shard = ps::spawn_shard(system, std::move(sc), ps::ShardThread::scheduled);
-                      hosted.shards[indices[j]] = shard.actor;
+                      hosted.shards[indices[j]] = caf::actor_cast<caf::actor>(shard.actor);
                       hosted.cores[indices[j]] = shard.core;
-                      handles.push_back(shard.actor);
+                      handles.push_back(caf::actor_cast<caf::actor>(shard.actor));
                       parts[indices[j]] = sizes[j];
                       floats += sizes[j];
                     }

@@ -487,7 +487,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
         if (!placed.error.empty()) throw std::runtime_error(placed.error);
         const std::vector<caf::actor>& handles = placed.handles;
         const std::vector<std::string>& addresses = placed.addresses;
-        server = ps::front_over(system, pc, handles);
+        server = ps::front_over(system, pc, ps::to_ps_actors(handles));
         push_routes = cluster->place_shards(addresses, wanted);
         std::fprintf(stderr, "parameter server: %s on %d ps task(s)\n", partition_->describe().c_str(), tasks);
       }
@@ -509,7 +509,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           // pushes (a push carries its view).
           if (cluster->first_view() != 0) {
             std::string error;
-            self->request(server.front, config_.timeout, reconfig_atom::value, cluster->first_view(),
+            self->request(server.front, config_.timeout, view_clocks_atom::value, cluster->first_view(),
                           std::vector<std::int64_t>(static_cast<std::size_t>(world), 0))
                 .receive([](caf::ok_atom) {}, [&](caf::error& e) { error = system.render(e); });
             if (!error.empty()) throw std::runtime_error("telling the shards the first view: " + error);
@@ -701,10 +701,10 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
           return failed;
         }
         pc.replicas = static_cast<int>(all_devices.size());
-        ps::ParameterServer placed_server = ps::front_over(system, pc, placed.handles);
+        ps::ParameterServer placed_server = ps::front_over(system, pc, ps::to_ps_actors(placed.handles));
         if (server.front) self->send_exit(server.front, caf::exit_reason::user_shutdown);
         server = placed_server;
-        new_front = server.front;
+        new_front = caf::actor_cast<caf::actor>(server.front);
         push_routes->registry->abort("view " + std::to_string(plan.view) + " placed the shards anew");
         push_routes = cluster->place_shards(placed.addresses, ps_wanted);
       }

@@ -35,7 +35,7 @@ struct ReplicaPlan {
   std::shared_ptr<net::Collective> collective;  // sync all-reduce
   // The parameter server (async, ssp): its shards and their partition
   // (actors/ps/parameter_server.hpp), or one relay to it and no partition.
-  std::vector<caf::actor> shards;
+  std::vector<ps::ps_actor_t> shards;
   std::vector<std::shared_ptr<ps::ShardCore>> shard_cores;  // in this process: applied directly
   std::shared_ptr<const ps::Partition> partition;
   // Shards on ps tasks: pushes on the data plane (net/push/push_routes.hpp); null: CAF.

@@ -83,6 +83,7 @@
 #include "actors/coordinator/resume.hpp"
 #include "actors/device_protocol.hpp"
 #include "actors/messages.hpp"
+#include "actors/ps/ps_protocol.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 
 namespace troupe::actors {
@@ -137,9 +138,9 @@ struct CoordinatorConfig {
   std::vector<ScheduledSwitch> switches;
   std::int64_t window = 16;  // steps a grant runs ahead
   std::vector<device_actor_t> devices;
-  std::vector<NodeInfo> nodes;  // a cluster's nodes (empty on one host)
-  std::string links;            // a cluster's link protection, for the status (ClusterHooks::links)
-  caf::actor parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards
+  std::vector<NodeInfo> nodes;      // a cluster's nodes (empty on one host)
+  std::string links;                // a cluster's link protection, for the status (ClusterHooks::links)
+  ps::ps_actor_t parameter_server;  // actors/ps/parameter_server.hpp: the front of its shards
   caf::actor listener;
   std::shared_ptr<checkpoint::Directory> checkpoints;  // null: none
   std::int64_t checkpoint_every = 0;                   // global steps

@@ -190,8 +190,8 @@ void finish(Self* self);
 template <class Then>
 void fetch_state(Self* self, Then then, std::function<void()> skipped = nullptr) {
   auto& s = self->state;
-  caf::actor source = s.mode.uses_server() ? s.config.parameter_server
-                                            : caf::actor_cast<caf::actor>(s.config.devices[0]);
+  caf::actor source = s.mode.uses_server() ? caf::actor_cast<caf::actor>(s.config.parameter_server)
+                                           : caf::actor_cast<caf::actor>(s.config.devices[0]);
   self->request(source, s.config.timeout, get_state_atom::value)
       .then([=](const ReplicaState& state) { then(state); },
             [=](caf::error& e) {

@@ -299,7 +299,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
   }
   if (f.parameter_server) {
     // The shards were placed anew: their new front from now on.
-    s.config.parameter_server = f.parameter_server;
+    s.config.parameter_server = caf::actor_cast<ps::ps_actor_t>(f.parameter_server);
     s.replace_due = false;
     s.ps_leaving.clear();
     s.waiting_for_ps = false;
@@ -365,7 +365,7 @@ void on_view_formed(Self* self, const ViewPlan& plan, const FormedView& f, std::
     s.pause_reason =
         std::to_string(f.nodes.size()) + " of --min-nodes " + std::to_string(s.config.min_nodes) + " nodes";
   }
-  self->request(s.config.parameter_server, s.config.timeout, reconfig_atom::value, s.view, s.clocks)
+  self->request(s.config.parameter_server, s.config.timeout, view_clocks_atom::value, s.view, s.clocks)
       .then(
           [=](caf::ok_atom) {
             auto& st = self->state;

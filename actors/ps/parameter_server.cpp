@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <type_traits>
 
 #include "actors/job_metrics.hpp"
 #include "actors/ps/shard.hpp"
@@ -14,7 +15,7 @@ namespace {
 
 struct FrontState {
   ParameterServerConfig config;
-  std::vector<caf::actor> shards;
+  std::vector<ps_actor_t> shards;
   // Questions to the shards still unanswered, by number: each fails its
   // caller at once when a shard ends (a ps task lost), instead of leaving
   // it to its timeout (CAF 0.17 does not fail a request to a lost node
@@ -24,7 +25,7 @@ struct FrontState {
   static inline const char* name = "parameter_server";
 };
 
-using Self = caf::stateful_actor<FrontState>;
+using Self = std::remove_pointer_t<ps_actor_t::stateful_pointer<FrontState>>;
 
 // Registers `fail` for the question being asked; returns its number, for
 // settle().
@@ -78,15 +79,15 @@ void ask_every_shard(Self* self, std::function<void(std::vector<T>&)> done,
 // The same, for questions whose answer is ok: delivers ok once every shard
 // has answered ok.
 template <class... Ts>
-caf::response_promise tell_every_shard(Self* self, const Ts&... xs) {
-  auto rp = self->make_response_promise();
+caf::typed_response_promise<caf::ok_atom> tell_every_shard(Self* self, const Ts&... xs) {
+  auto rp = self->make_response_promise<caf::ok_atom>();
   ask_every_shard<caf::ok_atom>(
       self, [rp](std::vector<caf::ok_atom>&) mutable { rp.deliver(caf::ok_atom::value); },
       [rp](const caf::error& e) mutable { rp.deliver(e); }, xs...);
   return rp;
 }
 
-caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<caf::actor> shards) {
+ps_actor_t::behavior_type front_actor(Self* self, ParameterServerConfig config, std::vector<ps_actor_t> shards) {
   self->state.config = std::move(config);
   self->state.shards = std::move(shards);
   for (const auto& s : self->state.shards) self->link_to(s);
@@ -203,8 +204,8 @@ caf::behavior front_actor(Self* self, ParameterServerConfig config, std::vector<
       [=](position_atom, const Position& p, const std::vector<std::int64_t>& clocks) {
         return tell_every_shard(self, position_atom::value, p, clocks);
       },
-      [=](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
-        return tell_every_shard(self, reconfig_atom::value, view, clocks);
+      [=](view_clocks_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
+        return tell_every_shard(self, view_clocks_atom::value, view, clocks);
       },
       [=](counters_atom) -> caf::result<ServerCounters> {
         auto rp = self->make_response_promise<ServerCounters>();
@@ -256,7 +257,7 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
 }
 
 ParameterServer front_over(caf::actor_system& system, const ParameterServerConfig& config,
-                           std::vector<caf::actor> shards) {
+                           std::vector<ps_actor_t> shards) {
   if (static_cast<int>(shards.size()) != config.partition->shards())
     throw std::invalid_argument("front_over: " + std::to_string(shards.size()) + " shards for a partition of " +
                                 std::to_string(config.partition->shards()));

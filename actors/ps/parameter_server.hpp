@@ -3,7 +3,7 @@
 // (partition.hpp), and one parameter_server actor in front of them that
 // speaks for the whole.
 //
-//   coordinator ──get_state / set_state / position / counters / reconfig──► parameter_server
+//   coordinator ──get_state / set_state / position / counters / view_clocks──► parameter_server
 //                                                                             │ asks every shard,
 //   replica on this process ──push (its part)──► shard 0 … shard N-1  ◄───────┘ gathers / scatters
 //   replica on another node ──push (its part, data plane)──► the coordinator's PushServer ──► shard i
@@ -22,7 +22,7 @@
 //   push, GradientPush        -> Tensor        every shard applies its part; the fresh whole
 //   get_state                 -> ReplicaState  the shards' parts gathered into one state
 //   set_state, ReplicaState   -> ok            the state scattered into the shards' parts
-//   position / reconfig       -> ok            to every shard
+//   position / view_clocks    -> ok            to every shard
 //   counters                  -> ServerCounters the least `applied`, the largest lead and
 //                                              drop count, and each shard's `applied`
 // The coordinator asks for the state only at step boundaries, when no push
@@ -70,8 +70,8 @@ struct ParameterServerConfig {
 // and the shards for the replicas of its own process. The front is linked
 // to every shard: an exit of one ends all.
 struct ParameterServer {
-  caf::actor front;
-  std::vector<caf::actor> shards;  // by index in `partition`
+  ps_actor_t front;
+  std::vector<ps_actor_t> shards;  // by index in `partition`
   // The shards' cores when they run in this process (shards[i]'s is
   // cores[i]), for a PushServer; empty when they run on ps tasks.
   std::vector<std::shared_ptr<ShardCore>> cores;
@@ -84,7 +84,7 @@ ParameterServer spawn_parameter_server(caf::actor_system& system, const Paramete
 // i of config.partition, spawned there by the task, ps_node.cpp). The front
 // is linked to each: losing a ps task ends it.
 ParameterServer front_over(caf::actor_system& system, const ParameterServerConfig& config,
-                           std::vector<caf::actor> shards);
+                           std::vector<ps_actor_t> shards);
 
 // The partition of `spec`'s flat parameters for `shards` shards (whole
 // layers round-robin, layers over `split_above` floats split), without the

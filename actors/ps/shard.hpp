@@ -25,7 +25,7 @@
 //   set_state, ReplicaState   -> ok                          replace it (mode switches)
 //   position, Position, clocks-> ok                          where training resumes
 //   counters                  -> ServerCounters              accounting, staleness
-//   reconfig, view, clocks    -> ok                          a new membership view (its
+//   view_clocks, view, clocks -> ok                          a new membership view (its
 //                                                            replicas' clocks, by rank)
 // A push from another view is dropped (counted, answered with an error).
 //
@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/ps/ps_protocol.hpp"
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
 #include "net/push/frames.hpp"  // GradientPush, AppliedPush
@@ -132,12 +133,12 @@ struct ShardState {
 // ---- shard_actor.cpp: the CAF face (the rest needs no actor system) ----
 
 // The actor over `core`. When it ends, it closes the core.
-caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core);
+ps_actor_t::behavior_type shard_actor(ps_actor_t::stateful_pointer<ShardState> self, std::shared_ptr<ShardCore> core);
 
 // A shard of this process: its actor (for CAF) and its core (for the
 // PushServer).
 struct LocalShard {
-  caf::actor actor;
+  ps_actor_t actor;
   std::shared_ptr<ShardCore> core;
 };
 

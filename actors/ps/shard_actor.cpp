@@ -6,7 +6,7 @@
 
 namespace troupe::actors::ps {
 
-caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr<ShardCore> core) {
+ps_actor_t::behavior_type shard_actor(ps_actor_t::stateful_pointer<ShardState> self, std::shared_ptr<ShardCore> core) {
   self->state.core = core;
   auto* system = &self->system();
   // Runs in the actor's cleanup, which may end a moment after its monitors
@@ -35,7 +35,7 @@ caf::behavior shard_actor(caf::stateful_actor<ShardState>* self, std::shared_ptr
       },
       [core](counters_atom) -> ServerCounters { return core->counters(); },
       // A new membership view: its replicas, all at the same clock.
-      [core](reconfig_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
+      [core](view_clocks_atom, std::uint32_t view, const std::vector<std::int64_t>& clocks) {
         core->reconfig(view, clocks);
         return caf::ok_atom::value;
       },

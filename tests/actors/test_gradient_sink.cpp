@@ -120,7 +120,7 @@ TEST(GradientSink, TheDataPlaneTheCoresAndTheActorsApplyAPushAlike) {
     ASSERT_TRUE(by_cores.done) << by_cores.failure;
 
     // The shard actors, a request each.
-    std::vector<caf::actor> actors;
+    std::vector<ps::ps_actor_t> actors;
     for (int i = 0; i < part->shards(); ++i)
       actors.push_back(ps::spawn_shard(system, shard_config(i, part->size(i))).actor);
     const Outcome by_actors = push_through(system, part, [&](caf::event_based_actor* self) {
@@ -192,9 +192,9 @@ TEST(GradientSink, ASinkIsChosenFromWhatTheDeviceWasGiven) {
     std::vector<std::string> k;
     k.push_back(make_gradient_sink(self, part, routes, cores_for(*part), {}, 1s)->kind());
     k.push_back(make_gradient_sink(self, part, nullptr, cores_for(*part), {}, 1s)->kind());
-    k.push_back(make_gradient_sink(self, part, nullptr, {}, {caf::actor(), caf::actor()}, 1s)->kind());
+    k.push_back(make_gradient_sink(self, part, nullptr, {}, {ps::ps_actor_t(), ps::ps_actor_t()}, 1s)->kind());
     try {
-      make_gradient_sink(self, part, nullptr, {}, {caf::actor()}, 1s);
+      make_gradient_sink(self, part, nullptr, {}, {ps::ps_actor_t()}, 1s);
       k.push_back("(one actor for two shards accepted)");
     } catch (const std::logic_error& e) {
       k.push_back(e.what());
