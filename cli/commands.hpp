@@ -103,10 +103,16 @@ void add_eval_command(CLI::App& app, EvalOptions& options);
 // or the training split when the data has none.
 struct SavedModelOnData {
   data::Splits splits;
+  std::string checkpoint;  // the file read (checkpoint_file)
   checkpoint::State state;
   std::unique_ptr<models::Model> model;
   const data::Dataset& examples() const { return splits.test.size() > 0 ? splits.test : splits.train; }
 };
+// What --checkpoint names for eval, predict and export: a checkpoint file
+// as it is, or a job's --checkpoint-dir, whose newest complete checkpoint
+// it reads (TF's tf.train.latest_checkpoint), saying which on stderr.
+// Throws checkpoint::CheckpointError for a folder with no checkpoint.
+std::string checkpoint_file(const std::string& given);
 SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const DataFlags& flags,
                                   const kernels::Device& device);
 int run_eval(EvalOptions& options);

@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "models/checkpoint/checkpoint.hpp"
@@ -9,7 +11,9 @@ namespace troupe::cli {
 void add_eval_command(CLI::App& app, EvalOptions& o) {
   auto* cmd =
       app.add_subcommand("eval", "Evaluate a saved model on a dataset's test split, without any training set-up");
-  cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
+  cmd->add_option("--checkpoint", o.checkpoint,
+                  "Checkpoint file (.troupe), or a --checkpoint-dir: its newest checkpoint")
+      ->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
   add_data_options(*cmd, o.data_flags);
   cmd->add_option("--device", o.device, "Device: cpu:N or cuda:N")->capture_default_str();
@@ -17,12 +21,26 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
   cmd->add_option("--batch", o.batch, "Examples per evaluation batch")->capture_default_str();
 }
 
-SavedModelOnData load_saved_model(const std::string& checkpoint, const std::string& data, const DataFlags& flags,
+std::string checkpoint_file(const std::string& given) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(given, ec)) return given;  // a file, or read() says what is wrong
+  const checkpoint::Directory dir = checkpoint::Directory::existing(given);
+  const std::optional<std::string> newest = dir.latest();
+  if (!newest)
+    throw checkpoint::CheckpointError(
+        given, "checkpoint directory " + given + ": no complete checkpoint (ckpt-<step>.troupe) in it");
+  std::fprintf(stderr, "checkpoint: %s (the newest in %s)\n", newest->c_str(), given.c_str());
+  return *newest;
+}
+
+SavedModelOnData load_saved_model(const std::string& given, const std::string& data, const DataFlags& flags,
                                   const kernels::Device& device) {
   SavedModelOnData out;
   data::LoadOptions load_options;
   apply_data_options(flags, load_options);
   out.splits = data::load_dataset(data, load_options);
+  out.checkpoint = checkpoint_file(given);
+  const std::string& checkpoint = out.checkpoint;
   out.state = checkpoint::read(checkpoint);
   out.model = models::load_model(out.state, checkpoint, device);
   const data::Dataset& d = out.examples();

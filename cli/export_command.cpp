@@ -16,7 +16,9 @@ void add_export_command(CLI::App& app, ExportOptions& o) {
   auto* cmd = app.add_subcommand("export",
                                  "Write a saved model as an ONNX file (inference: BatchNorm's running "
                                  "statistics, no dropout)");
-  cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
+  cmd->add_option("--checkpoint", o.checkpoint,
+                  "Checkpoint file (.troupe), or a --checkpoint-dir: its newest checkpoint")
+      ->required();
   cmd->add_option("--format", o.format, "The file's format: onnx (opset 17)")->capture_default_str();
   cmd->add_option("--output", o.output, "The file to write (model.onnx)")->required();
   cmd->add_option("--data", o.data,
@@ -32,14 +34,15 @@ int run_export(ExportOptions& o) {
     data::Splits splits = data::load_dataset(o.data);
     options.class_names = splits.train.class_names;
   }
-  checkpoint::State state = checkpoint::read(o.checkpoint);
-  auto model = models::load_model(state, o.checkpoint, kernels::Device::cpu());
+  const std::string checkpoint = checkpoint_file(o.checkpoint);
+  checkpoint::State state = checkpoint::read(checkpoint);
+  auto model = models::load_model(state, checkpoint, kernels::Device::cpu());
   std::string bytes;
   try {
     bytes = models::to_onnx(*model, options);
   } catch (const std::invalid_argument& e) {
     // Not a usage error: the checkpoint holds a model the export cannot write.
-    throw std::runtime_error(o.checkpoint + ": " + e.what());
+    throw std::runtime_error(checkpoint + ": " + e.what());
   }
   write_file_atomically(o.output, bytes);
   const std::string input = "[batch, " + model->input_shape().str().substr(1);

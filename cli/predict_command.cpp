@@ -62,7 +62,9 @@ std::string npy(const kernels::Tensor& t) {
 void add_predict_command(CLI::App& app, PredictOptions& o) {
   auto* cmd = app.add_subcommand(
       "predict", "Write a saved model's outputs (logits) for the first N examples of a dataset's test split, as JSON");
-  cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint file (.troupe)")->required();
+  cmd->add_option("--checkpoint", o.checkpoint,
+                  "Checkpoint file (.troupe), or a --checkpoint-dir: its newest checkpoint")
+      ->required();
   cmd->add_option("--data", o.data, "Dataset name or path")->default_str("fashion-mnist");
   add_data_options(*cmd, o.data_flags);
   cmd->add_option("--limit", o.limit, "The first N test examples (0: all)")->capture_default_str();
@@ -137,7 +139,7 @@ int run_predict(PredictOptions& o) {
       {"format", "troupe-predictions"},
       {"version", 1},
       {"model", state.model.name},
-      {"checkpoint", o.checkpoint},
+      {"checkpoint", saved.checkpoint},
       {"step", state.position.global_step},
       {"data", test.name + "/" + test.split},
       {"task", classification ? "classification" : "regression"},

@@ -648,6 +648,11 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
     for (auto d : data.input.dims()) s += " " + std::to_string(d);
     return s;
   };
+  // Features of one row (a CSV file's columns) into a convolutional model,
+  // often the default cnn: say which zoo model takes them.
+  auto not_images = [&]() -> std::string {
+    return data.input.rank() == 1 ? " (features of one row, as a .csv file's: --model mlp, or a model spec)" : "";
+  };
   std::string text = "name " + name + "\n";
   if (name == "linreg") {
     // The seeds' parameter-server example: y = w.x + b.
@@ -658,7 +663,8 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   } else if (name == "cnn") {
     // The seed's Keras MNIST model: Conv2D(32, 3) ReLU, MaxPool 2, Flatten, Dense(64) ReLU, Dense(10).
     if (data.input.rank() != 3)
-      throw std::invalid_argument("model 'cnn' needs image data [channels, height, width], got " + data.input.str());
+      throw std::invalid_argument("model 'cnn' needs image data [channels, height, width], got " + data.input.str() +
+                                  not_images());
     text += "input" + shape_text() +
             "\nconv2d filters=32 kernel=3\nrelu\nmaxpool2d pool=2\nflatten\n"
             "dense units=64\nrelu\ndense units=" +
@@ -671,7 +677,7 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   } else if (name == "vgg" || name == "resnet") {
     if (data.input.rank() != 3)
       throw std::invalid_argument("model '" + name + "' needs image data [channels, height, width], got " +
-                                  data.input.str());
+                                  data.input.str() + not_images());
     if (name == "vgg")
       // The VGG-style stack of anchors/torch_anchor.py ("vgg"): 3x3 "same"
       // convolutions 64, 64, pool, 128, pool, Dense 256, Dense classes.

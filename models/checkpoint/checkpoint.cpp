@@ -752,6 +752,13 @@ Directory::Directory(std::string dir, std::size_t keep_last_k) : dir_(std::move(
   }
 }
 
+Directory Directory::existing(std::string dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw CheckpointError(dir, "checkpoint directory " + dir + ": " + (ec ? ec.message() : "not a directory"));
+  return Directory(std::move(dir), ReadOnly{});
+}
+
 std::string Directory::path_for_step(std::uint64_t step) const {
   char name[64];
   std::snprintf(name, sizeof name, "ckpt-%012" PRIu64 ".troupe", step);

@@ -153,6 +153,10 @@ class Directory {
   // probe file), so a bad path fails before training starts. keep_last_k = 0
   // keeps every checkpoint.
   Directory(std::string dir, std::size_t keep_last_k);
+  // A folder that is only read (eval, predict and export given a job's
+  // checkpoint folder): it must exist; it is not checked for writing, so a
+  // read-only copy of a job's folder serves too.
+  static Directory existing(std::string dir);
 
   // Writes state as ckpt-<state.position.global_step>.troupe (replacing one
   // of the same step), then deletes all but the newest keep_last_k.
@@ -187,6 +191,8 @@ class Directory {
   std::size_t keep_last_k() const { return keep_last_k_; }
 
  private:
+  struct ReadOnly {};
+  Directory(std::string dir, ReadOnly) : dir_(std::move(dir)), keep_last_k_(0) {}
   std::string dir_;
   std::size_t keep_last_k_;
 };

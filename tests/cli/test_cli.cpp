@@ -411,6 +411,12 @@ TEST(CliCsv, RegressionWithATargetColumnAHeldOutFractionAndStandardizedFeatures)
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_CONTAINS(r.output, "gives 1 output(s)");
   EXPECT_CONTAINS(r.output, "give --task regress");
+  // Without --model the default cnn meets a table's rows: the error says
+  // which zoo model takes them.
+  r = troupe("train --devices cpu:0 --steps 1" + data);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "model 'cnn' needs image data [channels, height, width], got [3]");
+  EXPECT_CONTAINS(r.output, "--model mlp, or a model spec");
 }
 
 // A job without test data says so, everywhere: no "test loss 0.0000

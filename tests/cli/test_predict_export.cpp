@@ -113,6 +113,41 @@ TEST_F(PredictExport, ExportWritesAnOnnxFileAndSaysItsInputAndOutput) {
   EXPECT_CONTAINS(bytes, "troupe.spec");
 }
 
+// --checkpoint may name a job's --checkpoint-dir: eval, predict and export
+// read its newest complete checkpoint (a truncated newer one, as a job
+// killed mid-write would leave without the atomic rename, is passed over)
+// and say which; a folder without one is an error naming it.
+TEST_F(PredictExport, ACheckpointFolderMeansItsNewestCompleteCheckpoint) {
+  ASSERT_FALSE(checkpoint.empty());
+  const std::string dir = temp("folder");
+  const std::string good = dir + "/ckpt-000000000002.troupe";
+  fs::copy_file(checkpoint, good);
+  const std::string bytes = read_text(checkpoint);
+  std::ofstream(dir + "/ckpt-000000000009.troupe", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const std::string said = "checkpoint: " + good + " (the newest in " + dir + ")";
+
+  Result r = troupe("predict --checkpoint " + dir + " --limit 2 --output " + dir + "/p.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, said);
+  EXPECT_EQ(nlohmann::json::parse(read_text(dir + "/p.json"))["checkpoint"], good);
+  r = troupe("export --checkpoint " + dir + " --output " + dir + "/m.onnx");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, said);
+  EXPECT_CONTAINS(r.output, "mlp (step 2): ONNX opset 17");
+  r = troupe("eval --checkpoint " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, said);
+
+  const std::string empty = temp("empty");
+  for (const std::string& command :
+       {"eval --checkpoint " + empty, "predict --checkpoint " + empty + " --output " + dir + "/x.json",
+        "export --checkpoint " + empty + " --output " + dir + "/x.onnx"}) {
+    r = troupe(command);
+    EXPECT_EQ(r.status, 1) << command << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, "troupe: checkpoint directory " + empty + ": no complete checkpoint");
+  }
+}
+
 // A failed predict or export leaves the file that was there before as it
 // was, and no temporary file beside it.
 TEST_F(PredictExport, ErrorsNameTheFileAndLeaveAnEarlierOutputAlone) {
