@@ -16,7 +16,7 @@ struct Waiting {
 
 using Front = control_front_t::pointer;
 
-control_front_t::behavior_type front(Front self, caf::actor coordinator, caf::actor job_thread,
+control_front_t::behavior_type front(Front self, coordinator_actor_t coordinator, caf::actor job_thread,
                                      std::chrono::milliseconds answer_within) {
   auto waiting = std::make_shared<Waiting>();
   self->attach_functor([waiting] {
@@ -83,7 +83,7 @@ control_front_t::behavior_type front(Front self, caf::actor coordinator, caf::ac
 
 }  // namespace
 
-control_front_t spawn_control_front(caf::actor_system& system, caf::actor coordinator, caf::actor job_thread,
+control_front_t spawn_control_front(caf::actor_system& system, coordinator_actor_t coordinator, caf::actor job_thread,
                                     std::chrono::milliseconds answer_within) {
   return system.spawn(front, std::move(coordinator), std::move(job_thread), answer_within);
 }

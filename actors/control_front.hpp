@@ -67,7 +67,7 @@ using control_front_t = caf::typed_actor<caf::reacts_to<ControlRequestPtr>>;
 // whose asker said how long it waits (ControlRequest::wait), 202 pending
 // when that wait is shorter. When the front exits (the job is over) every
 // request still waiting is answered 409.
-control_front_t spawn_control_front(caf::actor_system& system, caf::actor coordinator, caf::actor job_thread,
+control_front_t spawn_control_front(caf::actor_system& system, coordinator_actor_t coordinator, caf::actor job_thread,
                                     std::chrono::milliseconds answer_within);
 
 }  // namespace troupe::actors

@@ -213,6 +213,10 @@ int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
 // only at its timeout): before training starts that is a member of the
 // first view lost, and the job starts again without it while it may
 // (FirstViewLost).
+// One of install_state's helpers: it sends its request when it starts and
+// answers the job's thread; it takes no message of its own.
+using install_helper_t = caf::typed_actor<caf::reacts_to<caf::ok_atom>>;
+
 void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::vector<device_actor_t>& devices,
                    const ReplicaState& state, std::size_t first, const std::vector<std::int64_t>& clocks,
                    const std::vector<data::Cursor>& cursors, std::chrono::milliseconds timeout,
@@ -227,25 +231,26 @@ void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::ve
   struct Helpers {
     caf::scoped_actor& self;
     std::vector<bool>& waiting;
-    std::vector<caf::actor> of_rank;
+    std::vector<install_helper_t> of_rank;
     ~Helpers() {
       for (std::size_t r = 0; r < of_rank.size(); ++r)
         if (waiting[r] && of_rank[r]) self->send_exit(of_rank[r], caf::exit_reason::user_shutdown);
     }
-  } helpers{self, waiting, std::vector<caf::actor>(devices.size())};
+  } helpers{self, waiting, std::vector<install_helper_t>(devices.size())};
   for (std::size_t r = first; r < devices.size(); ++r) {
     const data::Cursor at = r < cursors.size() ? cursors[r] : data::Cursor{};
     const ReplicaPosition position{clocks.empty() ? 0 : clocks[r], at.epoch, at.batch, at.offset};
     const auto rank = static_cast<std::int32_t>(r);
-    helpers.of_rank[r] = self->system().spawn([=, device = devices[r]](caf::event_based_actor* a) -> caf::behavior {
-      auto answer = [=](const std::string& why) {
-        a->send(me, set_state_atom::value, id, rank, why);
-        a->quit();
-      };
-      a->request(device, timeout, set_state_atom::value, state, position)
-          .then([=](caf::ok_atom) { answer(""); }, [=](caf::error& e) { answer(a->system().render(e)); });
-      return {[](caf::ok_atom) {}};  // nothing else to do: it ends with the answer
-    });
+    helpers.of_rank[r] =
+        self->system().spawn([=, device = devices[r]](install_helper_t::pointer a) -> install_helper_t::behavior_type {
+          auto answer = [=](const std::string& why) {
+            caf::anon_send(me, set_state_atom::value, id, rank, why);  // `me` is a blocking actor: not typed
+            a->quit();
+          };
+          a->request(device, timeout, set_state_atom::value, state, position)
+              .then([=](caf::ok_atom) { answer(""); }, [=](caf::error& e) { answer(a->system().render(e)); });
+          return {[](caf::ok_atom) {}};  // nothing else to do: it ends with the answer
+        });
     waiting[r] = true;
     ++pending;
   }
@@ -604,7 +609,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
   // boundary, where the coordinator gathers their state and moves them to
   // the ps tasks left (nothing is lost). Returns what happens, "" when
   // `index` is no ps task.
-  auto ps_task_leaves = [&](const caf::actor& coordinator, int index, const std::string& why) -> std::string {
+  auto ps_task_leaves = [&](const coordinator_actor_t& coordinator, int index, const std::string& why) -> std::string {
     if (!cluster || !cluster->is_ps_task(index)) return "";
     const std::string label = "node " + std::to_string(index) + " (a ps task)";
     if (!cluster->hosts_shards(index)) {
@@ -661,7 +666,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.wait_timeout = config_.wait_timeout;
     cc.ps_tasks = push_routes != nullptr && ps_wanted > 0;
     cc.shuffle = t.shuffle;
-    caf::actor coordinator = spawn_coordinator(system, cc);
+    coordinator_actor_t coordinator = spawn_coordinator(system, cc);
     self->monitor(coordinator);
     {
       // From now on a control request goes straight to the front; those

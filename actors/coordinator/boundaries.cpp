@@ -306,7 +306,9 @@ void send_result(Self* self) {
   s.result.wall_seconds = seconds(Clock::now() - s.t_start);
   s.result.samples_per_s = s.train_seconds > 0 ? double(s.examples) / s.train_seconds : 0;
   s.result.final_mode = s.mode;
-  self->send(s.config.listener, s.result);
+  // The listener is the job's thread, a dynamically typed (blocking) actor,
+  // which a typed actor reaches by anon_send.
+  caf::anon_send(s.config.listener, s.result);
 }
 
 void finish(Self* self) {

@@ -7,7 +7,7 @@
 
 namespace troupe::actors {
 
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
+coordinator_actor_t spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
   return system.spawn<caf::detached>(coord::coordinator_actor, std::move(config));
 }
 
@@ -36,7 +36,7 @@ bool look_for_stop(Self* self) {
 
 }  // namespace
 
-caf::behavior coordinator_actor(Self* self, CoordinatorConfig config) {
+coordinator_actor_t::behavior_type coordinator_actor(Self* self, CoordinatorConfig config) {
   auto& s = self->state;
   s.config = std::move(config);
   s.mode = s.config.mode;

@@ -71,7 +71,14 @@
 //   mode, text              -> ControlReply   switch at the next step boundary
 //   checkpoint              -> ControlReply   write one at the next step boundary
 //   stop                    -> ControlReply   checkpoint (if configured), finish
+//   drain, node             -> ControlReply   troupe ctl drain: the node leaves at the next boundary
+//   watch_stop                                (from itself) look at should_stop again
+//   halt, pause id                            (from itself) stop if still paused since then
+// A formed view comes back as the answer to its `form_view` request.
 // When the job ends it sends `JobResult` to the listener.
+// coordinator_actor_t below is this protocol, as the typed interface the
+// compiler checks at every sender (the devices' reports are
+// device_reports_t, actors/device_protocol.hpp).
 #pragma once
 
 #include <caf/all.hpp>
@@ -127,6 +134,14 @@ struct JobResult {
   std::string replica_digest;
   std::string error;  // empty on success
 };
+
+// What the coordinator accepts: the devices' reports and the protocol above.
+using coordinator_actor_t = device_reports_t::extend<
+    caf::reacts_to<start_atom>, caf::reacts_to<member_atom, MemberEvent>, caf::reacts_to<watch_stop_atom>,
+    caf::reacts_to<halt_atom, std::uint32_t>, caf::replies_to<status_atom>::with<std::string>,
+    caf::replies_to<drain_atom, std::string>::with<ControlReply>,
+    caf::replies_to<mode_atom, std::string>::with<ControlReply>, caf::replies_to<checkpoint_atom>::with<ControlReply>,
+    caf::replies_to<stop_atom>::with<ControlReply>>;
 
 struct CoordinatorConfig {
   int replicas = 1;
@@ -188,7 +203,7 @@ struct CoordinatorConfig {
 };
 
 // Spawns the coordinator (its state, actors/coordinator/state.hpp, stays private to that folder).
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
+coordinator_actor_t spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
 
 }  // namespace troupe::actors
 

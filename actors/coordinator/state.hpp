@@ -125,7 +125,7 @@ struct CoordinatorState {
   static inline const char* name = "coordinator";
 };
 
-using Self = caf::stateful_actor<CoordinatorState>;
+using Self = coordinator_actor_t::stateful_base<CoordinatorState>;
 
 // grants.cpp
 bool alive(const CoordinatorState& s, std::size_t r);
@@ -204,6 +204,6 @@ void fetch_state(Self* self, Then then, std::function<void()> skipped = nullptr)
             });
 }
 
-caf::behavior coordinator_actor(Self* self, CoordinatorConfig config);
+coordinator_actor_t::behavior_type coordinator_actor(Self* self, CoordinatorConfig config);
 
 }  // namespace troupe::actors::coord
