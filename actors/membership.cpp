@@ -57,8 +57,8 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
     }
   });
   return {
-      [=](join_atom, const std::string& name, const std::string& version,
-          const std::string& fingerprint) -> std::tuple<bool, std::int32_t, std::string> {
+      [=](join_atom, const std::string& name, const std::string& version, const std::string& fingerprint,
+          const std::string& role) -> std::tuple<bool, std::int32_t, std::string> {
         auto& st = self->state;
         auto refuse = [&](const std::string& why) {
           st.log("refused " + name + ": " + why);
@@ -82,12 +82,18 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
                         ") differs from the coordinator's (" + st.fingerprint.substr(0, 12) +
                         "); start the worker without --job, or with the same file");
         Member m;
+        try {
+          m.role = parse_role(role);
+        } catch (const std::invalid_argument& e) {
+          return refuse(e.what());
+        }
         m.index = st.next_index++;
         m.name = name;
         m.handle = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(m.handle);
         st.members.push_back(m);
-        st.log("node " + std::to_string(m.index) + " joined: " + name);
+        st.log("node " + std::to_string(m.index) + " joined: " + name +
+               (m.role == NodeRole::ps_task ? " (a ps task)" : ""));
         return std::make_tuple(true, static_cast<std::int32_t>(m.index), st.job_text);
       },
       [=](done_atom) -> caf::ok_atom {
@@ -123,7 +129,8 @@ membership_actor_t::behavior_type membership_actor(membership_actor_t::stateful_
           std::string list;
           for (const auto& d : devices) list += (list.empty() ? "" : ",") + d;
           st.log("node " + std::to_string(index) + " is ready: devices " + list + ", data plane " + data_address);
-          caf::anon_send(st.listener, ready_atom::value, index, m.name, data_address, devices, nccl, m.handle);
+          caf::anon_send(st.listener, ready_atom::value,
+                         ReadyNode{index, m.name, m.role, data_address, devices, nccl, m.handle});
         }
         return caf::ok_atom::value;
       },

@@ -4,20 +4,21 @@
 // secret handshake.
 //
 // Protocol:
-//   join, name, version, fingerprint -> (admitted, index, job text or why not)
+//   join, name, version, fingerprint, role
+//                                 -> (admitted, index, job text or why not)
 //                                        a node asks to join, at any time (a
 //                                        node joining a running job enters at
 //                                        the next step boundary); refused with
 //                                        the reason beyond --max-nodes, for
 //                                        another troupe version or job file,
-//                                        or while its host is cooling down
+//                                        or while its host is cooling down;
+//                                        role: "worker" or "ps-task" (NodeRole)
 //   ready, index, data address, devices, nccl -> ok
 //                                        the node's data plane listens; nccl
 //                                        is "" when NCCL loads there, else
 //                                        why not (the coordinator picks the
 //                                        view's collective from it); the
-//                                        listener hears (ready, index, name,
-//                                        address, devices, nccl, handle)
+//                                        listener hears (ready, ReadyNode)
 //   leave, index, why             -> ok  a worker leaving on its own (SIGTERM,
 //                                        SIGINT): the listener hears (drain,
 //                                        index, why) and removes it at the next
@@ -75,6 +76,7 @@ struct GoneNodes {
 struct Member {
   int index = 0;
   std::string name;
+  NodeRole role = NodeRole::worker;
   caf::actor handle;
   bool ready = false;
   bool leaving = false;  // said it leaves: its end is not a failure
@@ -109,7 +111,8 @@ struct MembershipState {
 // by anon_send: a typed actor may send() only to typed actors, and the
 // listener, Job::run's loop, is dynamically typed.)
 using membership_actor_t = caf::typed_actor<
-    caf::replies_to<join_atom, std::string, std::string, std::string>::with<bool, std::int32_t, std::string>,
+    caf::replies_to<join_atom, std::string, std::string, std::string, std::string>::with<bool, std::int32_t,
+                                                                                         std::string>,
     caf::replies_to<ready_atom, std::int32_t, std::string, std::vector<std::string>, std::string>::with<caf::ok_atom>,
     caf::replies_to<leave_atom, std::int32_t, std::string>::with<caf::ok_atom>,
     caf::replies_to<drain_atom, std::int32_t>::with<caf::ok_atom>, caf::replies_to<done_atom>::with<caf::ok_atom>>;

@@ -18,6 +18,14 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<std::vector<std::int32_t>>("std::vector<std::int32_t>");
 }
 
+const char* role_text(NodeRole role) { return role == NodeRole::ps_task ? "ps-task" : "worker"; }
+
+NodeRole parse_role(const std::string& text) {
+  if (text == "worker") return NodeRole::worker;
+  if (text == "ps-task") return NodeRole::ps_task;
+  throw std::invalid_argument("unknown node role '" + text + "'; a node is a worker or a ps-task");
+}
+
 void restore_state(const Tensor& parameters, models::Optimizer& optimizer, const ReplicaState& state) {
   parameters.copy_from(state.parameters);
   for (const auto& [name, buffer] : optimizer.buffers()) {

@@ -222,6 +222,27 @@ struct MemberEvent {
   std::string what;  // for the log
 };
 
+// What a node is in a cluster job, said when it joins (never read from
+// its name): a worker trains replicas; a ps task hosts parameter-server
+// shards and runs none (troupe node --ps-task).
+enum class NodeRole { worker, ps_task };
+// The join request carries the role as text: "worker", "ps-task".
+const char* role_text(NodeRole role);
+// Throws std::invalid_argument naming the text and the roles there are.
+NodeRole parse_role(const std::string& text);
+
+// A node whose data plane listens, ready to take part: the membership
+// actor tells the listener (the coordinator node's thread), in process.
+struct ReadyNode {
+  int index = 0;  // the membership's number
+  std::string name;
+  NodeRole role = NodeRole::worker;
+  std::string data_address;          // its push server (a ps task) or data plane
+  std::vector<std::string> devices;  // a worker's; a ps task has none
+  std::string nccl;                  // "" when NCCL loads on the node, else why not
+  caf::actor handle;                 // the node's actor (forms views, hosts shards)
+};
+
 // One node of a cluster, for /status and for view changes.
 struct NodeInfo {
   int index = 0;                     // the membership's number (0: the coordinator)
@@ -452,5 +473,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::models::EpochResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::data::Cursor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ViewAssignment)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::MemberEvent)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ReadyNode)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::FormedView)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ViewPlan)

@@ -64,17 +64,6 @@ class SignalWatch {
   int signal() const { return hook_signal.load(); }
 };
 
-// A ps task names itself "ps/HOST/pid N" (node_name("ps"), ps_node.cpp).
-bool is_ps_name(const std::string& name) { return name.rfind("ps/", 0) == 0; }
-
-struct ReadyNode {
-  int index = 0;
-  std::string name, data_address;
-  std::vector<std::string> devices;
-  std::string nccl;  // "" when NCCL loads on the node, else why not
-  caf::actor handle;
-};
-
 class CoordinatorCluster final : public ClusterHooks {
  public:
   CoordinatorCluster(const NodeOptions& options, const JobConfig& job) : options_(options), log_(logger(options)) {
@@ -165,9 +154,7 @@ class CoordinatorCluster final : public ClusterHooks {
       if (gone_->contains(index)) drop(index);
     // What the membership said meanwhile (joins, losses) first.
     for (bool more = true; more;)
-      self->receive([&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-                        const std::vector<std::string>& devices, const std::string& nccl,
-                        const caf::actor& handle) { admit(self, index, name, address, devices, nccl, handle); },
+      self->receive([&](ready_atom, const ReadyNode& node) { admit(self, node); },
                     [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
                     caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
     if (static_cast<int>(ready_.size()) + 1 < options_.min_nodes)
@@ -201,9 +188,7 @@ class CoordinatorCluster final : public ClusterHooks {
         finish(self, why);
         throw std::runtime_error(why);
       }
-      self->receive([&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-                        const std::vector<std::string>& devices, const std::string& nccl,
-                        const caf::actor& handle) { admit(self, index, name, address, devices, nccl, handle); },
+      self->receive([&](ready_atom, const ReadyNode& node) { admit(self, node); },
                     [&](node_lost_atom, std::int32_t index, const std::string&) { drop(index); },
                     caf::after(std::min<std::chrono::steady_clock::duration>(
                         std::max<std::chrono::steady_clock::duration>(left, 0s), 100ms)) >>
@@ -225,19 +210,18 @@ class CoordinatorCluster final : public ClusterHooks {
 
   // A node ready to take part: a worker, or a ps task while the job wants
   // more.
-  void admit(caf::scoped_actor& self, std::int32_t index, const std::string& name, const std::string& address,
-             const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
-    if (gone_->contains(index)) return;
-    if (is_ps_name(name)) {
+  void admit(caf::scoped_actor& self, const ReadyNode& node) {
+    if (gone_->contains(node.index)) return;
+    if (node.role == NodeRole::ps_task) {
       if (static_cast<int>(ps_tasks_.size()) < options_.ps_tasks) {
-        ps_tasks_.push_back(PsTask{index, name, address, handle});
+        ps_tasks_.push_back(PsTask{node.index, node.name, node.data_address, node.handle});
       } else {
-        turn_away(self, index, handle,
+        turn_away(self, node.index, node.handle,
                   "the job has its --ps-tasks " + std::to_string(options_.ps_tasks) + " ps task(s) already");
       }
       return;
     }
-    ready_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
+    ready_.push_back(node);
   }
 
   // A node lost before the job started.
@@ -360,7 +344,8 @@ class CoordinatorCluster final : public ClusterHooks {
     const auto deadline = std::chrono::steady_clock::now() + 5s;
     std::vector<ReadyNode> everyone = ready_;
     everyone.insert(everyone.end(), pending_.begin(), pending_.end());
-    for (const auto& t : ps_tasks_) everyone.push_back(ReadyNode{t.index, t.name, t.address, {}, {}, t.handle});
+    for (const auto& t : ps_tasks_)
+      everyone.push_back(ReadyNode{t.index, t.name, NodeRole::ps_task, t.address, {}, {}, t.handle});
     for (const auto& n : everyone) {
       bool acknowledged = false;
       while (!acknowledged && !gone_->contains(n.index) && std::chrono::steady_clock::now() < deadline)
@@ -372,11 +357,10 @@ class CoordinatorCluster final : public ClusterHooks {
 
   // ---- elastic membership ----
 
-  void add_joiner(int index, const std::string& name, const std::string& address,
-                  const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) override {
-    if (gone_->contains(index)) return;
-    if (is_ps_name(name)) return;  // Job::run_here turns a late ps task away
-    pending_.push_back(ReadyNode{index, name, address, devices, nccl, handle});
+  void add_joiner(const ReadyNode& node) override {
+    if (gone_->contains(node.index)) return;
+    if (node.role == NodeRole::ps_task) return;  // Job::run_here turns a late ps task away
+    pending_.push_back(node);
   }
 
   bool forget(int index) override {
@@ -480,19 +464,18 @@ class CoordinatorCluster final : public ClusterHooks {
                 out.error = what;
               }
           },
-          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& devices, const std::string& nccl, const caf::actor& handle) {
-            if (is_ps_name(name)) {
+          [&](ready_atom, const ReadyNode& node) {
+            if (node.role == NodeRole::ps_task) {
               if (local_routes_) {  // shards on ps tasks: a spare
-                add_spare_ps(self, index, name, address, handle);
-                events_.push_back(MemberEvent{MemberEvent::Kind::ps_joined, index, name});
+                add_spare_ps(self, node.index, node.name, node.data_address, node.handle);
+                events_.push_back(MemberEvent{MemberEvent::Kind::ps_joined, node.index, node.name});
               } else {
-                turn_away(self, index, handle, "the parameter-server shards run on the coordinator");
+                turn_away(self, node.index, node.handle, "the parameter-server shards run on the coordinator");
               }
               return;
             }
-            add_joiner(index, name, address, devices, nccl, handle);
-            events_.push_back(MemberEvent{MemberEvent::Kind::joined, index, name});
+            add_joiner(node);
+            events_.push_back(MemberEvent{MemberEvent::Kind::joined, node.index, node.name});
           },
           [&](drain_atom, std::int32_t index, const std::string& why) {
             if (is_ps_task(index)) {

@@ -120,7 +120,7 @@ SessionEnd run_ps_session(const NodeOptions& options, net::JoinRelay* relay, con
           const std::string local_fingerprint =
               options.job_file.empty() ? std::string() : job_identity(load_job_file(options.job_file)).fingerprint;
           self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION),
-                        local_fingerprint)
+                        local_fingerprint, std::string(role_text(NodeRole::ps_task)))
               .receive(
                   [&](bool accepted, std::int32_t k, std::string& t) {
                     ok = accepted;

@@ -165,7 +165,8 @@ SessionEnd run_session(const NodeOptions& options, net::JoinRelay& relay, ExitBa
     // Join: the coordinator answers with our index and the job.
     bool ok = false;
     std::string text, error;
-    self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION), local_fingerprint)
+    self->request(membership, options.timeout, join_atom::value, name, std::string(TROUPE_VERSION), local_fingerprint,
+                  std::string(role_text(NodeRole::worker)))
         .receive(
             [&](bool accepted, std::int32_t k, std::string& t) {
               ok = accepted;

@@ -825,13 +825,14 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
             }
             self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::lost, index, what});
           },
-          [&](ready_atom, std::int32_t index, const std::string& name, const std::string& address,
-              const std::vector<std::string>& node_devices, const std::string& nccl, const caf::actor& handle) {
+          [&](ready_atom, const ReadyNode& node) {
             if (!cluster) return;
-            if (name.rfind("ps/", 0) == 0) {
+            const int index = node.index;
+            const std::string& name = node.name;
+            if (node.role == NodeRole::ps_task) {
               if (push_routes) {
                 // Shards on ps tasks: a spare, used when one is lost or leaves.
-                cluster->add_spare_ps(self, index, name, address, handle);
+                cluster->add_spare_ps(self, index, name, node.data_address, node.handle);
                 self->send(coordinator, member_atom::value, MemberEvent{MemberEvent::Kind::ps_joined, index, name});
                 return;
               }
@@ -842,12 +843,12 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
                   "without --ps-tasks)";
               std::fprintf(stderr, "troupe node: node %d (%s) is %s\n", index, name.c_str(), why.c_str());
               cluster->forget(index);
-              self->send(handle, done_atom::value, why);
+              self->send(node.handle, done_atom::value, why);
               return;
             }
-            cluster->add_joiner(index, name, address, node_devices, nccl, handle);
+            cluster->add_joiner(node);
             std::string list;
-            for (const auto& d : node_devices) list += (list.empty() ? "" : ",") + d;
+            for (const auto& d : node.devices) list += (list.empty() ? "" : ",") + d;
             self->send(coordinator, member_atom::value,
                        MemberEvent{MemberEvent::Kind::joined, index, name + " with " + list});
           },

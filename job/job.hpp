@@ -95,15 +95,12 @@ class ClusterHooks {
   virtual void finish(caf::scoped_actor& self, const std::string& error) = 0;
 
   // ---- elastic membership, while the job runs ----
-  // run()'s actor hears from the membership actor: (ready, index, name,
-  // address, devices, nccl, handle) for a node that joined, (node_lost, index,
-  // what), (drain, index, why); it turns them into MemberEvents for the
-  // coordinator actor, and forms the views the coordinator asks for.
-  // A node that joined after the start, kept until a view includes it.
-  // `nccl`: "" when NCCL loads on the node, else why not.
-  virtual void add_joiner(int index, const std::string& name, const std::string& address,
-                          const std::vector<std::string>& devices, const std::string& nccl,
-                          const caf::actor& handle) = 0;
+  // run()'s actor hears from the membership actor: (ready, ReadyNode) for
+  // a node that joined, (node_lost, index, what), (drain, index, why); it
+  // turns them into MemberEvents for the coordinator actor, and forms the
+  // views the coordinator asks for.
+  // A worker that joined after the start, kept until a view includes it.
+  virtual void add_joiner(const ReadyNode& node) = 0;
   // A node is gone (lost, or told to leave): never asked anything again.
   // Says whether it was in the current view.
   virtual bool forget(int index) = 0;
