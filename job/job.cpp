@@ -195,10 +195,8 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
 namespace {
 std::atomic<int> abandoned_systems{0};
 
-// "node K (ps/HOST/pid N)" for the ps task that `which` names (its index or
-// its name); empty when no ps task of the job has it.
 // The ps task named by its index or name ("3", "ps/HOST/pid N"), or -1.
-int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
+int ps_task_index(const ClusterShards* cluster, const std::string& which) {
   if (!cluster) return -1;
   for (const auto& task : cluster->ps_tasks())
     if (which == std::to_string(task.index) || which == task.name) return task.index;
@@ -217,7 +215,7 @@ int ps_task_index(const ClusterHooks* cluster, const std::string& which) {
 // answers the job's thread; it takes no message of its own.
 using install_helper_t = caf::typed_actor<caf::reacts_to<caf::ok_atom>>;
 
-void install_state(caf::scoped_actor& self, ClusterHooks* cluster, const std::vector<device_actor_t>& devices,
+void install_state(caf::scoped_actor& self, const ClusterStart* cluster, const std::vector<device_actor_t>& devices,
                    const ReplicaState& state, std::size_t first, const std::vector<std::int64_t>& clocks,
                    const std::vector<data::Cursor>& cursors, std::chrono::milliseconds timeout,
                    const std::string& what) {
