@@ -189,6 +189,20 @@ class Backend {
                                        const float* var, const float* gamma, float eps, const float* sum_dy,
                                        const float* sum_dy_xhat, double count, float* dx) = 0;
 
+  // ---- layer normalisation over the last dimension: x [rows, n] ----
+  // Per row: mean and rstd = 1 / sqrt(var + eps), var the biased variance
+  // (two passes, summed in double); y = gamma * (x - mean) * rstd + beta
+  // (gamma, beta [n]). mean and rstd [rows] are kept for the backward pass.
+  virtual void layernorm_forward(std::int64_t rows, std::int64_t n, const float* x, const float* gamma,
+                                 const float* beta, float eps, float* y, float* mean, float* rstd) = 0;
+  // With xhat = (x - mean) * rstd and g = dy * gamma, per row:
+  // dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)) (skipped when dx
+  // is null); over the rows: dgamma[j] = sum of dy * xhat and dbeta[j] =
+  // sum of dy (written, not added to; summed in double).
+  virtual void layernorm_backward(std::int64_t rows, std::int64_t n, const float* x, const float* dy,
+                                  const float* gamma, const float* mean, const float* rstd, float* dx, float* dgamma,
+                                  float* dbeta) = 0;
+
   // ---- embedding: table [vocab, dim]; ids [count]; out [count, dim] ----
   // Both throw std::out_of_range naming the position of an id outside
   // [0, vocab).
@@ -312,6 +326,10 @@ class Backend {
   void batchnorm_backward_data(const BatchNormShape& s, const float* x, const float* dy, const float* mean,           \
                                const float* var, const float* gamma, float eps, const float* sum_dy,                  \
                                const float* sum_dy_xhat, double count, float* dx) override;                           \
+  void layernorm_forward(std::int64_t rows, std::int64_t n, const float* x, const float* gamma, const float* beta,    \
+                         float eps, float* y, float* mean, float* rstd) override;                                     \
+  void layernorm_backward(std::int64_t rows, std::int64_t n, const float* x, const float* dy, const float* gamma,     \
+                          const float* mean, const float* rstd, float* dx, float* dgamma, float* dbeta) override;     \
   void embedding_forward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,           \
                          const float* table, float* out) override;                                                    \
   void embedding_backward(std::int64_t count, std::int64_t vocab, std::int64_t dim, const std::int32_t* ids,          \

@@ -468,6 +468,59 @@ void batchnorm_backward_data(const Tensor& x, const Tensor& dy, const Tensor& me
 
 // ---------------------------------------------------------------- embedding
 
+namespace {
+// x [..., n] as [rows, n], with gamma [n] (and beta [n]) and mean, rstd [rows].
+std::pair<std::int64_t, std::int64_t> layernorm_rows(const char* op, const Tensor& x, const Tensor& gamma,
+                                                     const Tensor& mean, const Tensor& rstd) {
+  require_dtype(op, "x", x, DType::f32);
+  const std::int64_t n = x.size(x.rank() - 1);
+  require(n > 0, op, "x " + x.describe() + " has an empty last dimension");
+  const std::int64_t rows = x.numel() / n;
+  require_dtype(op, "gamma", gamma, DType::f32);
+  require_shape(op, "gamma", gamma, Shape{n});
+  require_dtype(op, "mean", mean, DType::f32);
+  require_shape(op, "mean", mean, Shape{rows});
+  require_dtype(op, "rstd", rstd, DType::f32);
+  require_shape(op, "rstd", rstd, Shape{rows});
+  return {rows, n};
+}
+}  // namespace
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_forward";
+  const auto [rows, n] = layernorm_rows(op, x, gamma, mean, rstd);
+  require_dtype(op, "beta", beta, DType::f32);
+  require_shape(op, "beta", beta, Shape{n});
+  require_same(op, "x", x, "y", y);
+  require_eps(op, eps);
+  require(eps > 0.0f, op, "eps must be > 0 (a constant row would divide by 0)");
+  backend_for(op, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}})
+      .layernorm_forward(rows, n, x.f32(), gamma.f32(), beta.f32(), eps, y.f32(), mean.f32(), rstd.f32());
+}
+
+void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  const char* op = "layernorm_backward";
+  const auto [rows, n] = layernorm_rows(op, x, gamma, mean, rstd);
+  require_same(op, "x", x, "dy", dy);
+  if (dx.defined()) require_same(op, "x", x, "dx", dx);
+  require_dtype(op, "dgamma", dgamma, DType::f32);
+  require_shape(op, "dgamma", dgamma, Shape{n});
+  require_dtype(op, "dbeta", dbeta, DType::f32);
+  require_shape(op, "dbeta", dbeta, Shape{n});
+  backend_for(op, {{"x", &x},
+                   {"dy", &dy},
+                   {"gamma", &gamma},
+                   {"mean", &mean},
+                   {"rstd", &rstd},
+                   {"dx", &dx},
+                   {"dgamma", &dgamma},
+                   {"dbeta", &dbeta}})
+      .layernorm_backward(rows, n, x.f32(), dy.f32(), gamma.f32(), mean.f32(), rstd.f32(),
+                          dx.defined() ? dx.f32() : nullptr, dgamma.f32(), dbeta.f32());
+}
+
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   const char* op = "embedding_forward";
   require_dtype(op, "ids", ids, DType::i32);

@@ -105,6 +105,18 @@ void batchnorm_backward_data(const Tensor& x, const Tensor& dy, const Tensor& me
                              const Tensor& gamma, float eps, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
                              double count, const Tensor& dx);
 
+// ---- layer normalisation over the last dimension: x [..., n] ----
+// Each row of n: mean[r], rstd[r] = 1 / sqrt(var + eps) (biased variance),
+// y = gamma * (x - mean) * rstd + beta; gamma, beta [n]; mean, rstd [rows],
+// rows = x.numel() / n, kept for the backward pass. eps > 0.
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd);
+// dx (skipped when undefined) = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)),
+// g = dy * gamma, xhat = (x - mean) * rstd; dgamma = sum over rows of
+// dy * xhat, dbeta = sum over rows of dy (written, not added to).
+void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
 // ---- embedding: ids i32 [...], table [vocab, dim] -> out [..., dim] ----
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);

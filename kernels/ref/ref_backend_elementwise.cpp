@@ -1,11 +1,12 @@
 // RefBackend's non-dense ops: each instantiates the reference template of the
-// same name (activation.hpp, batchnorm.hpp, loss.hpp, elementwise.hpp,
+// same name (activation.hpp, batchnorm.hpp, layernorm.hpp, loss.hpp, elementwise.hpp,
 // optim.hpp, init.hpp) for float. The templates are the reference; this file
 // only binds them.
 #include "kernels/ref/activation.hpp"
 #include "kernels/ref/batchnorm.hpp"
 #include "kernels/ref/elementwise.hpp"
 #include "kernels/ref/init.hpp"
+#include "kernels/ref/layernorm.hpp"
 #include "kernels/ref/loss.hpp"
 #include "kernels/ref/optim.hpp"
 #include "kernels/ref/ref_backend.hpp"
@@ -72,6 +73,17 @@ void RefBackend::batchnorm_backward_data(const BatchNormShape& s, const float* x
                                          const float* var, const float* gamma, float eps, const float* sum_dy,
                                          const float* sum_dy_xhat, double count, float* dx) {
   ref::batchnorm_backward_data(s, x, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx);
+}
+
+void RefBackend::layernorm_forward(std::int64_t rows, std::int64_t n, const float* x, const float* gamma,
+                                   const float* beta, float eps, float* y, float* mean, float* rstd) {
+  ref::layernorm_forward(rows, n, x, gamma, beta, eps, y, mean, rstd);
+}
+
+void RefBackend::layernorm_backward(std::int64_t rows, std::int64_t n, const float* x, const float* dy,
+                                    const float* gamma, const float* mean, const float* rstd, float* dx, float* dgamma,
+                                    float* dbeta) {
+  ref::layernorm_backward(rows, n, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
 void RefBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels,
