@@ -94,12 +94,13 @@ class Options {
 
 const char* known_layers =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, standardize, add, concat";
+    "tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 bool is_layer_kind(const std::string& kind) {
   for (const char* k :
-       {"dense", "conv2d", "conv1d", "maxpool2d", "maxpool1d", "avgpool2d", "globalavgpool2d", "embedding", "flatten",
-        "relu", "sigmoid", "tanh", "gelu", "softmax", "dropout", "batchnorm", "standardize", "add", "concat"})
+       {"dense",     "conv2d",    "conv1d",    "maxpool2d",   "maxpool1d", "avgpool2d", "globalavgpool2d",
+        "embedding", "flatten",   "relu",      "sigmoid",     "tanh",      "gelu",      "softmax",
+        "dropout",   "batchnorm", "layernorm", "standardize", "add",       "concat"})
     if (kind == k) return true;
   return false;
 }
@@ -159,6 +160,8 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     if (sync != "true" && sync != "false")
       throw std::invalid_argument("batchnorm sync '" + sync + "': expected true or false");
     layer = std::make_unique<BatchNorm>(momentum, epsilon, sync == "true");
+  } else if (kind == "layernorm") {
+    layer = std::make_unique<LayerNorm>(parse_float(o.take("epsilon", "1e-5"), "layernorm epsilon"));
   } else if (kind == "standardize") {
     std::vector<float> mean = parse_float_list(o.take("mean"), "standardize mean");
     std::vector<float> deviation = parse_float_list(o.take("std"), "standardize std");

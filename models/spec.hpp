@@ -40,7 +40,8 @@
 // conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding
 // (vocab=, dim=), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
 // batchnorm (momentum=, epsilon=, sync=true: statistics of every
-// replica's batch in a synchronous step), standardize (mean=A,B,.. std=C,D,..:
+// replica's batch in a synchronous step), layernorm (epsilon=: over the
+// last dimension), standardize (mean=A,B,.. std=C,D,..:
 // fixed constants per channel; train --standardize writes one first), and
 // the merges add and concat. Unknown layers, blocks,
 // labels or options, missing values and bad numbers (a kernel, stride,

@@ -112,7 +112,7 @@ void set_type(onnx::ValueInfoProto& v, const std::string& name, int elem_type, c
 
 const char* kSupported =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, standardize, add, concat";
+    "tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 }  // namespace
 
@@ -259,6 +259,12 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
           w.node("BatchNormalization", name, {in[0], weights.at(0), weights.at(1), weights.at(2), weights.at(3)}, out);
       GraphWriter::real(n, "epsilon", std::stof(line.get("epsilon", "1e-5")));
       GraphWriter::real(n, "momentum", std::stof(line.get("momentum", "0.9")));
+    } else if (kind == "layernorm") {
+      // ONNX's LayerNormalization (opset 17) over the last axis, with
+      // troupe's epsilon: the same formula, the biased variance.
+      auto& n = w.node("LayerNormalization", name, {in[0], weights.at(0), weights.at(1)}, out);
+      GraphWriter::integer(n, "axis", -1);
+      GraphWriter::real(n, "epsilon", std::stof(line.get("epsilon", "1e-5")));
     } else if (kind == "standardize") {
       // (x - mean) / std per channel: constants of shape [c, 1, ...] that
       // broadcast over the batch and the positions of each channel.

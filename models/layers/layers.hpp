@@ -296,6 +296,34 @@ class BatchNorm final : public Layer {
   Tensor mean_, var_, zeros_, x_, y_, dx_;
 };
 
+// Layer normalisation over the last dimension of each example (a
+// transformer's [length, width]: every position's width; a vector [d]: the
+// vector), PyTorch's nn.LayerNorm(width) and Keras' LayerNormalization(
+// axis=-1): y = gamma * (x - mean) / sqrt(var + epsilon) + beta, the mean and
+// the biased variance those of the position's values; the same in training
+// and evaluation (no running statistics). gamma (1) and beta (0) [width] are
+// trained. epsilon defaults to PyTorch's 1e-5. Spec:
+//   layernorm epsilon=1e-5
+class LayerNorm final : public Layer {
+ public:
+  explicit LayerNorm(float epsilon = 1e-5f);
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  std::vector<ParameterInfo> parameters() const override;
+  void bind(const Tensor& params, const Tensor& grads) override;
+  void initialize(std::uint64_t seed) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+  float epsilon() const { return epsilon_; }
+
+ private:
+  float epsilon_;
+  std::int64_t width_ = 0, rows_per_example_ = 0;
+  Shape shape_;
+  Device device_;
+  Tensor gamma_, beta_, dgamma_, dbeta_, x_, y_, dx_, mean_, rstd_;
+};
+
 // Fixed standardization per channel of [c, ...] (per feature of [d]):
 //   y = (x - mean[c]) / std[c]
 // with constants written in the spec (Keras' Normalization(mean=,

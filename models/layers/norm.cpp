@@ -1,4 +1,4 @@
-// Normalisation layers: BatchNorm, and the fixed Standardize.
+// Normalisation layers: BatchNorm, LayerNorm, and the fixed Standardize.
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -185,6 +185,57 @@ void BatchNorm::join_backward() {
   if (!reducer_) return;
   ops::fill(dsums_, 0.0f);
   reducer_->sum(dsums_);
+}
+
+// ---- LayerNorm ----
+
+LayerNorm::LayerNorm(float epsilon) : epsilon_(epsilon) {
+  if (!(epsilon > 0.0f && epsilon < 1.0f))
+    throw std::invalid_argument("layernorm: epsilon must be in (0, 1), got " + number(epsilon));
+}
+
+std::string LayerNorm::spec() const { return "layernorm epsilon=" + number(epsilon_); }
+
+Shape LayerNorm::build(const Shape& input, const Device& device) {
+  if (input.rank() < 1 || input.numel() < 1)
+    throw std::invalid_argument("layernorm: expects [..., width], got " + input.str());
+  shape_ = input;
+  device_ = device;
+  width_ = input[input.rank() - 1];
+  rows_per_example_ = input.numel() / width_;
+  return input;
+}
+
+std::vector<ParameterInfo> LayerNorm::parameters() const { return {{"gamma", Shape{width_}}, {"beta", Shape{width_}}}; }
+
+void LayerNorm::bind(const Tensor& params, const Tensor& grads) {
+  gamma_ = params.slice(0, {width_});
+  beta_ = params.slice(width_, {width_});
+  dgamma_ = grads.slice(0, {width_});
+  dbeta_ = grads.slice(width_, {width_});
+}
+
+void LayerNorm::initialize(std::uint64_t) {
+  ops::fill(gamma_, 1.0f);
+  ops::fill(beta_, 0.0f);
+}
+
+const Tensor& LayerNorm::forward(const Tensor& x, bool) {
+  x_ = x;
+  Tensor& y = ensure(y_, x.size(0), shape_, device_);
+  const Shape rows{x.size(0) * rows_per_example_};
+  if (!mean_.defined() || mean_.shape() != rows || mean_.device() != device_) {
+    mean_ = Tensor::zeros(rows, DType::f32, device_);
+    rstd_ = Tensor::zeros(rows, DType::f32, device_);
+  }
+  ops::layernorm_forward(x, gamma_, beta_, epsilon_, y, mean_, rstd_);
+  return y;
+}
+
+const Tensor& LayerNorm::backward(const Tensor& dy, bool need_dx) {
+  if (need_dx) ensure(dx_, dy.size(0), shape_, device_);
+  ops::layernorm_backward(x_, dy, gamma_, mean_, rstd_, need_dx ? dx_ : Tensor(), dgamma_, dbeta_);
+  return dx_;
 }
 
 // ---- Standardize ----

@@ -60,6 +60,7 @@ const std::vector<Case>& cases() {
       {"softmax", "input 2 5\nsoftmax\nflatten", "Softmax"},
       {"dropout", "input 6\ndropout rate=0.5", "Identity"},
       {"batchnorm", "input 3 4 4\nbatchnorm momentum=0.8 epsilon=0.001\nflatten", "BatchNormalization"},
+      {"layernorm", "input 3 5\nlayernorm epsilon=0.001\nflatten", "LayerNormalization"},
       {"standardize", "input 2 3 3\nstandardize mean=0.5,-1 std=2,0.25\nflatten", "Div"},
       {"add", "input 6\na: relu\nb: tanh from=input\nadd from=a,b,input", "Add"},
       {"concat", "input 2 4\na: relu\nb: tanh from=input\nconcat from=a,b,input\nflatten", "Concat"},

@@ -204,6 +204,38 @@ TEST(LayerGradients, BatchNormInTraining) {
   }
 }
 
+// LayerNorm normalises each position's width by its own statistics, in
+// training as in evaluation: the input gradient goes through them.
+TEST(LayerGradients, LayerNorm) {
+  for (const Shape& in : {Shape{5, 8}, Shape{6}, Shape{2, 3, 4}}) {
+    LayerNorm layer;
+    LayerCheck c(layer, in, 85, -2.0f, 2.0f);
+    c.check("layernorm input " + in.str(), c.x, true);
+    c.check("layernorm gamma and beta " + in.str(), c.params.slice(0, {layer.parameter_count()}), false);
+  }
+}
+
+// PyTorch's nn.LayerNorm(4) on two positions, by hand: each row's own mean
+// and biased variance; gamma 1 and beta 0 at the start; the spec's text.
+TEST(LayerNorm, EachPositionByItsOwnMeanAndBiasedVariance) {
+  LayerNorm layer(1e-5f);
+  layer.build({2, 4}, Device::cpu());
+  Tensor params = Tensor::zeros({layer.parameter_count()}), grads = Tensor::zeros({layer.parameter_count()});
+  layer.bind(params, grads);
+  layer.initialize(0);
+  EXPECT_EQ(params.to_vector(), (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}));
+  const Tensor x = Tensor::from_vector({1, 2, 4}, std::vector<float>{1, 2, 3, 4, 10, 10, 10, 14});
+  const auto y = layer.forward(x, false).to_vector();
+  const double s0 = std::sqrt(1.25 + 1e-5), s1 = std::sqrt(3.0 + 1e-5);  // variances 1.25 and 3
+  EXPECT_NEAR(y[0], -1.5 / s0, 1e-6);
+  EXPECT_NEAR(y[3], 1.5 / s0, 1e-6);
+  EXPECT_NEAR(y[4], -1.0 / s1, 1e-6);
+  EXPECT_NEAR(y[7], 3.0 / s1, 1e-6);
+  EXPECT_EQ(layer.forward(x, true).to_vector(), y);  // no batch statistics: training is the same
+  EXPECT_EQ(layer.spec(), "layernorm epsilon=1e-05");
+  EXPECT_THROW(LayerNorm(0.0f), std::invalid_argument);
+}
+
 // The running estimates follow PyTorch's update (momentum 0.9 in Keras'
 // convention is PyTorch's 0.1; the variance unbiased), and evaluation
 // normalises by them.
