@@ -93,14 +93,31 @@ class Options {
 };
 
 const char* known_layers =
-    "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
+    "flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 bool is_layer_kind(const std::string& kind) {
-  for (const char* k :
-       {"dense",     "conv2d",    "conv1d",    "maxpool2d",   "maxpool1d", "avgpool2d", "globalavgpool2d",
-        "embedding", "flatten",   "relu",      "sigmoid",     "tanh",      "gelu",      "softmax",
-        "dropout",   "batchnorm", "layernorm", "standardize", "add",       "concat"})
+  for (const char* k : {"dense",
+                        "conv2d",
+                        "conv1d",
+                        "maxpool2d",
+                        "maxpool1d",
+                        "avgpool2d",
+                        "globalavgpool2d",
+                        "embedding",
+                        "positional_embedding",
+                        "flatten",
+                        "relu",
+                        "sigmoid",
+                        "tanh",
+                        "gelu",
+                        "softmax",
+                        "dropout",
+                        "batchnorm",
+                        "layernorm",
+                        "standardize",
+                        "add",
+                        "concat"})
     if (kind == k) return true;
   return false;
 }
@@ -170,7 +187,15 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
     layer = std::make_unique<Concat>();
   } else if (kind == "embedding") {
     std::int64_t vocab = o.take_int("vocab");
-    layer = std::make_unique<Embedding>(vocab, o.take_int("dim"));
+    const std::int64_t dim = o.take_int("dim");
+    const std::string layout = o.take("layout", "channels_first");
+    if (layout != "channels_first" && layout != "channels_last")
+      throw std::invalid_argument("embedding layout '" + layout +
+                                  "': expected channels_first ([dim, length], for conv1d) or channels_last "
+                                  "([length, dim])");
+    layer = std::make_unique<Embedding>(vocab, dim, layout == "channels_last");
+  } else if (kind == "positional_embedding") {
+    layer = std::make_unique<PositionalEmbedding>();
   } else if (kind == "flatten") {
     layer = std::make_unique<Flatten>();
   } else if (kind == "relu") {

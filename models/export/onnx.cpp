@@ -111,8 +111,8 @@ void set_type(onnx::ValueInfoProto& v, const std::string& name, int elem_type, c
 }
 
 const char* kSupported =
-    "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, "
-    "tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
+    "flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 }  // namespace
 
@@ -184,8 +184,17 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
     }
     const std::string& kind = line.kind;
     if (kind == "dense") {
-      // troupe's y = x W + b with W [in, out]: Gemm without transposes.
-      w.node("Gemm", name, {in[0], weights.at(0), weights.at(1)}, out);
+      const auto* dense = dynamic_cast<const Dense*>(&v.layer);
+      if (!dense) throw fail("not a Dense layer");
+      if (dense->positions() == 1) {
+        // troupe's y = x W + b with W [in, out]: Gemm without transposes.
+        w.node("Gemm", name, {in[0], weights.at(0), weights.at(1)}, out);
+      } else {
+        // Every position of [n, length, in]: MatMul broadcasts W over the
+        // batch and the positions (Gemm takes 2-D inputs only), then the bias.
+        w.node("MatMul", name + "/matmul", {in[0], weights.at(0)}, name + "/product");
+        w.node("Add", name, {name + "/product", weights.at(1)}, out);
+      }
     } else if (kind == "conv2d" || kind == "conv1d") {
       const std::string text = line.get("kernel", "1");
       const std::size_t x = text.find('x');
@@ -223,10 +232,19 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
       w.node("GlobalAveragePool", name + "/pool", {in[0]}, name + "/pooled");
       GraphWriter::integer(w.node("Flatten", name, {name + "/pooled"}, out), "axis", 1);
     } else if (kind == "embedding") {
-      // Rows [n, length, dim], then channels-first [n, dim, length] as
-      // troupe's Embedding gives them (ready for a Conv1D).
-      w.node("Gather", name + "/gather", {weights.at(0), in[0]}, name + "/rows");
-      GraphWriter::ints(w.node("Transpose", name, {name + "/rows"}, out), "perm", {0, 2, 1});
+      const auto* embedding = dynamic_cast<const Embedding*>(&v.layer);
+      if (!embedding) throw fail("not an Embedding layer");
+      if (embedding->channels_last()) {
+        w.node("Gather", name, {weights.at(0), in[0]}, out);  // rows [n, length, dim], as troupe's
+      } else {
+        // Rows [n, length, dim], then channels-first [n, dim, length] as
+        // troupe's Embedding gives them (ready for a Conv1D).
+        w.node("Gather", name + "/gather", {weights.at(0), in[0]}, name + "/rows");
+        GraphWriter::ints(w.node("Transpose", name, {name + "/rows"}, out), "perm", {0, 2, 1});
+      }
+    } else if (kind == "positional_embedding") {
+      // x + table: the table [length, dim] broadcasts over the batch.
+      w.node("Add", name, {in[0], weights.at(0)}, out);
     } else if (kind == "flatten") {
       // Row-major, as troupe's Flatten (a view of the same elements).
       GraphWriter::integer(w.node("Flatten", name, {in[0]}, out), "axis", 1);

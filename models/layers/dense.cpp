@@ -14,12 +14,15 @@ Dense::Dense(std::int64_t units) : units_(units) {
 std::string Dense::spec() const { return "dense units=" + std::to_string(units_); }
 
 Shape Dense::build(const Shape& input, const Device& device) {
-  if (input.rank() != 1)
-    throw std::invalid_argument("dense: expects a flat input [features], got " + input.str() +
-                                "; put a flatten layer before it");
-  in_ = input[0];
+  if (input.rank() != 1 && input.rank() != 2)
+    throw std::invalid_argument("dense: expects a flat input [features] or a sequence [length, features], got " +
+                                input.str() + "; put a flatten layer before it");
+  in_ = input[input.rank() - 1];
+  positions_ = input.rank() == 2 ? input[0] : 1;
+  input_ = input;
+  output_ = input.rank() == 2 ? Shape{positions_, units_} : Shape{units_};
   device_ = device;
-  return Shape{units_};
+  return output_;
 }
 
 std::vector<ParameterInfo> Dense::parameters() const {
@@ -38,20 +41,25 @@ void Dense::initialize(std::uint64_t seed) {
   ops::fill(bias_, 0.0f);
 }
 
+// A sequence's positions are rows of one GEMM: [batch * length, in] x W.
 const Tensor& Dense::forward(const Tensor& x, bool) {
-  x_ = x;
-  Tensor& y = ensure(y_, x.size(0), Shape{units_}, device_);
-  ops::gemm(x, kernel_, y);
-  ops::bias_add(y, bias_);
+  const std::int64_t rows = x.size(0) * positions_;
+  x_ = x.reshape({rows, in_});
+  Tensor& y = ensure(y_, x.size(0), output_, device_);
+  const Tensor y2 = y.reshape({rows, units_});
+  ops::gemm(x_, kernel_, y2);
+  ops::bias_add(y2, bias_);
   return y;
 }
 
 const Tensor& Dense::backward(const Tensor& dy, bool need_dx) {
-  ops::gemm(x_, dy, dkernel_, /*trans_a=*/true);
-  ops::bias_grad(dy, dbias_);
+  const std::int64_t rows = dy.size(0) * positions_;
+  const Tensor dy2 = dy.reshape({rows, units_});
+  ops::gemm(x_, dy2, dkernel_, /*trans_a=*/true);
+  ops::bias_grad(dy2, dbias_);
   if (!need_dx) return dx_;
-  Tensor& dx = ensure(dx_, dy.size(0), Shape{in_}, device_);
-  ops::gemm(dy, kernel_, dx, false, /*trans_b=*/true);
+  Tensor& dx = ensure(dx_, dy.size(0), input_, device_);
+  ops::gemm(dy2, kernel_, dx.reshape({rows, in_}), false, /*trans_b=*/true);
   return dx;
 }
 

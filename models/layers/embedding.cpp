@@ -7,21 +7,25 @@ namespace troupe::models {
 
 namespace ops = kernels::ops;
 
-Embedding::Embedding(std::int64_t vocab, std::int64_t dim) : vocab_(vocab), dim_(dim) {
+Embedding::Embedding(std::int64_t vocab, std::int64_t dim, bool channels_last)
+    : vocab_(vocab), dim_(dim), channels_last_(channels_last) {
   if (vocab <= 0 || dim <= 0)
     throw std::invalid_argument("embedding: vocab and dim must be positive, got " + std::to_string(vocab) + " and " +
                                 std::to_string(dim));
 }
 
 std::string Embedding::spec() const {
-  return "embedding vocab=" + std::to_string(vocab_) + " dim=" + std::to_string(dim_);
+  // The layout only when it is not the default: every text CNN's spec (and
+  // so its checkpoints) stays as it was.
+  return "embedding vocab=" + std::to_string(vocab_) + " dim=" + std::to_string(dim_) +
+         (channels_last_ ? " layout=channels_last" : "");
 }
 
 Shape Embedding::build(const Shape& input, const Device& device) {
   if (input.rank() != 1) throw std::invalid_argument("embedding: expects token ids [length], got " + input.str());
   length_ = input[0];
   device_ = device;
-  return Shape{dim_, length_};
+  return channels_last_ ? Shape{length_, dim_} : Shape{dim_, length_};
 }
 
 std::vector<ParameterInfo> Embedding::parameters() const { return {{"table", Shape{vocab_, dim_}}}; }
@@ -39,6 +43,7 @@ const Tensor& Embedding::forward(const Tensor& x, bool) {
   // Gather rows [batch, length, dim], then make them channels-first for Conv1D.
   Tensor& rows = ensure(rows_, x.size(0), Shape{length_, dim_}, device_);
   ops::embedding_forward(x, table_, rows);
+  if (channels_last_) return rows;
   Tensor& y = ensure(y_, x.size(0), Shape{dim_, length_}, device_);
   ops::transpose_last2(rows, y);
   return y;
@@ -47,10 +52,53 @@ const Tensor& Embedding::forward(const Tensor& x, bool) {
 const Tensor& Embedding::backward(const Tensor& dy, bool need_dx) {
   if (need_dx)
     throw std::logic_error("embedding: token ids have no gradient; an embedding must be a model's first layer");
+  if (channels_last_) {
+    ops::embedding_backward(ids_, dy, dtable_);
+    return dx_;
+  }
   Tensor& drows = ensure(drows_, dy.size(0), Shape{length_, dim_}, device_);
   ops::transpose_last2(dy, drows);
   ops::embedding_backward(ids_, drows, dtable_);
   return dx_;
+}
+
+// ---- PositionalEmbedding ----
+
+Shape PositionalEmbedding::build(const Shape& input, const Device& device) {
+  if (input.rank() != 2)
+    throw std::invalid_argument("positional_embedding: expects a sequence [length, dim], got " + input.str() +
+                                " (an embedding with layout=channels_last gives one)");
+  shape_ = input;
+  device_ = device;
+  return input;
+}
+
+std::vector<ParameterInfo> PositionalEmbedding::parameters() const { return {{"table", shape_}}; }
+
+void PositionalEmbedding::bind(const Tensor& params, const Tensor& grads) {
+  table_ = params.slice(0, shape_);
+  dtable_ = grads.slice(0, shape_);
+}
+
+void PositionalEmbedding::initialize(std::uint64_t seed) { ops::init_normal(table_, 0.0f, 0.02f, seed); }
+
+// Every example's [length * dim] values are a row, and the table the bias
+// added to each: bias_add and bias_grad do the broadcast and its sum.
+const Tensor& PositionalEmbedding::forward(const Tensor& x, bool) {
+  Tensor& y = ensure(y_, x.size(0), shape_, device_);
+  y.copy_from(x);
+  const std::int64_t n = shape_.numel();
+  ops::bias_add(y.reshape({x.size(0), n}), table_.reshape({n}));
+  return y;
+}
+
+const Tensor& PositionalEmbedding::backward(const Tensor& dy, bool need_dx) {
+  const std::int64_t n = shape_.numel();
+  ops::bias_grad(dy.reshape({dy.size(0), n}), dtable_.reshape({n}));
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, dy.size(0), shape_, device_);
+  dx.copy_from(dy);
+  return dx;
 }
 
 }  // namespace troupe::models

@@ -15,7 +15,10 @@
 
 namespace troupe::models {
 
-// y = x W + b over a flat input [in]; W is Glorot-uniform, b zero (Keras).
+// y = x W + b over a flat input [in], or over every position of a sequence
+// [length, in] -> [length, units] (Keras' Dense on the last axis; a
+// transformer's projections); W is Glorot-uniform, b zero (Keras). An image
+// [c, h, w] must be flattened first.
 class Dense final : public Layer {
  public:
   explicit Dense(std::int64_t units);
@@ -27,8 +30,12 @@ class Dense final : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, bool need_dx) override;
 
+  // Positions the same W applies to in each example: 1 for [in], length for [length, in].
+  std::int64_t positions() const { return positions_; }
+
  private:
-  std::int64_t in_ = 0, units_;
+  std::int64_t in_ = 0, units_, positions_ = 1;
+  Shape input_, output_;
   Device device_;
   Tensor kernel_, bias_, dkernel_, dbias_, x_, y_, dx_;
 };
@@ -131,10 +138,13 @@ class MaxPool1D final : public Layer {
   Tensor y_, argmax_, dx_;
 };
 
-// Token ids i32 [length] -> vectors [dim, length]; table U(-0.05, 0.05) as Keras.
+// Token ids i32 [length] -> vectors [dim, length] (channels first, for a
+// Conv1D: the default), or [length, dim] with layout=channels_last (Keras'
+// own, a transformer's); table U(-0.05, 0.05) as Keras.
 class Embedding final : public Layer {
  public:
-  Embedding(std::int64_t vocab, std::int64_t dim);
+  Embedding(std::int64_t vocab, std::int64_t dim, bool channels_last = false);
+  bool channels_last() const { return channels_last_; }
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -145,8 +155,29 @@ class Embedding final : public Layer {
 
  private:
   std::int64_t vocab_, dim_, length_ = 0;
+  bool channels_last_ = false;
   Device device_;
   Tensor table_, dtable_, ids_, rows_, y_, drows_, dx_;
+};
+
+// A learned position embedding added to a sequence [length, dim]: y = x +
+// table, table [length, dim] (nanoGPT's wpe added to the token embedding),
+// initialised N(0, 0.02) as nanoGPT's. Spec:
+//   positional_embedding
+class PositionalEmbedding final : public Layer {
+ public:
+  std::string spec() const override { return "positional_embedding"; }
+  Shape build(const Shape& input, const Device& device) override;
+  std::vector<ParameterInfo> parameters() const override;
+  void bind(const Tensor& params, const Tensor& grads) override;
+  void initialize(std::uint64_t seed) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  Shape shape_;
+  Device device_;
+  Tensor table_, dtable_, y_, dx_;
 };
 
 // Any shape -> [numel]: a view, no copy.

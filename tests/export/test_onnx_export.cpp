@@ -52,6 +52,9 @@ const std::vector<Case>& cases() {
       {"avgpool2d", "input 2 7 7\navgpool2d pool=2\nflatten", "AveragePool"},
       {"globalavgpool2d", "input 2 7 7\nglobalavgpool2d", "GlobalAveragePool"},
       {"embedding", "input ids 9\nembedding vocab=20 dim=4\nflatten", "Gather"},
+      {"positional_embedding",
+       "input ids 6\nembedding vocab=20 dim=4 layout=channels_last\npositional_embedding\ndense units=3\nflatten",
+       "Add"},
       {"flatten", "input 2 3 3\nflatten", "Flatten"},
       {"relu", "input 6\nrelu", "Relu"},
       {"sigmoid", "input 6\nsigmoid", "Sigmoid"},
@@ -106,8 +109,9 @@ TEST(OnnxExport, EveryLayerKindTheSpecKnowsIsExportedAndPassesOnnxsChecker) {
     ASSERT_EQ(m.graph().input_size(), 1);
     EXPECT_EQ(m.graph().input(0).name(), "input");
     EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
-    EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
-              kind == "embedding" ? onnx::TensorProto::INT32 : onnx::TensorProto::FLOAT);
+    EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(), kind == "embedding" || kind == "positional_embedding"
+                                                                       ? onnx::TensorProto::INT32
+                                                                       : onnx::TensorProto::FLOAT);
     EXPECT_EQ(m.graph().output(0).name(), "output");
     // Every value is produced once (ONNX's graphs are in SSA form).
     std::set<std::string> produced;
@@ -116,9 +120,15 @@ TEST(OnnxExport, EveryLayerKindTheSpecKnowsIsExportedAndPassesOnnxsChecker) {
   }
 }
 
+const Case& case_of(const std::string& kind) {
+  for (const Case& c : cases())
+    if (c.kind == kind) return c;
+  throw std::logic_error("no export case of " + kind);
+}
+
 // The attributes that carry troupe's semantics.
 TEST(OnnxExport, ConvolutionPaddingStridesAndBatchNormEpsilonAreTroupes) {
-  const onnx::ModelProto conv = exported(cases()[1].spec);
+  const onnx::ModelProto conv = exported(case_of("conv2d").spec);
   const onnx::NodeProto* c = find_op(conv, "Conv");
   ASSERT_NE(c, nullptr);
   ASSERT_EQ(c->input_size(), 2);  // bias=false: no bias input
@@ -128,13 +138,13 @@ TEST(OnnxExport, ConvolutionPaddingStridesAndBatchNormEpsilonAreTroupes) {
   EXPECT_EQ(std::vector<std::int64_t>(attribute(*c, "pads")->ints().begin(), attribute(*c, "pads")->ints().end()),
             (std::vector<std::int64_t>{1, 1, 1, 1}));
   EXPECT_EQ(attribute(*c, "strides")->ints(0), 2);
-  const onnx::ModelProto conv1d = exported(cases()[2].spec);
+  const onnx::ModelProto conv1d = exported(case_of("conv1d").spec);
   const onnx::NodeProto* same = find_op(conv1d, "Conv");
   ASSERT_NE(same, nullptr);
   EXPECT_EQ(attribute(*same, "pads")->ints_size(), 2);
   EXPECT_EQ(attribute(*same, "pads")->ints(0), 1);  // kernel 3, "same": one zero each side
 
-  const onnx::ModelProto bn = exported(cases()[15].spec);
+  const onnx::ModelProto bn = exported(case_of("batchnorm").spec);
   const onnx::NodeProto* b = find_op(bn, "BatchNormalization");
   ASSERT_NE(b, nullptr);
   EXPECT_FLOAT_EQ(attribute(*b, "epsilon")->f(), 0.001f);
@@ -143,7 +153,7 @@ TEST(OnnxExport, ConvolutionPaddingStridesAndBatchNormEpsilonAreTroupes) {
   EXPECT_EQ(b->input(3), "batchnorm_1.running_mean");
   EXPECT_EQ(b->input(4), "batchnorm_1.running_var");
 
-  const onnx::ModelProto emb = exported(cases()[7].spec);
+  const onnx::ModelProto emb = exported(case_of("embedding").spec);
   const onnx::NodeProto* t = find_op(emb, "Transpose");
   ASSERT_NE(t, nullptr) << "the embedding's rows must become channels-first";
   EXPECT_EQ(attribute(*t, "perm")->ints(1), 2);

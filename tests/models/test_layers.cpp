@@ -74,6 +74,35 @@ TEST(LayerGradients, Dense) {
   c.check("dense params", c.params.slice(0, {layer.parameter_count()}), false);
 }
 
+// On a sequence [length, in] the same kernel and bias apply to every
+// position: [4, 7] -> [4, 5], 7 * 5 + 5 parameters.
+TEST(LayerGradients, DenseOnEveryPositionOfASequence) {
+  Dense layer(5);
+  LayerCheck c(layer, {4, 7}, 12);
+  EXPECT_EQ(layer.parameter_count(), 7 * 5 + 5);
+  EXPECT_EQ(layer.positions(), 4);
+  c.check("dense input [4, 7]", c.x, true);
+  c.check("dense params [4, 7]", c.params.slice(0, {layer.parameter_count()}), false);
+  // Position p of the output is what the flat layer gives position p's input.
+  Dense flat(5);
+  LayerCheck f(flat, {7}, 12);
+  f.params.slice(0, {flat.parameter_count()}).copy_from(c.params.slice(0, {layer.parameter_count()}));
+  const auto seq = layer.forward(c.x, false).to_vector();
+  const Tensor third = c.x.reshape({c.batch * 4, 7}).slice(2 * 7, {1, 7});  // example 0, position 2
+  const auto one = flat.forward(third, false).to_vector();
+  for (int j = 0; j < 5; ++j) EXPECT_FLOAT_EQ(seq[2 * 5 + j], one[j]);
+}
+
+// x + table [length, dim]: dx = dy, dtable = the batch's sum of dy.
+TEST(LayerGradients, PositionalEmbedding) {
+  PositionalEmbedding layer;
+  LayerCheck c(layer, {6, 4}, 15);
+  EXPECT_EQ(layer.parameter_count(), 24);
+  c.check("positional_embedding input", c.x, true);
+  c.check("positional_embedding table", c.params.slice(0, {layer.parameter_count()}), false);
+  EXPECT_THROW(PositionalEmbedding().build({4}, Device::cpu()), std::invalid_argument);
+}
+
 TEST(LayerGradients, Conv2DWithStrideAndSamePadding) {
   Conv2D layer(3, 3, 3, 2, Padding::parse("same"));
   LayerCheck c(layer, {2, 7, 6}, 20);
@@ -162,6 +191,36 @@ TEST(LayerGradients, EmbeddingTableWithRepeatedIds) {
       },
       1e-2, 2e-2);
   EXPECT_THROW(layer.backward(r, true), std::logic_error);
+}
+
+// layout=channels_last: the table's rows as they are, [length, dim], the
+// transposition of the channels-first output; the same table gradient.
+TEST(LayerGradients, EmbeddingChannelsLastIsTheChannelsFirstOutputTransposed) {
+  Embedding first(6, 4), last(6, 4, /*channels_last=*/true);
+  EXPECT_EQ(first.build({5}, Device::cpu()), (Shape{4, 5}));
+  EXPECT_EQ(last.build({5}, Device::cpu()), (Shape{5, 4}));
+  EXPECT_EQ(last.spec(), "embedding vocab=6 dim=4 layout=channels_last");
+  EXPECT_EQ(first.spec(), "embedding vocab=6 dim=4");
+  Tensor params = random_tensor({first.parameter_count()}, 72);
+  Tensor g1 = Tensor::zeros({first.parameter_count()}), g2 = Tensor::zeros({first.parameter_count()});
+  first.bind(params, g1);
+  last.bind(params, g2);
+  const Tensor ids = Tensor::from_vector({2, 5}, std::vector<std::int32_t>{0, 3, 3, 5, 1, 2, 2, 2, 0, 4});
+  const auto a = first.forward(ids, true).to_vector(), b = last.forward(ids, true).to_vector();
+  for (int n = 0; n < 2; ++n)
+    for (int t = 0; t < 5; ++t)
+      for (int d = 0; d < 4; ++d) EXPECT_EQ(b[(n * 5 + t) * 4 + d], a[(n * 4 + d) * 5 + t]);
+  const Tensor r = random_tensor({2, 4, 5}, 73);
+  Tensor rt = Tensor::zeros({2, 5, 4});
+  const auto rv = r.to_vector();
+  std::vector<float> rtv(rv.size());
+  for (int n = 0; n < 2; ++n)
+    for (int t = 0; t < 5; ++t)
+      for (int d = 0; d < 4; ++d) rtv[(n * 5 + t) * 4 + d] = rv[(n * 4 + d) * 5 + t];
+  rt = Tensor::from_vector({2, 5, 4}, rtv);
+  first.backward(r, false);
+  last.backward(rt, false);
+  EXPECT_EQ(g2.to_vector(), g1.to_vector());
 }
 
 TEST(LayerGradients, Conv2DWithoutBias) {

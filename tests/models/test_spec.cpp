@@ -77,10 +77,19 @@ TEST(ModelSpec, ErrorsNameSourceLineAndProblem) {
             }).find("m:2: a control character (byte 0x1b) at column 6"),
             std::string::npos);
   EXPECT_EQ(ModelSpec::parse("name\tx\r\ninput 4\r\ndense units=3\r\n", "m").name, "x");
+  EXPECT_NE(error_of([] {
+              ModelSpec::parse("input ids 5\nembedding vocab=3 dim=2 layout=rows\n", "m");
+            }).find("embedding layout 'rows': expected channels_first ([dim, length], for conv1d) or channels_last"),
+            std::string::npos);
   // Shapes that do not fit fail when the model is built, naming the layer.
   EXPECT_NE(error_of([] {
               Model m(ModelSpec::parse("input 1 28 28\ndense units=3\n", "m"), Device::cpu());
             }).find("put a flatten layer before it"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              Model m(ModelSpec::parse("input ids 5\nembedding vocab=3 dim=2\nflatten\npositional_embedding\n", "m"),
+                      Device::cpu());
+            }).find("positional_embedding: expects a sequence [length, dim], got [10]"),
             std::string::npos);
 }
 
