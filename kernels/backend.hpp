@@ -236,6 +236,11 @@ class Backend {
   // dx = y * (dy - sum_j dy_j y_j) per row, from the forward output y.
   virtual void softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) = 0;
   virtual void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) = 0;
+  // Causal softmax over stacked [n, n] score matrices ([rows, n], rows a
+  // multiple of n): row r is query i = r % n, which sees keys 0..i only:
+  // y[r, j] = softmax over j <= i of x[r, j], and 0 for j > i (masked keys
+  // take no weight and, through softmax_backward on this y, no gradient).
+  virtual void causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) = 0;
 
   // ---- losses and metrics ----
   // Softmax + sparse categorical cross-entropy from logits [n, c], with
@@ -346,6 +351,7 @@ class Backend {
   void gelu_backward(std::size_t n, const float* x, const float* dy, float* dx) override;                             \
   void softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) override;                         \
   void softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) override;      \
+  void causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) override;                  \
   void softmax_xent(std::int64_t n, std::int64_t c, const float* logits, const std::int32_t* labels, float* loss,     \
                     float* dlogits, float grad_scale, float smoothing) override;                                      \
   void mse(std::int64_t n, std::int64_t d, const float* pred, const float* target, float* loss, float* dpred,         \

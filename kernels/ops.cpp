@@ -642,6 +642,15 @@ void softmax_forward(const Tensor& x, const Tensor& y) {
   backend_for(op, {{"x", &x}, {"y", &y}}).softmax_forward(rows, n, x.f32(), y.f32());
 }
 
+void causal_softmax_forward(const Tensor& x, const Tensor& y) {
+  const char* op = "causal_softmax_forward";
+  require_same(op, "x", x, "y", y);
+  require(x.rank() >= 2 && x.size(x.rank() - 1) == x.size(x.rank() - 2), op,
+          "x " + x.describe() + " must be stacked square score matrices [..., n, n]");
+  const auto [rows, n] = softmax_rows(x);
+  backend_for(op, {{"x", &x}, {"y", &y}}).causal_softmax_forward(rows, n, x.f32(), y.f32());
+}
+
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   const char* op = "softmax_backward";
   require_same(op, "y", y, "dy", dy);

@@ -137,6 +137,9 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 // Softmax over the last dimension, any rank (rows = numel / last dimension):
 // y = softmax(x); dx = y * (dy - sum_j dy_j y_j), from the forward output y.
 void softmax_forward(const Tensor& x, const Tensor& y);
+// Causal softmax over stacked score matrices x [..., n, n]: query i sees
+// keys 0..i, y is 0 beyond (backward: softmax_backward on this y).
+void causal_softmax_forward(const Tensor& x, const Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 
 // ---- losses and metrics ----

@@ -157,6 +157,22 @@ void CpuBackend::softmax_forward(std::int64_t rows, std::int64_t n, const float*
   }
 }
 
+// The causal rows as softmax_forward's: query i = r % n over keys 0..i,
+// zeros written beyond.
+void CpuBackend::causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t seen = r % n + 1;
+    const std::size_t cols = static_cast<std::size_t>(seen);
+    const float* row = x + r * n;
+    float* out = y + r * n;
+    const float max = row_max(seen, row);
+    for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
+    const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
+    for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
+    for (std::int64_t j = seen; j < n; ++j) out[j] = 0.0f;
+  }
+}
+
 void CpuBackend::softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) {
   const std::size_t cols = static_cast<std::size_t>(n);
   for (std::int64_t r = 0; r < rows; ++r) {

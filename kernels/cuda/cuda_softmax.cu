@@ -79,4 +79,34 @@ void CudaBackend::softmax_backward(std::int64_t rows, std::int64_t n, const floa
   });
 }
 
+namespace {
+
+// Causal softmax: one warp per row (launch.cuh's warp rows), as cuDNN's
+// softmax has no mask. Row r is query i = r % n over keys 0..i; the
+// exponentials' sum in double, zeros written beyond the row's keys.
+__global__ void causal_softmax_kernel(std::int64_t rows, std::int64_t n, const float* x, float* y) {
+  const cuda::WarpRows w = cuda::warp_rows();
+  for (std::int64_t r = w.first; r < rows; r += w.step) {
+    const std::int64_t seen = r % n + 1;
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    float row_max = -INFINITY;
+    for (std::int64_t j = w.lane; j < seen; j += 32) row_max = fmaxf(row_max, xr[j]);
+    row_max = cuda::warp_max(row_max);
+    double sum = 0.0;
+    for (std::int64_t j = w.lane; j < seen; j += 32) sum += expf(xr[j] - row_max);
+    const float inv_sum = static_cast<float>(1.0 / cuda::warp_sum(sum));
+    for (std::int64_t j = w.lane; j < n; j += 32) yr[j] = j < seen ? expf(xr[j] - row_max) * inv_sum : 0.0f;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
+  if (rows == 0 || n == 0) return;
+  DeviceState& st = current_device_state();
+  causal_softmax_kernel<<<cuda::blocks_for_rows(st, rows), cuda::kThreads, 0, st.stream>>>(rows, n, x, y);
+  cuda::check_launch("causal_softmax_kernel", __FILE__, __LINE__);
+}
+
 }  // namespace troupe::kernels

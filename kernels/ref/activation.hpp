@@ -100,6 +100,22 @@ void softmax_forward(std::int64_t rows, std::int64_t n, const T* x, T* y) {
   }
 }
 
+// Row r of stacked [n, n] matrices is query i = r % n: softmax over keys
+// j <= i, 0 beyond.
+template <class T>
+void causal_softmax_forward(std::int64_t rows, std::int64_t n, const T* x, T* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t seen = r % n + 1;
+    const T* row = x + r * n;
+    T* out = y + r * n;
+    double max = double(row[0]);
+    for (std::int64_t j = 1; j < seen; ++j) max = std::fmax(max, double(row[j]));
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < seen; ++j) sum += std::exp(double(row[j]) - max);
+    for (std::int64_t j = 0; j < n; ++j) out[j] = j < seen ? T(std::exp(double(row[j]) - max) / sum) : T(0);
+  }
+}
+
 // dx = y * (dy - sum_j dy_j y_j), per row.
 template <class T>
 void softmax_backward(std::int64_t rows, std::int64_t n, const T* y, const T* dy, T* dx) {

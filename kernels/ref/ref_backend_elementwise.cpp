@@ -49,6 +49,10 @@ void RefBackend::softmax_forward(std::int64_t rows, std::int64_t n, const float*
   ref::softmax_forward(rows, n, x, y);
 }
 
+void RefBackend::causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
+  ref::causal_softmax_forward(rows, n, x, y);
+}
+
 void RefBackend::softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) {
   ref::softmax_backward(rows, n, y, dy, dx);
 }

@@ -55,6 +55,43 @@ TEST(Softmax, ForwardAndBackwardMatchRef) {
   }
 }
 
+// Causal softmax over stacked [n, n] score matrices: every backend against
+// ref, and ref against a plain softmax of each row's first i + 1 keys with
+// zeros beyond (the definition, written another way).
+TEST(CausalSoftmax, MatchesRefAndIsASoftmaxOfTheKeysUpToTheQuery) {
+  const Shape shapes[] = {{1, 1}, {5, 5}, {3, 4, 64, 64}, {2, 33, 33}, {1, 300, 300}};
+  std::uint64_t seed = 1400;
+  for (const Shape& xs : shapes) {
+    SCOPED_TRACE("x " + xs.str());
+    const std::int64_t n = xs[xs.rank() - 1], rows = xs.numel() / n;
+    const Tensor x = random_tensor(xs, ++seed, -5.0f, 5.0f);
+    auto body = [&](Device d) {
+      Tensor y = Tensor::full(xs, kNaN, d);
+      ops::causal_softmax_forward(x.to(d), y);
+      return y.to_vector();
+    };
+    const std::vector<float> want = run_ref(body);
+    const std::vector<float> xv = x.to_vector();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t seen = r % n + 1;
+      std::vector<float> part(xv.begin() + r * n, xv.begin() + r * n + seen), soft(static_cast<std::size_t>(seen));
+      ref::softmax_forward<float>(1, seen, part.data(), soft.data());
+      for (std::int64_t j = 0; j < n; ++j)
+        ASSERT_FLOAT_EQ(want[static_cast<std::size_t>(r * n + j)], j < seen ? soft[static_cast<std::size_t>(j)] : 0.0f)
+            << "row " << r << ", key " << j;
+    }
+    for (const auto& backend : backends_under_test()) {
+      SCOPED_TRACE(backend.name);
+      EXPECT_LE(rel_error(backend.run(body), want), 5e-6);
+    }
+  }
+  expect_invalid_argument(
+      [&] {
+        ops::causal_softmax_forward(Tensor::zeros({2, 3}), Tensor::zeros({2, 3}));
+      },
+      {"ops::causal_softmax_forward", "square"});
+}
+
 TEST(Softmax, RowsSumToOneEvenForHugeLogits) {
   // Row 0: 1000 + small (exp(1000) overflows float); row 1: -1000 + small;
   // row 2: [0, ln 3], softmax [1/4, 3/4].
