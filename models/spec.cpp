@@ -94,29 +94,16 @@ class Options {
 
 const char* known_layers =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
-    "flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "attention, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 bool is_layer_kind(const std::string& kind) {
-  for (const char* k : {"dense",
-                        "conv2d",
-                        "conv1d",
-                        "maxpool2d",
-                        "maxpool1d",
-                        "avgpool2d",
-                        "globalavgpool2d",
-                        "embedding",
-                        "positional_embedding",
-                        "flatten",
-                        "relu",
-                        "sigmoid",
-                        "tanh",
-                        "gelu",
-                        "softmax",
-                        "dropout",
-                        "batchnorm",
-                        "layernorm",
-                        "standardize",
-                        "add",
+  for (const char* k : {"dense",           "conv2d",      "conv1d",
+                        "maxpool2d",       "maxpool1d",   "avgpool2d",
+                        "globalavgpool2d", "embedding",   "positional_embedding",
+                        "attention",       "flatten",     "relu",
+                        "sigmoid",         "tanh",        "gelu",
+                        "softmax",         "dropout",     "batchnorm",
+                        "layernorm",       "standardize", "add",
                         "concat"})
     if (kind == k) return true;
   return false;
@@ -194,6 +181,8 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
                                   "': expected channels_first ([dim, length], for conv1d) or channels_last "
                                   "([length, dim])");
     layer = std::make_unique<Embedding>(vocab, dim, layout == "channels_last");
+  } else if (kind == "attention") {
+    layer = std::make_unique<CausalSelfAttention>(o.take_int("heads"));
   } else if (kind == "positional_embedding") {
     layer = std::make_unique<PositionalEmbedding>();
   } else if (kind == "flatten") {

@@ -39,7 +39,8 @@
 // used. Layers: dense, conv2d (bias=false for one before a batchnorm),
 // conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding
 // (vocab=, dim=, layout=channels_first|channels_last), positional_embedding
-// ([length, dim] + a learned table), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
+// ([length, dim] + a learned table), attention (heads=: multi-head causal
+// self-attention over [length, width]), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
 // batchnorm (momentum=, epsilon=, sync=true: statistics of every
 // replica's batch in a synchronous step), layernorm (epsilon=: over the
 // last dimension), standardize (mean=A,B,.. std=C,D,..:

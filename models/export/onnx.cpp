@@ -96,6 +96,15 @@ class GraphWriter {
   std::string scalar(const std::string& name, float value) {
     return initializer(name, Shape(std::vector<std::int64_t>{}), &value);
   }
+  // An int64 vector (a Reshape's shape, Gather's indices).
+  std::string int64s(const std::string& name, const std::vector<std::int64_t>& values) {
+    onnx::TensorProto* t = graph_.add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<std::int64_t>(values.size()));
+    for (auto v : values) t->add_int64_data(v);
+    return name;
+  }
 
  private:
   onnx::GraphProto& graph_;
@@ -112,7 +121,7 @@ void set_type(onnx::ValueInfoProto& v, const std::string& name, int elem_type, c
 
 const char* kSupported =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
-    "flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "attention, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
 
 }  // namespace
 
@@ -242,6 +251,44 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
         w.node("Gather", name + "/gather", {weights.at(0), in[0]}, name + "/rows");
         GraphWriter::ints(w.node("Transpose", name, {name + "/rows"}, out), "perm", {0, 2, 1});
       }
+    } else if (kind == "attention") {
+      // [n, t, c] -> q, k, v [n, heads, t, d]: the fused projection, split
+      // as troupe splits it (columns part * c + head * d + e), then scores
+      // with the causal mask added (-1e30 above the diagonal: exp gives
+      // exactly 0, as troupe's masked keys), softmax, the weighted values,
+      // the heads side by side, and the output projection.
+      const auto* layer = dynamic_cast<const CausalSelfAttention*>(&v.layer);
+      if (!layer) throw fail("not a CausalSelfAttention layer");
+      const std::int64_t t = v.output[0], c = v.output[1], heads = layer->heads(), d = c / heads;
+      const std::string p = name + "/";
+      w.node("MatMul", p + "qkv_matmul", {in[0], weights.at(0)}, p + "qkv_product");
+      w.node("Add", p + "qkv", {p + "qkv_product", weights.at(1)}, p + "qkv");
+      w.node("Reshape", p + "split", {p + "qkv", w.int64s(p + "split_shape", {0, t, 3, heads, d})}, p + "split");
+      GraphWriter::ints(w.node("Transpose", p + "heads", {p + "split"}, p + "heads"), "perm", {2, 0, 3, 1, 4});
+      for (std::int64_t part = 0; part < 3; ++part) {
+        const std::string which = part == 0 ? "q" : part == 1 ? "k" : "v";
+        GraphWriter::integer(
+            w.node("Gather", p + which, {p + "heads", w.int64s(p + which + "_index", {part})}, p + which + "_1"),
+            "axis", 0);
+        // Gather with a [1] index keeps a leading 1: [1, n, heads, t, d].
+        w.node("Reshape", p + which + "_heads", {p + which + "_1", w.int64s(p + which + "_shape", {-1, heads, t, d})},
+               p + which + "_heads");
+      }
+      GraphWriter::ints(w.node("Transpose", p + "k_t", {p + "k_heads"}, p + "k_t"), "perm", {0, 1, 3, 2});
+      w.node("MatMul", p + "qk", {p + "q_heads", p + "k_t"}, p + "qk");
+      w.node("Mul", p + "scores", {p + "qk", w.scalar(p + "scale", 1.0f / std::sqrt(static_cast<float>(d)))},
+             p + "scores");
+      std::vector<float> mask(static_cast<std::size_t>(t * t), 0.0f);
+      for (std::int64_t query = 0; query < t; ++query)
+        for (std::int64_t key = query + 1; key < t; ++key) mask[static_cast<std::size_t>(query * t + key)] = -1e30f;
+      w.node("Add", p + "masked", {p + "scores", w.initializer(p + "mask", Shape{t, t}, mask.data())}, p + "masked");
+      GraphWriter::integer(w.node("Softmax", p + "probs", {p + "masked"}, p + "probs"), "axis", -1);
+      w.node("MatMul", p + "weighted", {p + "probs", p + "v_heads"}, p + "weighted");
+      GraphWriter::ints(w.node("Transpose", p + "by_position", {p + "weighted"}, p + "by_position"), "perm",
+                        {0, 2, 1, 3});
+      w.node("Reshape", p + "merged", {p + "by_position", w.int64s(p + "merged_shape", {0, t, c})}, p + "merged");
+      w.node("MatMul", p + "out_matmul", {p + "merged", weights.at(2)}, p + "out_product");
+      w.node("Add", name, {p + "out_product", weights.at(3)}, out);
     } else if (kind == "positional_embedding") {
       // x + table: the table [length, dim] broadcasts over the batch.
       w.node("Add", name, {in[0], weights.at(0)}, out);

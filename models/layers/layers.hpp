@@ -327,6 +327,38 @@ class BatchNorm final : public Layer {
   Tensor mean_, var_, zeros_, x_, y_, dx_;
 };
 
+// Multi-head causal self-attention over a sequence [length, width] (GPT's
+// CausalSelfAttention, nanoGPT's): one fused dense for q, k and v ([width,
+// 3 width] and its bias), `heads` heads of width / heads each, scores q k^T /
+// sqrt(head width) with the causal mask (position i attends to positions
+// 0..i), softmax, the heads' outputs side by side, and the output
+// projection ([width, width] and its bias). Kernels Glorot-uniform, biases
+// zero (Keras). No dropout. Spec:
+//   attention heads=4
+class CausalSelfAttention final : public Layer {
+ public:
+  explicit CausalSelfAttention(std::int64_t heads);
+  std::string spec() const override;
+  Shape build(const Shape& input, const Device& device) override;
+  std::vector<ParameterInfo> parameters() const override;
+  void bind(const Tensor& params, const Tensor& grads) override;
+  void initialize(std::uint64_t seed) override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+  std::int64_t heads() const { return heads_; }
+
+ private:
+  // Head h of example b: its q, k or v (part 0, 1, 2) out of the fused
+  // projection, as a contiguous [length, head width] block of heads_qkv_.
+  Tensor head(int part, std::int64_t b, std::int64_t h) const;
+  std::int64_t heads_, length_ = 0, width_ = 0, head_width_ = 0;
+  Shape shape_;
+  Device device_;
+  Tensor w_qkv_, b_qkv_, w_out_, b_out_, dw_qkv_, db_qkv_, dw_out_, db_out_;
+  Tensor x_, qkv_, heads_qkv_, probs_, merged_, y_;                // forward, kept for backward
+  Tensor dmerged_, dhead_, dscores_, dprobs_, dpart_, dqkv_, dx_;  // backward
+};
+
 // Layer normalisation over the last dimension of each example (a
 // transformer's [length, width]: every position's width; a vector [d]: the
 // vector), PyTorch's nn.LayerNorm(width) and Keras' LayerNormalization(

@@ -55,6 +55,8 @@ const std::vector<Case>& cases() {
       {"positional_embedding",
        "input ids 6\nembedding vocab=20 dim=4 layout=channels_last\npositional_embedding\ndense units=3\nflatten",
        "Add"},
+      {"attention", "input ids 6\nembedding vocab=20 dim=8 layout=channels_last\nattention heads=2\nflatten",
+       "Softmax"},
       {"flatten", "input 2 3 3\nflatten", "Flatten"},
       {"relu", "input 6\nrelu", "Relu"},
       {"sigmoid", "input 6\nsigmoid", "Sigmoid"},
@@ -109,9 +111,9 @@ TEST(OnnxExport, EveryLayerKindTheSpecKnowsIsExportedAndPassesOnnxsChecker) {
     ASSERT_EQ(m.graph().input_size(), 1);
     EXPECT_EQ(m.graph().input(0).name(), "input");
     EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
-    EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(), kind == "embedding" || kind == "positional_embedding"
-                                                                       ? onnx::TensorProto::INT32
-                                                                       : onnx::TensorProto::FLOAT);
+    // Token ids in, for the cases that start with an embedding.
+    EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
+              c->spec.rfind("input ids", 0) == 0 ? onnx::TensorProto::INT32 : onnx::TensorProto::FLOAT);
     EXPECT_EQ(m.graph().output(0).name(), "output");
     // Every value is produced once (ONNX's graphs are in SSA form).
     std::set<std::string> produced;

@@ -93,6 +93,90 @@ TEST(LayerGradients, DenseOnEveryPositionOfASequence) {
   for (int j = 0; j < 5; ++j) EXPECT_FLOAT_EQ(seq[2 * 5 + j], one[j]);
 }
 
+// Causal self-attention: the input's gradient and every parameter's
+// (the fused q/k/v projection, the output projection) through the
+// finite-difference checker, on 2 and 3 heads.
+TEST(LayerGradients, CausalSelfAttention) {
+  for (auto [heads, in] : {std::pair<std::int64_t, Shape>{2, Shape{5, 4}}, {3, Shape{4, 6}}, {1, Shape{1, 3}}}) {
+    CausalSelfAttention layer(heads);
+    LayerCheck c(layer, in, 90 + static_cast<std::uint64_t>(heads));
+    EXPECT_EQ(layer.parameter_count(), in[1] * 3 * in[1] + 3 * in[1] + in[1] * in[1] + in[1]);
+    c.check("attention input " + in.str(), c.x, true);
+    c.check("attention params " + in.str(), c.params.slice(0, {layer.parameter_count()}), false);
+  }
+}
+
+// The forward pass against the definition written plainly in double: q, k,
+// v = x Wqkv + b split by columns, per head softmax over j <= i of
+// q_i k_j / sqrt(d), the weighted v's side by side, then Wout and its bias.
+TEST(CausalSelfAttention, ForwardIsTheDefinition) {
+  const std::int64_t heads = 2, t = 5, c = 6, d = c / heads, n = 2;
+  CausalSelfAttention layer(heads);
+  LayerCheck check(layer, {t, c}, 97);
+  check.x = random_tensor({n, t, c}, 98);
+  const auto y = layer.forward(check.x, false).to_vector();
+  const auto x = check.x.to_vector(), p = check.params.to_vector();
+  const float* wqkv = p.data();
+  const float* bqkv = wqkv + c * 3 * c;
+  const float* wout = bqkv + 3 * c;
+  const float* bout = wout + c * c;
+  for (std::int64_t b = 0; b < n; ++b) {
+    std::vector<double> qkv(static_cast<std::size_t>(t * 3 * c)), merged(static_cast<std::size_t>(t * c));
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t o = 0; o < 3 * c; ++o) {
+        double s = bqkv[o];
+        for (std::int64_t k = 0; k < c; ++k) s += double(x[(b * t + i) * c + k]) * wqkv[k * 3 * c + o];
+        qkv[static_cast<std::size_t>(i * 3 * c + o)] = s;
+      }
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t i = 0; i < t; ++i) {
+        std::vector<double> w(static_cast<std::size_t>(i + 1));
+        double max = -1e300, sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (std::int64_t e = 0; e < d; ++e)
+            s += qkv[static_cast<std::size_t>(i * 3 * c + h * d + e)] *
+                 qkv[static_cast<std::size_t>(j * 3 * c + c + h * d + e)];
+          w[static_cast<std::size_t>(j)] = s / std::sqrt(double(d));
+          max = std::max(max, w[static_cast<std::size_t>(j)]);
+        }
+        for (auto& v : w) sum += (v = std::exp(v - max));
+        for (std::int64_t e = 0; e < d; ++e) {
+          double o = 0;
+          for (std::int64_t j = 0; j <= i; ++j)
+            o += w[static_cast<std::size_t>(j)] / sum * qkv[static_cast<std::size_t>(j * 3 * c + 2 * c + h * d + e)];
+          merged[static_cast<std::size_t>(i * c + h * d + e)] = o;
+        }
+      }
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t o = 0; o < c; ++o) {
+        double s = bout[o];
+        for (std::int64_t k = 0; k < c; ++k) s += merged[static_cast<std::size_t>(i * c + k)] * wout[k * c + o];
+        EXPECT_NEAR(y[static_cast<std::size_t>((b * t + i) * c + o)], s, 1e-5) << "example " << b << ", position " << i;
+      }
+  }
+}
+
+// The causal mask: position i's output does not change when a later
+// position's input does; an earlier position's change reaches it.
+TEST(CausalSelfAttention, APositionSeesItselfAndTheEarlierOnesOnly) {
+  CausalSelfAttention layer(2);
+  LayerCheck c(layer, {6, 4}, 95);
+  const auto before = layer.forward(c.x, false).to_vector();
+  c.x.f32()[4 * 4 + 1] += 0.5f;  // example 0, position 4
+  const auto after = layer.forward(c.x, false).to_vector();
+  for (int p = 0; p < 6; ++p)
+    for (int j = 0; j < 4; ++j) {
+      const std::size_t at = static_cast<std::size_t>(p * 4 + j);
+      if (p < 4)
+        EXPECT_EQ(after[at], before[at]) << "position " << p << " saw position 4";
+      else
+        EXPECT_NE(after[at], before[at]) << "position " << p << " did not see position 4";
+    }
+  EXPECT_EQ(layer.spec(), "attention heads=2");
+  EXPECT_THROW(CausalSelfAttention(3).build({6, 4}, Device::cpu()), std::invalid_argument);  // 4 into 3 heads
+}
+
 // x + table [length, dim]: dx = dy, dtable = the batch's sum of dy.
 TEST(LayerGradients, PositionalEmbedding) {
   PositionalEmbedding layer;

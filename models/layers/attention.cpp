@@ -1,0 +1,161 @@
+// Multi-head causal self-attention (layers.hpp), composed from the kernels'
+// GEMMs and the causal softmax: the fused q/k/v projection and the output
+// projection are one GEMM each over every position of the batch; the
+// scores and the weighted values are a GEMM per (example, head), on each
+// head's q, k and v copied out of the fused projection into contiguous
+// [length, head width] blocks (copy_2d). A batched GEMM would save the
+// per-head calls; at GPT sizes (length 64 to 256, head width 32 to 64) each
+// is still a real GEMM, and the projections are most of the arithmetic.
+//
+// Backward, with P the probabilities and S the scaled scores of one head:
+//   dO = dY Wo^T (all heads),  dV = P^T dO,  dP = dO V^T,
+//   dS = softmax_backward(P, dP) / sqrt(head width),  dQ = dS K,  dK = dS^T Q,
+// the three written back side by side as the fused projection's gradient.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/ops.hpp"
+#include "models/layers/layers.hpp"
+
+namespace troupe::models {
+
+namespace ops = kernels::ops;
+
+CausalSelfAttention::CausalSelfAttention(std::int64_t heads) : heads_(heads) {
+  if (heads <= 0) throw std::invalid_argument("attention: heads must be positive, got " + std::to_string(heads));
+}
+
+std::string CausalSelfAttention::spec() const { return "attention heads=" + std::to_string(heads_); }
+
+Shape CausalSelfAttention::build(const Shape& input, const Device& device) {
+  if (input.rank() != 2)
+    throw std::invalid_argument("attention: expects a sequence [length, width], got " + input.str() +
+                                " (an embedding with layout=channels_last gives one)");
+  if (input[1] % heads_ != 0)
+    throw std::invalid_argument("attention: width " + std::to_string(input[1]) + " does not split into " +
+                                std::to_string(heads_) + " heads");
+  shape_ = input;
+  device_ = device;
+  length_ = input[0];
+  width_ = input[1];
+  head_width_ = width_ / heads_;
+  return input;
+}
+
+std::vector<ParameterInfo> CausalSelfAttention::parameters() const {
+  return {{"qkv_kernel", Shape{width_, 3 * width_}},
+          {"qkv_bias", Shape{3 * width_}},
+          {"out_kernel", Shape{width_, width_}},
+          {"out_bias", Shape{width_}}};
+}
+
+void CausalSelfAttention::bind(const Tensor& params, const Tensor& grads) {
+  const std::int64_t c = width_;
+  std::int64_t at = 0;
+  auto take = [&](const Tensor& from, const Shape& shape, std::int64_t offset) { return from.slice(offset, shape); };
+  w_qkv_ = take(params, {c, 3 * c}, at);
+  dw_qkv_ = take(grads, {c, 3 * c}, at);
+  at += 3 * c * c;
+  b_qkv_ = take(params, {3 * c}, at);
+  db_qkv_ = take(grads, {3 * c}, at);
+  at += 3 * c;
+  w_out_ = take(params, {c, c}, at);
+  dw_out_ = take(grads, {c, c}, at);
+  at += c * c;
+  b_out_ = take(params, {c}, at);
+  db_out_ = take(grads, {c}, at);
+}
+
+void CausalSelfAttention::initialize(std::uint64_t seed) {
+  ops::glorot_uniform(w_qkv_, width_, 3 * width_, seed);
+  ops::fill(b_qkv_, 0.0f);
+  ops::glorot_uniform(w_out_, width_, width_, seed + 1);
+  ops::fill(b_out_, 0.0f);
+}
+
+Tensor CausalSelfAttention::head(int part, std::int64_t b, std::int64_t h) const {
+  const std::int64_t block = length_ * head_width_;
+  return heads_qkv_.slice(((static_cast<std::int64_t>(part) * (heads_qkv_.size(1)) + b) * heads_ + h) * block,
+                          {length_, head_width_});
+}
+
+const Tensor& CausalSelfAttention::forward(const Tensor& x, bool) {
+  const std::int64_t n = x.size(0), rows = n * length_, c = width_, t = length_, d = head_width_;
+  x_ = x.reshape({rows, c});
+  // q, k and v of every position: one GEMM.
+  Tensor& qkv = ensure(qkv_, n, {t, 3 * c}, device_);
+  const Tensor qkv2 = qkv.reshape({rows, 3 * c});
+  ops::gemm(x_, w_qkv_, qkv2);
+  ops::bias_add(qkv2, b_qkv_);
+  // Each head's q, k, v as contiguous blocks [3, n, heads, t, d].
+  if (!heads_qkv_.defined() || heads_qkv_.size(1) != n || heads_qkv_.device() != device_)
+    heads_qkv_ = Tensor::zeros({3, n, heads_ * t * d}, DType::f32, device_);
+  for (int part = 0; part < 3; ++part)
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t h = 0; h < heads_; ++h)
+        ops::copy_2d(qkv, b * t * 3 * c + part * c + h * d, 3 * c, heads_qkv_, ((part * n + b) * heads_ + h) * t * d, d,
+                     t, d);
+  // Scores and probabilities [n * heads, t, t].
+  Tensor& probs = ensure(probs_, n * heads_, {t, t}, device_);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t h = 0; h < heads_; ++h)
+      ops::gemm(head(0, b, h), head(1, b, h), probs.slice((b * heads_ + h) * t * t, {t, t}), false, true, scale);
+  ops::causal_softmax_forward(probs, probs);
+  // The heads' outputs side by side [rows, c], then the projection.
+  Tensor& merged = ensure(merged_, n, {t, c}, device_);
+  Tensor& out = ensure(dhead_, 1, {t, d}, device_);
+  const Tensor out2 = out.reshape({t, d});
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t h = 0; h < heads_; ++h) {
+      ops::gemm(probs.slice((b * heads_ + h) * t * t, {t, t}), head(2, b, h), out2);
+      ops::copy_2d(out2, 0, d, merged, b * t * c + h * d, c, t, d);
+    }
+  Tensor& y = ensure(y_, n, shape_, device_);
+  const Tensor y2 = y.reshape({rows, c});
+  ops::gemm(merged.reshape({rows, c}), w_out_, y2);
+  ops::bias_add(y2, b_out_);
+  return y;
+}
+
+const Tensor& CausalSelfAttention::backward(const Tensor& dy, bool need_dx) {
+  const std::int64_t n = dy.size(0), rows = n * length_, c = width_, t = length_, d = head_width_;
+  const Tensor dy2 = dy.reshape({rows, c});
+  const Tensor merged2 = merged_.reshape({rows, c});
+  ops::gemm(merged2, dy2, dw_out_, /*trans_a=*/true);
+  ops::bias_grad(dy2, db_out_);
+  Tensor& dmerged = ensure(dmerged_, n, {t, c}, device_);
+  ops::gemm(dy2, w_out_, dmerged.reshape({rows, c}), false, /*trans_b=*/true);
+
+  Tensor& dqkv = ensure(dqkv_, n, {t, 3 * c}, device_);
+  const Tensor dout = ensure(dhead_, 1, {t, d}, device_).reshape({t, d});
+  const Tensor dpart = ensure(dpart_, 1, {t, d}, device_).reshape({t, d});
+  const Tensor dprobs = ensure(dprobs_, 1, {t, t}, device_).reshape({t, t});
+  const Tensor dscores = ensure(dscores_, 1, {t, t}, device_).reshape({t, t});
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t h = 0; h < heads_; ++h) {
+      const Tensor p = probs_.slice((b * heads_ + h) * t * t, {t, t});
+      const Tensor q = head(0, b, h), k = head(1, b, h), v = head(2, b, h);
+      const std::int64_t row0 = b * t * 3 * c;
+      ops::copy_2d(dmerged, b * t * c + h * d, c, dout, 0, d, t, d);
+      ops::gemm(p, dout, dpart, /*trans_a=*/true);  // dV = P^T dO
+      ops::copy_2d(dpart, 0, d, dqkv, row0 + 2 * c + h * d, 3 * c, t, d);
+      ops::gemm(dout, v, dprobs, false, /*trans_b=*/true);  // dP = dO V^T
+      ops::softmax_backward(p, dprobs, dscores);            // masked keys: P = 0, so dS = 0
+      ops::gemm(dscores, k, dpart, false, false, scale);    // dQ = dS K / sqrt(d)
+      ops::copy_2d(dpart, 0, d, dqkv, row0 + h * d, 3 * c, t, d);
+      ops::gemm(dscores, q, dpart, /*trans_a=*/true, false, scale);  // dK = dS^T Q / sqrt(d)
+      ops::copy_2d(dpart, 0, d, dqkv, row0 + c + h * d, 3 * c, t, d);
+    }
+  const Tensor dqkv2 = dqkv.reshape({rows, 3 * c});
+  ops::gemm(x_, dqkv2, dw_qkv_, /*trans_a=*/true);
+  ops::bias_grad(dqkv2, db_qkv_);
+  if (!need_dx) return dx_;
+  Tensor& dx = ensure(dx_, n, shape_, device_);
+  ops::gemm(dqkv2, w_qkv_, dx.reshape({rows, c}), false, /*trans_b=*/true);
+  return dx;
+}
+
+}  // namespace troupe::models
