@@ -1,5 +1,6 @@
 #include "models/model_builder.hpp"
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -68,6 +69,26 @@ ModelBuilder::Output ModelBuilder::flatten(Output x) { return layer("flatten", x
 ModelBuilder::Output ModelBuilder::dropout(Output x, float rate) {
   return layer("dropout rate=" + std::to_string(rate), x);
 }
+
+ModelBuilder::Output ModelBuilder::embedding(Output x, std::int64_t vocab, std::int64_t dim, bool channels_last) {
+  return layer("embedding vocab=" + std::to_string(vocab) + " dim=" + std::to_string(dim) +
+                   (channels_last ? " layout=channels_last" : ""),
+               x);
+}
+
+ModelBuilder::Output ModelBuilder::positional_embedding(Output x) { return layer("positional_embedding", x); }
+
+ModelBuilder::Output ModelBuilder::layernorm(Output x, float epsilon) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(epsilon));
+  return layer(std::string("layernorm epsilon=") + text, x);
+}
+
+ModelBuilder::Output ModelBuilder::attention(Output x, std::int64_t heads) {
+  return layer("attention heads=" + std::to_string(heads), x);
+}
+
+ModelBuilder::Output ModelBuilder::gelu(Output x) { return layer("gelu", x); }
 
 ModelBuilder::Output ModelBuilder::add(const std::vector<Output>& xs) { return merge("add", xs); }
 

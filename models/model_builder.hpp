@@ -55,6 +55,15 @@ class ModelBuilder {
   Output relu(Output x);
   Output flatten(Output x);
   Output dropout(Output x, float rate);
+  // A transformer's layers (models/layers/layers.hpp): token ids into
+  // [length, dim] (channels_last) or [dim, length]; a learned position
+  // table added; layer normalisation of the last dimension; multi-head
+  // causal self-attention.
+  Output embedding(Output x, std::int64_t vocab, std::int64_t dim, bool channels_last = true);
+  Output positional_embedding(Output x);
+  Output layernorm(Output x, float epsilon = 1e-5f);
+  Output attention(Output x, std::int64_t heads);
+  Output gelu(Output x);
   Output add(const std::vector<Output>& xs);
 
   // The graph so far as a spec; its last layer gives the model's output.

@@ -285,13 +285,35 @@ TEST(ModelBuilder, AFunctionalGraphIsTheSameModelAsItsSpecText) {
   EXPECT_EQ(from_builder.forward(in, false).to_vector(), by_hand.forward(in, false).to_vector());
 }
 
+// A pre-norm transformer block written with the builder (GPT-2's: x +
+// attention(layernorm(x)), then x + mlp(layernorm(x))) is the model its spec
+// text describes, and re-parses to the same graph.
+TEST(ModelBuilder, ATransformerBlockIsTheModelOfItsSpecText) {
+  ModelBuilder b("tiny_gpt", {8}, DType::i32);
+  auto x = b.positional_embedding(b.embedding(b.input(), 11, 6));
+  x = b.add({x, b.attention(b.layernorm(x), 2)});
+  x = b.add({x, b.dense(b.gelu(b.dense(b.layernorm(x), 24)), 6)});
+  b.dense(b.layernorm(x), 11);
+  const ModelSpec built = b.spec();
+  EXPECT_TRUE(ModelSpec::parse(built.text(), "checkpoint") == built) << built.text();
+  EXPECT_NE(built.text().find("attention heads=2"), std::string::npos) << built.text();
+  Model m(built, Device::cpu());
+  EXPECT_EQ(m.output_shape(), (Shape{8, 11}));  // logits at every position
+  m.initialize(3);
+  const Tensor ids =
+      Tensor::from_vector({2, 8}, std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 9, 8, 7, 6, 5, 4});
+  const auto y = m.forward(ids, false).to_vector();
+  ASSERT_EQ(y.size(), 2u * 8u * 11u);
+  for (float v : y) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(ModelBuilder, MistakesAreNamed) {
   ModelBuilder b("m", {4});
   auto x = b.dense(b.input(), 3);
   EXPECT_EQ(error_of([&] { b.layer("conv3d filters=2", x); }),
             "ModelBuilder 'm', layer 2 'conv3d filters=2': unknown layer 'conv3d'; known: dense, conv2d, conv1d, "
-            "maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, flatten, relu, sigmoid, tanh, gelu, "
-            "softmax, dropout, batchnorm, standardize, add, concat");
+            "maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, attention, flatten, "
+            "relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat");
   EXPECT_EQ(error_of([&] { b.layer("relu", ModelBuilder::Output{7}); }),
             "ModelBuilder 'm', layer 2 'relu': its input is no output of this builder");
   auto y = b.dense(x, 3);
