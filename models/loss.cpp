@@ -38,6 +38,21 @@ Tensor& per_row(Tensor& buffer, std::int64_t n, const kernels::Device& device) {
 }  // namespace
 
 double Loss::sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale) {
+  if (kind_ == LossKind::sparse_categorical_crossentropy && output.rank() == 3) {
+    // A sequence's logits [b, t, classes] with a label at every position
+    // [b, t]: each position is a row of the cross-entropy, and an
+    // example's loss is the mean over its positions (nats per token), so
+    // the positions' gradients take grad_scale / t.
+    const std::int64_t b = output.size(0), t = output.size(1), c = output.size(2);
+    if (target.numel() != b * t)
+      throw std::invalid_argument("loss: logits " + output.describe() + " need a label at every position, got " +
+                                  target.describe());
+    Tensor& rows = per_row(per_example_, b * t, output.device());
+    const Tensor d = doutput.raw() != nullptr ? doutput.reshape({b * t, c}) : doutput;
+    ops::softmax_xent(output.reshape({b * t, c}), target.reshape({b * t}), rows, d, grad_scale / static_cast<float>(t),
+                      label_smoothing_);
+    return ops::sum(rows) / static_cast<double>(t);
+  }
   Tensor& rows = per_row(per_example_, output.size(0), output.device());
   if (kind_ == LossKind::sparse_categorical_crossentropy)
     ops::softmax_xent(output, target, rows, doutput, grad_scale, label_smoothing_);
@@ -63,10 +78,15 @@ void Metrics::add(const Tensor& output, const Tensor& target, double loss_sum, b
     targets_ += static_cast<std::int64_t>(predicted.size());
     return;
   }
-  Tensor& correct = per_row(correct_, n, output.device());
-  ops::topk_correct(output, target, correct, 1);
+  // A sequence's logits [n, t, classes]: every position is scored.
+  const std::int64_t positions = output.rank() == 3 ? n * output.size(1) : n;
+  const Tensor logits = output.rank() == 3 ? output.reshape({positions, output.size(2)}) : output;
+  const Tensor labels = output.rank() == 3 ? target.reshape({positions}) : target;
+  positions_ += positions;
+  Tensor& correct = per_row(correct_, positions, output.device());
+  ops::topk_correct(logits, labels, correct, 1);
   top1_ += static_cast<std::int64_t>(ops::sum(correct) + 0.5);
-  ops::topk_correct(output, target, correct, std::min<std::int64_t>(5, output.size(1)));
+  ops::topk_correct(logits, labels, correct, std::min<std::int64_t>(5, logits.size(1)));
   top5_ += static_cast<std::int64_t>(ops::sum(correct) + 0.5);
 }
 

@@ -30,8 +30,10 @@ class Loss {
   // receives grad_scale * d(sum)/d(output): pass 1 / global batch size to
   // get the gradient of the mean loss over the global batch (replicas then
   // sum their gradients; see DESIGN.md's sync step).
-  // output: logits [b, classes] with labels i32 [b]; or predictions [b, d]
-  // with targets f32 [b, d]. With label smoothing the sum is of the
+  // output: logits [b, classes] with labels i32 [b]; logits at every
+  // position of a sequence [b, t, classes] with labels i32 [b, t], where an
+  // example's loss is the mean over its positions (nats per token); or
+  // predictions [b, d] with targets f32 [b, d]. With label smoothing the sum is of the
   // smoothed loss (what training minimises); evaluations use a Loss
   // without it.
   double sum(const Tensor& output, const Tensor& target, const Tensor& doutput, float grad_scale);
@@ -54,15 +56,18 @@ class Metrics {
 
   std::int64_t examples() const { return examples_; }
   double mean_loss() const { return examples_ ? loss_sum_ / double(examples_) : 0.0; }
-  double accuracy() const { return examples_ ? double(top1_) / double(examples_) : 0.0; }
-  double top5_accuracy() const { return examples_ ? double(top5_) / double(examples_) : 0.0; }
+  // Over the positions scored: the examples, or every position of a
+  // sequence's (tokens).
+  double accuracy() const { return positions_ ? double(top1_) / double(positions_) : 0.0; }
+  double top5_accuracy() const { return positions_ ? double(top5_) / double(positions_) : 0.0; }
   std::int64_t top1_correct() const { return top1_; }
+  std::int64_t positions() const { return positions_; }
   // Regression: the mean over every target value of |prediction - target|
   // (Keras' mean_absolute_error); 0 before any.
   double mean_absolute_error() const { return targets_ ? abs_error_sum_ / double(targets_) : 0.0; }
 
  private:
-  std::int64_t examples_ = 0;
+  std::int64_t examples_ = 0, positions_ = 0;
   double loss_sum_ = 0.0;
   double abs_error_sum_ = 0.0;
   std::int64_t targets_ = 0;

@@ -19,6 +19,7 @@
 #include "models/schedule.hpp"
 #include "models/spec.hpp"
 #include "models/trainer.hpp"
+#include "tests/kernels/harness.hpp"  // random_tensor
 
 namespace troupe::models {
 namespace {
@@ -220,6 +221,51 @@ TEST(LabelSmoothing, LossAndGradientAsPyTorchAndAccuracyByArgmax) {
   EXPECT_EQ(metrics.top1_correct(), 1);  // row 0 right (argmax 0), row 1 wrong (argmax 2)
   EXPECT_THROW(Loss(LossKind::sparse_categorical_crossentropy, 1.5f), std::invalid_argument);
   EXPECT_THROW(Loss(LossKind::sparse_categorical_crossentropy, -0.1f), std::invalid_argument);
+}
+
+// A sequence's logits [b, t, classes] with a label at every position: an
+// example's loss is the mean over its positions (nats per token, as
+// nanoGPT's F.cross_entropy over every position), each position's gradient
+// (softmax - onehot) * grad_scale / t, and accuracy counts positions.
+TEST(SequenceLoss, TheMeanOverPositionsPerExampleAndAccuracyPerToken) {
+  const std::int64_t b = 2, t = 3, c = 4;
+  const Tensor logits = kernels::testing::random_tensor({b, t, c}, 31, -2.0f, 2.0f);
+  const std::vector<std::int32_t> ids{0, 3, 1, 2, 2, 0};
+  const Tensor labels = Tensor::from_vector({b, t}, ids);
+  const std::vector<float> x = logits.to_vector();
+  const float grad_scale = 0.5f;  // 1 / global batch
+  double want = 0;
+  std::vector<double> want_grad(x.size());
+  std::int64_t right = 0;
+  for (std::int64_t r = 0; r < b * t; ++r) {
+    double z = 0;
+    std::int64_t best = 0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      z += std::exp(double(x[static_cast<std::size_t>(r * c + j)]));
+      if (x[static_cast<std::size_t>(r * c + j)] > x[static_cast<std::size_t>(r * c + best)]) best = j;
+    }
+    right += best == ids[static_cast<std::size_t>(r)] ? 1 : 0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      const double p = std::exp(double(x[static_cast<std::size_t>(r * c + j)])) / z;
+      const double onehot = j == ids[static_cast<std::size_t>(r)] ? 1.0 : 0.0;
+      if (onehot > 0) want -= std::log(p) / double(t);
+      want_grad[static_cast<std::size_t>(r * c + j)] = grad_scale * (p - onehot) / double(t);
+    }
+  }
+  Loss loss(LossKind::sparse_categorical_crossentropy);
+  Tensor d = Tensor::empty({b, t, c});
+  EXPECT_NEAR(loss.sum(logits, labels, d, grad_scale), want, 1e-6);
+  const std::vector<float> grad = d.to_vector();
+  for (std::size_t i = 0; i < grad.size(); ++i) EXPECT_NEAR(grad[i], want_grad[i], 1e-7) << i;
+  EXPECT_NEAR(loss.sum(logits, labels, Tensor(), grad_scale), want, 1e-6);  // no gradient asked for
+  Metrics metrics;
+  metrics.add(logits, labels, want, true);
+  EXPECT_EQ(metrics.examples(), b);
+  EXPECT_EQ(metrics.positions(), b * t);
+  EXPECT_EQ(metrics.top1_correct(), right);
+  EXPECT_DOUBLE_EQ(metrics.accuracy(), double(right) / double(b * t));
+  EXPECT_THROW(loss.sum(logits, Tensor::from_vector({b}, std::vector<std::int32_t>{0, 1}), d, 1.0f),
+               std::invalid_argument);
 }
 
 // The anchors' lr_at(), as written in anchors/torch_resnet.py and torch_gpt.py.
