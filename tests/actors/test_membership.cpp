@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -51,8 +52,18 @@ TEST(Membership, ANodesRoleIsWhatItsJoinSaysNotItsName) {
   init.fingerprint = "f";
   init.job_text = "model = \"mlp\"\n";
   init.listener = caf::actor_cast<caf::actor>(listener);
-  std::vector<std::string> log;
-  init.log = [&log](const std::string& line) { log.push_back(line); };
+  // The actor logs from its own thread, and may still log (a member's
+  // scoped actor going down) while this test's locals are destroyed: the
+  // lines live in a shared, locked record, not in a local.
+  struct Log {
+    std::mutex mutex;
+    std::vector<std::string> lines;
+  };
+  auto log = std::make_shared<Log>();
+  init.log = [log](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log->mutex);
+    log->lines.push_back(line);
+  };
   init.started = std::make_shared<std::atomic<bool>>(false);
   init.gone = std::make_shared<GoneNodes>();
   auto membership = system.spawn(membership_actor, init);
@@ -86,7 +97,11 @@ TEST(Membership, ANodesRoleIsWhatItsJoinSaysNotItsName) {
   EXPECT_EQ(heard[1].role, NodeRole::worker);
   EXPECT_EQ(heard[1].devices, std::vector<std::string>{"cpu:0"});
   bool refused_logged = false;
-  for (const auto& line : log) refused_logged = refused_logged || line.find("refused worker/host-3/pid 9") == 0;
+  {
+    std::lock_guard<std::mutex> lock(log->mutex);
+    for (const auto& line : log->lines)
+      refused_logged = refused_logged || line.find("refused worker/host-3/pid 9") == 0;
+  }
   EXPECT_TRUE(refused_logged);
   caf::anon_send_exit(membership, caf::exit_reason::user_shutdown);
 }
