@@ -133,6 +133,14 @@ class Backend {
 
   // ---- dense layers ----
   virtual void gemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) = 0;
+  // The same gemm on `batch` matrices stored one after another: a + i m k,
+  // b + i k n, c + i m n (attention's heads). By default a loop of gemm; the
+  // cuda backend makes it one strided-batched cuBLAS call.
+  virtual void gemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* a, const float* b,
+                            float beta, float* c) {
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm(s, alpha, a + i * s.m * s.k, b + i * s.k * s.n, beta, c + i * s.m * s.n);
+  }
   // y[r, c] += bias[c] for a [rows, cols] matrix.
   virtual void bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) = 0;
   // db[c] = sum over r of dy[r, c].

@@ -69,6 +69,31 @@ void require_same(const char* op, const char* an, const Tensor& a, const char* b
 
 // ---------------------------------------------------------------- dense
 
+void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float alpha,
+                  float beta) {
+  const char* op = "gemm_batched";
+  require_dtype(op, "a", a, DType::f32);
+  require_dtype(op, "b", b, DType::f32);
+  require_dtype(op, "c", c, DType::f32);
+  require(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op,
+          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 3-D [batch, rows, cols]");
+  const std::int64_t batch = a.size(0);
+  require(b.size(0) == batch && c.size(0) == batch, op,
+          "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = trans_a ? a.size(2) : a.size(1);
+  s.k = trans_a ? a.size(1) : a.size(2);
+  const std::int64_t kb = trans_b ? b.size(2) : b.size(1);
+  s.n = trans_b ? b.size(1) : b.size(2);
+  require(s.k == kb, op,
+          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + ", op(b) is " +
+              std::to_string(kb) + "x" + std::to_string(s.n));
+  require_shape(op, "c", c, Shape{batch, s.m, s.n});
+  backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm_batched(s, batch, alpha, a.f32(), b.f32(), beta, c.f32());
+}
+
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float alpha, float beta) {
   const char* op = "gemm";
   require_dtype(op, "a", a, DType::f32);

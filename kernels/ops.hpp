@@ -20,6 +20,9 @@ namespace troupe::kernels::ops {
 // c = alpha * op(a) * op(b) + beta * c for 2-D a, b, c.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a = false, bool trans_b = false,
           float alpha = 1.0f, float beta = 0.0f);
+// The same for every matrix of 3-D a [batch, ., .], b, c [batch, m, n].
+void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a = false, bool trans_b = false,
+                  float alpha = 1.0f, float beta = 0.0f);
 // y[..., j] += bias[j]: bias has y's last dimension.
 void bias_add(const Tensor& y, const Tensor& bias);
 // db[j] = sum of dy[..., j].

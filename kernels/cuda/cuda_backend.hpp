@@ -51,6 +51,8 @@ class CudaBackend final : public Backend {
   int device_count() const override;
   TROUPE_BACKEND_MEMORY_OVERRIDES
   TROUPE_BACKEND_OP_OVERRIDES
+  void gemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* a, const float* b, float beta,
+                    float* c) override;
   // Staging (cuda_memory.cpp): cudaHostAlloc'd memory, and cudaMemcpyAsync
   // on the device's stream without the wait of the synchronous copies.
   void make_current(int device_index) override;  // cudaSetDevice

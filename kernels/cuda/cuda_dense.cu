@@ -261,6 +261,27 @@ void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const fl
       cublasSgemm_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, s.n));
 }
 
+// One strided-batched call for the batch (attention's heads: many small
+// GEMMs, which one launch each would leave the GPU idle between), with
+// gemm's row-major trick: C^T = op(B)^T op(A)^T in column-major.
+void CudaBackend::gemm_batched(const GemmShape& s, std::int64_t batch, float alpha, const float* a, const float* b,
+                               float beta, float* c) {
+  if (batch == 0 || s.m == 0 || s.n == 0) return;
+  if (s.k == 0) {
+    for_each_index(current_device_state(), static_cast<std::size_t>(batch * s.m * s.n), ScaleOrZero{beta, c},
+                   "gemm_batched_k0_scale");
+    return;
+  }
+  DeviceState& st = current_device_state();
+  const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::int64_t lda = s.trans_a ? s.m : s.k;
+  const std::int64_t ldb = s.trans_b ? s.k : s.n;
+  std::lock_guard<std::mutex> lock(st.mutex);
+  TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb,
+                                                   s.k * s.n, a, lda, s.m * s.k, &beta, c, s.n, s.m * s.n, batch));
+}
+
 void CudaBackend::bias_add(std::int64_t rows, std::int64_t cols, const float* bias, float* y) {
   if (rows == 0 || cols == 0) return;
   for_each_index(current_device_state(), static_cast<std::size_t>(rows * cols), BiasAdd{cols, bias, y}, "bias_add");

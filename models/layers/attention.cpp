@@ -1,11 +1,11 @@
 // Multi-head causal self-attention (layers.hpp), composed from the kernels'
 // GEMMs and the causal softmax: the fused q/k/v projection and the output
-// projection are one GEMM each over every position of the batch; the
-// scores and the weighted values are a GEMM per (example, head), on each
-// head's q, k and v copied out of the fused projection into contiguous
-// [length, head width] blocks (copy_2d). A batched GEMM would save the
-// per-head calls; at GPT sizes (length 64 to 256, head width 32 to 64) each
-// is still a real GEMM, and the projections are most of the arithmetic.
+// projection are one GEMM each over every position of the batch; each
+// head's q, k and v are copied out of the fused projection into contiguous
+// [length, head width] blocks (copy_2d), so that the scores and the
+// weighted values of every (example, head) are one batched GEMM each
+// (gemm_batched: on the GPU one strided-batched cuBLAS call, not a launch
+// per head).
 //
 // Backward, with P the probabilities and S the scaled scores of one head:
 //   dO = dY Wo^T (all heads),  dV = P^T dO,  dP = dO V^T,
@@ -74,10 +74,9 @@ void CausalSelfAttention::initialize(std::uint64_t seed) {
   ops::fill(b_out_, 0.0f);
 }
 
-Tensor CausalSelfAttention::head(int part, std::int64_t b, std::int64_t h) const {
-  const std::int64_t block = length_ * head_width_;
-  return heads_qkv_.slice(((static_cast<std::int64_t>(part) * (heads_qkv_.size(1)) + b) * heads_ + h) * block,
-                          {length_, head_width_});
+Tensor CausalSelfAttention::qkv_part(int part) const {
+  const std::int64_t n = heads_qkv_.size(1), block = n * heads_ * length_ * head_width_;
+  return heads_qkv_.slice(static_cast<std::int64_t>(part) * block, {n * heads_, length_, head_width_});
 }
 
 const Tensor& CausalSelfAttention::forward(const Tensor& x, bool) {
@@ -96,22 +95,18 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, bool) {
       for (std::int64_t h = 0; h < heads_; ++h)
         ops::copy_2d(qkv, b * t * 3 * c + part * c + h * d, 3 * c, heads_qkv_, ((part * n + b) * heads_ + h) * t * d, d,
                      t, d);
-  // Scores and probabilities [n * heads, t, t].
+  // Scores and probabilities [n * heads, t, t], one batched GEMM.
   Tensor& probs = ensure(probs_, n * heads_, {t, t}, device_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  ops::gemm_batched(qkv_part(0), qkv_part(1), probs, false, true, scale);
+  ops::causal_softmax_forward(probs, probs);
+  // The weighted values [n * heads, t, d], side by side [rows, c], then the projection.
+  Tensor& out = ensure(dhead_, n * heads_, {t, d}, device_);
+  ops::gemm_batched(probs, qkv_part(2), out);
+  Tensor& merged = ensure(merged_, n, {t, c}, device_);
   for (std::int64_t b = 0; b < n; ++b)
     for (std::int64_t h = 0; h < heads_; ++h)
-      ops::gemm(head(0, b, h), head(1, b, h), probs.slice((b * heads_ + h) * t * t, {t, t}), false, true, scale);
-  ops::causal_softmax_forward(probs, probs);
-  // The heads' outputs side by side [rows, c], then the projection.
-  Tensor& merged = ensure(merged_, n, {t, c}, device_);
-  Tensor& out = ensure(dhead_, 1, {t, d}, device_);
-  const Tensor out2 = out.reshape({t, d});
-  for (std::int64_t b = 0; b < n; ++b)
-    for (std::int64_t h = 0; h < heads_; ++h) {
-      ops::gemm(probs.slice((b * heads_ + h) * t * t, {t, t}), head(2, b, h), out2);
-      ops::copy_2d(out2, 0, d, merged, b * t * c + h * d, c, t, d);
-    }
+      ops::copy_2d(out, (b * heads_ + h) * t * d, d, merged, b * t * c + h * d, c, t, d);
   Tensor& y = ensure(y_, n, shape_, device_);
   const Tensor y2 = y.reshape({rows, c});
   ops::gemm(merged.reshape({rows, c}), w_out_, y2);
@@ -129,26 +124,29 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, bool need_dx) {
   ops::gemm(dy2, w_out_, dmerged.reshape({rows, c}), false, /*trans_b=*/true);
 
   Tensor& dqkv = ensure(dqkv_, n, {t, 3 * c}, device_);
-  const Tensor dout = ensure(dhead_, 1, {t, d}, device_).reshape({t, d});
-  const Tensor dpart = ensure(dpart_, 1, {t, d}, device_).reshape({t, d});
-  const Tensor dprobs = ensure(dprobs_, 1, {t, t}, device_).reshape({t, t});
-  const Tensor dscores = ensure(dscores_, 1, {t, t}, device_).reshape({t, t});
+  const std::int64_t bh = n * heads_;
+  Tensor& dout = ensure(dhead_, bh, {t, d}, device_);
+  Tensor& dpart = ensure(dpart_, bh, {t, d}, device_);
+  Tensor& dprobs = ensure(dprobs_, bh, {t, t}, device_);
+  Tensor& dscores = ensure(dscores_, bh, {t, t}, device_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  // Part `part` of the fused projection's gradient, from dpart, every head.
+  auto scatter = [&](int part) {
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t h = 0; h < heads_; ++h)
+        ops::copy_2d(dpart, (b * heads_ + h) * t * d, d, dqkv, b * t * 3 * c + part * c + h * d, 3 * c, t, d);
+  };
   for (std::int64_t b = 0; b < n; ++b)
-    for (std::int64_t h = 0; h < heads_; ++h) {
-      const Tensor p = probs_.slice((b * heads_ + h) * t * t, {t, t});
-      const Tensor q = head(0, b, h), k = head(1, b, h), v = head(2, b, h);
-      const std::int64_t row0 = b * t * 3 * c;
-      ops::copy_2d(dmerged, b * t * c + h * d, c, dout, 0, d, t, d);
-      ops::gemm(p, dout, dpart, /*trans_a=*/true);  // dV = P^T dO
-      ops::copy_2d(dpart, 0, d, dqkv, row0 + 2 * c + h * d, 3 * c, t, d);
-      ops::gemm(dout, v, dprobs, false, /*trans_b=*/true);  // dP = dO V^T
-      ops::softmax_backward(p, dprobs, dscores);            // masked keys: P = 0, so dS = 0
-      ops::gemm(dscores, k, dpart, false, false, scale);    // dQ = dS K / sqrt(d)
-      ops::copy_2d(dpart, 0, d, dqkv, row0 + h * d, 3 * c, t, d);
-      ops::gemm(dscores, q, dpart, /*trans_a=*/true, false, scale);  // dK = dS^T Q / sqrt(d)
-      ops::copy_2d(dpart, 0, d, dqkv, row0 + c + h * d, 3 * c, t, d);
-    }
+    for (std::int64_t h = 0; h < heads_; ++h)
+      ops::copy_2d(dmerged, b * t * c + h * d, c, dout, (b * heads_ + h) * t * d, d, t, d);
+  ops::gemm_batched(probs_, dout, dpart, /*trans_a=*/true);  // dV = P^T dO
+  scatter(2);
+  ops::gemm_batched(dout, qkv_part(2), dprobs, false, /*trans_b=*/true);  // dP = dO V^T
+  ops::softmax_backward(probs_, dprobs, dscores);                         // masked keys: P = 0, so dS = 0
+  ops::gemm_batched(dscores, qkv_part(1), dpart, false, false, scale);    // dQ = dS K / sqrt(d)
+  scatter(0);
+  ops::gemm_batched(dscores, qkv_part(0), dpart, /*trans_a=*/true, false, scale);  // dK = dS^T Q / sqrt(d)
+  scatter(1);
   const Tensor dqkv2 = dqkv.reshape({rows, 3 * c});
   ops::gemm(x_, dqkv2, dw_qkv_, /*trans_a=*/true);
   ops::bias_grad(dqkv2, db_qkv_);

@@ -348,9 +348,9 @@ class CausalSelfAttention final : public Layer {
   std::int64_t heads() const { return heads_; }
 
  private:
-  // Head h of example b: its q, k or v (part 0, 1, 2) out of the fused
-  // projection, as a contiguous [length, head width] block of heads_qkv_.
-  Tensor head(int part, std::int64_t b, std::int64_t h) const;
+  // Every head's q, k or v (part 0, 1, 2) out of the fused projection:
+  // [examples * heads, length, head width], contiguous in heads_qkv_.
+  Tensor qkv_part(int part) const;
   std::int64_t heads_, length_ = 0, width_ = 0, head_width_ = 0;
   Shape shape_;
   Device device_;

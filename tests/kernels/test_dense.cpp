@@ -11,6 +11,7 @@
 #include "kernels/ops.hpp"
 #include "kernels/ref/dense.hpp"
 #include "tests/kernels/harness.hpp"
+#include "tests/kernels/op_checks.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -55,6 +56,47 @@ TEST(Gemm, MatchesRefForAllTransposesAndShapes) {
             EXPECT_LE(rel_error(got, want), 1e-5);
           }
   }
+}
+
+// The batched gemm: each matrix of the batch as gemm computes it alone, on
+// every backend, for all transposes (attention's q k^T, p v, p^T dO, ...).
+TEST(GemmBatched, EachMatrixIsTheGemmOfItsOwnPair) {
+  const GemmCase cases[] = {{1, 1, 1}, {64, 64, 32}, {7, 5, 3}, {33, 17, 65}};
+  std::uint64_t seed = 900;
+  auto backends = backends_under_test();
+  backends.insert(backends.begin(), testing::BackendUnderTest{"ref", Device::cpu()});
+  for (const auto& backend : backends) {
+    SCOPED_TRACE(backend.name);
+    for (const auto& gc : cases)
+      for (std::int64_t batch : {1, 6})
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k << " batch=" << batch
+                                              << " ta=" << ta << " tb=" << tb);
+            const Shape as = ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k},
+                        bs = tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n};
+            Tensor a = random_tensor({batch, as[0], as[1]}, ++seed), b = random_tensor({batch, bs[0], bs[1]}, ++seed);
+            Tensor c0 = random_tensor({batch, gc.m, gc.n}, ++seed);
+            const Tensor got = backend.run([&](Device d) {
+              Tensor c = c0.to(d);
+              ops::gemm_batched(a.to(d), b.to(d), c, ta, tb, 0.5f, 2.0f);
+              return c.to(Device::cpu());
+            });
+            for (std::int64_t i = 0; i < batch; ++i) {
+              const Tensor want = run_ref([&](Device d) {
+                Tensor c = c0.slice(i * gc.m * gc.n, {gc.m, gc.n}).to(d);
+                ops::gemm(a.slice(i * as.numel(), as).to(d), b.slice(i * bs.numel(), bs).to(d), c, ta, tb, 0.5f, 2.0f);
+                return c;
+              });
+              EXPECT_LE(rel_error(got.slice(i * gc.m * gc.n, {gc.m, gc.n}), want), 1e-5) << "matrix " << i;
+            }
+          }
+  }
+  testing::expect_invalid_argument(
+      [] {
+        ops::gemm_batched(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 5}), Tensor::zeros({2, 3, 5}));
+      },
+      {"ops::gemm_batched", "batch"});
 }
 
 // The gradients of loss = sum(G * op(A) op(B)), written as the gemms a dense
