@@ -69,6 +69,27 @@ void require_same(const char* op, const char* an, const Tensor& a, const char* b
 
 // ---------------------------------------------------------------- dense
 
+namespace {
+// op(a) [m, k] times op(b) [k, n] from the last two dimensions of a and b;
+// throws naming the op when the inner dimensions differ.
+GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const std::int64_t ar = a.size(a.rank() - 2), ac = a.size(a.rank() - 1);
+  const std::int64_t br = b.size(b.rank() - 2), bc = b.size(b.rank() - 1);
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = trans_a ? ac : ar;
+  s.k = trans_a ? ar : ac;
+  const std::int64_t kb = trans_b ? bc : br;
+  s.n = trans_b ? br : bc;
+  require(s.k == kb, op,
+          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + " (a " +
+              a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " + std::to_string(kb) + "x" +
+              std::to_string(s.n) + " (b " + b.describe() + (trans_b ? ", transposed" : "") + ")");
+  return s;
+}
+}  // namespace
+
 void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float alpha,
                   float beta) {
   const char* op = "gemm_batched";
@@ -80,16 +101,7 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_
   const std::int64_t batch = a.size(0);
   require(b.size(0) == batch && c.size(0) == batch, op,
           "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
-  GemmShape s;
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.m = trans_a ? a.size(2) : a.size(1);
-  s.k = trans_a ? a.size(1) : a.size(2);
-  const std::int64_t kb = trans_b ? b.size(2) : b.size(1);
-  s.n = trans_b ? b.size(1) : b.size(2);
-  require(s.k == kb, op,
-          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + ", op(b) is " +
-              std::to_string(kb) + "x" + std::to_string(s.n));
+  const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
   require_shape(op, "c", c, Shape{batch, s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm_batched(s, batch, alpha, a.f32(), b.f32(), beta, c.f32());
 }
@@ -101,17 +113,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool 
   require_dtype(op, "c", c, DType::f32);
   require(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
           "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
-  GemmShape s;
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.m = trans_a ? a.size(1) : a.size(0);
-  s.k = trans_a ? a.size(0) : a.size(1);
-  const std::int64_t kb = trans_b ? b.size(1) : b.size(0);
-  s.n = trans_b ? b.size(0) : b.size(1);
-  require(s.k == kb, op,
-          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + " (a " +
-              a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " + std::to_string(kb) + "x" +
-              std::to_string(s.n) + " (b " + b.describe() + (trans_b ? ", transposed" : "") + ")");
+  const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
   require_shape(op, "c", c, Shape{s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
 }

@@ -139,38 +139,32 @@ void CpuBackend::gelu_backward(std::size_t n, const float* x, const float* dy, f
   for (std::size_t i = 0; i < n; ++i) dx[i] = math::gelu_grad(x[i], dy[i]);
 }
 
-// Softmax row by row, as softmax_xent does it: the vectorised row maximum,
-// exponentials written straight into y, their sum in double, one scaling
-// pass. Each pass reads a row that is still in L1 or L2. (oneDNN's softmax
-// primitive would vectorise the exponentials, as its eltwise does above; not
-// measured yet. The rows here are a classifier's or an attention's, where
-// the layers before them cost far more.)
+namespace {
+// One row of n: the softmax of its first `keys` values, 0 beyond them. As
+// softmax_xent does it: the vectorised maximum, exponentials written
+// straight into the output, their sum in double, one scaling pass; each
+// pass reads a row that is still in L1 or L2.
+void softmax_row(std::int64_t keys, std::int64_t n, const float* row, float* out) {
+  const std::size_t cols = static_cast<std::size_t>(keys);
+  const float max = row_max(keys, row);
+  for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
+  const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
+  for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
+  for (std::int64_t j = keys; j < n; ++j) out[j] = 0.0f;
+}
+}  // namespace
+
+// Softmax row by row. (oneDNN's softmax primitive would vectorise the
+// exponentials, as its eltwise does above; not measured yet. The rows here
+// are a classifier's or an attention's, where the layers before them cost
+// far more.)
 void CpuBackend::softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
-  const std::size_t cols = static_cast<std::size_t>(n);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * n;
-    float* out = y + r * n;
-    const float max = row_max(n, row);
-    for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
-    const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
-    for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
-  }
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row(n, n, x + r * n, y + r * n);
 }
 
-// The causal rows as softmax_forward's: query i = r % n over keys 0..i,
-// zeros written beyond.
+// The causal rows: query i = r % n over keys 0..i, zeros written beyond.
 void CpuBackend::causal_softmax_forward(std::int64_t rows, std::int64_t n, const float* x, float* y) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t seen = r % n + 1;
-    const std::size_t cols = static_cast<std::size_t>(seen);
-    const float* row = x + r * n;
-    float* out = y + r * n;
-    const float max = row_max(seen, row);
-    for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
-    const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
-    for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
-    for (std::int64_t j = seen; j < n; ++j) out[j] = 0.0f;
-  }
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row(r % n + 1, n, x + r * n, y + r * n);
 }
 
 void CpuBackend::softmax_backward(std::int64_t rows, std::int64_t n, const float* y, const float* dy, float* dx) {

@@ -85,35 +85,28 @@ void gelu_backward(std::size_t n, const T* x, const T* dy, T* dx) {
   }
 }
 
-// Per row of [rows, n]: subtract the row's maximum, exponentiate, divide by
-// the sum (in double).
+// One row of n: the softmax of its first `keys` values (subtract their
+// maximum, exponentiate, divide by the sum in double), 0 beyond them.
+template <class T>
+void softmax_row(std::int64_t keys, std::int64_t n, const T* row, T* out) {
+  double max = double(row[0]);
+  for (std::int64_t j = 1; j < keys; ++j) max = std::fmax(max, double(row[j]));
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < keys; ++j) sum += std::exp(double(row[j]) - max);
+  for (std::int64_t j = 0; j < n; ++j) out[j] = j < keys ? T(std::exp(double(row[j]) - max) / sum) : T(0);
+}
+
+// Per row of [rows, n].
 template <class T>
 void softmax_forward(std::int64_t rows, std::int64_t n, const T* x, T* y) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * n;
-    T* out = y + r * n;
-    double max = double(row[0]);
-    for (std::int64_t j = 1; j < n; ++j) max = std::fmax(max, double(row[j]));
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < n; ++j) sum += std::exp(double(row[j]) - max);
-    for (std::int64_t j = 0; j < n; ++j) out[j] = T(std::exp(double(row[j]) - max) / sum);
-  }
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row(n, n, x + r * n, y + r * n);
 }
 
 // Row r of stacked [n, n] matrices is query i = r % n: softmax over keys
 // j <= i, 0 beyond.
 template <class T>
 void causal_softmax_forward(std::int64_t rows, std::int64_t n, const T* x, T* y) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t seen = r % n + 1;
-    const T* row = x + r * n;
-    T* out = y + r * n;
-    double max = double(row[0]);
-    for (std::int64_t j = 1; j < seen; ++j) max = std::fmax(max, double(row[j]));
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < seen; ++j) sum += std::exp(double(row[j]) - max);
-    for (std::int64_t j = 0; j < n; ++j) out[j] = j < seen ? T(std::exp(double(row[j]) - max) / sum) : T(0);
-  }
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row(r % n + 1, n, x + r * n, y + r * n);
 }
 
 // dx = y * (dy - sum_j dy_j y_j), per row.

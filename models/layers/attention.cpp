@@ -101,7 +101,7 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, bool) {
   ops::gemm_batched(qkv_part(0), qkv_part(1), probs, false, true, scale);
   ops::causal_softmax_forward(probs, probs);
   // The weighted values [n * heads, t, d], side by side [rows, c], then the projection.
-  Tensor& out = ensure(dhead_, n * heads_, {t, d}, device_);
+  Tensor& out = ensure(per_head_, n * heads_, {t, d}, device_);
   ops::gemm_batched(probs, qkv_part(2), out);
   Tensor& merged = ensure(merged_, n, {t, c}, device_);
   for (std::int64_t b = 0; b < n; ++b)
@@ -125,7 +125,7 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, bool need_dx) {
 
   Tensor& dqkv = ensure(dqkv_, n, {t, 3 * c}, device_);
   const std::int64_t bh = n * heads_;
-  Tensor& dout = ensure(dhead_, bh, {t, d}, device_);
+  Tensor& dout = ensure(per_head_, bh, {t, d}, device_);
   Tensor& dpart = ensure(dpart_, bh, {t, d}, device_);
   Tensor& dprobs = ensure(dprobs_, bh, {t, t}, device_);
   Tensor& dscores = ensure(dscores_, bh, {t, t}, device_);

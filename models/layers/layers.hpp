@@ -355,8 +355,11 @@ class CausalSelfAttention final : public Layer {
   Shape shape_;
   Device device_;
   Tensor w_qkv_, b_qkv_, w_out_, b_out_, dw_qkv_, db_qkv_, dw_out_, db_out_;
-  Tensor x_, qkv_, heads_qkv_, probs_, merged_, y_;                // forward, kept for backward
-  Tensor dmerged_, dhead_, dscores_, dprobs_, dpart_, dqkv_, dx_;  // backward
+  Tensor x_, qkv_, heads_qkv_, probs_, merged_, y_;  // forward, kept for backward
+  // [examples * heads, length, head width]: the weighted values forward (copied
+  // into merged_ at once), each head's dO backward.
+  Tensor per_head_;
+  Tensor dmerged_, dscores_, dprobs_, dpart_, dqkv_, dx_;  // backward
 };
 
 // Layer normalisation over the last dimension of each example (a
