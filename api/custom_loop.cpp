@@ -160,7 +160,7 @@ void MirroredStrategy::distribute(const Dataset& train, std::int64_t global_batc
   loop.global_batch = global_batch;
   const std::int64_t per_replica = global_batch / world;
   // Full batches only, so every step's global batch is exactly global_batch.
-  data::PlanOptions plan{train.size(), per_replica, shuffle, seed, /*drop_remainder=*/true};
+  const data::PlanOptions plan = data::plan_options(train, per_replica, shuffle, seed, /*drop_remainder=*/true);
   const models::LossKind kind = train.task == data::Task::classification
                                     ? models::LossKind::sparse_categorical_crossentropy
                                     : models::LossKind::mean_squared_error;

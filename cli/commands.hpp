@@ -34,6 +34,7 @@ struct DataFlags {
   std::string test_data;          // a second file whose examples are the test split
   std::string size;               // images: "HxW"; empty: the first image's size
   std::string color = "auto";
+  std::int64_t context = 64;  // kjv, text:FILE: the window T (a language model's context)
 };
 void add_data_options(CLI::App& command, DataFlags& flags);
 // Into `options` (csv, images, test_data); throws UsageError on a

@@ -37,6 +37,12 @@ void add_data_options(CLI::App& command, DataFlags& flags) {
                   "images:DIR: grey (1 channel) or rgb (3); auto: rgb if any image has colour, else grey")
       ->check(CLI::IsMember({"auto", "grey", "gray", "rgb"}))
       ->capture_default_str();
+  command
+      .add_option("--context", flags.context,
+                  "kjv, text:FILE: bytes a language model sees at once (T: each example is T bytes and the T bytes "
+                  "after them)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
 }
 
 void apply_data_options(const DataFlags& flags, data::LoadOptions& options) {
@@ -61,6 +67,7 @@ void apply_data_options(const DataFlags& flags, data::LoadOptions& options) {
     throw UsageError("--test-data " + flags.test_data + " and --test-fraction " + std::to_string(flags.test_fraction) +
                      ": the test split is one or the other");
   options.test_data = flags.test_data;
+  options.text.context = flags.context;
 }
 
 }  // namespace troupe::cli

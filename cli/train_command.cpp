@@ -387,13 +387,24 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
   auto* cmd = app.add_subcommand("train", "Train a model on the devices of this host");
   auto& c = o.config;
   cmd->add_option("--model", c.model,
-                  "Zoo model (linreg, mlp, wide, cnn, vgg, resnet, textcnn) or a model spec file. resnet trains "
-                  "with its anchor's recipe (" +
-                      models::zoo_recipe("resnet").describe() + ") unless flags say otherwise")
+                  "Zoo model (linreg, mlp, wide, cnn, vgg, resnet, textcnn, gpt) or a model spec file. resnet and "
+                  "gpt train with their anchors' recipes (resnet: " +
+                      models::zoo_recipe("resnet").describe() + "; gpt: " + models::zoo_recipe("gpt").describe() +
+                      ") unless flags say otherwise")
+      ->capture_default_str();
+  cmd->add_option("--layers", c.zoo.layers, "gpt: transformer blocks (nanoGPT's n_layer)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_option("--heads", c.zoo.heads, "gpt: attention heads (n_head); --width must be a multiple")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_option("--width", c.zoo.width, "gpt: the residual stream's width (n_embd)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
   cmd->add_option("--data", c.data,
-                  "Dataset: fashion-mnist, linreg, wordnet, a .csv file, images:DIR (DIR/<class>/*.png|*.jpg, or "
-                  "DIR/train/<class>/... and DIR/test/<class>/...) or an IDX directory")
+                  "Dataset: fashion-mnist, linreg, wordnet, kjv (the King James Bible's bytes, for a language "
+                  "model), a .csv file, images:DIR (DIR/<class>/*.png|*.jpg, or DIR/train/<class>/... and "
+                  "DIR/test/<class>/...), text:FILE (a language model on FILE's bytes) or an IDX directory")
       ->capture_default_str();
   add_data_options(*cmd, o.data_flags);
   cmd->add_flag("--standardize", c.standardize,

@@ -271,6 +271,11 @@ const std::vector<Key>& keys() {
            throw BadValue("must be \"auto\", \"grey\" or \"rgb\", not \"" + v.text + "\"");
        }},
       {"", "standardize", Type::boolean, [](const Value& v, C& c) { c.train.standardize = v.flag; }},
+      {"", "context", Type::integer,
+       [](const Value& v, C& c) { c.train.data_options.text.context = as_int(v, 1, std::int64_t{1} << 20); }},
+      {"", "layers", Type::integer, [](const Value& v, C& c) { c.train.zoo.layers = as_int(v, 1, 1024); }},
+      {"", "heads", Type::integer, [](const Value& v, C& c) { c.train.zoo.heads = as_int(v, 1, 1024); }},
+      {"", "width", Type::integer, [](const Value& v, C& c) { c.train.zoo.width = as_int(v, 1, 1 << 16); }},
       {"", "drop_remainder", Type::boolean, [](const Value& v, C& c) { c.train.drop_remainder = v.flag; }},
       {"", "label_smoothing", Type::floating,
        [](const Value& v, C& c) { c.train.label_smoothing = as_float(v, 0, true, 1, true); }},
@@ -785,6 +790,11 @@ std::string to_job_text(const actors::JobConfig& c) {
   if (d.images.color != data::ImageColor::automatic)
     out << "color = " << (d.images.color == data::ImageColor::rgb ? "\"rgb\"" : "\"grey\"") << "\n";
   if (t.standardize) out << "standardize = true\n";
+  const models::ZooSizes zoo_defaults;
+  if (d.text.context != data::TextOptions{}.context) out << "context = " << d.text.context << "\n";
+  if (t.zoo.layers != zoo_defaults.layers) out << "layers = " << t.zoo.layers << "\n";
+  if (t.zoo.heads != zoo_defaults.heads) out << "heads = " << t.zoo.heads << "\n";
+  if (t.zoo.width != zoo_defaults.width) out << "width = " << t.zoo.width << "\n";
   if (!t.drop_remainder) out << "drop_remainder = false\n";
   // TOML integers stop at 2^63 - 1: a seed above is written as a string of
   // digits (which parse_job_text takes too); below, as an integer, so the

@@ -27,7 +27,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   const auto& t = plan.train;
   LoaderConfig lc;
   lc.dataset = plan.train_data;
-  lc.plan = data::PlanOptions{plan.train_data->size(), t.batch, t.shuffle, t.seed, t.drop_remainder};
+  lc.plan = data::plan_options(*plan.train_data, t.batch, t.shuffle, t.seed, t.drop_remainder);
   lc.shard = {plan.rank, plan.world};
   lc.start = plan.start;
   lc.prefetch = plan.prefetch;

@@ -63,6 +63,18 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
             "an embedding takes token ids ('input ids LENGTH') and must be the model's first layer");
       if (takes_input && !embedding && spec.input_dtype == DType::i32)
         throw std::invalid_argument("the input is token ids ('input ids ...'), which only an embedding layer takes");
+      // The output tied to the token embedding: the model's one embedding,
+      // of the width the output takes.
+      if (auto* tied = dynamic_cast<TiedOutput*>(e.layer.get())) {
+        for (std::size_t k = 0; k < layers_.size(); ++k) {
+          if (dynamic_cast<const Embedding*>(layers_[k].layer.get()) == nullptr) continue;
+          if (e.tie >= 0) throw std::invalid_argument("the model has several embeddings: tied_output ties to one");
+          e.tie = static_cast<int>(k);
+        }
+        if (e.tie < 0) throw std::invalid_argument("tied_output needs an embedding (token ids in) to tie to");
+        const auto& owner = static_cast<const Embedding&>(*layers_[static_cast<std::size_t>(e.tie)].layer);
+        tied->tie_to(owner.vocab());
+      }
       auto shape_of = [&](int k) { return k < 0 ? spec.input : layers_[static_cast<std::size_t>(k)].output; };
       if (e.merge) {
         std::vector<Shape> shapes;
@@ -70,6 +82,13 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
         e.output = e.merge->build_merge(shapes, device);
       } else {
         e.output = e.layer->build(shape_of(e.inputs.at(0)), device);
+      }
+      if (e.tie >= 0) {
+        const auto& owner = static_cast<const Embedding&>(*layers_[static_cast<std::size_t>(e.tie)].layer);
+        if (owner.dim() != static_cast<const TiedOutput&>(*e.layer).width())
+          throw std::invalid_argument("tied_output takes width " +
+                                      std::to_string(static_cast<const TiedOutput&>(*e.layer).width()) +
+                                      ", but the embedding it ties to has dim " + std::to_string(owner.dim()));
       }
       e.count = e.layer->parameter_count();
       if (e.count > Shape::kMaxElements - aligned(total))
@@ -97,6 +116,14 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
   for (auto& e : layers_) {
     if (e.count > 0) e.layer->bind(params_.slice(e.offset, {e.count}), grads_.slice(e.offset, {e.count}));
     if (e.state_count > 0) e.layer->bind_state(state_.slice(e.state_offset, {e.state_count}));
+  }
+  for (auto& e : layers_) {
+    if (e.tie < 0) continue;
+    const Entry& owner = layers_[static_cast<std::size_t>(e.tie)];
+    const auto& embedding = static_cast<const Embedding&>(*owner.layer);
+    const Shape table{embedding.vocab(), embedding.dim()};
+    e.tied_grad = Tensor::zeros(table, DType::f32, device);
+    static_cast<TiedOutput&>(*e.layer).bind_tied(params_.slice(owner.offset, table), e.tied_grad);
   }
   outputs_.assign(layers_.size(), nullptr);
   grads_in_.assign(layers_.size(), nullptr);
@@ -209,6 +236,14 @@ void Model::backward(const Tensor& doutput) {
       const Tensor& dx = e.layer->backward(d, need_dx);
       if (need_dx) hand_back(e.inputs[0], &dx);
     }
+  }
+  // The tied table's second use: the embedding's backward (the first
+  // layer, so the last to run) wrote its part; the output's is added.
+  for (const Entry& e : layers_) {
+    if (e.tie < 0 || grads_in_[static_cast<std::size_t>(&e - layers_.data())] == nullptr) continue;
+    const Entry& owner = layers_[static_cast<std::size_t>(e.tie)];
+    const Tensor dtable = grads_.slice(owner.offset, e.tied_grad.shape());
+    kernels::ops::add(dtable, e.tied_grad, dtable);
   }
 }
 

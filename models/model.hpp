@@ -95,6 +95,10 @@ class Model {
     bool needs_grad = false;
     std::size_t consumers = 0;
     Tensor grad_sum;
+    // tied_output: the entry of the embedding whose table it uses, and its
+    // own gradient of that table (added into the embedding's); -1: none.
+    int tie = -1;
+    Tensor tied_grad;
   };
   ModelSpec spec_;
   Device device_;

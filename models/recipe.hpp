@@ -17,10 +17,11 @@ namespace troupe::models {
 struct Recipe {
   std::optional<std::int64_t> batch;  // per replica
   std::optional<std::string> optimizer;
-  std::optional<float> lr, momentum, weight_decay;
+  std::optional<float> lr, momentum, weight_decay, beta2, clip_norm;
   std::optional<bool> nesterov;
   std::optional<std::string> schedule;  // may end with the training (models/schedule.hpp)
   std::optional<double> warmup_epochs;
+  std::optional<std::int64_t> warmup_steps;
 
   bool empty() const;
   // One line for the log and --help, e.g. "sgd nesterov momentum 0.9, lr 0.1, ...".
@@ -32,9 +33,10 @@ Recipe zoo_recipe(const std::string& model);
 
 // Fills the settings of config.model's recipe that the user did not give.
 // `given(key)` says whether they gave a setting, by its job-file key:
-// batch, optimizer, lr, momentum, nesterov, weight_decay, schedule, warmup
-// (--warmup or --warmup-epochs). A user who picks another optimizer owns
-// its settings: then lr, momentum, nesterov and weight_decay are not taken
+// batch, optimizer, lr, momentum, nesterov, weight_decay, beta2, clip_norm,
+// schedule, warmup (--warmup or --warmup-epochs). A user who picks another
+// optimizer owns its settings: then lr, momentum, nesterov, weight_decay and
+// beta2 are not taken
 // from the recipe either. Returns the settings applied, as describe() does
 // (empty when none).
 std::string apply_recipe(TrainConfig& config, const std::function<bool(const std::string& key)>& given);

@@ -1,6 +1,7 @@
 #include "models/spec.hpp"
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -94,7 +95,8 @@ class Options {
 
 const char* known_layers =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
-    "attention, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "attention, tied_output, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, "
+    "add, concat";
 
 bool is_layer_kind(const std::string& kind) {
   for (const char* k : {"dense",           "conv2d",      "conv1d",
@@ -104,9 +106,22 @@ bool is_layer_kind(const std::string& kind) {
                         "sigmoid",         "tanh",        "gelu",
                         "softmax",         "dropout",     "batchnorm",
                         "layernorm",       "standardize", "add",
-                        "concat"})
+                        "concat",          "tied_output"})
     if (kind == k) return true;
   return false;
+}
+
+// init=normal:STD (a kernel or table N(0, STD), GPT's), or the layer's
+// default (returned as 0).
+float parse_normal_init(const std::string& text, const std::string& layer, const std::string& fallback) {
+  if (text == fallback) return 0.0f;
+  const std::string prefix = "normal:";
+  if (text.compare(0, prefix.size(), prefix) == 0) {
+    const float deviation = parse_float(text.substr(prefix.size()), layer + " init deviation");
+    if (deviation > 0.0f && std::isfinite(deviation)) return deviation;
+  }
+  throw std::invalid_argument(layer + " init '" + text + "': expected " + fallback +
+                              " or normal:STD (a positive deviation, e.g. normal:0.02)");
 }
 
 std::unique_ptr<Layer> make_layer(const std::string& line) {
@@ -115,7 +130,9 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
   Options o(kind, w);
   std::unique_ptr<Layer> layer;
   if (kind == "dense") {
-    layer = std::make_unique<Dense>(o.take_int("units"));
+    const std::int64_t units = o.take_int("units");
+    layer =
+        std::make_unique<Dense>(units, parse_normal_init(o.take("init", "glorot_uniform"), "dense", "glorot_uniform"));
   } else if (kind == "conv2d") {
     std::int64_t filters = o.take_int("filters");
     std::string k = o.take("kernel");
@@ -180,9 +197,15 @@ std::unique_ptr<Layer> make_layer(const std::string& line) {
       throw std::invalid_argument("embedding layout '" + layout +
                                   "': expected channels_first ([dim, length], for conv1d) or channels_last "
                                   "([length, dim])");
-    layer = std::make_unique<Embedding>(vocab, dim, layout == "channels_last");
+    layer = std::make_unique<Embedding>(vocab, dim, layout == "channels_last",
+                                        parse_normal_init(o.take("init", "uniform"), "embedding", "uniform"));
   } else if (kind == "attention") {
-    layer = std::make_unique<CausalSelfAttention>(o.take_int("heads"));
+    const std::int64_t heads = o.take_int("heads");
+    const float init = parse_normal_init(o.take("init", "glorot_uniform"), "attention", "glorot_uniform");
+    layer = std::make_unique<CausalSelfAttention>(
+        heads, init, parse_normal_init(o.take("out_init", "glorot_uniform"), "attention", "glorot_uniform"));
+  } else if (kind == "tied_output") {
+    layer = std::make_unique<TiedOutput>();
   } else if (kind == "positional_embedding") {
     layer = std::make_unique<PositionalEmbedding>();
   } else if (kind == "flatten") {
@@ -477,7 +500,7 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
           if (w.size() != 1) throw std::invalid_argument("'end' takes nothing after it");
           if (open_block->lines.empty()) throw std::invalid_argument("block " + open_block->name + " has no lines");
           open_block = nullptr;
-        } else if (w[0] == "block" || w[0] == "name" || w[0] == "input") {
+        } else if (w[0] == "block" || w[0] == "name" || w[0] == "input" || w[0] == "vocabulary") {
           throw std::invalid_argument("'" + w[0] + "' inside block " + open_block->name + " (opened at line " +
                                       std::to_string(block_line) + "; close it with 'end')");
         } else {
@@ -502,6 +525,12 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
         if (dims.empty()) throw std::invalid_argument("input needs a shape, e.g. 'input 1 28 28'");
         spec.input = Shape(dims);
         have_input = true;
+      } else if (w[0] == "vocabulary") {
+        if (w.size() != 2 || w[1].compare(0, 4, "hex=") != 0)
+          throw std::invalid_argument("vocabulary takes hex=BYTES (two hex digits a byte, in token-id order)");
+        if (!spec.vocabulary.empty()) throw std::invalid_argument("a second vocabulary line");
+        spec.vocabulary = parse_vocabulary_hex(w[1].substr(4));
+        if (spec.vocabulary.size() < 2) throw std::invalid_argument("a vocabulary needs at least 2 bytes");
       } else if (w[0] == "block") {
         // block NAME PARAM[=DEFAULT] ...
         if (w.size() < 2) throw std::invalid_argument("block needs a name: 'block NAME [PARAM[=DEFAULT] ...]'");
@@ -570,6 +599,7 @@ std::string ModelSpec::text() const {
   if (input_dtype == DType::i32) out += " ids";
   for (auto d : input.dims()) out += " " + std::to_string(d);
   out += "\n";
+  if (!vocabulary.empty()) out += "vocabulary hex=" + vocabulary_hex(vocabulary) + "\n";
   for (const auto& b : blocks) {
     out += "block " + b.name;
     for (const auto& p : b.params) out += " " + p.name + (p.fallback.empty() ? "" : "=" + p.fallback);
@@ -610,7 +640,37 @@ std::string normalised_layer_line(const std::string& line) {
   return make_layer(line)->spec();
 }
 
-std::vector<std::string> zoo_names() { return {"linreg", "mlp", "wide", "cnn", "vgg", "resnet", "textcnn"}; }
+std::vector<std::string> zoo_names() { return {"linreg", "mlp", "wide", "cnn", "vgg", "resnet", "textcnn", "gpt"}; }
+
+std::string vocabulary_hex(const std::string& bytes) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    out += digits[u >> 4];
+    out += digits[u & 15];
+  }
+  return out;
+}
+
+std::string parse_vocabulary_hex(const std::string& hex) {
+  auto digit = [&](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    throw std::invalid_argument(std::string("vocabulary hex: '") + c + "' is not a hex digit");
+  };
+  if (hex.size() % 2 != 0) throw std::invalid_argument("vocabulary hex: an odd number of digits");
+  std::string out;
+  bool seen[256] = {};
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    const int b = digit(hex[i]) * 16 + digit(hex[i + 1]);
+    if (seen[b]) throw std::invalid_argument("vocabulary hex: byte " + hex.substr(i, 2) + " twice");
+    seen[b] = true;
+    out += static_cast<char>(b);
+  }
+  return out;
+}
 
 namespace {
 // The resnet anchor's network (anchors/torch_resnet.py): a stem, three
@@ -652,7 +712,7 @@ globalavgpool2d
 )";
 }  // namespace
 
-ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
+ModelSpec zoo_spec(const std::string& name, const DataShape& data, const ZooSizes& sizes) {
   // The head: one output per class, or per regression target (Keras'
   // Dense(1) head on a regression table: the same network, another loss).
   auto need_classes = [&]() {
@@ -714,6 +774,40 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
             " dim=7\nconv1d filters=64 kernel=5\nrelu\nmaxpool1d pool=2\n"
             "conv1d filters=32 kernel=3\nrelu\nmaxpool1d pool=2\nflatten\ndense units=" +
             need_classes() + "\n";
+  } else if (name == "gpt") {
+    // anchors/torch_gpt.py (nanoGPT's shape): token and position embeddings,
+    // L pre-norm blocks x + attn(ln(x)), x + mlp(ln(x)) with a 4C GELU MLP,
+    // a final LayerNorm and the output tied to the token embedding; every
+    // kernel and table N(0, 0.02), the projections into the residual stream
+    // N(0, 0.02 / sqrt(2L)), biases 0. 810,880 parameters at L=4 H=4 C=128
+    // T=64 on the KJV's 73 bytes.
+    if (data.input_dtype != DType::i32 || data.vocab <= 0 || data.input.rank() != 1)
+      throw std::invalid_argument("model 'gpt' needs a text's token ids (--data kjv or --data text:FILE)");
+    if (sizes.layers < 1 || sizes.heads < 1 || sizes.width < 1 || sizes.width % sizes.heads != 0)
+      throw std::invalid_argument("model 'gpt': --layers " + std::to_string(sizes.layers) + " --heads " +
+                                  std::to_string(sizes.heads) + " --width " + std::to_string(sizes.width) +
+                                  ": each must be >= 1 and the width a multiple of the heads");
+    const std::string c = std::to_string(sizes.width);
+    char out_init[48];
+    std::snprintf(out_init, sizeof out_init, "normal:%g", 0.02 / std::sqrt(2.0 * static_cast<double>(sizes.layers)));
+    text += "input ids" + shape_text() + "\n";
+    text +=
+        "block transformer heads width hidden out\n"
+        "  layernorm\n"
+        "  a: attention heads=$heads init=normal:0.02 out_init=$out\n"
+        "  x: add from=in,a\n"
+        "  layernorm\n"
+        "  dense units=$hidden init=normal:0.02\n"
+        "  gelu\n"
+        "  m: dense units=$width init=$out\n"
+        "  add from=x,m\n"
+        "end\n";
+    text += "embedding vocab=" + std::to_string(data.vocab) + " dim=" + c + " layout=channels_last init=normal:0.02\n";
+    text += "positional_embedding\n";
+    for (std::int64_t l = 0; l < sizes.layers; ++l)
+      text += "transformer heads=" + std::to_string(sizes.heads) + " width=" + c +
+              " hidden=" + std::to_string(4 * sizes.width) + " out=" + out_init + "\n";
+    text += "layernorm\ntied_output\n";
   } else {
     std::string known;
     for (const auto& n : zoo_names()) known += (known.empty() ? "" : ", ") + n;
@@ -722,10 +816,10 @@ ModelSpec zoo_spec(const std::string& name, const DataShape& data) {
   return ModelSpec::parse(text, "zoo:" + name);
 }
 
-ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data) {
+ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data, const ZooSizes& sizes) {
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".spec");
-  if (!is_path) return zoo_spec(name_or_path, data);
+  if (!is_path) return zoo_spec(name_or_path, data, sizes);
   return ModelSpec::parse(util::read_config_file(name_or_path, "model spec"), name_or_path);
 }
 

@@ -35,12 +35,17 @@
 //   basic filters=16
 //   b: basic filters=16
 //
+// A byte-level language model carries its tokens: `vocabulary hex=0a20..`
+// (token id i is the i-th byte; models/data/text_corpus.hpp), written by
+// training on text:FILE or kjv.
+//
 // The model's output is its last line; every other layer's output must be
 // used. Layers: dense, conv2d (bias=false for one before a batchnorm),
 // conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding
 // (vocab=, dim=, layout=channels_first|channels_last), positional_embedding
 // ([length, dim] + a learned table), attention (heads=: multi-head causal
-// self-attention over [length, width]), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
+// self-attention over [length, width]), tied_output (logits from the
+// embedding's table, transposed: GPT-2's weight tying), flatten, relu, sigmoid, tanh, gelu, softmax, dropout,
 // batchnorm (momentum=, epsilon=, sync=true: statistics of every
 // replica's batch in a synchronous step), layernorm (epsilon=: over the
 // last dimension), standardize (mean=A,B,.. std=C,D,..:
@@ -90,6 +95,11 @@ struct ModelSpec {
   std::string name = "model";
   Shape input;                     // per example
   DType input_dtype = DType::f32;  // i32 for token ids
+  // A byte-level language model's tokens (models/data/text_corpus.hpp):
+  // token id i is the byte vocabulary[i]. The line `vocabulary hex=0a2021..`
+  // (two hex digits a byte, in id order); empty: none. Kept with the model
+  // so that a checkpoint can encode a prompt and decode a sample.
+  std::string vocabulary;
   std::vector<BlockDef> blocks;
   // One normalised line each: a layer or a block's use, with its label and
   // from= ("y: conv2d filters=16 kernel=3 stride=1 padding=same from=x").
@@ -125,14 +135,35 @@ struct DataShape {
   std::int64_t vocab = 0;    // token-id data
 };
 
-// The model zoo: linreg, mlp, wide, cnn, vgg, resnet, textcnn. Throws std::invalid_argument
+// The sizes of a zoo transformer (gpt): blocks, heads, width (C). The
+// context (T) is the data's window (--context); the defaults are nanoGPT's
+// CPU run of shakespeare_char and ../shared/anchors/torch_gpt.py's.
+struct ZooSizes {
+  std::int64_t layers = 4;
+  std::int64_t heads = 4;
+  std::int64_t width = 128;
+};
+
+// The model zoo: linreg, mlp, wide, cnn, vgg, resnet, textcnn, gpt. Throws std::invalid_argument
 // listing the known names for any other.
-ModelSpec zoo_spec(const std::string& name, const DataShape& data);
+ModelSpec zoo_spec(const std::string& name, const DataShape& data, const ZooSizes& sizes = {});
 std::vector<std::string> zoo_names();
 
 // A zoo name, or a path to a spec file (anything containing '/' or ending
 // in ".spec"): errors name the file.
-ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data);
+ModelSpec resolve_model(const std::string& name_or_path, const DataShape& data, const ZooSizes& sizes = {});
+
+// `spec` with the byte vocabulary of `train` when it is a language model's
+// text (Dataset::window) and the spec has none; a spec whose vocabulary is
+// another one (a checkpoint of a model trained on another text) is an
+// std::invalid_argument naming both, since its token ids would mean other
+// bytes. Other data: `spec` as it is.
+ModelSpec with_vocabulary(const ModelSpec& spec, const data::Dataset& train);
+
+// The vocabulary's `hex=` text, and back (std::invalid_argument for odd
+// lengths, non-hex digits or a byte twice).
+std::string vocabulary_hex(const std::string& bytes);
+std::string parse_vocabulary_hex(const std::string& hex);
 
 // Returns `spec` when its input line (dtype and per-example shape) is what
 // `dataset` gives. Otherwise throws std::invalid_argument naming both and

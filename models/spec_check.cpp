@@ -43,6 +43,21 @@ const ModelSpec& check_model_input(const ModelSpec& spec, const data::Dataset& d
                               ", but dataset " + dataset.name + " gives " + examples(dtype, shape) + ": " + fix);
 }
 
+ModelSpec with_vocabulary(const ModelSpec& spec, const data::Dataset& train) {
+  if (train.window <= 0) return spec;
+  std::string bytes;
+  for (const auto& token : train.vocabulary) bytes += token;
+  if (spec.vocabulary == bytes) return spec;
+  if (!spec.vocabulary.empty())
+    throw std::invalid_argument("model " + spec.name + " was made for a vocabulary of " +
+                                std::to_string(spec.vocabulary.size()) + " bytes, but " + train.name + " has " +
+                                std::to_string(bytes.size()) +
+                                " other ones: its token ids would mean other bytes (train it anew on this text)");
+  ModelSpec out = spec;
+  out.vocabulary = bytes;
+  return out;
+}
+
 ModelSpec standardize_first(const ModelSpec& spec, const data::Dataset& train) {
   const kernels::Tensor& x = train.features;
   if (x.dtype() != DType::f32)

@@ -23,14 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-data::PlanOptions plan_options(const TrainConfig& c, std::int64_t examples) {
-  data::PlanOptions o;
-  o.examples = examples;
-  o.batch_size = c.batch;
-  o.shuffle = c.shuffle;
-  o.seed = c.seed;
-  o.drop_remainder = c.drop_remainder;
-  return o;
+data::PlanOptions plan_options(const TrainConfig& c, const data::Dataset& train) {
+  return data::plan_options(train, c.batch, c.shuffle, c.seed, c.drop_remainder);
 }
 
 void check_config(const TrainConfig& c) {
@@ -46,8 +40,8 @@ void check_config(const TrainConfig& c) {
 // the steps of one epoch on one replica (at least 1, so that a data set
 // smaller than a batch reaches the clearer error of the constructor's
 // body). One function, so that the warm-up is read after it is resolved.
-LrSchedule resolved_schedule(TrainConfig& c, std::int64_t examples) {
-  resolve_training_length(c, std::max<std::int64_t>(1, data::batches_per_epoch(plan_options(c, examples), {0, 1})));
+LrSchedule resolved_schedule(TrainConfig& c, const data::Dataset& train) {
+  resolve_training_length(c, std::max<std::int64_t>(1, data::batches_per_epoch(plan_options(c, train), {0, 1})));
   return LrSchedule(c.schedule, c.lr, c.warmup_steps);
 }
 
@@ -105,7 +99,7 @@ DataShape data_shape_of(const data::Dataset& d) {
 }
 
 ModelSpec training_model(const TrainConfig& config, const data::Dataset& train) {
-  ModelSpec spec = resolve_model(config.model, data_shape_of(train));
+  ModelSpec spec = with_vocabulary(resolve_model(config.model, data_shape_of(train), config.zoo), train);
   if (config.standardize) spec = standardize_first(spec, train);
   check_model_input(spec, train);
   return spec;
@@ -114,7 +108,7 @@ ModelSpec training_model(const TrainConfig& config, const data::Dataset& train) 
 Trainer::Trainer(TrainConfig config)
     : config_((check_config(config), std::move(config))),
       data_(data::load_dataset(config_.data, config_.data_options)),
-      schedule_(resolved_schedule(config_, data_.train.size())),
+      schedule_(resolved_schedule(config_, data_.train)),
       loss_(data_.train.task == data::Task::classification ? LossKind::sparse_categorical_crossentropy
                                                            : LossKind::mean_squared_error,
             config_.label_smoothing) {
@@ -124,7 +118,7 @@ Trainer::Trainer(TrainConfig config)
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters(), model_->decayed_ranges());
   // An epoch must hold at least one full step, or training would spin.
-  data::batches_per_epoch(plan_options(config_, data_.train.size()), {0, 1}) > 0
+  data::batches_per_epoch(plan_options(config_, data_.train), {0, 1}) > 0
       ? void()
       : throw std::invalid_argument("dataset " + config_.data + " has " + std::to_string(data_.train.size()) +
                                     " training examples, fewer than one batch of " + std::to_string(config_.batch));
@@ -147,7 +141,7 @@ TrainResult Trainer::run(const Callbacks& cb) {
   if (cb.on_train_begin) cb.on_train_begin(*model_, data_);
 
   const data::Dataset& train = data_.train;
-  data::BatchIterator batches(plan_options(config_, train.size()), {0, 1}, cursor_);
+  data::BatchIterator batches(plan_options(config_, train), {0, 1}, cursor_);
   Tensor x_host = train.make_feature_batch(config_.batch);
   const data::Augmentation augment = data::Augmentation::parse(config_.augment);
   Tensor y_host = train.make_label_batch(config_.batch);
@@ -290,7 +284,7 @@ EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t ba
   std::vector<std::int64_t> indices;
   for (std::int64_t start = 0; start < d.size(); start += b) {
     indices.clear();
-    for (std::int64_t i = start; i < std::min(start + b, d.size()); ++i) indices.push_back(i);
+    for (std::int64_t i = start; i < std::min(start + b, d.size()); ++i) indices.push_back(d.tile(i));
     const std::int64_t n = d.gather(indices, x_host, y_host);
     const Tensor xb = x_host.slice(0, batched(n, d.feature_shape()));
     const Tensor yb = y_host.slice(0, batched(n, d.label_shape()));
@@ -397,7 +391,7 @@ void Trainer::restore(const checkpoint::State& s, const std::string& path) {
     // Written by W replicas: the cursor counts W-replica global batches.
     // One replica continues at the same fraction of the epoch; the data
     // order within it differs, so say so.
-    const auto plan = plan_options(config_, data_.train.size());
+    const auto plan = plan_options(config_, data_.train);
     const std::int64_t from = data::batches_per_epoch(plan, {0, static_cast<int>(s.position.replica_clocks.size())});
     const std::int64_t to = data::batches_per_epoch(plan, {0, 1});
     if (from > 0) cursor_.batch = cursor_.batch * to / from;

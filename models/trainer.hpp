@@ -36,6 +36,7 @@ namespace troupe::models {
 
 struct TrainConfig {
   std::string model = "cnn";           // zoo name or spec file
+  ZooSizes zoo;                        // a zoo transformer's sizes (--layers --heads --width)
   std::string data = "fashion-mnist";  // dataset name or path
   data::LoadOptions data_options;
   std::int64_t epochs = 1;

@@ -24,6 +24,7 @@ TROUPE_PACKAGES=(
   libtomlplusplus-dev             # toml++ 3.3: the job file (job/job_file.cpp)
   dataset-fashion-mnist           # the default training data
   wordnet-base                    # WordNet glosses: the text CNN's labelled corpus
+  bible-kjv                       # the King James Bible: the default text of the language model (--data kjv)
   gnuplot-nox                     # examples/mode_switch_experiment, scripts/timeline.py, scripts/tensorboard_plot.py: plots
   prometheus                      # tests/cli/prometheus_scrape.cpp: a real server scrapes GET /metrics
                                   # (about 8 s to install; on a host with systemd it also starts its own
@@ -55,7 +56,7 @@ TROUPE_COMMANDS=(
   "capnp capnproto"              "gnuplot gnuplot-nox"    "prometheus prometheus" "mpirun openmpi-bin"
   "clang++ clang"                "python3 python3"        "ip iproute2"           "ps procps"
   "pgrep procps"                 "clang-format clang-format"  "llvm-symbolizer llvm"
-  "node nodejs"
+  "node nodejs"                  "bible bible-kjv"
 )
 
 # Files the builds need that no command names, as "PATH PACKAGE": checked

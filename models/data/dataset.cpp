@@ -48,11 +48,38 @@ void check_output(const char* what, const Tensor& out, const Tensor& source, std
 
 const char* to_string(Task task) { return task == Task::classification ? "classification" : "regression"; }
 
-Shape Dataset::feature_shape() const { return drop_leading(features.shape()); }
-Shape Dataset::label_shape() const { return drop_leading(labels.shape()); }
+std::int64_t Dataset::size() const {
+  if (!features.defined() || features.rank() == 0) return 0;
+  if (window > 0) return std::max<std::int64_t>(0, (features.size(0) - 1) / window);
+  return features.size(0);
+}
+
+std::int64_t Dataset::offsets() const {
+  if (window <= 0) return size();
+  return features.defined() ? std::max<std::int64_t>(0, features.size(0) - window) : 0;
+}
+
+Shape Dataset::feature_shape() const { return window > 0 ? Shape{window} : drop_leading(features.shape()); }
+Shape Dataset::label_shape() const { return window > 0 ? Shape{window} : drop_leading(labels.shape()); }
 
 void Dataset::validate() const {
   const std::string who = name + "/" + split + ": ";
+  if (window > 0) {
+    if (!features.defined() || features.rank() != 1 || features.dtype() != DType::i32 || !features.device().is_cpu())
+      throw DataError(who + "text must be a host i32 tensor [n] of token ids, got " + features.describe());
+    if (features.size(0) < window + 2)
+      throw DataError(who + std::to_string(features.size(0)) + " tokens, fewer than the window " +
+                      std::to_string(window) + " + 2");
+    if (num_classes < 2 || static_cast<int>(vocabulary.size()) != num_classes)
+      throw DataError(who + "a text's vocabulary must hold its " + std::to_string(num_classes) +
+                      " (>= 2) token ids, one byte each");
+    const std::int32_t* ids = features.i32();
+    for (std::int64_t i = 0; i < features.size(0); ++i)
+      if (ids[i] < 0 || ids[i] >= num_classes)
+        throw DataError(who + "token id " + std::to_string(ids[i]) + " at byte " + std::to_string(i) +
+                        " is outside [0, " + std::to_string(num_classes) + ")");
+    return;
+  }
   if (!features.defined() || features.rank() < 2 || !features.device().is_cpu())
     throw DataError(who + "features must be a host tensor [N, ...], got " + features.describe());
   const std::int64_t n = features.size(0);
@@ -75,9 +102,44 @@ void Dataset::validate() const {
   }
 }
 
+namespace {
+
+// gather() of a text's windows (Dataset::window).
+std::int64_t gather_windows(const Dataset& d, const std::vector<std::int64_t>& offsets_in, const Tensor& features_out,
+                            const Tensor& labels_out) {
+  const std::int64_t window = d.window;
+  const std::string& name = d.name;
+  const std::string& split = d.split;
+  const auto k = static_cast<std::int64_t>(offsets_in.size());
+  for (const Tensor* out : {&features_out, &labels_out}) {
+    if (!out->device().is_cpu() || out->dtype() != DType::i32 || out->rank() != 2 || out->size(1) != window ||
+        out->size(0) < k)
+      throw std::invalid_argument("Dataset::gather: " + name + "/" + split + " needs host i32 tensors of shape [B, " +
+                                  std::to_string(window) + "] with B >= " + std::to_string(k) + ", got " +
+                                  out->describe());
+  }
+  const std::int64_t limit = d.offsets();
+  const std::int32_t* ids = d.features.i32();
+  std::int32_t* x = features_out.i32();
+  std::int32_t* y = labels_out.i32();
+  const auto row = static_cast<std::size_t>(window);
+  for (std::int64_t r = 0; r < k; ++r) {
+    const std::int64_t o = offsets_in[static_cast<std::size_t>(r)];
+    if (o < 0 || o >= limit)
+      throw std::out_of_range("Dataset::gather: " + name + "/" + split + " has window offsets [0, " +
+                              std::to_string(limit) + "), offset " + std::to_string(o) + " requested");
+    std::memcpy(x + static_cast<std::size_t>(r) * row, ids + o, row * sizeof(std::int32_t));
+    std::memcpy(y + static_cast<std::size_t>(r) * row, ids + o + 1, row * sizeof(std::int32_t));
+  }
+  return k;
+}
+
+}  // namespace
+
 std::int64_t Dataset::gather(const std::vector<std::int64_t>& indices, const Tensor& features_out,
                              const Tensor& labels_out) const {
   const auto k = static_cast<std::int64_t>(indices.size());
+  if (window > 0) return gather_windows(*this, indices, features_out, labels_out);
   check_output("features_out", features_out, features, k);
   check_output("labels_out", labels_out, labels, k);
   const std::int64_t n = size();
@@ -102,11 +164,17 @@ Tensor Dataset::make_feature_batch(std::int64_t batch) const {
 }
 
 Tensor Dataset::make_label_batch(std::int64_t batch) const {
+  if (window > 0) return Tensor::zeros(with_leading(batch, label_shape()), DType::i32);
   return Tensor::zeros(with_leading(batch, label_shape()), labels.dtype());
 }
 
 std::string Dataset::describe() const {
   std::ostringstream out;
+  if (window > 0) {
+    out << name << "/" << split << ": " << features.size(0) << " bytes (" << size() << " windows of " << window
+        << "), vocabulary " << vocabulary.size() << " bytes";
+    return out.str();
+  }
   out << name << "/" << split << ": " << size() << " examples, features " << features.describe();
   if (task == Task::classification) {
     out << ", " << num_classes << " classes";
@@ -115,6 +183,12 @@ std::string Dataset::describe() const {
   }
   if (!vocabulary.empty()) out << ", vocabulary " << vocabulary.size();
   return out.str();
+}
+
+PlanOptions plan_options(const Dataset& d, std::int64_t batch, bool shuffle, std::uint64_t seed, bool drop_remainder) {
+  PlanOptions o{d.size(), batch, shuffle, seed, drop_remainder};
+  if (d.window > 0) o.windows = {d.offsets(), d.window};
+  return o;
 }
 
 Dataset select_examples(const Dataset& source, const std::vector<std::int64_t>& indices, const std::string& split) {

@@ -4,6 +4,8 @@
 //             [N, d]); text datasets hold i32 token ids [N, length] instead
 //   labels    i32 [N] with values in [0, num_classes)   (classification)
 //             f32 [N, d] targets                        (regression)
+//   text      a language model's text (window > 0): features i32 [n] token
+//             ids, no labels stored; an example is a window (below)
 //
 // Fashion-MNIST's 60000 x 784 floats are 188 MB, so everything here is
 // in memory; batches are gathered by example index into tensors the caller
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "kernels/tensor.hpp"
+#include "models/data/epoch_plan.hpp"
 
 namespace troupe::data {
 
@@ -30,9 +33,20 @@ struct Dataset {
   kernels::Tensor labels;
   int num_classes = 0;                   // classification only
   std::vector<std::string> class_names;  // optional, one per class
-  std::vector<std::string> vocabulary;   // text only: id -> word (0 pad, 1 unknown)
+  std::vector<std::string> vocabulary;   // text only: id -> word (0 pad, 1 unknown); of windows: id -> its one byte
 
-  std::int64_t size() const { return features.defined() && features.rank() > 0 ? features.size(0) : 0; }
+  // A language model's text (text_corpus.hpp) when > 0: features holds the
+  // split's n token ids, and an example is a window of this many ids, T,
+  // at an offset o, whose labels are the T ids at o + 1 (the next byte at
+  // every position). gather() takes offsets in [0, offsets()), which the
+  // epoch plan draws at random (PlanOptions::windows); size() counts the
+  // windows that tile the split, (n - 1) / T, which is an epoch of text and
+  // what an evaluation reads: example i in order is tile(i) = i * T.
+  std::int64_t window = 0;
+  std::int64_t offsets() const;
+  std::int64_t tile(std::int64_t i) const { return window > 0 ? i * window : i; }
+
+  std::int64_t size() const;
   // The shape of one example's features / label, without the leading N.
   kernels::Shape feature_shape() const;
   kernels::Shape label_shape() const;
@@ -56,6 +70,10 @@ struct Dataset {
   // "fashion-mnist/train: 60000 examples, features f32[60000, 1, 28, 28], 10 classes"
   std::string describe() const;
 };
+
+// The epoch plan of training on `d`: its examples, or its text's windows
+// (PlanOptions::windows).
+PlanOptions plan_options(const Dataset& d, std::int64_t batch, bool shuffle, std::uint64_t seed, bool drop_remainder);
 
 // Both splits of a loaded dataset. `test` may be empty (0 examples).
 struct Splits {

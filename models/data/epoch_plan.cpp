@@ -22,11 +22,17 @@ std::uint64_t bounded(std::uint64_t bits, std::uint64_t bound) {
   return static_cast<std::uint64_t>((static_cast<unsigned __int128>(bits) * bound) >> 64);
 }
 
+// The windows' stream, apart from the shuffle's: "WINDOWS" in ASCII.
+std::uint64_t seed_of_windows(std::uint64_t seed) { return seed ^ 0x0057494e444f5753ULL; }
+
 void check(const PlanOptions& options, const Shard& shard) {
   if (options.examples < 0)
     throw std::invalid_argument("epoch plan: examples must be >= 0, got " + std::to_string(options.examples));
   if (options.batch_size < 1)
     throw std::invalid_argument("epoch plan: batch_size must be >= 1, got " + std::to_string(options.batch_size));
+  if (options.windows.offsets > 0 && options.windows.length < 1)
+    throw std::invalid_argument("epoch plan: text windows need a length >= 1, got " +
+                                std::to_string(options.windows.length));
   if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
     throw std::invalid_argument("epoch plan: need 0 <= rank < world, got rank " + std::to_string(shard.rank) +
                                 ", world " + std::to_string(shard.world));
@@ -51,6 +57,22 @@ std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, 
         bounded(kernels::math::random_bits(stream, static_cast<std::uint64_t>(i)), static_cast<std::uint64_t>(i) + 1);
     std::swap(order[static_cast<std::size_t>(i)], order[j]);
   }
+  return order;
+}
+
+std::vector<std::int64_t> epoch_order(const PlanOptions& options, std::int64_t epoch) {
+  const auto& w = options.windows;
+  if (w.offsets <= 0) return epoch_permutation(options.examples, options.seed, epoch, options.shuffle);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(options.examples));
+  if (!options.shuffle) {
+    for (std::int64_t p = 0; p < options.examples; ++p) order[static_cast<std::size_t>(p)] = p * w.length;
+    return order;
+  }
+  const std::uint64_t stream =
+      kernels::math::random_bits(seed_of_windows(options.seed), static_cast<std::uint64_t>(epoch));
+  for (std::int64_t p = 0; p < options.examples; ++p)
+    order[static_cast<std::size_t>(p)] = static_cast<std::int64_t>(bounded(
+        kernels::math::random_bits(stream, static_cast<std::uint64_t>(p)), static_cast<std::uint64_t>(w.offsets)));
   return order;
 }
 
@@ -85,7 +107,7 @@ EpochPlan::EpochPlan(const PlanOptions& options, const Shard& shard, std::int64_
       epoch_(epoch),
       offset_(offset),
       batches_(data::batches_per_epoch(options, shard, offset)),
-      permutation_(epoch_permutation(options.examples, options.seed, epoch, options.shuffle)) {
+      permutation_(epoch_order(options, epoch)) {
   if (epoch < 0) throw std::invalid_argument("epoch plan: epoch must be >= 0, got " + std::to_string(epoch));
 }
 

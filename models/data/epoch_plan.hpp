@@ -58,13 +58,30 @@ namespace troupe::data {
 std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
                                             bool shuffle = true);
 
+// A language model's text (Dataset::window): with offsets > 0, position
+// p of an epoch is a window offset, not an example: drawn uniformly from
+// [0, offsets) with replacement when shuffling (nanoGPT's random offsets;
+// a pure function of (seed, epoch, p), so sharding, segments and cursors
+// work as for examples), p * length in order when not. PlanOptions::examples
+// is then the windows of an epoch (Dataset::size()).
+struct TextWindows {
+  std::int64_t offsets = 0;
+  std::int64_t length = 0;
+};
+
 struct PlanOptions {
+  using Windows = TextWindows;
   std::int64_t examples = 0;    // n, the dataset size
   std::int64_t batch_size = 1;  // per replica (b)
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool drop_remainder = false;
+  Windows windows = {};  // text only
 };
+
+// What epoch `epoch` visits, position by position: epoch_permutation()
+// for examples, the window offsets above for text.
+std::vector<std::int64_t> epoch_order(const PlanOptions& options, std::int64_t epoch);
 
 struct Shard {
   int rank = 0;

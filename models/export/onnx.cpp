@@ -121,7 +121,8 @@ void set_type(onnx::ValueInfoProto& v, const std::string& name, int elem_type, c
 
 const char* kSupported =
     "dense, conv2d, conv1d, maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, "
-    "attention, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat";
+    "attention, tied_output, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, "
+    "add, concat";
 
 }  // namespace
 
@@ -141,6 +142,8 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
     p->set_value(value);
   };
   meta("troupe.spec", model.spec().text());
+  // A byte-level language model's tokens: token id i is the i-th byte.
+  if (!model.spec().vocabulary.empty()) meta("troupe.vocabulary", vocabulary_hex(model.spec().vocabulary));
   if (!options.class_names.empty()) {
     std::string classes;
     for (const auto& c : options.class_names) classes += c + "\n";
@@ -158,6 +161,7 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
   std::vector<std::string> values(count);  // each layer's output value
   std::map<std::string, int> kinds_seen;
   std::set<std::string> names{"input", "output"};
+  std::string embedding_table;  // the initializer tied_output reads
   for (std::size_t i = 0; i < count; ++i) {
     const Model::NodeView v = model.node(i);
     const LayerLine line(v.layer.spec());
@@ -243,6 +247,7 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
     } else if (kind == "embedding") {
       const auto* embedding = dynamic_cast<const Embedding*>(&v.layer);
       if (!embedding) throw fail("not an Embedding layer");
+      embedding_table = weights.at(0);
       if (embedding->channels_last()) {
         w.node("Gather", name, {weights.at(0), in[0]}, out);  // rows [n, length, dim], as troupe's
       } else {
@@ -289,6 +294,11 @@ std::string to_onnx(const Model& model, const OnnxOptions& options) {
       w.node("Reshape", p + "merged", {p + "by_position", w.int64s(p + "merged_shape", {0, t, c})}, p + "merged");
       w.node("MatMul", p + "out_matmul", {p + "merged", weights.at(2)}, p + "out_product");
       w.node("Add", name, {p + "out_product", weights.at(3)}, out);
+    } else if (kind == "tied_output") {
+      // x E^T with the embedding's own initializer: the tie survives.
+      if (embedding_table.empty()) throw fail("no embedding before it to tie to");
+      GraphWriter::ints(w.node("Transpose", name + "/table_t", {embedding_table}, name + "/table_t"), "perm", {1, 0});
+      w.node("MatMul", name, {in[0], name + "/table_t"}, out);
     } else if (kind == "positional_embedding") {
       // x + table: the table [length, dim] broadcasts over the batch.
       w.node("Add", name, {in[0], weights.at(0)}, out);

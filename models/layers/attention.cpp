@@ -22,11 +22,17 @@ namespace troupe::models {
 
 namespace ops = kernels::ops;
 
-CausalSelfAttention::CausalSelfAttention(std::int64_t heads) : heads_(heads) {
+CausalSelfAttention::CausalSelfAttention(std::int64_t heads, float init_std, float out_std)
+    : heads_(heads), init_std_(init_std), out_std_(out_std) {
   if (heads <= 0) throw std::invalid_argument("attention: heads must be positive, got " + std::to_string(heads));
+  if (!(init_std >= 0.0f) || !(out_std >= 0.0f))
+    throw std::invalid_argument("attention: the inits' deviations must be positive");
 }
 
-std::string CausalSelfAttention::spec() const { return "attention heads=" + std::to_string(heads_); }
+std::string CausalSelfAttention::spec() const {
+  return "attention heads=" + std::to_string(heads_) + (init_std_ > 0 ? " init=" + normal_init_text(init_std_) : "") +
+         (out_std_ > 0 ? " out_init=" + normal_init_text(out_std_) : "");
+}
 
 Shape CausalSelfAttention::build(const Shape& input, const Device& device) {
   if (input.rank() != 2)
@@ -68,9 +74,15 @@ void CausalSelfAttention::bind(const Tensor& params, const Tensor& grads) {
 }
 
 void CausalSelfAttention::initialize(std::uint64_t seed) {
-  ops::glorot_uniform(w_qkv_, width_, 3 * width_, seed);
+  if (init_std_ > 0)
+    ops::init_normal(w_qkv_, 0.0f, init_std_, seed);
+  else
+    ops::glorot_uniform(w_qkv_, width_, 3 * width_, seed);
   ops::fill(b_qkv_, 0.0f);
-  ops::glorot_uniform(w_out_, width_, width_, seed + 1);
+  if (out_std_ > 0)
+    ops::init_normal(w_out_, 0.0f, out_std_, seed + 1);
+  else
+    ops::glorot_uniform(w_out_, width_, width_, seed + 1);
   ops::fill(b_out_, 0.0f);
 }
 

@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <stdexcept>
 
 #include "kernels/ops.hpp"
@@ -7,11 +8,22 @@ namespace troupe::models {
 
 namespace ops = kernels::ops;
 
-Dense::Dense(std::int64_t units) : units_(units) {
-  if (units <= 0) throw std::invalid_argument("dense: units must be positive, got " + std::to_string(units));
+std::string normal_init_text(float stddev) {
+  char text[32];
+  std::snprintf(text, sizeof text, "normal:%g", static_cast<double>(stddev));
+  return text;
 }
 
-std::string Dense::spec() const { return "dense units=" + std::to_string(units_); }
+Dense::Dense(std::int64_t units, float init_std) : units_(units), init_std_(init_std) {
+  if (units <= 0) throw std::invalid_argument("dense: units must be positive, got " + std::to_string(units));
+  if (!(init_std >= 0.0f)) throw std::invalid_argument("dense: the init's deviation must be positive");
+}
+
+// init= only when it is not the default: older specs (and checkpoints) read
+// as they always did.
+std::string Dense::spec() const {
+  return "dense units=" + std::to_string(units_) + (init_std_ > 0 ? " init=" + normal_init_text(init_std_) : "");
+}
 
 Shape Dense::build(const Shape& input, const Device& device) {
   if (input.rank() != 1 && input.rank() != 2)
@@ -37,7 +49,10 @@ void Dense::bind(const Tensor& params, const Tensor& grads) {
 }
 
 void Dense::initialize(std::uint64_t seed) {
-  ops::glorot_uniform(kernel_, in_, units_, seed);
+  if (init_std_ > 0)
+    ops::init_normal(kernel_, 0.0f, init_std_, seed);
+  else
+    ops::glorot_uniform(kernel_, in_, units_, seed);
   ops::fill(bias_, 0.0f);
 }
 

@@ -15,13 +15,18 @@
 
 namespace troupe::models {
 
+// The text of init=normal:STD in a layer's spec line.
+std::string normal_init_text(float stddev);
+
 // y = x W + b over a flat input [in], or over every position of a sequence
 // [length, in] -> [length, units] (Keras' Dense on the last axis; a
 // transformer's projections); W is Glorot-uniform, b zero (Keras). An image
 // [c, h, w] must be flattened first.
 class Dense final : public Layer {
  public:
-  explicit Dense(std::int64_t units);
+  // init_std > 0: the kernel starts N(0, init_std) (GPT's 0.02; spec
+  // init=normal:0.02) instead of Glorot-uniform.
+  explicit Dense(std::int64_t units, float init_std = 0.0f);
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -35,6 +40,7 @@ class Dense final : public Layer {
 
  private:
   std::int64_t in_ = 0, units_, positions_ = 1;
+  float init_std_ = 0.0f;
   Shape input_, output_;
   Device device_;
   Tensor kernel_, bias_, dkernel_, dbias_, x_, y_, dx_;
@@ -143,7 +149,10 @@ class MaxPool1D final : public Layer {
 // own, a transformer's); table U(-0.05, 0.05) as Keras.
 class Embedding final : public Layer {
  public:
-  Embedding(std::int64_t vocab, std::int64_t dim, bool channels_last = false);
+  // init_std > 0: the table starts N(0, init_std) (GPT's; init=normal:0.02).
+  Embedding(std::int64_t vocab, std::int64_t dim, bool channels_last = false, float init_std = 0.0f);
+  std::int64_t vocab() const { return vocab_; }
+  std::int64_t dim() const { return dim_; }
   bool channels_last() const { return channels_last_; }
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
@@ -156,8 +165,36 @@ class Embedding final : public Layer {
  private:
   std::int64_t vocab_, dim_, length_ = 0;
   bool channels_last_ = false;
+  float init_std_ = 0.0f;
   Device device_;
   Tensor table_, dtable_, ids_, rows_, y_, drows_, dx_;
+};
+
+// The output layer tied to the token embedding (GPT-2's, nanoGPT's
+// lm_head.weight = wte.weight): logits over the vocabulary from the
+// embedding's table E [vocab, dim], y = x E^T over every position of
+// [length, dim] (or [dim]) -> [length, vocab], no bias and no parameters of
+// its own. The model ties it to its embedding (of the same dim) before
+// build(), and binds it to the table and to a gradient buffer of the
+// layer's own, which Model::backward adds into the embedding's gradient
+// after the embedding's backward: a parameter used twice has its whole
+// gradient only once its last use is done. Spec:
+//   tied_output
+class TiedOutput final : public Layer {
+ public:
+  std::string spec() const override { return "tied_output"; }
+  void tie_to(std::int64_t vocab) { vocab_ = vocab; }
+  Shape build(const Shape& input, const Device& device) override;
+  void bind_tied(const Tensor& table, const Tensor& dtable);
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, bool need_dx) override;
+  std::int64_t width() const { return width_; }
+
+ private:
+  std::int64_t width_ = 0, positions_ = 1, vocab_ = 0;
+  Shape input_;
+  Device device_;
+  Tensor table_, dtable_, x_, y_, dx_;
 };
 
 // A learned position embedding added to a sequence [length, dim]: y = x +
@@ -333,11 +370,13 @@ class BatchNorm final : public Layer {
 // sqrt(head width) with the causal mask (position i attends to positions
 // 0..i), softmax, the heads' outputs side by side, and the output
 // projection ([width, width] and its bias). Kernels Glorot-uniform, biases
-// zero (Keras). No dropout. Spec:
-//   attention heads=4
+// zero (Keras), or N(0, init_std) and N(0, out_std) (GPT-2's, with
+// out_std = 0.02 / sqrt(2 layers) for the projection into the residual
+// stream). No dropout. Spec:
+//   attention heads=4 [init=normal:0.02 out_init=normal:0.00707107]
 class CausalSelfAttention final : public Layer {
  public:
-  explicit CausalSelfAttention(std::int64_t heads);
+  explicit CausalSelfAttention(std::int64_t heads, float init_std = 0.0f, float out_std = 0.0f);
   std::string spec() const override;
   Shape build(const Shape& input, const Device& device) override;
   std::vector<ParameterInfo> parameters() const override;
@@ -352,6 +391,7 @@ class CausalSelfAttention final : public Layer {
   // [examples * heads, length, head width], contiguous in heads_qkv_.
   Tensor qkv_part(int part) const;
   std::int64_t heads_, length_ = 0, width_ = 0, head_width_ = 0;
+  float init_std_ = 0.0f, out_std_ = 0.0f;
   Shape shape_;
   Device device_;
   Tensor w_qkv_, b_qkv_, w_out_, b_out_, dw_qkv_, db_qkv_, dw_out_, db_out_;

@@ -57,6 +57,10 @@ const std::vector<Case>& cases() {
        "Add"},
       {"attention", "input ids 6\nembedding vocab=20 dim=8 layout=channels_last\nattention heads=2\nflatten",
        "Softmax"},
+      {"tied_output",
+       "input ids 6\nembedding vocab=20 dim=4 layout=channels_last init=normal:0.5\npositional_embedding\ntied_output\n"
+       "flatten",
+       "Transpose"},
       {"flatten", "input 2 3 3\nflatten", "Flatten"},
       {"relu", "input 6\nrelu", "Relu"},
       {"sigmoid", "input 6\nsigmoid", "Sigmoid"},

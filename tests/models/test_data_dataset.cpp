@@ -131,7 +131,7 @@ TEST(DataLinreg, SeededSlopeTwoWithNoise) {
 TEST(DataLoad, ByNameAndUnknownNames) {
   const Splits s = load_dataset("linreg");
   EXPECT_EQ(s.train.name, "linreg");
-  EXPECT_EQ(known_dataset_names(), (std::vector<std::string>{"fashion-mnist", "linreg", "wordnet"}));
+  EXPECT_EQ(known_dataset_names(), (std::vector<std::string>{"fashion-mnist", "linreg", "wordnet", "kjv"}));
   const std::string message = error_of<DataError>([] { load_dataset("imagenet"); });
   for (const char* part : {"unknown dataset 'imagenet'", "fashion-mnist", "linreg", "wordnet", ".csv", "images-idx3"}) {
     EXPECT_NE(message.find(part), std::string::npos) << part << " missing from: " << message;

@@ -312,8 +312,9 @@ TEST(ModelBuilder, MistakesAreNamed) {
   auto x = b.dense(b.input(), 3);
   EXPECT_EQ(error_of([&] { b.layer("conv3d filters=2", x); }),
             "ModelBuilder 'm', layer 2 'conv3d filters=2': unknown layer 'conv3d'; known: dense, conv2d, conv1d, "
-            "maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, attention, flatten, "
-            "relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, add, concat");
+            "maxpool2d, maxpool1d, avgpool2d, globalavgpool2d, embedding, positional_embedding, attention, "
+            "tied_output, flatten, relu, sigmoid, tanh, gelu, softmax, dropout, batchnorm, layernorm, standardize, "
+            "add, concat");
   EXPECT_EQ(error_of([&] { b.layer("relu", ModelBuilder::Output{7}); }),
             "ModelBuilder 'm', layer 2 'relu': its input is no output of this builder");
   auto y = b.dense(x, 3);
