@@ -46,10 +46,13 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-std::string test_figures(const models::EpochResult& r) {
+std::string test_figures(const models::EpochResult& r, std::int64_t tokens) {
   char text[128];
   if (!r.has_test())
     return "no test data";
+  else if (tokens > 0)
+    std::snprintf(text, sizeof text, "test loss %.4f perplexity %.3f accuracy %.4f", r.test_loss, std::exp(r.test_loss),
+                  r.test_accuracy);
   else if (r.regression)
     std::snprintf(text, sizeof text, "test mse %.4f mae %.4f", r.test_loss, r.test_mae);
   else
@@ -92,6 +95,11 @@ double Report::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+std::string Report::rate_text(double samples_per_s) const {
+  if (tokens_ > 0) return human_rate(samples_per_s * static_cast<double>(tokens_)) + " tokens/s";
+  return human_rate(samples_per_s) + " samples/s";
+}
+
 void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                          double samples_per_s, float lr, const models::EpochResult* eval) {
   if (!metrics_) return;
@@ -117,7 +125,8 @@ void Report::metrics_row(const char* kind, std::int64_t epoch, std::int64_t step
 
 models::Callbacks Report::callbacks() {
   models::Callbacks cb;
-  cb.on_train_begin = [](const models::Model& model, const data::Splits& splits) {
+  cb.on_train_begin = [this](const models::Model& model, const data::Splits& splits) {
+    tokens_ = splits.train.window;
     std::fprintf(stderr, "data: %s\n      %s\n", splits.train.describe().c_str(), splits.test.describe().c_str());
     std::fprintf(stderr, "%s", model.summary().c_str());
   };
@@ -153,14 +162,14 @@ models::Callbacks Report::callbacks() {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
       const double eta = elapsed / double(in_epoch) * double(steps_in_epoch_ - in_epoch);
       bar_open_ = true;
-      std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  %s samples/s  loss %.4f  ETA %s ",
+      std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  %s  loss %.4f  ETA %s ",
                    static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
-                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), human_rate(rate).c_str(),
+                   static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), rate_text(rate).c_str(),
                    loss_avg_, clock_text(eta).c_str());
     } else if (log_now) {
-      std::fprintf(stderr, "epoch %lld step %lld/%lld  loss %.4f  %s samples/s\n", static_cast<long long>(epoch_ + 1),
+      std::fprintf(stderr, "epoch %lld step %lld/%lld  loss %.4f  %s\n", static_cast<long long>(epoch_ + 1),
                    static_cast<long long>(in_epoch), static_cast<long long>(steps_in_epoch_), loss_avg_,
-                   human_rate(rate).c_str());
+                   rate_text(rate).c_str());
     }
   };
   cb.on_epoch_end = [this](const models::EpochResult& r) {
@@ -171,11 +180,11 @@ models::Callbacks Report::callbacks() {
     if (!std::isnan(r.train_accuracy))
       std::snprintf(train_accuracy, sizeof train_accuracy, " accuracy %.4f", r.train_accuracy);
     const std::int64_t steps = std::max<std::int64_t>(steps_in_epoch_, 1);
-    std::fprintf(
-        stderr, "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | %s | lr %.3g | %s samples/s\n",
-        static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), static_cast<long long>(steps_in_epoch_),
-        static_cast<long long>(steps_in_epoch_), r.seconds, 1000.0 * r.seconds / double(steps), r.train_loss,
-        train_accuracy, test_figures(r).c_str(), double(r.lr), human_rate(r.samples_per_s).c_str());
+    std::fprintf(stderr, "epoch %lld/%lld: %lld/%lld steps, %.1f s, %.0f ms/step | loss %.4f%s | %s | lr %.3g | %s\n",
+                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_),
+                 static_cast<long long>(steps_in_epoch_), static_cast<long long>(steps_in_epoch_), r.seconds,
+                 1000.0 * r.seconds / double(steps), r.train_loss, train_accuracy, test_figures(r, tokens_).c_str(),
+                 double(r.lr), rate_text(r.samples_per_s).c_str());
     metrics_row("epoch", r.epoch, r.step, r.train_loss, r.train_accuracy, r.samples_per_s, r.lr, &r);
   };
   // A switch prints a line of its own (mid-epoch ones too).
@@ -196,7 +205,7 @@ void Report::close_bar() {
 }
 
 void Report::write_summary(const std::string& path, const models::TrainResult& r, const models::TrainConfig& c) const {
-  write_file_atomically(path, summary_json(r, c, models::peak_memory_mib()));
+  write_file_atomically(path, summary_json(r, c, models::peak_memory_mib(), tokens_));
 }
 
 // Both written with nlohmann-json: strings (model names, data paths) are
@@ -227,7 +236,8 @@ std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t
   return row.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-std::string summary_json(const models::TrainResult& r, const models::TrainConfig& c, double peak_memory_mib) {
+std::string summary_json(const models::TrainResult& r, const models::TrainConfig& c, double peak_memory_mib,
+                         std::int64_t tokens) {
   nlohmann::ordered_json summary;
   summary["model"] = c.model;
   summary["data"] = c.data;
@@ -244,6 +254,12 @@ std::string summary_json(const models::TrainResult& r, const models::TrainConfig
   summary["test_loss"] = r.final.test_loss;
   summary["test_mae"] = r.final.test_mae;
   summary["samples_per_s"] = r.samples_per_s;
+  // A language model's text: tokens (bytes) a second over the training
+  // steps, and the test loss as a perplexity.
+  const double nan = std::nan("");
+  summary["context"] = tokens > 0 ? nlohmann::ordered_json(tokens) : nlohmann::ordered_json(nullptr);
+  summary["tokens_per_s"] = tokens > 0 ? r.samples_per_s * static_cast<double>(tokens) : nan;
+  summary["perplexity"] = tokens > 0 && r.final.has_test() ? std::exp(r.final.test_loss) : nan;
   summary["wall_s"] = r.wall_seconds;
   summary["peak_memory_mib"] = peak_memory_mib;
   summary["stopped_early"] = r.stopped_early;

@@ -32,6 +32,11 @@ class Report {
   models::Callbacks callbacks();
   // The replicas of a job whose membership does not change (one host).
   void set_world(int world) { world_ = world; }
+  // A language model's text (Dataset::window): the tokens of one example,
+  // T. Lines then say tokens/s, the result line perplexity, and the
+  // summary tokens_per_s and perplexity. 0: not text (the default).
+  void set_tokens_per_example(std::int64_t tokens) { tokens_ = tokens; }
+  std::int64_t tokens_per_example() const { return tokens_; }
   void write_summary(const std::string& path, const models::TrainResult& result,
                      const models::TrainConfig& config) const;
   // Ends the progress bar's line, if one is open (a job stopped by --steps
@@ -54,6 +59,9 @@ class Report {
   std::chrono::steady_clock::time_point epoch_start_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int world_ = 0;  // replicas in the current view; 0: unknown
+  std::int64_t tokens_ = 0;
+  // "1.2k samples/s", or a text's "76.8k tokens/s".
+  std::string rate_text(double samples_per_s) const;
 };
 
 // One --metrics JSON line (no newline) and the --summary-json text. Strings
@@ -64,11 +72,16 @@ class Report {
 std::string metrics_json_line(const char* kind, std::int64_t epoch, std::int64_t step, double loss, double accuracy,
                               double samples_per_s, float lr, const models::EpochResult* eval, double seconds = 0,
                               int world = 0);
-std::string summary_json(const models::TrainResult& result, const models::TrainConfig& config, double peak_memory_mib);
+// With tokens_per_example > 0 (a language model's text): tokens_per_s
+// (training steps only) and perplexity (exp of the test loss, nats per
+// token) too; null otherwise.
+std::string summary_json(const models::TrainResult& result, const models::TrainConfig& config, double peak_memory_mib,
+                         std::int64_t tokens_per_example = 0);
 
 // The test part of a result line: "test loss L accuracy A top-5 T",
-// "test mse M mae E" (regression), or "no test data".
-std::string test_figures(const models::EpochResult& result);
+// "test mse M mae E" (regression), "test loss L perplexity P accuracy A"
+// (a language model's text: tokens > 0), or "no test data".
+std::string test_figures(const models::EpochResult& result, std::int64_t tokens = 0);
 
 // Writes `text` to `path` atomically (temporary file, then rename).
 void write_file_atomically(const std::string& path, const std::string& text);

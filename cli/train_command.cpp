@@ -124,7 +124,7 @@ CLI::Validator unsigned_64_bit() {
       "");
 }
 
-void print_result(const models::TrainResult& result) {
+void print_result(const models::TrainResult& result, std::int64_t tokens) {
   if (result.stopped_early) std::fprintf(stderr, "stopped after step %lld\n", static_cast<long long>(result.steps));
   const models::EpochResult& f = result.final;
   if (f.has_test() && !std::isfinite(f.test_loss))
@@ -134,14 +134,17 @@ void print_result(const models::TrainResult& result) {
   char test[128];
   if (!f.has_test())
     std::snprintf(test, sizeof test, "no test data (give --test-fraction or --test-data to hold some out)");
+  else if (tokens > 0)
+    std::snprintf(test, sizeof test, "test loss %.4f  perplexity %.3f  accuracy %.4f", f.test_loss,
+                  std::exp(f.test_loss), f.test_accuracy);
   else if (f.regression)
     std::snprintf(test, sizeof test, "test mse %.4f  mae %.4f", f.test_loss, f.test_mae);
   else
     std::snprintf(test, sizeof test, "test accuracy %.4f  top-5 %.4f  loss %.4f", f.test_accuracy, f.test_top5,
                   f.test_loss);
-  std::printf("%s  (%lld steps, %.0f samples/s, %.1f s, peak memory %.0f MiB)\n", test,
-              static_cast<long long>(result.steps), result.samples_per_s, result.wall_seconds,
-              models::peak_memory_mib());
+  std::printf("%s  (%lld steps, %.0f %s, %.1f s, peak memory %.0f MiB)\n", test, static_cast<long long>(result.steps),
+              result.samples_per_s * static_cast<double>(tokens > 0 ? tokens : 1),
+              tokens > 0 ? "tokens/s" : "samples/s", result.wall_seconds, models::peak_memory_mib());
 }
 
 // A resumed job that had already trained everything it was asked to: say
@@ -181,7 +184,7 @@ int run_single(TrainOptions& o, kernels::Device device) {
   }
   report.close_bar();
   if (tensorboard) tensorboard->final_evaluation(result.final);
-  print_result(result);
+  print_result(result, report.tokens_per_example());
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, trainer.config());
   return exit_status(result, trainer.config().checkpoint_dir, last);
 }
@@ -319,6 +322,7 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
   // A cluster's world size is known once its nodes joined: the coordinator
   // reports it as view 0 when training starts (Callbacks::on_view_change).
   if (!jc.cluster) report.set_world(static_cast<int>(job.config().devices.size()));
+  report.set_tokens_per_example(job.data().train.window);
   auto tensorboard =
       open_tensorboard(o, jc, jc.cluster ? 0 : static_cast<std::int64_t>(job.config().devices.size()), cb);
   actors::JobResult r = job.run(cb);
@@ -373,7 +377,7 @@ int run_actor_job(const actors::JobConfig& job_config, const TrainOptions& o) {
                history.c_str(), static_cast<long long>(r.sync_steps), static_cast<long long>(r.pushes),
                static_cast<long long>(r.server.applied), by_shard.c_str(), staleness.c_str(), counted.c_str());
   report.close_bar();
-  print_result(result);
+  print_result(result, report.tokens_per_example());
   if (!o.summary_json.empty()) report.write_summary(o.summary_json, result, jc.train);
   return exit_status(result, jc.train.checkpoint_dir, last);
 }

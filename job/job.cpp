@@ -539,6 +539,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.start_data = data_start;
     cc.checkpoint_interval = std::chrono::milliseconds(static_cast<std::int64_t>(t.checkpoint_minutes * 60000.0));
     cc.classification = data_.train.task == data::Task::classification;
+    cc.positions_per_example = std::max<std::int64_t>(1, data_.train.window);
     cc.timeout = config_.timeout;
     cc.callbacks = callbacks;
     cc.elastic = cluster != nullptr;

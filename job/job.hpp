@@ -112,6 +112,8 @@ class Job {
   const JobConfig& config() const { return config_; }
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
   const models::ModelSpec& spec() const { return spec_; }
+  // The data this host loaded (a cluster's workers load their own).
+  const data::Splits& data() const { return data_; }
   // The backend that reduces this host's replicas, and why (collective_choice.hpp).
   const CollectiveChoice& collective_choice() const { return collective_choice_; }
 

@@ -279,6 +279,10 @@ EpochResult evaluate_model(Model& model, const data::Dataset& d, std::int64_t ba
   if (d.size() == 0) return r;
   Loss loss(classification ? LossKind::sparse_categorical_crossentropy : LossKind::mean_squared_error);
   Metrics metrics;
+  // A text's windows evaluate at most 16,384 tokens a batch: a whole
+  // eval batch of 1000 windows of 64 would hold every layer's activations
+  // for 64,000 positions (GBs for the gpt).
+  if (d.window > 0) batch = std::min<std::int64_t>(batch, std::max<std::int64_t>(1, 16384 / d.window));
   const std::int64_t b = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, d.size()));
   Tensor x_host = d.make_feature_batch(b), y_host = d.make_label_batch(b), x_dev, y_dev;
   std::vector<std::int64_t> indices;

@@ -107,7 +107,9 @@ void run_actions(Self* self) {
             const std::int64_t scored = st.epoch_examples - st.epoch_unscored;
             r.train_loss = scored > 0 ? st.epoch_loss_sum / double(scored) : 0;
             r.train_accuracy =
-                st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored) : std::nan("");
+                st.config.classification && scored > 0
+                    ? double(st.epoch_correct) / (double(scored) * double(st.config.positions_per_example))
+                    : std::nan("");
             // The rate of the epoch's last step, as models::Trainer reports.
             r.lr = st.config.schedule->at(std::max<std::int64_t>(0, st.global_step - 1), st.epoch);
             r.seconds = seconds(Clock::now() - st.t_epoch);

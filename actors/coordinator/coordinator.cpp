@@ -138,8 +138,9 @@ coordinator_actor_t::behavior_type coordinator_actor(Self* self, CoordinatorConf
           // own view's global batches) and this one's.
           e.step_in_epoch = st.epoch_steps_before + min_clock(st) - st.seg_start;
           e.loss = scored > 0 ? st.epoch_loss_sum / double(scored) : st.last_loss;
-          e.accuracy =
-              st.config.classification && scored > 0 ? double(st.epoch_correct) / double(scored) : std::nan("");
+          e.accuracy = st.config.classification && scored > 0
+                           ? double(st.epoch_correct) / (double(scored) * double(st.config.positions_per_example))
+                           : std::nan("");
           e.samples_per_s = t > 0 ? double(st.epoch_examples) / t : 0.0;
           // The schedule at the step just counted (the step before it in the
           // schedule's count, which starts at 0), as the replicas used.

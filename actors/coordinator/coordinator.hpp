@@ -180,6 +180,9 @@ struct CoordinatorConfig {
   // since the last one (0: never by time). Bounds what a crash loses.
   std::chrono::milliseconds checkpoint_interval{0};
   bool classification = true;  // training accuracy is measured (else NaN)
+  // Predictions scored per example: 1, or a text window's T (a report's
+  // `correct` counts positions; accuracy is per token).
+  std::int64_t positions_per_example = 1;
   std::chrono::milliseconds timeout{120000};
   models::Callbacks callbacks;
   // Elastic membership (cluster jobs; see "Membership views" above).
