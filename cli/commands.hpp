@@ -13,6 +13,7 @@
 #include "job/job.hpp"
 #include "models/checkpoint/checkpoint.hpp"
 #include "models/data/load.hpp"
+#include "models/generate.hpp"
 #include "models/model.hpp"
 #include "models/trainer.hpp"
 #include "net/cluster/cluster_spec.hpp"
@@ -151,6 +152,17 @@ struct CtlOptions {
 };
 void add_ctl_command(CLI::App& app, CtlOptions& options);
 int run_ctl(CtlOptions& options);
+
+// troupe generate: a sample from a language model's checkpoint (models/generate.hpp).
+struct GenerateOptions {
+  std::string checkpoint;
+  std::string prompt;
+  models::SampleOptions sample;
+  std::string device = "cpu:0";
+  int threads = 1;
+};
+void add_generate_command(CLI::App& app, GenerateOptions& options);
+int run_generate(GenerateOptions& options);
 
 // `troupe --version`: "troupe X.Y.Z" on the first line, then how this binary
 // was built (type, compiler, CUDA, NCCL, CAF), one fact a line; no final newline.

@@ -158,6 +158,8 @@ int run_troupe(int argc, char** argv) {
   troupe::cli::add_ctl_command(app, ctl);
   troupe::cli::NodeOptions node;
   troupe::cli::add_node_command(app, node);
+  troupe::cli::GenerateOptions generate;
+  troupe::cli::add_generate_command(app, generate);
   app.add_subcommand("version", "Print the version and how this binary was built (as --version)");
 
   try {
@@ -179,6 +181,7 @@ int run_troupe(int argc, char** argv) {
     if (app.got_subcommand("export")) return troupe::cli::run_export(export_options);
     if (app.got_subcommand("ctl")) return troupe::cli::run_ctl(ctl);
     if (app.got_subcommand("node")) return troupe::cli::run_node(node);
+    if (app.got_subcommand("generate")) return troupe::cli::run_generate(generate);
   } catch (const troupe::cli::UsageError& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 2;

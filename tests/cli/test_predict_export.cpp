@@ -187,3 +187,41 @@ TEST_F(PredictExport, ErrorsNameTheFileAndLeaveAnEarlierOutputAlone) {
 }
 
 }  // namespace
+
+// troupe generate on a checkpoint of a small gpt trained on a text file:
+// the prompt, then the bytes asked for; the same seed, the same text; a
+// prompt byte the text never had is an error naming it (exit 2).
+TEST(Generate, ContinuesThePromptFromALanguageModelsCheckpoint) {
+  const std::string dir = temp("gpt");
+  {
+    std::ofstream text(dir + "/text.txt", std::ios::binary);
+    for (int i = 0; i < 3000; ++i) text << (i % 3 ? "ab " : "ba\n");
+  }
+  const Result trained = troupe("train --model gpt --data text:" + dir +
+                                "/text.txt --context 16 --layers 1 --heads 2 --width 16 --steps 20 --devices cpu:0 "
+                                "--checkpoint-dir " +
+                                dir + "/ckpt --log-every 0");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_CONTAINS(trained.output, "perplexity");
+  EXPECT_CONTAINS(trained.output, "tokens/s");
+  const auto sample = [&](const std::string& flags) {
+    const char* other = std::getenv("TROUPE_TEST_BINARY");
+    const std::string cmd = std::string(other && *other ? other : TROUPE_BINARY) + " generate --checkpoint " + dir +
+                            "/ckpt " + flags + " 2>/dev/null";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << cmd;
+    return out;
+  };
+  const std::string a = sample("--prompt 'ab ba' --tokens 50 --seed 4");
+  ASSERT_EQ(a.size(), 5u + 50u + 1u) << a;  // the prompt, 50 bytes, a newline
+  EXPECT_EQ(a.substr(0, 5), "ab ba");
+  for (char c : a.substr(5, 50)) EXPECT_NE(std::string("ab \n").find(c), std::string::npos) << a;
+  EXPECT_EQ(sample("--prompt 'ab ba' --tokens 50 --seed 4"), a);
+  const Result bad = troupe("generate --checkpoint " + dir + "/ckpt --prompt 'abz'");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_CONTAINS(bad.output, "the prompt has bytes outside model gpt's vocabulary of 4: 'z' at 2");
+  fs::remove_all(dir);
+}
