@@ -19,22 +19,21 @@ namespace {
   throw std::invalid_argument(std::string("ops::") + op + ": " + what);
 }
 
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-
+// The checks below test first and build their message only when they fail:
+// a message built on every call (Tensor::describe, Shape::str) cost the gpt's
+// step 2% in string work.
 void require_defined(const char* op, const char* name, const Tensor& t) {
-  require(t.defined() && (t.raw() != nullptr || t.numel() == 0) && t.rank() > 0, op,
-          std::string(name) + " is undefined");
+  if (!(t.defined() && (t.raw() != nullptr || t.numel() == 0) && t.rank() > 0))
+    fail(op, std::string(name) + " is undefined");
 }
 
 void require_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {
   require_defined(op, name, t);
-  require(t.dtype() == dtype, op, std::string(name) + " " + t.describe() + " must be " + to_string(dtype));
+  if (!(t.dtype() == dtype)) fail(op, std::string(name) + " " + t.describe() + " must be " + to_string(dtype));
 }
 
 void require_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
-  require(t.shape() == expected, op, std::string(name) + " " + t.describe() + " must have shape " + expected.str());
+  if (!(t.shape() == expected)) fail(op, std::string(name) + " " + t.describe() + " must have shape " + expected.str());
 }
 
 // All tensors of one call live on one device; returns the backend for it.
@@ -61,8 +60,8 @@ bool present(const Tensor& t) { return t.raw() != nullptr; }
 void require_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
   require_dtype(op, an, a, DType::f32);
   require_dtype(op, bn, b, DType::f32);
-  require(a.shape() == b.shape(), op,
-          std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() + " must have the same shape");
+  if (!(a.shape() == b.shape()))
+    fail(op, std::string(an) + " " + a.describe() + " and " + bn + " " + b.describe() + " must have the same shape");
 }
 
 }  // namespace
@@ -82,10 +81,10 @@ GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool tran
   s.k = trans_a ? ar : ac;
   const std::int64_t kb = trans_b ? bc : br;
   s.n = trans_b ? br : bc;
-  require(s.k == kb, op,
-          "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + " (a " +
-              a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " + std::to_string(kb) + "x" +
-              std::to_string(s.n) + " (b " + b.describe() + (trans_b ? ", transposed" : "") + ")");
+  if (!(s.k == kb))
+    fail(op, "inner dimensions differ: op(a) is " + std::to_string(s.m) + "x" + std::to_string(s.k) + " (a " +
+                 a.describe() + (trans_a ? ", transposed" : "") + "), op(b) is " + std::to_string(kb) + "x" +
+                 std::to_string(s.n) + " (b " + b.describe() + (trans_b ? ", transposed" : "") + ")");
   return s;
 }
 }  // namespace
@@ -96,11 +95,12 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_
   require_dtype(op, "a", a, DType::f32);
   require_dtype(op, "b", b, DType::f32);
   require_dtype(op, "c", c, DType::f32);
-  require(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op,
-          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 3-D [batch, rows, cols]");
+  if (!(a.rank() == 3 && b.rank() == 3 && c.rank() == 3))
+    fail(op,
+         "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 3-D [batch, rows, cols]");
   const std::int64_t batch = a.size(0);
-  require(b.size(0) == batch && c.size(0) == batch, op,
-          "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
+  if (!(b.size(0) == batch && c.size(0) == batch))
+    fail(op, "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
   const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
   require_shape(op, "c", c, Shape{batch, s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm_batched(s, batch, alpha, a.f32(), b.f32(), beta, c.f32());
@@ -111,8 +111,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool 
   require_dtype(op, "a", a, DType::f32);
   require_dtype(op, "b", b, DType::f32);
   require_dtype(op, "c", c, DType::f32);
-  require(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
-          "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
+  if (!(a.rank() == 2 && b.rank() == 2 && c.rank() == 2))
+    fail(op, "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
   const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
   require_shape(op, "c", c, Shape{s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
@@ -123,9 +123,9 @@ void bias_add(const Tensor& y, const Tensor& bias) {
   require_dtype(op, "y", y, DType::f32);
   require_dtype(op, "bias", bias, DType::f32);
   const std::int64_t cols = y.size(y.rank() - 1);
-  require(bias.shape() == Shape{cols}, op,
-          "bias " + bias.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of y " +
-              y.describe());
+  if (!(bias.shape() == Shape{cols}))
+    fail(op, "bias " + bias.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of y " +
+                 y.describe());
   backend_for(op, {{"y", &y}, {"bias", &bias}})
       .bias_add(y.numel() / std::max<std::int64_t>(cols, 1), cols, bias.f32(), y.f32());
 }
@@ -135,9 +135,9 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
   require_dtype(op, "dy", dy, DType::f32);
   require_dtype(op, "db", db, DType::f32);
   const std::int64_t cols = dy.size(dy.rank() - 1);
-  require(
-      db.shape() == Shape{cols}, op,
-      "db " + db.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of dy " + dy.describe());
+  if (!(db.shape() == Shape{cols}))
+    fail(op, "db " + db.describe() + " must have shape " + Shape{cols}.str() + ", the last dimension of dy " +
+                 dy.describe());
   backend_for(op, {{"dy", &dy}, {"db", &db}})
       .bias_grad(dy.numel() / std::max<std::int64_t>(cols, 1), cols, dy.f32(), db.f32());
 }
@@ -146,11 +146,11 @@ void transpose_last2(const Tensor& x, const Tensor& y) {
   const char* op = "transpose_last2";
   require_dtype(op, "x", x, DType::f32);
   require_dtype(op, "y", y, DType::f32);
-  require(x.rank() >= 2, op, "x " + x.describe() + " must have at least 2 dimensions");
+  if (!(x.rank() >= 2)) fail(op, "x " + x.describe() + " must have at least 2 dimensions");
   std::vector<std::int64_t> dims = x.shape().dims();
   std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
   require_shape(op, "y", y, Shape(dims));
-  require(x.raw() != y.raw() || x.numel() == 0, op, "x and y must not alias");
+  if (!(x.raw() != y.raw() || x.numel() == 0)) fail(op, "x and y must not alias");
   const std::int64_t rows = x.size(x.rank() - 2), cols = x.size(x.rank() - 1);
   const std::int64_t batch = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
   backend_for(op, {{"x", &x}, {"y", &y}}).transpose(batch, rows, cols, x.f32(), y.f32());
@@ -161,13 +161,13 @@ void transpose_last2(const Tensor& x, const Tensor& y) {
 namespace {
 
 Conv2dShape conv2d_shape(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
-  require(x.rank() == 4, op, "x " + x.str() + " must be 4-D [n, c, h, w]");
-  require(w.rank() == 4, op, "w " + w.str() + " must be 4-D [k, c, r, s]");
-  require(x[1] == w[1], op,
-          "x " + x.str() + " has " + std::to_string(x[1]) + " channels but w " + w.str() + " expects " +
-              std::to_string(w[1]));
-  require(o.stride_h > 0 && o.stride_w > 0 && o.pad_h >= 0 && o.pad_w >= 0, op,
-          "strides must be positive and paddings non-negative");
+  if (!(x.rank() == 4)) fail(op, "x " + x.str() + " must be 4-D [n, c, h, w]");
+  if (!(w.rank() == 4)) fail(op, "w " + w.str() + " must be 4-D [k, c, r, s]");
+  if (!(x[1] == w[1]))
+    fail(op, "x " + x.str() + " has " + std::to_string(x[1]) + " channels but w " + w.str() + " expects " +
+                 std::to_string(w[1]));
+  if (!(o.stride_h > 0 && o.stride_w > 0 && o.pad_h >= 0 && o.pad_w >= 0))
+    fail(op, "strides must be positive and paddings non-negative");
   Conv2dShape s;
   s.n = x[0];
   s.c = x[1];
@@ -180,9 +180,9 @@ Conv2dShape conv2d_shape(const char* op, const Shape& x, const Shape& w, const C
   s.stride_w = o.stride_w;
   s.pad_h = o.pad_h;
   s.pad_w = o.pad_w;
-  require(s.r >= 1 && s.s >= 1 && s.h + 2 * s.pad_h >= s.r && s.w + 2 * s.pad_w >= s.s, op,
-          "filter " + w.str() + " does not fit input " + x.str() + " with padding " + std::to_string(s.pad_h) + "x" +
-              std::to_string(s.pad_w));
+  if (!(s.r >= 1 && s.s >= 1 && s.h + 2 * s.pad_h >= s.r && s.w + 2 * s.pad_w >= s.s))
+    fail(op, "filter " + w.str() + " does not fit input " + x.str() + " with padding " + std::to_string(s.pad_h) + "x" +
+                 std::to_string(s.pad_w));
   return s;
 }
 
@@ -239,7 +239,7 @@ namespace {
 // A 1-D tensor [n, c, l] seen as [n, c, 1, l]; a filter [k, c, r] as [k, c, 1, r].
 Tensor as_2d(const char* op, const char* name, const Tensor& t) {
   if (!present(t)) return t;
-  require(t.rank() == 3, op, std::string(name) + " " + t.describe() + " must be 3-D");
+  if (!(t.rank() == 3)) fail(op, std::string(name) + " " + t.describe() + " must be 3-D");
   return t.reshape(Shape{t.size(0), t.size(1), 1, t.size(2)});
 }
 Conv2dOptions as_2d(const Conv1dOptions& o) { return {1, o.stride, 0, o.pad}; }
@@ -247,7 +247,7 @@ Conv2dOptions as_2d(const Conv1dOptions& o) { return {1, o.stride, 0, o.pad}; }
 
 Shape conv1d_output_shape(const Shape& x, const Shape& w, const Conv1dOptions& o) {
   const char* op = "conv1d_output_shape";
-  require(x.rank() == 3 && w.rank() == 3, op, "x " + x.str() + " and w " + w.str() + " must be 3-D");
+  if (!(x.rank() == 3 && w.rank() == 3)) fail(op, "x " + x.str() + " and w " + w.str() + " must be 3-D");
   Shape y = conv2d_output_shape(Shape{x[0], x[1], 1, x[2]}, Shape{w[0], w[1], 1, w[2]}, as_2d(o));
   return Shape{y[0], y[1], y[3]};
 }
@@ -272,11 +272,12 @@ void conv1d_backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
 
 namespace {
 Pool2dShape pool2d_shape(const char* op, const Shape& x, const Pool2dOptions& o) {
-  require(x.rank() == 4, op, "x " + x.str() + " must be 4-D [n, c, h, w]");
-  require(o.window_h > 0 && o.window_w > 0 && o.stride_h > 0 && o.stride_w > 0, op,
-          "window and stride must be positive");
-  require(x[2] >= o.window_h && x[3] >= o.window_w, op,
-          "window " + std::to_string(o.window_h) + "x" + std::to_string(o.window_w) + " does not fit input " + x.str());
+  if (!(x.rank() == 4)) fail(op, "x " + x.str() + " must be 4-D [n, c, h, w]");
+  if (!(o.window_h > 0 && o.window_w > 0 && o.stride_h > 0 && o.stride_w > 0))
+    fail(op, "window and stride must be positive");
+  if (!(x[2] >= o.window_h && x[3] >= o.window_w))
+    fail(op,
+         "window " + std::to_string(o.window_h) + "x" + std::to_string(o.window_w) + " does not fit input " + x.str());
   Pool2dShape s;
   s.n = x[0];
   s.c = x[1];
@@ -325,7 +326,7 @@ Pool2dOptions as_2d(const Pool1dOptions& o) { return {1, o.window, 1, o.stride};
 }  // namespace
 
 Shape maxpool1d_output_shape(const Shape& x, const Pool1dOptions& o) {
-  require(x.rank() == 3, "maxpool1d_output_shape", "x " + x.str() + " must be 3-D [n, c, length]");
+  if (!(x.rank() == 3)) fail("maxpool1d_output_shape", "x " + x.str() + " must be 3-D [n, c, length]");
   Shape y = maxpool2d_output_shape(Shape{x[0], x[1], 1, x[2]}, as_2d(o));
   return Shape{y[0], y[1], y[3]};
 }
@@ -368,9 +369,9 @@ namespace {
 void require_global_pool(const char* op, const char* x_name, const Tensor& x, const char* y_name, const Tensor& y) {
   require_dtype(op, x_name, x, DType::f32);
   require_dtype(op, y_name, y, DType::f32);
-  require(x.rank() == 4, op, std::string(x_name) + " " + x.describe() + " must be 4-D [n, c, h, w]");
-  require(x.size(2) > 0 && x.size(3) > 0, op,
-          std::string(x_name) + " " + x.describe() + " has empty planes: there is nothing to average");
+  if (!(x.rank() == 4)) fail(op, std::string(x_name) + " " + x.describe() + " must be 4-D [n, c, h, w]");
+  if (!(x.size(2) > 0 && x.size(3) > 0))
+    fail(op, std::string(x_name) + " " + x.describe() + " has empty planes: there is nothing to average");
   require_shape(op, y_name, y, Shape{x.size(0), x.size(1)});
 }
 }  // namespace
@@ -395,7 +396,7 @@ namespace {
 
 BatchNormShape batchnorm_shape(const char* op, const Tensor& x) {
   require_dtype(op, "x", x, DType::f32);
-  require(x.rank() >= 2, op, "x " + x.describe() + " must be [n, c, ...], at least 2-D");
+  if (!(x.rank() >= 2)) fail(op, "x " + x.describe() + " must be [n, c, ...], at least 2-D");
   BatchNormShape s;
   s.n = x.size(0);
   s.c = x.size(1);
@@ -407,13 +408,13 @@ BatchNormShape batchnorm_shape(const char* op, const Tensor& x) {
 void require_channels(const char* op, const char* name, const Tensor& t, const Tensor& x) {
   require_dtype(op, name, t, DType::f32);
   const Shape want{x.size(1)};
-  require(t.shape() == want, op,
-          std::string(name) + " " + t.describe() + " must have shape " + want.str() + ", the channels of x " +
-              x.describe());
+  if (!(t.shape() == want))
+    fail(op, std::string(name) + " " + t.describe() + " must have shape " + want.str() + ", the channels of x " +
+                 x.describe());
 }
 
 void require_eps(const char* op, float eps) {
-  require(std::isfinite(eps) && eps >= 0.0f, op, "eps " + std::to_string(eps) + " must be finite and >= 0");
+  if (!(std::isfinite(eps) && eps >= 0.0f)) fail(op, "eps " + std::to_string(eps) + " must be finite and >= 0");
 }
 
 }  // namespace
@@ -478,9 +479,9 @@ void batchnorm_backward_data(const Tensor& x, const Tensor& dy, const Tensor& me
   require_eps(op, eps);
   // The statistics cover at least this replica's own elements; a count below
   // that is a mistake (a batch size passed for n * h * w, say).
-  require(std::isfinite(count) && count > 0.0 && count >= double(s.count()), op,
-          "count " + std::to_string(count) + " must be finite, positive and at least the " + std::to_string(s.count()) +
-              " elements per channel of x " + x.describe());
+  if (!(std::isfinite(count) && count > 0.0 && count >= double(s.count())))
+    fail(op, "count " + std::to_string(count) + " must be finite, positive and at least the " +
+                 std::to_string(s.count()) + " elements per channel of x " + x.describe());
   backend_for(op, {{"x", &x},
                    {"dy", &dy},
                    {"mean", &mean},
@@ -501,7 +502,7 @@ std::pair<std::int64_t, std::int64_t> layernorm_rows(const char* op, const Tenso
                                                      const Tensor& mean, const Tensor& rstd) {
   require_dtype(op, "x", x, DType::f32);
   const std::int64_t n = x.size(x.rank() - 1);
-  require(n > 0, op, "x " + x.describe() + " has an empty last dimension");
+  if (!(n > 0)) fail(op, "x " + x.describe() + " has an empty last dimension");
   const std::int64_t rows = x.numel() / n;
   require_dtype(op, "gamma", gamma, DType::f32);
   require_shape(op, "gamma", gamma, Shape{n});
@@ -521,7 +522,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   require_shape(op, "beta", beta, Shape{n});
   require_same(op, "x", x, "y", y);
   require_eps(op, eps);
-  require(eps > 0.0f, op, "eps must be > 0 (a constant row would divide by 0)");
+  if (!(eps > 0.0f)) fail(op, "eps must be > 0 (a constant row would divide by 0)");
   backend_for(op, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}})
       .layernorm_forward(rows, n, x.f32(), gamma.f32(), beta.f32(), eps, y.f32(), mean.f32(), rstd.f32());
 }
@@ -553,7 +554,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
   require_dtype(op, "ids", ids, DType::i32);
   require_dtype(op, "table", table, DType::f32);
   require_dtype(op, "out", out, DType::f32);
-  require(table.rank() == 2, op, "table " + table.describe() + " must be 2-D [vocab, dim]");
+  if (!(table.rank() == 2)) fail(op, "table " + table.describe() + " must be 2-D [vocab, dim]");
   std::vector<std::int64_t> dims = ids.shape().dims();
   dims.push_back(table.size(1));
   require_shape(op, "out", out, Shape(dims));
@@ -566,7 +567,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
   require_dtype(op, "ids", ids, DType::i32);
   require_dtype(op, "dout", dout, DType::f32);
   require_dtype(op, "dtable", dtable, DType::f32);
-  require(dtable.rank() == 2, op, "dtable " + dtable.describe() + " must be 2-D [vocab, dim]");
+  if (!(dtable.rank() == 2)) fail(op, "dtable " + dtable.describe() + " must be 2-D [vocab, dim]");
   std::vector<std::int64_t> dims = ids.shape().dims();
   dims.push_back(dtable.size(1));
   require_shape(op, "dout", dout, Shape(dims));
@@ -578,7 +579,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
 
 namespace {
 void require_rate(const char* op, float rate) {
-  require(rate >= 0.0f && rate < 1.0f, op, "rate " + std::to_string(rate) + " must be in [0, 1)");
+  if (!(rate >= 0.0f && rate < 1.0f)) fail(op, "rate " + std::to_string(rate) + " must be in [0, 1)");
 }
 }  // namespace
 
@@ -672,8 +673,8 @@ void softmax_forward(const Tensor& x, const Tensor& y) {
 void causal_softmax_forward(const Tensor& x, const Tensor& y) {
   const char* op = "causal_softmax_forward";
   require_same(op, "x", x, "y", y);
-  require(x.rank() >= 2 && x.size(x.rank() - 1) == x.size(x.rank() - 2), op,
-          "x " + x.describe() + " must be stacked square score matrices [..., n, n]");
+  if (!(x.rank() >= 2 && x.size(x.rank() - 1) == x.size(x.rank() - 2)))
+    fail(op, "x " + x.describe() + " must be stacked square score matrices [..., n, n]");
   const auto [rows, n] = softmax_rows(x);
   backend_for(op, {{"x", &x}, {"y", &y}}).causal_softmax_forward(rows, n, x.f32(), y.f32());
 }
@@ -691,13 +692,13 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits,
                   float grad_scale, float label_smoothing) {
   const char* op = "softmax_xent";
-  require(label_smoothing >= 0.0f && label_smoothing <= 1.0f, op,
-          "label_smoothing " + std::to_string(label_smoothing) + " must be in [0, 1]");
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    fail(op, "label_smoothing " + std::to_string(label_smoothing) + " must be in [0, 1]");
   require_dtype(op, "logits", logits, DType::f32);
   require_dtype(op, "labels", labels, DType::i32);
   require_dtype(op, "loss", loss, DType::f32);
-  require(logits.rank() == 2 && logits.size(1) > 0, op,
-          "logits " + logits.describe() + " must be 2-D [n, classes] with classes > 0");
+  if (!(logits.rank() == 2 && logits.size(1) > 0))
+    fail(op, "logits " + logits.describe() + " must be 2-D [n, classes] with classes > 0");
   const std::int64_t n = logits.size(0), c = logits.size(1);
   require_shape(op, "labels", labels, Shape{n});
   require_shape(op, "loss", loss, Shape{n});
@@ -711,9 +712,9 @@ void mse(const Tensor& pred, const Tensor& target, const Tensor& loss, const Ten
   const char* op = "mse";
   require_same(op, "pred", pred, "target", target);
   require_dtype(op, "loss", loss, DType::f32);
-  require(pred.rank() == 1 || pred.rank() == 2, op, "pred " + pred.describe() + " must be [n] or [n, d]");
+  if (!(pred.rank() == 1 || pred.rank() == 2)) fail(op, "pred " + pred.describe() + " must be [n] or [n, d]");
   const std::int64_t n = pred.size(0), d = pred.rank() == 2 ? pred.size(1) : 1;
-  require(d > 0, op, "pred " + pred.describe() + " has no columns");
+  if (!(d > 0)) fail(op, "pred " + pred.describe() + " has no columns");
   require_shape(op, "loss", loss, Shape{n});
   if (present(dpred)) require_same(op, "pred", pred, "dpred", dpred);
   backend_for(op, {{"pred", &pred}, {"target", &target}, {"loss", &loss}, {"dpred", &dpred}})
@@ -725,9 +726,9 @@ void topk_correct(const Tensor& logits, const Tensor& labels, const Tensor& corr
   require_dtype(op, "logits", logits, DType::f32);
   require_dtype(op, "labels", labels, DType::i32);
   require_dtype(op, "correct", correct, DType::f32);
-  require(logits.rank() == 2, op, "logits " + logits.describe() + " must be 2-D [n, classes]");
+  if (!(logits.rank() == 2)) fail(op, "logits " + logits.describe() + " must be 2-D [n, classes]");
   const std::int64_t n = logits.size(0), c = logits.size(1);
-  require(k >= 1 && k <= c, op, "k = " + std::to_string(k) + " must be in [1, " + std::to_string(c) + "]");
+  if (!(k >= 1 && k <= c)) fail(op, "k = " + std::to_string(k) + " must be in [1, " + std::to_string(c) + "]");
   require_shape(op, "labels", labels, Shape{n});
   require_shape(op, "correct", correct, Shape{n});
   backend_for(op, {{"logits", &logits}, {"labels", &labels}, {"correct", &correct}})
@@ -771,13 +772,13 @@ void axpy(float alpha, const Tensor& x, const Tensor& y) {
 
 void sum_n(const std::vector<Tensor>& srcs, const Tensor& dst) {
   const char* op = "sum_n";
-  require(!srcs.empty(), op, "no source buffers");
+  if (!(!srcs.empty())) fail(op, "no source buffers");
   std::vector<const float*> ptrs;
   for (std::size_t i = 0; i < srcs.size(); ++i) {
     const std::string name = "srcs[" + std::to_string(i) + "]";
     require_same(op, name.c_str(), srcs[i], "dst", dst);
-    require(srcs[i].device() == dst.device(), op,
-            name + " " + srcs[i].describe() + " and dst " + dst.describe() + " are on different devices");
+    if (!(srcs[i].device() == dst.device()))
+      fail(op, name + " " + srcs[i].describe() + " and dst " + dst.describe() + " are on different devices");
     ptrs.push_back(srcs[i].f32());
   }
   backend_for(op, {{"dst", &dst}}).sum_n(count(dst), ptrs.data(), static_cast<int>(ptrs.size()), dst.f32());
@@ -794,12 +795,12 @@ std::pair<std::int64_t, std::int64_t> copy_2d_span(const char* op, const char* n
   const std::string where = std::string(name) + " " + t.describe() + ": " + std::to_string(rows) + " rows of " +
                             std::to_string(cols) + " at offset " + std::to_string(offset) + " with pitch " +
                             std::to_string(pitch);
-  require(offset >= 0 && pitch >= cols, op, where + ": the offset must be >= 0 and the pitch >= cols");
+  if (!(offset >= 0 && pitch >= cols)) fail(op, where + ": the offset must be >= 0 and the pitch >= cols");
   const std::int64_t numel = t.numel();
   // The last row ends at offset + (rows - 1) * pitch + cols <= numel.
   const bool fits = offset <= numel && cols <= numel - offset &&
                     (rows == 1 || (pitch > 0 && rows - 1 <= (numel - offset - cols) / pitch));
-  require(fits, op, where + " reach past its " + std::to_string(numel) + " elements");
+  if (!(fits)) fail(op, where + " reach past its " + std::to_string(numel) + " elements");
   return {offset, offset + (rows - 1) * pitch + cols};
 }
 }  // namespace
@@ -809,8 +810,8 @@ void copy_2d(const Tensor& src, std::int64_t src_offset, std::int64_t src_pitch,
   const char* op = "copy_2d";
   require_dtype(op, "src", src, DType::f32);
   require_dtype(op, "dst", dst, DType::f32);
-  require(rows >= 0 && cols >= 0, op,
-          "rows " + std::to_string(rows) + " and cols " + std::to_string(cols) + " must be >= 0");
+  if (!(rows >= 0 && cols >= 0))
+    fail(op, "rows " + std::to_string(rows) + " and cols " + std::to_string(cols) + " must be >= 0");
   Backend& backend = backend_for(op, {{"src", &src}, {"dst", &dst}});
   if (rows == 0 || cols == 0) return;
   const auto [src_first, src_end] = copy_2d_span(op, "src", src, src_offset, src_pitch, rows, cols);
@@ -820,10 +821,10 @@ void copy_2d(const Tensor& src, std::int64_t src_offset, std::int64_t src_pitch,
   const auto address = [](const Tensor& t, std::int64_t i) {
     return reinterpret_cast<std::uintptr_t>(t.f32()) + static_cast<std::uintptr_t>(i) * sizeof(float);
   };
-  require(address(src, src_end) <= address(dst, dst_first) || address(dst, dst_end) <= address(src, src_first), op,
-          "the regions of src " + src.describe() + " [" + std::to_string(src_first) + ", " + std::to_string(src_end) +
-              ") and dst " + dst.describe() + " [" + std::to_string(dst_first) + ", " + std::to_string(dst_end) +
-              ") overlap");
+  if (!(address(src, src_end) <= address(dst, dst_first) || address(dst, dst_end) <= address(src, src_first)))
+    fail(op, "the regions of src " + src.describe() + " [" + std::to_string(src_first) + ", " +
+                 std::to_string(src_end) + ") and dst " + dst.describe() + " [" + std::to_string(dst_first) + ", " +
+                 std::to_string(dst_end) + ") overlap");
   backend.copy_2d(rows, cols, src.f32() + src_offset, src_pitch, dst.f32() + dst_offset, dst_pitch);
 }
 
@@ -847,7 +848,7 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const
 }
 
 AdamParams adam_coefficients(AdamParams p, std::int64_t t) {
-  require(t >= 1, "adam_coefficients", "step " + std::to_string(t) + " must be >= 1");
+  if (!(t >= 1)) fail("adam_coefficients", "step " + std::to_string(t) + " must be >= 1");
   p.coef_m = static_cast<float>(1.0 / (1.0 - std::pow(double(p.beta1), double(t))));
   p.coef_g = 0.0f;
   p.coef_v = static_cast<float>(1.0 / (1.0 - std::pow(double(p.beta2), double(t))));
@@ -855,7 +856,7 @@ AdamParams adam_coefficients(AdamParams p, std::int64_t t) {
 }
 
 AdamParams nadam_coefficients(AdamParams p, std::int64_t t, double& m_schedule) {
-  require(t >= 1, "nadam_coefficients", "step " + std::to_string(t) + " must be >= 1");
+  if (!(t >= 1)) fail("nadam_coefficients", "step " + std::to_string(t) + " must be >= 1");
   // Keras (tf.keras.optimizers.Nadam): momentum_cache_t = beta1 * (1 - 0.5 * 0.96^(0.004 t)).
   const double b1 = p.beta1;
   const double u_t = b1 * (1.0 - 0.5 * std::pow(0.96, 0.004 * double(t)));
@@ -873,29 +874,29 @@ AdamParams nadam_coefficients(AdamParams p, std::int64_t t, double& m_schedule) 
 
 void init_uniform(const Tensor& x, float low, float high, std::uint64_t seed) {
   require_dtype("init_uniform", "x", x, DType::f32);
-  require(low <= high, "init_uniform", "low " + std::to_string(low) + " > high " + std::to_string(high));
+  if (!(low <= high)) fail("init_uniform", "low " + std::to_string(low) + " > high " + std::to_string(high));
   backend_for("init_uniform", {{"x", &x}}).init_uniform(count(x), low, high, seed, x.f32());
 }
 
 void init_normal(const Tensor& x, float mean, float stddev, std::uint64_t seed) {
   require_dtype("init_normal", "x", x, DType::f32);
-  require(stddev >= 0.0f, "init_normal", "stddev " + std::to_string(stddev) + " < 0");
+  if (!(stddev >= 0.0f)) fail("init_normal", "stddev " + std::to_string(stddev) + " < 0");
   backend_for("init_normal", {{"x", &x}}).init_normal(count(x), mean, stddev, seed, x.f32());
 }
 
 void glorot_uniform(const Tensor& x, std::int64_t fan_in, std::int64_t fan_out, std::uint64_t seed) {
-  require(fan_in > 0 && fan_out > 0, "glorot_uniform", "fans must be positive");
+  if (!(fan_in > 0 && fan_out > 0)) fail("glorot_uniform", "fans must be positive");
   const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in + fan_out)));
   init_uniform(x, -limit, limit, seed);
 }
 
 void he_normal(const Tensor& x, std::int64_t fan_in, std::uint64_t seed) {
-  require(fan_in > 0, "he_normal", "fan_in must be positive");
+  if (!(fan_in > 0)) fail("he_normal", "fan_in must be positive");
   init_normal(x, 0.0f, static_cast<float>(std::sqrt(2.0 / double(fan_in))), seed);
 }
 
 void he_uniform(const Tensor& x, std::int64_t fan_in, std::uint64_t seed) {
-  require(fan_in > 0, "he_uniform", "fan_in must be positive");
+  if (!(fan_in > 0)) fail("he_uniform", "fan_in must be positive");
   const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in)));
   init_uniform(x, -limit, limit, seed);
 }

@@ -89,6 +89,7 @@ ModelBuilder::Output ModelBuilder::attention(Output x, std::int64_t heads) {
 }
 
 ModelBuilder::Output ModelBuilder::gelu(Output x) { return layer("gelu", x); }
+ModelBuilder::Output ModelBuilder::tied_output(Output x) { return layer("tied_output", x); }
 
 ModelBuilder::Output ModelBuilder::add(const std::vector<Output>& xs) { return merge("add", xs); }
 

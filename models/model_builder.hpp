@@ -64,6 +64,8 @@ class ModelBuilder {
   Output layernorm(Output x, float epsilon = 1e-5f);
   Output attention(Output x, std::int64_t heads);
   Output gelu(Output x);
+  // Logits over the vocabulary from the model's embedding table (tied_output).
+  Output tied_output(Output x);
   Output add(const std::vector<Output>& xs);
 
   // The graph so far as a spec; its last layer gives the model's output.

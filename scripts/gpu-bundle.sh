@@ -13,7 +13,8 @@
 #                          libgcc_s); never glibc, CUDA, cuDNN or NCCL,
 #                          which gpu-check.sh finds there
 #   data/fashion-mnist/    the four IDX files, xz-compressed (gpu-check.sh unpacks them)
-#   gpu-check.sh, torch_gpu_anchor.py, MANIFEST
+#   data/kjv.txt.xz        the KJV as `troupe train --data kjv` reads it (no bible-kjv there)
+#   gpu-check.sh, torch_gpu_anchor.py, torch_gpt.py (../shared/anchors), MANIFEST
 #
 # Usage: scripts/gpu-bundle.sh [OUT]   (default: build/gpu-bundle; replaced)
 # Builds the three targets in $TROUPE_BUILD_DIR (default build/), which must
@@ -40,6 +41,9 @@ cp "$build/cli/troupe-cuda-only" "$out/bin/troupe"
 cp "$build/tests/kernels_gpu_tests" "$build/tests/gpu_tests" "$out/bin/"
 strip --strip-unneeded "$out"/bin/*
 cp "$root/scripts/gpu-check.sh" "$root/scripts/torch_gpu_anchor.py" "$out/"
+gpt_anchor=${TROUPE_GPT_ANCHOR:-$root/../shared/anchors/torch_gpt.py}
+[[ -f $gpt_anchor ]] || fail "the gpt's anchor $gpt_anchor is missing (set TROUPE_GPT_ANCHOR)"
+cp "$gpt_anchor" "$out/torch_gpt.py"
 
 # Libraries: everything ldd resolves but glibc's, CUDA's, cuDNN's and
 # NCCL's (scripts/bundle-libs.sh; the GPU machine has those: gpu-check.sh
@@ -71,6 +75,13 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
   fi
   cp "$cache/$f.xz" "$out/data/fashion-mnist/"
 done
+
+# The gpt's text: what `--data kjv` reads, its SHA-256 checked here and
+# there (gpu-check.sh hands the same file to troupe and torch_gpt.py).
+env -u COLUMNS bible Genesis1:1-Revelation22:21 < /dev/null > "$cache/kjv.txt" \
+  || fail "'bible' failed: apt-get install bible-kjv (scripts/setup.sh does)"
+[[ $(sha256sum "$cache/kjv.txt" | cut -c1-16) == 82fa5f3788c6a9a0 ]] || fail "the KJV's SHA-256 is not 82fa5f3788c6a9a0..."
+xz -9 -T0 -c "$cache/kjv.txt" > "$out/data/kjv.txt.xz"
 
 # The check: with only the bundle on the library path, every library a
 # bundled binary needs resolves into lib/, to glibc, or is a CUDA one.

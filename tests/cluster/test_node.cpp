@@ -452,6 +452,49 @@ TEST(Node, ThreeNodesWithSyncBatchNormEqualOneProcessWithTheGlobalBatch) {
   EXPECT_LT(rel_diff(state.model_state, single.model().state().to_vector()), 1e-5);
 }
 
+// A small gpt on a text file, one process per node: three nodes of 4
+// windows in sync train the model one process trains with 12, each node
+// drawing its share of the same random offsets from its own copy of the
+// text; the checkpoint carries the text's byte vocabulary.
+TEST(Node, ThreeNodesTrainAGptOnTextAsOneProcessWithTheGlobalBatch) {
+  const std::string dir = temp_dir("gpt-text");  // not the cluster's own folder, which it makes anew
+  const std::string text = dir + "/text.txt";
+  {
+    std::ofstream out(text, std::ios::binary);
+    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog.\n"};
+    for (int i = 0; i < 4000; ++i) out << words[(i * 7 + i / 5) % 9];
+  }
+  const std::string checkpoints = temp_dir("gpt-ckpt");
+  Cluster c("gpt",
+            "model = \"gpt\"\ndata = \"text:" + text +
+                "\"\ncontext = 16\nlayers = 2\nheads = 2\nwidth = 32\nseed = 5\nbatch = 4\nsteps = 20\nlr = 0.05\n"
+                "mode = \"sync\"\ncheckpoint_dir = \"" +
+                checkpoints + "\"\n[optimizer]\nname = \"sgd\"\n",
+            2);
+  ASSERT_EQ(c.wait_all(240s), (std::vector<int>{0, 0, 0})) << c.logs();
+  auto latest = checkpoint::Directory(checkpoints, 0).latest();
+  ASSERT_TRUE(latest.has_value()) << c.logs();
+  const checkpoint::State state = checkpoint::read(*latest);
+  EXPECT_EQ(state.position.global_step, 20u);
+  EXPECT_NE(state.model.spec.find("vocabulary hex="), std::string::npos) << state.model.spec;
+
+  models::TrainConfig one;
+  one.model = "gpt";
+  one.data = "text:" + text;
+  one.data_options.text.context = 16;
+  one.zoo.layers = 2;
+  one.zoo.heads = 2;
+  one.zoo.width = 32;
+  one.seed = 5;
+  one.batch = 12;
+  one.max_steps = 20;
+  one.optimizer.name = "sgd";
+  one.lr = 0.05f;
+  models::Trainer single(one);
+  single.run();
+  EXPECT_LT(rel_diff(state.parameters, single.model().parameters().to_vector()), 1e-5);
+}
+
 // Each node's own statistics (no sync) through mode switches: sync, async,
 // ssp:2, sync again. The accounting holds, and before the final evaluation and
 // the checkpoint the coordinator hands every replica the mean of their

@@ -163,6 +163,47 @@ TEST(Job, GptSyncOnTwoReplicasOfSixEqualsOneReplicaOfTwelve) {
   std::filesystem::remove(text);
 }
 
+// Stopped at step 12 (a checkpoint) and resumed to 25, the gpt ends with
+// the parameters of an uninterrupted run, bitwise: the windows are a pure
+// function of (seed, epoch, position), so the cursor is all a resume needs.
+TEST(Job, GptResumedMidEpochEqualsAnUninterruptedRunBitwise) {
+  const std::string text = write_text("troupe-gpt-resume");
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-gpt-resume-ck-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  auto config = [&](std::int64_t steps) {
+    JobConfig c = gpt_job(text, {Device::cpu(0), Device::cpu(1)}, "sync", 6);
+    c.train.max_steps = steps;
+    // A cosine of its own length: one that ends with the training would
+    // end at step 12 in the first run and at 25 in the others.
+    c.train.schedule = "warmup-cosine:40/0.1";
+    c.train.checkpoint_dir = dir;
+    c.collect_replica_parameters = true;
+    return c;
+  };
+  {
+    Job first(config(12));
+    expect_accounting(first.run());
+  }
+  JobConfig again = config(25);
+  again.train.resume = true;
+  Job resumed(again);
+  const JobResult r = resumed.run();
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.steps, 25);
+  EXPECT_EQ(r.sync_steps, 25 - 12) << "the resumed run recomputed steps it had already applied";
+  JobConfig whole_config = config(25);
+  whole_config.train.checkpoint_dir.clear();
+  Job whole(whole_config);
+  expect_accounting(whole.run());
+  ASSERT_EQ(resumed.replica_parameters().size(), 2u);
+  ASSERT_EQ(whole.replica_parameters().size(), 2u);
+  EXPECT_TRUE(resumed.replica_parameters()[0] == whole.replica_parameters()[0])
+      << "resumed parameters differ from an uninterrupted run";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(text);
+}
+
 // Async and ssp, and switches between them and sync, on the gpt: nothing
 // pushed is lost or applied twice.
 TEST(Job, GptSwitchesBetweenSyncAsyncAndSspKeepTheAccounting) {

@@ -32,7 +32,8 @@ struct GemmCase {
 TEST(Gemm, MatchesRefForAllTransposesAndShapes) {
   const auto backends = backends_under_test();
   TROUPE_REQUIRE_BACKENDS(backends);
-  const GemmCase cases[] = {{1, 1, 1}, {7, 33, 5}, {33, 7, 64}, {64, 10, 128}, {3, 1, 17}, {1, 65, 1}, {64, 256, 784}};
+  const GemmCase cases[] = {{1, 1, 1},  {7, 33, 5}, {33, 7, 64},    {64, 10, 128},
+                            {3, 1, 17}, {1, 65, 1}, {64, 256, 784}, {100, 97, 130}};
   std::uint64_t seed = 100;
   for (const auto& backend : backends) {
     SCOPED_TRACE(backend.name);

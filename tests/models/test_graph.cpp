@@ -293,10 +293,11 @@ TEST(ModelBuilder, ATransformerBlockIsTheModelOfItsSpecText) {
   auto x = b.positional_embedding(b.embedding(b.input(), 11, 6));
   x = b.add({x, b.attention(b.layernorm(x), 2)});
   x = b.add({x, b.dense(b.gelu(b.dense(b.layernorm(x), 24)), 6)});
-  b.dense(b.layernorm(x), 11);
+  b.tied_output(b.layernorm(x));
   const ModelSpec built = b.spec();
   EXPECT_TRUE(ModelSpec::parse(built.text(), "checkpoint") == built) << built.text();
   EXPECT_NE(built.text().find("attention heads=2"), std::string::npos) << built.text();
+  EXPECT_NE(built.text().find("tied_output"), std::string::npos) << built.text();
   Model m(built, Device::cpu());
   EXPECT_EQ(m.output_shape(), (Shape{8, 11}));  // logits at every position
   m.initialize(3);
