@@ -289,6 +289,7 @@ device_actor_t::behavior_type device_actor(Self* self, DeviceConfig config) {
   try {
     kernels::Registry::instance().for_device(s.config.device).set_threads(s.config.threads);
     s.model = std::make_unique<models::Model>(s.config.spec, s.config.device);
+    s.model->set_precision(s.config.precision);
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
     s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters(), s.model->decayed_ranges());
     s.classification = !s.config.regression;

@@ -64,9 +64,10 @@ struct DeviceConfig {
   std::shared_ptr<const models::LrSchedule> schedule;
   std::uint64_t seed = 0;
   int threads = 1;
-  float sync_grad_scale = 1.0f;  // 1 / global batch
-  std::int64_t sync_batch = 0;   // the global batch, batch x world; a Batch with fewer global_examples is partial
-  bool elastic = false;          // membership may change: keep the committed state, survive aborts
+  kernels::ops::MatmulPrecision precision = kernels::ops::MatmulPrecision::fp32;  // --precision (Model::set_precision)
+  float sync_grad_scale = 1.0f;                                                   // 1 / global batch
+  std::int64_t sync_batch = 0;  // the global batch, batch x world; a Batch with fewer global_examples is partial
+  bool elastic = false;         // membership may change: keep the committed state, survive aborts
   std::uint32_t view = 0;
   std::shared_ptr<net::Collective> collective;
   std::shared_ptr<const data::Dataset> test;

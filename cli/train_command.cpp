@@ -396,6 +396,12 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                       models::zoo_recipe("resnet").describe() + "; gpt: " + models::zoo_recipe("gpt").describe() +
                       ") unless flags say otherwise")
       ->capture_default_str();
+  cmd->add_option("--precision", c.precision,
+                  "The matmuls' precision: fp32, or bf16 (their inputs rounded to bfloat16, sums in fp32: mixed "
+                  "precision as PyTorch's autocast; weights, optimizer state, gradients and checkpoints stay fp32; "
+                  "convolutions stay fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->add_option("--layers", c.zoo.layers, "gpt: transformer blocks (nanoGPT's n_layer)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();

@@ -101,6 +101,7 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   data_ = data::load_dataset(t.data, t.data_options);
   spec_ = models::training_model(t, data_.train);  // names the model and the data, before any step
   data::Augmentation::parse(t.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
+  models::parse_precision(t.precision);
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();

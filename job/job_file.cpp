@@ -271,6 +271,15 @@ const std::vector<Key>& keys() {
            throw BadValue("must be \"auto\", \"grey\" or \"rgb\", not \"" + v.text + "\"");
        }},
       {"", "standardize", Type::boolean, [](const Value& v, C& c) { c.train.standardize = v.flag; }},
+      {"", "precision", Type::string,
+       [](const Value& v, C& c) {
+         try {
+           models::parse_precision(v.text);
+         } catch (const std::invalid_argument& e) {
+           throw BadValue(e.what());
+         }
+         c.train.precision = v.text;
+       }},
       {"", "context", Type::integer,
        [](const Value& v, C& c) { c.train.data_options.text.context = as_int(v, 1, std::int64_t{1} << 20); }},
       {"", "layers", Type::integer, [](const Value& v, C& c) { c.train.zoo.layers = as_int(v, 1, 1024); }},
@@ -790,6 +799,7 @@ std::string to_job_text(const actors::JobConfig& c) {
   if (d.images.color != data::ImageColor::automatic)
     out << "color = " << (d.images.color == data::ImageColor::rgb ? "\"rgb\"" : "\"grey\"") << "\n";
   if (t.standardize) out << "standardize = true\n";
+  if (t.precision != "fp32") out << "precision = " << quoted(t.precision) << "\n";
   const models::ZooSizes zoo_defaults;
   if (d.text.context != data::TextOptions{}.context) out << "context = " << d.text.context << "\n";
   if (t.zoo.layers != zoo_defaults.layers) out << "layers = " << t.zoo.layers << "\n";

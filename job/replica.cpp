@@ -37,6 +37,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   DeviceConfig dc;
   dc.rank = plan.rank;
   dc.device = plan.device;
+  dc.precision = models::parse_precision(t.precision);
   dc.spec = plan.spec;
   dc.optimizer = t.optimizer;
   dc.label_smoothing = t.label_smoothing;

@@ -30,6 +30,12 @@ namespace troupe::kernels {
 struct GemmShape {
   bool trans_a = false, trans_b = false;
   std::int64_t m = 0, n = 0, k = 0;
+  // bfloat16 matmul (--precision bf16; ops::MatmulPrecision): every element
+  // of A and B rounds to bf16 (nearest, ties to even; math/bf16.hpp) and the
+  // products are summed in fp32 (oneDNN's bf16 matmul on the cpu backend,
+  // cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on cuda, the reference rounding
+  // its inputs). C stays fp32.
+  bool bf16 = false;
 };
 
 // NCHW input [n, c, h, w], weights [k, c, r, s], output [n, k, p, q].

@@ -89,6 +89,18 @@ GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool tran
 }
 }  // namespace
 
+namespace {
+thread_local MatmulPrecision thread_matmul_precision = MatmulPrecision::fp32;
+}  // namespace
+
+MatmulPrecision matmul_precision() { return thread_matmul_precision; }
+
+MatmulPrecisionScope::MatmulPrecisionScope(MatmulPrecision p) : saved_(thread_matmul_precision) {
+  thread_matmul_precision = p;
+}
+
+MatmulPrecisionScope::~MatmulPrecisionScope() { thread_matmul_precision = saved_; }
+
 void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float alpha,
                   float beta) {
   const char* op = "gemm_batched";
@@ -101,7 +113,8 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_
   const std::int64_t batch = a.size(0);
   if (!(b.size(0) == batch && c.size(0) == batch))
     fail(op, "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
-  const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
+  GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
+  s.bf16 = thread_matmul_precision == MatmulPrecision::bf16;
   require_shape(op, "c", c, Shape{batch, s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm_batched(s, batch, alpha, a.f32(), b.f32(), beta, c.f32());
 }
@@ -113,7 +126,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool 
   require_dtype(op, "c", c, DType::f32);
   if (!(a.rank() == 2 && b.rank() == 2 && c.rank() == 2))
     fail(op, "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
-  const GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
+  GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
+  s.bf16 = thread_matmul_precision == MatmulPrecision::bf16;
   require_shape(op, "c", c, Shape{s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
 }

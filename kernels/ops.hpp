@@ -17,6 +17,27 @@
 namespace troupe::kernels::ops {
 
 // ---- dense ----
+// The precision of gemm and gemm_batched on the calling thread (PyTorch's
+// autocast to bfloat16 for its matmuls): fp32, or bf16, where each input
+// element rounds to bfloat16 and the products are summed in fp32
+// (GemmShape::bf16). Everything else (LayerNorm, softmax, the loss,
+// reductions, the optimizer) stays fp32. models::Model sets it around its
+// forward and backward passes (Model::set_precision).
+enum class MatmulPrecision { fp32, bf16 };
+MatmulPrecision matmul_precision();
+// Sets it for the calling thread; the previous one comes back when the
+// scope ends.
+class MatmulPrecisionScope {
+ public:
+  explicit MatmulPrecisionScope(MatmulPrecision p);
+  ~MatmulPrecisionScope();
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  MatmulPrecision saved_;
+};
+
 // c = alpha * op(a) * op(b) + beta * c for 2-D a, b, c.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a = false, bool trans_b = false,
           float alpha = 1.0f, float beta = 0.0f);

@@ -182,6 +182,7 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
   if (x.dtype() != spec_.input_dtype)
     throw std::invalid_argument("model " + spec_.name + ": input " + x.describe() + " must be " +
                                 kernels::to_string(spec_.input_dtype));
+  const kernels::ops::MatmulPrecisionScope precision(precision_);
   auto input = [&](int k) { return k < 0 ? &x : outputs_[static_cast<std::size_t>(k)]; };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Entry& e = layers_[i];
@@ -201,6 +202,7 @@ void Model::backward(const Tensor& doutput) {
   // parameters, and asked for its input's gradient only when that input
   // needs one: the MLP's first Dense follows a Flatten, and computing its
   // input gradient (a 64x784x256 product) would be wasted work.
+  const kernels::ops::MatmulPrecisionScope precision(precision_);
   std::fill(grads_in_.begin(), grads_in_.end(), nullptr);
   grads_in_.back() = &doutput;
   // An output used by several layers gets the sum of their gradients: the

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ops.hpp"
 #include "models/layer.hpp"
 #include "models/spec.hpp"
 
@@ -29,6 +30,13 @@ class Model {
   void initialize(std::uint64_t seed);
   // Seeds the randomness of the next forward pass (dropout masks).
   void set_step_seed(std::uint64_t seed);
+
+  // The matmuls' precision in forward and backward (--precision bf16:
+  // kernels::ops::MatmulPrecision): bf16 rounds their inputs to bfloat16
+  // and sums in fp32; parameters, gradients, activations, LayerNorm,
+  // softmax and the loss stay fp32. fp32 by default.
+  void set_precision(kernels::ops::MatmulPrecision p) { precision_ = p; }
+  kernels::ops::MatmulPrecision precision() const { return precision_; }
 
   // x: [batch, ...input]; returns the logits (or predictions) [batch, ...].
   const Tensor& forward(const Tensor& x, bool training);
@@ -102,6 +110,7 @@ class Model {
   };
   ModelSpec spec_;
   Device device_;
+  kernels::ops::MatmulPrecision precision_ = kernels::ops::MatmulPrecision::fp32;
   std::vector<Entry> layers_;
   Shape output_;
   Tensor params_, grads_, state_;

@@ -31,6 +31,7 @@ void check_config(const TrainConfig& c) {
   if (c.epochs < 1) throw std::invalid_argument("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.batch < 1) throw std::invalid_argument("--batch must be at least 1, got " + std::to_string(c.batch));
   if (c.max_steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  parse_precision(c.precision);
   if (c.checkpoint_every < 0) throw std::invalid_argument("--checkpoint-every must be >= 0");
   if (c.resume && c.checkpoint_dir.empty())
     throw std::invalid_argument("--resume needs --checkpoint-dir to resume from");
@@ -84,6 +85,16 @@ const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& devic
   return staging;
 }
 
+kernels::ops::MatmulPrecision parse_precision(const std::string& text) {
+  if (text == "fp32") return kernels::ops::MatmulPrecision::fp32;
+  if (text == "bf16") return kernels::ops::MatmulPrecision::bf16;
+  if (text == "fp16")
+    throw std::invalid_argument(
+        "--precision fp16 needs a GPU and dynamic loss scaling, which troupe does not have yet; bf16 (same range as "
+        "fp32, no loss scaling) runs on every device");
+  throw std::invalid_argument("--precision '" + text + "': expected fp32 or bf16");
+}
+
 DataShape data_shape_of(const data::Dataset& d) {
   DataShape s;
   s.input = d.feature_shape();
@@ -115,6 +126,7 @@ Trainer::Trainer(TrainConfig config)
   if (data_.train.size() == 0) throw std::invalid_argument("dataset " + config_.data + " has no training examples");
   data::Augmentation::parse(config_.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
   model_ = std::make_unique<Model>(training_model(config_, data_.train), config_.device);
+  model_->set_precision(parse_precision(config_.precision));
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters(), model_->decayed_ranges());
   // An epoch must hold at least one full step, or training would spin.

@@ -63,6 +63,10 @@ struct TrainConfig {
   // images), a `standardize` line in its spec (training_model below), so
   // the checkpoint, eval, predict and the export apply them too.
   bool standardize = false;
+  // The matmuls' precision: "fp32", or "bf16" (Model::set_precision;
+  // mixed precision as PyTorch's autocast: fp32 master weights, optimizer
+  // state, gradients on the wire and checkpoints). parse_precision checks it.
+  std::string precision = "fp32";
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = true;  // as the PyTorch anchor: full batches only
@@ -90,6 +94,10 @@ struct TrainConfig {
   // it; each result goes to Callbacks::on_evaluate.
   std::int64_t eval_every = 0;
 };
+
+// "fp32" or "bf16"; anything else is an std::invalid_argument saying what
+// is there (fp16 needs a GPU and dynamic loss scaling, not built yet).
+kernels::ops::MatmulPrecision parse_precision(const std::string& text);
 
 // Makes the settings that follow the training's length concrete, once the
 // steps of an epoch are known (the data loaded, the replicas counted):

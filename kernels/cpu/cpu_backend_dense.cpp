@@ -51,6 +51,7 @@
 
 #include "kernels/cpu/conv_variants.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/sums.hpp"
 #include "kernels/math/pool.hpp"
 #include "kernels/ref/conv.hpp"
@@ -85,6 +86,10 @@ void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const flo
     // An empty product: BLAS would reject lda = 0, and C = beta * C is all
     // that is left (not read when beta == 0, as in BLAS).
     for (std::int64_t i = 0; i < s.m * s.n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  if (s.bf16) {
+    cpu::gemm_bf16(s, alpha, a, b, beta, c);
     return;
   }
   const std::int64_t lda = std::max<std::int64_t>(1, s.trans_a ? s.m : s.k);

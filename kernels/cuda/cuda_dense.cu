@@ -257,6 +257,14 @@ void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const fl
   const std::int64_t ldb = s.trans_b ? s.k : s.n;  // B stored [n, k] or [k, n]
   std::lock_guard<std::mutex> lock(st.mutex);
   // beta == 0: cuBLAS does not read C then, so NaN garbage in C is ignored.
+  if (s.bf16) {
+    // fp32 in and out, the inputs converted to bf16 for the tensor cores
+    // and the products summed in fp32 (GemmShape::bf16).
+    TROUPE_CUBLAS_CHECK(cublasGemmEx_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, CUDA_R_32F, ldb,
+                                        a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                        CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   TROUPE_CUBLAS_CHECK(
       cublasSgemm_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, s.n));
 }
@@ -278,6 +286,12 @@ void CudaBackend::gemm_batched(const GemmShape& s, std::int64_t batch, float alp
   const std::int64_t lda = s.trans_a ? s.m : s.k;
   const std::int64_t ldb = s.trans_b ? s.k : s.n;
   std::lock_guard<std::mutex> lock(st.mutex);
+  if (s.bf16) {
+    TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+        cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, CUDA_R_32F, ldb, s.k * s.n, a, CUDA_R_32F, lda,
+        s.m * s.k, &beta, c, CUDA_R_32F, s.n, s.m * s.n, batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb,
                                                    s.k * s.n, a, lda, s.m * s.k, &beta, c, s.n, s.m * s.n, batch));
 }

@@ -9,19 +9,22 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/math/bf16.hpp"
 
 namespace troupe::kernels::ref {
 
 // C = alpha * op(A) * op(B) + beta * C (see GemmShape). As in BLAS, C is not
 // read when beta == 0, so an uninitialised (even NaN) C is fine then.
+// With s.bf16, each element of A and B rounds to bfloat16 first.
 template <class T>
 void gemm(const GemmShape& s, T alpha, const T* a, const T* b, T beta, T* c) {
+  auto in = [&](T v) { return s.bf16 ? T(math::round_to_bf16(static_cast<float>(v))) : v; };
   for (std::int64_t i = 0; i < s.m; ++i) {
     for (std::int64_t j = 0; j < s.n; ++j) {
       T acc = T(0);
       for (std::int64_t p = 0; p < s.k; ++p) {
-        const T av = s.trans_a ? a[p * s.m + i] : a[i * s.k + p];
-        const T bv = s.trans_b ? b[j * s.k + p] : b[p * s.n + j];
+        const T av = in(s.trans_a ? a[p * s.m + i] : a[i * s.k + p]);
+        const T bv = in(s.trans_b ? b[j * s.k + p] : b[p * s.n + j]);
         acc += av * bv;
       }
       T& out = c[i * s.n + j];

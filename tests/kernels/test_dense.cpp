@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/math/bf16.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ref/dense.hpp"
 #include "tests/kernels/harness.hpp"
@@ -56,6 +57,71 @@ TEST(Gemm, MatchesRefForAllTransposesAndShapes) {
             Tensor got = backend.run(body);
             EXPECT_LE(rel_error(got, want), 1e-5);
           }
+  }
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsNaNInfinityAndSign) {
+  EXPECT_EQ(math::round_to_bf16(1.0f), 1.0f);
+  EXPECT_EQ(math::round_to_bf16(1.0f + 0x1.0p-8f), 1.0f);              // a tie: to the even 1.0
+  EXPECT_EQ(math::round_to_bf16(1.0f + 0x1.8p-7f), 1.0f + 0x1.0p-6f);  // a tie: to the even 1 + 2^-6
+  EXPECT_EQ(math::round_to_bf16(1.0f + 0x1.2p-8f), 1.0f + 0x1.0p-7f);  // above the tie: up
+  EXPECT_EQ(math::round_to_bf16(-3.0f), -3.0f);
+  EXPECT_EQ(math::round_to_bf16(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(math::round_to_bf16(kNaN)));
+  EXPECT_EQ(math::round_to_bf16(0x1.fffffep127f), std::numeric_limits<float>::infinity());  // rounds past the max
+  EXPECT_TRUE(std::signbit(math::round_to_bf16(-0.0f)));
+}
+
+// --precision bf16's matmuls: every backend rounds A and B to bfloat16 and
+// sums in fp32, as the reference does; the result is bf16's, not fp32's
+// (off by more than fp32 rounding, within bf16's bound of 2^-8 relative per
+// input), under ops::MatmulPrecisionScope, for gemm and gemm_batched.
+TEST(Gemm, Bf16PrecisionRoundsTheInputsOnEveryBackend) {
+  const auto backends = backends_under_test();
+  TROUPE_REQUIRE_BACKENDS(backends);
+  const GemmCase cases[] = {{7, 33, 5}, {64, 64, 32}, {100, 97, 130}, {768, 128, 64}};
+  std::uint64_t seed = 500;
+  for (const auto& backend : backends) {
+    SCOPED_TRACE(backend.name);
+    for (const auto& gc : cases)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 2.0f}}) {
+            SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k << " ta=" << ta
+                                              << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
+            Tensor a = random_tensor(ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k}, ++seed);
+            Tensor b = random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, ++seed);
+            Tensor c0 = random_tensor({gc.m, gc.n}, ++seed);
+            auto body = [&](ops::MatmulPrecision p) {
+              return [&, p](Device d) {
+                const ops::MatmulPrecisionScope scope(p);
+                Tensor c = beta == 0.0f ? Tensor::full({gc.m, gc.n}, kNaN, d) : c0.to(d);
+                ops::gemm(a.to(d), b.to(d), c, ta, tb, alpha, beta);
+                return c;
+              };
+            };
+            const Tensor want = run_ref(body(ops::MatmulPrecision::bf16));
+            const Tensor fp32 = run_ref(body(ops::MatmulPrecision::fp32));
+            const Tensor got = backend.run(body(ops::MatmulPrecision::bf16));
+            // cuBLAS's fast-bf16 mode may round its conversions otherwise
+            // than to nearest even: a bf16-sized tolerance there.
+            EXPECT_LE(rel_error(got, want), backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
+            EXPECT_GT(rel_error(want, fp32), 1e-4) << "bf16 gave fp32's result: nothing was rounded";
+            EXPECT_LT(rel_error(want, fp32), 2e-2);
+          }
+    // The batched form, and the scope's end: fp32 again after it.
+    Tensor a = random_tensor({6, 64, 32}, 7), b = random_tensor({6, 64, 32}, 8);
+    auto batched = [&](Device d) {
+      Tensor c = Tensor::empty({6, 64, 64}, DType::f32, d);
+      {
+        const ops::MatmulPrecisionScope scope(ops::MatmulPrecision::bf16);
+        ops::gemm_batched(a.to(d), b.to(d), c, false, true);
+      }
+      EXPECT_EQ(ops::matmul_precision(), ops::MatmulPrecision::fp32);
+      return c;
+    };
+    EXPECT_LE(rel_error(backend.run(batched), run_ref(batched)),
+              backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
   }
 }
 
