@@ -47,7 +47,9 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/cpu/conv_variants.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -73,10 +75,22 @@ bool degenerate(const Conv2dShape& s) { return s.n == 0 || s.c == 0 || s.k == 0;
 // (the gpt's shapes, B x T = 768 rows, width 128): oneDNN 1.05x to 1.20x
 // OpenBLAS's speed on every projection (768x384x128 forward, its weight and
 // input gradients, 768x512x128, 512x128x768, ...; 102 to 114 GF/s against 90
-// to 102), OpenBLAS 1.1x oneDNN's on attention's 64x64x32 products. oneDNN
+// to 102), OpenBLAS 1.1x oneDNN's on attention's 64x64x32 products and on the
+// cnn's input gradient (64x5408x64, B transposed: 504 against 559 us; the
+// cnn trained 2.5% slower through oneDNN), hence OpenBLAS for a transposed
+// B with k <= 64. oneDNN
 // also keeps its speed with OPENBLAS_CORETYPE set, and writes C at beta = 0
 // without OpenBLAS's separate zeroing pass.
+// TROUPE_GEMM=openblas keeps every gemm on OpenBLAS (an A/B switch for
+// benchmarks, read once).
 constexpr std::int64_t kOnednnGemmWork = std::int64_t{1} << 20;
+bool onednn_gemm_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TROUPE_GEMM");
+    return !(v && std::string(v) == "openblas");
+  }();
+  return allowed;
+}
 
 }  // namespace
 
@@ -94,7 +108,7 @@ void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const flo
   }
   const std::int64_t lda = std::max<std::int64_t>(1, s.trans_a ? s.m : s.k);
   const std::int64_t ldb = std::max<std::int64_t>(1, s.trans_b ? s.k : s.n);
-  if (s.m * s.n * s.k >= kOnednnGemmWork) {
+  if (s.m * s.n * s.k >= kOnednnGemmWork && !(s.trans_b && s.k <= 64) && onednn_gemm_allowed()) {
     // oneDNN's JIT sgemm (row-major, as troupe's), where it is the faster.
     const dnnl_status_t status = dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.m, s.n, s.k, alpha, a, lda,
                                             b, ldb, beta, c, std::max<std::int64_t>(1, s.n));
