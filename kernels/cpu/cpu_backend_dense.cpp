@@ -81,13 +81,18 @@ bool degenerate(const Conv2dShape& s) { return s.n == 0 || s.c == 0 || s.k == 0;
 // B with k <= 64. oneDNN
 // also keeps its speed with OPENBLAS_CORETYPE set, and writes C at beta = 0
 // without OpenBLAS's separate zeroing pass.
-// TROUPE_GEMM=openblas keeps every gemm on OpenBLAS (an A/B switch for
-// benchmarks, read once).
+// But it is opt-in (TROUPE_GEMM=onednn, read once): with it, the mlp
+// trained by the plain trainer with --log-every 1 aborted on a Ctrl-C
+// ("corrupted size vs. prev_size", glibc's heap check; 4 of 6 runs of
+// CliIssue11.CtrlCExits130AndSaysResumeWithResume, never through OpenBLAS;
+// no write past C found in a guard-band test of dnnl_sgemm), and a trainer
+// that can corrupt its heap is not worth 10%. Until that is understood,
+// fp32 gemm stays on OpenBLAS.
 constexpr std::int64_t kOnednnGemmWork = std::int64_t{1} << 20;
 bool onednn_gemm_allowed() {
   static const bool allowed = [] {
     const char* v = std::getenv("TROUPE_GEMM");
-    return !(v && std::string(v) == "openblas");
+    return v && std::string(v) == "onednn";
   }();
   return allowed;
 }

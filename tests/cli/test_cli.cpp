@@ -651,7 +651,7 @@ TEST(CliIssue11, UnknownDatasetNamesTheKnownOnesOnItsLine) {
   const std::vector<std::string> lines = lines_of(r.output);
   ASSERT_EQ(lines.size(), 1u) << r.output;
   EXPECT_CONTAINS(lines[0], "troupe: unknown dataset 'imagenet'; known names: fashion-mnist, linreg, wordnet");
-  EXPECT_CONTAINS(lines[0], "a .csv file, images:DIR or an IDX directory");
+  EXPECT_CONTAINS(lines[0], "a .csv file, images:DIR, text:FILE or an IDX directory");
 }
 
 // cli/README.md once listed a `bench` command that does not exist. The
@@ -709,7 +709,7 @@ TEST(CliIssue11, TyposGetTheNearestNameAndEveryErrorSaysTroupe) {
            {"trian --epochs 1", "troupe: unknown command 'trian'; did you mean 'train'?"},
            {"evl --checkpoint x", "troupe: unknown command 'evl'; did you mean 'eval'?"},
            {"fly", "troupe: unknown command 'fly'; expected one of: train, eval, predict, export, ctl, node"},
-           {"", "troupe: 'troupe' needs a command: train, eval, predict, export, ctl, node, version"},
+           {"", "troupe: 'troupe' needs a command: train, eval, predict, export, ctl, node, generate, version"},
            {"ctl --at 127.0.0.1:9 stauts", "troupe: unknown ctl command 'stauts'; did you mean 'status'?"},
            {"ctl --at 127.0.0.1:9",
             "troupe: 'troupe ctl' needs a command: status, mode, checkpoint, stop, drain, metrics"},
