@@ -95,7 +95,7 @@ int run_predict(PredictOptions& o) {
   kernels::Tensor x_all = test.make_feature_batch(std::max<std::int64_t>(n, 1));
   kernels::Tensor y_all = test.make_label_batch(std::max<std::int64_t>(n, 1));
   std::vector<std::int64_t> indices;
-  for (std::int64_t i = 0; i < n; ++i) indices.push_back(i);
+  for (std::int64_t i = 0; i < n; ++i) indices.push_back(test.tile(i));  // a text's windows in order, T bytes apart
   if (n > 0) test.gather(indices, x_all, y_all);
   kernels::Tensor staging;
   for (std::int64_t start = 0; start < n; start += o.batch) {
@@ -114,8 +114,14 @@ int run_predict(PredictOptions& o) {
       outputs.push_back(std::move(example));
     }
   }
-  if (classification) {
+  if (classification && test.label_shape().numel() == 1) {
     for (auto id : y_all.to_int_vector()) labels.push_back(id);
+  } else if (classification) {
+    // A label per position (a text's next bytes): one array per example.
+    const std::vector<std::int32_t> ids = y_all.to_int_vector();
+    const std::int64_t per = test.label_shape().numel();
+    for (std::int64_t e = 0; e < n; ++e)
+      labels.push_back(std::vector<std::int32_t>(ids.begin() + e * per, ids.begin() + (e + 1) * per));
   } else {
     const std::vector<float> targets = y_all.to_vector();
     const std::int64_t per = test.label_shape().numel();

@@ -220,6 +220,16 @@ TEST(Generate, ContinuesThePromptFromALanguageModelsCheckpoint) {
   EXPECT_EQ(a.substr(0, 5), "ab ba");
   for (char c : a.substr(5, 50)) EXPECT_NE(std::string("ab \n").find(c), std::string::npos) << a;
   EXPECT_EQ(sample("--prompt 'ab ba' --tokens 50 --seed 4"), a);
+  // predict on the text: the windows that tile the validation split, each
+  // with its next byte at every position.
+  const Result predicted = troupe("predict --checkpoint " + dir + "/ckpt --data text:" + dir +
+                                  "/text.txt --context 16 --limit 2 --output " + dir + "/p.json");
+  ASSERT_EQ(predicted.status, 0) << predicted.output;
+  const nlohmann::json p = nlohmann::json::parse(read_text(dir + "/p.json"));
+  EXPECT_EQ(p["shape"], nlohmann::json::array({2, 16, 4}));
+  ASSERT_EQ(p["labels"].size(), 2u);
+  ASSERT_EQ(p["labels"][0].size(), 16u);
+  ASSERT_EQ(p["outputs"][0].size(), 16u * 4u);
   const Result bad = troupe("generate --checkpoint " + dir + "/ckpt --prompt 'abz'");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_CONTAINS(bad.output, "the prompt has bytes outside model gpt's vocabulary of 4: 'z' at 2");
