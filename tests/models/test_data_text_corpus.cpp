@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 
 #include "models/data/epoch_plan.hpp"
@@ -141,6 +142,40 @@ TEST(DataTextCorpus, RandomOffsetsAreSharedByTheReplicasOfOneGlobalBatch) {
   const auto tiles = epoch_order(ordered, 0);
   ASSERT_EQ(static_cast<std::int64_t>(tiles.size()), d.size());
   for (std::size_t i = 0; i < tiles.size(); ++i) EXPECT_EQ(tiles[i], static_cast<std::int64_t>(i) * 4);
+}
+
+// Elastic membership on text: views of 3, 2 and 5 replicas (other batch
+// sizes too) split an epoch's positions between them as for examples, so
+// the epoch draws each of its window offsets once, whatever joins or leaves:
+// the windows seen are exactly the epoch's draws.
+TEST(DataTextCorpus, AViewChangeMidEpochDrawsEachOfTheEpochsWindowsOnce) {
+  const Splits s = text_splits(sample_text() + sample_text() + sample_text() + sample_text(), "sample", TextOptions{4});
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    PlanOptions o = plan_options(s.train, 1 + static_cast<std::int64_t>(rng() % 7), true, rng(), false);
+    const std::int64_t n = o.examples, epoch = static_cast<std::int64_t>(rng() % 3);
+    std::vector<std::int64_t> seen;
+    std::int64_t offset = 0;
+    const int worlds[] = {3, 2, 5};
+    for (int seg = 0; seg < 3; ++seg) {
+      const int world = worlds[seg];
+      if (seg > 0) o.batch_size = 1 + static_cast<std::int64_t>(rng() % 7);
+      const std::int64_t batches = batches_per_epoch(o, {0, world}, offset);
+      const std::int64_t steps = seg == 2 ? batches : std::min<std::int64_t>(batches, rng() % (batches + 1));
+      for (int r = 0; r < world; ++r) {
+        BatchIterator it(o, {r, world}, Cursor{epoch, 0, offset});
+        for (std::int64_t t = 0; t < steps; ++t) {
+          const auto b = it.next();
+          seen.insert(seen.end(), b.indices.begin(), b.indices.end());
+        }
+      }
+      offset = std::min(n, offset + steps * o.batch_size * world);
+    }
+    std::vector<std::int64_t> drawn = epoch_order(o, epoch);
+    std::sort(seen.begin(), seen.end());
+    std::sort(drawn.begin(), drawn.end());
+    ASSERT_EQ(seen, drawn) << "trial " << trial;
+  }
 }
 
 TEST(DataTextCorpus, KjvIsTheBibleAsBibleKjvPrintsIt) {
