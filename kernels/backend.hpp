@@ -24,18 +24,28 @@
 
 namespace troupe::kernels {
 
+// What a matmul or convolution rounds its inputs to before multiplying
+// (--precision, ops::MatmulPrecision); the products are summed in fp32 and
+// the outputs are fp32 whatever it is. bf16: bfloat16 (nearest, ties to
+// even; math/bf16.hpp), fp32's range. fp16: IEEE half (math/precision.hpp),
+// whose range ends at 65504, hence dynamic loss scaling
+// (models/loss_scale.hpp).
+enum class Precision : std::uint8_t { fp32, bf16, fp16 };
+const char* to_string(Precision p);
+
 // C[m, n] = alpha * op(A) * op(B) + beta * C, all row-major and contiguous.
 // op(A) is m x k: A is stored [m, k], or [k, m] when trans_a.
 // op(B) is k x n: B is stored [k, n], or [n, k] when trans_b.
 struct GemmShape {
   bool trans_a = false, trans_b = false;
   std::int64_t m = 0, n = 0, k = 0;
-  // bfloat16 matmul (--precision bf16; ops::MatmulPrecision): every element
-  // of A and B rounds to bf16 (nearest, ties to even; math/bf16.hpp) and the
-  // products are summed in fp32 (oneDNN's bf16 matmul on the cpu backend,
-  // cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on cuda, the reference rounding
-  // its inputs). C stays fp32.
-  bool bf16 = false;
+  // Every element of A and B rounds to `precision` and the products are
+  // summed in fp32. bf16: oneDNN's bf16 matmul on the cpu backend, cuBLAS's
+  // CUBLAS_COMPUTE_32F_FAST_16BF on cuda; fp16: the rounded inputs through
+  // sgemm on the cpu backend (oneDNN's f16 matmul needs AVX512-FP16),
+  // CUBLAS_COMPUTE_32F_FAST_16F on cuda; the reference rounds its inputs.
+  // C stays fp32.
+  Precision precision = Precision::fp32;
 };
 
 // NCHW input [n, c, h, w], weights [k, c, r, s], output [n, k, p, q].
@@ -43,6 +53,14 @@ struct Conv2dShape {
   std::int64_t n = 0, c = 0, h = 0, w = 0;  // input
   std::int64_t k = 0, r = 0, s = 0;         // filters: count, height, width
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  // As GemmShape::precision: each direction's two inputs (x and w forward,
+  // dy and w to the data, x and dy to the filter and bias) round to it and
+  // the products are summed in fp32; outputs stay fp32. The cpu backend
+  // runs oneDNN's bf16 primitives for bf16 and the f32 ones on rounded
+  // inputs for fp16; cuda runs cuDNN's tensor-core (TF32) math on the fp32
+  // buffers for either, more precise than both (10 mantissa bits, fp32's
+  // range), as PyTorch's cuDNN convolutions do by default.
+  Precision precision = Precision::fp32;
   std::int64_t p() const { return (h + 2 * pad_h - r) / stride_h + 1; }
   std::int64_t q() const { return (w + 2 * pad_w - s) / stride_w + 1; }
 };

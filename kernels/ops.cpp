@@ -11,6 +11,22 @@
 
 #include "kernels/registry.hpp"
 
+namespace troupe::kernels {
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::fp32:
+      break;
+  }
+  return "fp32";
+}
+
+}  // namespace troupe::kernels
+
 namespace troupe::kernels::ops {
 
 namespace {
@@ -114,7 +130,7 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_
   if (!(b.size(0) == batch && c.size(0) == batch))
     fail(op, "a " + a.describe() + ", b " + b.describe() + " and c " + c.describe() + " differ in their batch");
   GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
-  s.bf16 = thread_matmul_precision == MatmulPrecision::bf16;
+  s.precision = thread_matmul_precision;
   require_shape(op, "c", c, Shape{batch, s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm_batched(s, batch, alpha, a.f32(), b.f32(), beta, c.f32());
 }
@@ -127,7 +143,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool 
   if (!(a.rank() == 2 && b.rank() == 2 && c.rank() == 2))
     fail(op, "a " + a.describe() + ", b " + b.describe() + ", c " + c.describe() + " must all be 2-D");
   GemmShape s = gemm_shape(op, a, b, trans_a, trans_b);
-  s.bf16 = thread_matmul_precision == MatmulPrecision::bf16;
+  s.precision = thread_matmul_precision;
   require_shape(op, "c", c, Shape{s.m, s.n});
   backend_for(op, {{"a", &a}, {"b", &b}, {"c", &c}}).gemm(s, alpha, a.f32(), b.f32(), beta, c.f32());
 }
@@ -194,6 +210,7 @@ Conv2dShape conv2d_shape(const char* op, const Shape& x, const Shape& w, const C
   s.stride_w = o.stride_w;
   s.pad_h = o.pad_h;
   s.pad_w = o.pad_w;
+  s.precision = thread_matmul_precision;
   if (!(s.r >= 1 && s.s >= 1 && s.h + 2 * s.pad_h >= s.r && s.w + 2 * s.pad_w >= s.s))
     fail(op, "filter " + w.str() + " does not fit input " + x.str() + " with padding " + std::to_string(s.pad_h) + "x" +
                  std::to_string(s.pad_w));

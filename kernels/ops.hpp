@@ -17,13 +17,14 @@
 namespace troupe::kernels::ops {
 
 // ---- dense ----
-// The precision of gemm and gemm_batched on the calling thread (PyTorch's
-// autocast to bfloat16 for its matmuls): fp32, or bf16, where each input
-// element rounds to bfloat16 and the products are summed in fp32
-// (GemmShape::bf16). Everything else (LayerNorm, softmax, the loss,
+// The precision of gemm, gemm_batched and the convolutions on the calling
+// thread (PyTorch's autocast to bfloat16 for its matmuls and convolutions):
+// fp32, or bf16 or fp16, where each input element rounds to bfloat16 or
+// IEEE half and the products are summed in fp32 (kernels::Precision,
+// GemmShape::precision, Conv2dShape::precision). Everything else (LayerNorm, softmax, the loss,
 // reductions, the optimizer) stays fp32. models::Model sets it around its
 // forward and backward passes (Model::set_precision).
-enum class MatmulPrecision { fp32, bf16 };
+using MatmulPrecision = Precision;
 MatmulPrecision matmul_precision();
 // Sets it for the calling thread; the previous one comes back when the
 // scope ends.

@@ -31,8 +31,9 @@ class Model {
   // Seeds the randomness of the next forward pass (dropout masks).
   void set_step_seed(std::uint64_t seed);
 
-  // The matmuls' precision in forward and backward (--precision bf16:
-  // kernels::ops::MatmulPrecision): bf16 rounds their inputs to bfloat16
+  // The matmuls' and convolutions' precision in forward and backward
+  // (--precision bf16: kernels::ops::MatmulPrecision): bf16 rounds their
+  // inputs to bfloat16
   // and sums in fp32; parameters, gradients, activations, LayerNorm,
   // softmax and the loss stay fp32. fp32 by default.
   void set_precision(kernels::ops::MatmulPrecision p) { precision_ = p; }

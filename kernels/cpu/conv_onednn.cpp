@@ -14,6 +14,15 @@
 // owns its own, so concurrent calls share no mutable state and take no lock.
 // oneDNN's memory objects wrap our buffers without copying; only their data
 // handles change between calls.
+//
+// bf16 (Conv2dShape::precision): the same primitives with each direction's two
+// inputs in bfloat16 and its output in f32; the reorders into the
+// primitive's layout also convert (round to nearest even, as the reference
+// rounds), so bf16 costs no extra pass over the data. Where oneDNN builds no
+// bf16 convolution (a CPU without AVX-512), the inputs are rounded into f32
+// scratch and the f32 primitive runs: the same numbers, no speed-up. fp16
+// always takes that path (oneDNN's f16 convolutions need AVX512-FP16): a
+// GPU's fp16 numbers, for tests of loss scaling, at fp32's speed.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
@@ -22,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv_variants.hpp"
+#include "kernels/math/precision.hpp"
 
 namespace troupe::kernels::cpu {
 
@@ -33,11 +43,11 @@ enum class Direction { forward, forward_with_bias, backward_data, backward_filte
 
 struct Key {
   Direction direction;
-  bool blocked;
+  bool blocked, bf16;
   std::int64_t n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w;
   bool operator<(const Key& o) const {
-    return std::tie(direction, blocked, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w) <
-           std::tie(o.direction, o.blocked, o.n, o.c, o.h, o.w, o.k, o.r, o.s, o.stride_h, o.stride_w, o.pad_h,
+    return std::tie(direction, blocked, bf16, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w) <
+           std::tie(o.direction, o.blocked, o.bf16, o.n, o.c, o.h, o.w, o.k, o.r, o.s, o.stride_h, o.stride_w, o.pad_h,
                     o.pad_w);
   }
 };
@@ -54,6 +64,7 @@ struct Arg {
 
 // One cached primitive and the memory objects it runs on.
 struct Entry {
+  bool ok = true;  // false: oneDNN has no bf16 primitive here (the f32 fallback)
   dnnl::primitive primitive;
   Arg src, weights, dst;  // named as in forward; the diff_* in backward
   memory bias;            // always plain: [k]
@@ -67,6 +78,7 @@ struct ThreadState {
   // shape seen: a thread runs one convolution at a time, so every cached
   // primitive shares them.
   std::vector<float> scratch[3];
+  std::vector<float> rounded[2];  // the bf16 fallback's rounded inputs
 };
 
 ThreadState& thread_state() {
@@ -79,15 +91,37 @@ struct Descs {
   memory::dims strides, pad_l, pad_r;
 };
 
+// Which of x, w and y are bfloat16: a direction's two inputs under
+// Conv2dShape::bf16 (its output stays f32).
+struct Bf16 {
+  bool x = false, w = false, y = false;
+};
+
+Bf16 bf16_inputs(Direction direction, bool bf16) {
+  if (!bf16) return {};
+  switch (direction) {
+    case Direction::forward:
+    case Direction::forward_with_bias:
+      return {true, true, false};
+    case Direction::backward_data:
+      return {false, true, true};
+    case Direction::backward_filter:
+    case Direction::backward_filter_with_bias:
+      break;
+  }
+  return {true, false, true};
+}
+
 // `any`: the primitive chooses the layouts of x, w and y.
-Descs descs(const Conv2dShape& s, bool any) {
+Descs descs(const Conv2dShape& s, bool any, Bf16 bf16 = {}) {
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
+  auto type = [&](bool b) { return b ? memory::data_type::bf16 : f32; };
   Descs d;
-  d.x = memory::desc({s.n, s.c, s.h, s.w}, f32, any ? tag::any : tag::nchw);
-  d.w = memory::desc({s.k, s.c, s.r, s.s}, f32, any ? tag::any : tag::oihw);
+  d.x = memory::desc({s.n, s.c, s.h, s.w}, type(bf16.x), any ? tag::any : tag::nchw);
+  d.w = memory::desc({s.k, s.c, s.r, s.s}, type(bf16.w), any ? tag::any : tag::oihw);
   d.b = memory::desc({s.k}, f32, tag::x);
-  d.y = memory::desc({s.n, s.k, s.p(), s.q()}, f32, any ? tag::any : tag::nchw);
+  d.y = memory::desc({s.n, s.k, s.p(), s.q()}, type(bf16.y), any ? tag::any : tag::nchw);
   d.strides = {s.stride_h, s.stride_w};
   d.pad_l = {s.pad_h, s.pad_w};
   // Right padding so that the output is exactly p x q: the rows and columns
@@ -118,15 +152,37 @@ Arg make_arg(const memory::desc& plain, const memory::desc& wanted, const dnnl::
   return a;
 }
 
+Entry build(const Conv2dShape& s, Direction direction, bool blocked);
+
 Entry& entry(const Conv2dShape& s, Direction direction, bool blocked) {
   ThreadState& ts = thread_state();
-  const Key key{direction, blocked, s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+  const Key key{
+      direction, blocked, s.precision == Precision::bf16, s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.stride_h, s.stride_w,
+      s.pad_h,   s.pad_w};
   auto found = ts.cache.find(key);
   if (found != ts.cache.end()) return found->second;
+  Entry e;
+  try {
+    e = build(s, direction, blocked);
+  } catch (const dnnl::error&) {
+    if (s.precision != Precision::bf16) throw;
+    e = Entry{};
+    e.ok = false;  // no bf16 convolution on this CPU: the fallback
+  }
+  return ts.cache.emplace(key, std::move(e)).first->second;
+}
 
+// The primitive for a shape and direction, and its arguments' memory.
+Entry build(const Conv2dShape& s, Direction direction, bool blocked) {
+  ThreadState& ts = thread_state();
   using namespace dnnl;
   const Descs plain = descs(s, false);
-  const Descs d = descs(s, blocked);
+  // A bf16 primitive reads bf16 even in plain layouts: the reorder converts.
+  const bool bf16 = s.precision == Precision::bf16;
+  const Descs d = descs(s, blocked, bf16_inputs(direction, bf16));
+  // The backward primitives' forward hint: one oneDNN builds (all bf16, or
+  // all f32), not the mixed types of the backward op itself.
+  const Descs h = bf16 ? descs(s, blocked, {true, true, true}) : d;
   Entry e;
   // Handles start null (DNNL_MEMORY_NONE); each call sets them.
   e.bias = memory(plain.b, ts.engine, DNNL_MEMORY_NONE);
@@ -141,7 +197,7 @@ Entry& entry(const Conv2dShape& s, Direction direction, bool blocked) {
       break;
     }
     case Direction::backward_data: {
-      auto hint = forward_pd(d, ts.engine, false);
+      auto hint = forward_pd(h, ts.engine, false);
       convolution_backward_data::desc desc(algorithm::convolution_direct, d.x, d.w, d.y, d.strides, d.pad_l, d.pad_r);
       convolution_backward_data::primitive_desc pd(desc, ts.engine, hint);
       e.primitive = convolution_backward_data(pd);
@@ -153,7 +209,7 @@ Entry& entry(const Conv2dShape& s, Direction direction, bool blocked) {
     case Direction::backward_filter:
     case Direction::backward_filter_with_bias: {
       const bool with_bias = direction == Direction::backward_filter_with_bias;
-      auto hint = forward_pd(d, ts.engine, with_bias);
+      auto hint = forward_pd(h, ts.engine, with_bias);
       auto desc = with_bias ? convolution_backward_weights::desc(algorithm::convolution_direct, d.x, d.w, d.b, d.y,
                                                                  d.strides, d.pad_l, d.pad_r)
                             : convolution_backward_weights::desc(algorithm::convolution_direct, d.x, d.w, d.y,
@@ -166,7 +222,7 @@ Entry& entry(const Conv2dShape& s, Direction direction, bool blocked) {
       break;
     }
   }
-  return ts.cache.emplace(key, std::move(e)).first->second;
+  return e;
 }
 
 void* handle(const float* p) { return const_cast<float*>(p); }
@@ -189,8 +245,33 @@ void unbind(Arg& a) {
   if (a.reordered) a.convert.execute(thread_state().stream, a.inner, a.user);
 }
 
+// The fallback: `data` rounded to s.precision into the thread's scratch `slot`.
+const float* rounded(const Conv2dShape& s, const float* data, std::int64_t count, int slot) {
+  std::vector<float>& out = thread_state().rounded[slot];
+  out.resize(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = math::round_to(s.precision, data[i]);
+  return out.data();
+}
+
+Conv2dShape as_f32(Conv2dShape s) {
+  s.precision = Precision::fp32;
+  return s;
+}
+
+// Whether a direction runs the f32 primitive on rounded inputs.
+bool falls_back(const Conv2dShape& s, const Entry* e) { return s.precision == Precision::fp16 || (e && !e->ok); }
+
+std::int64_t x_count(const Conv2dShape& s) { return s.n * s.c * s.h * s.w; }
+std::int64_t w_count(const Conv2dShape& s) { return s.k * s.c * s.r * s.s; }
+std::int64_t y_count(const Conv2dShape& s) { return s.n * s.k * s.p() * s.q(); }
+
 void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y, bool blocked) {
+  auto fallback = [&] {
+    forward(as_f32(s), rounded(s, x, x_count(s), 0), rounded(s, w, w_count(s), 1), bias, y, blocked);
+  };
+  if (falls_back(s, nullptr)) return fallback();
   Entry& e = entry(s, bias ? Direction::forward_with_bias : Direction::forward, blocked);
+  if (falls_back(s, &e)) return fallback();
   bind(e.src, x, 0, true);
   bind(e.weights, w, 1, true);
   bind(e.dst, y, 2, false);
@@ -207,7 +288,12 @@ void forward(const Conv2dShape& s, const float* x, const float* w, const float* 
 }
 
 void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, bool blocked) {
+  auto fallback = [&] {
+    backward_data(as_f32(s), rounded(s, dy, y_count(s), 0), rounded(s, w, w_count(s), 1), dx, blocked);
+  };
+  if (falls_back(s, nullptr)) return fallback();
   Entry& e = entry(s, Direction::backward_data, blocked);
+  if (falls_back(s, &e)) return fallback();
   bind(e.src, dx, 0, false);
   bind(e.weights, w, 1, true);
   bind(e.dst, dy, 2, true);
@@ -220,7 +306,12 @@ void backward_data(const Conv2dShape& s, const float* dy, const float* w, float*
 }
 
 void backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db, bool blocked) {
+  auto fallback = [&] {
+    backward_filter(as_f32(s), rounded(s, x, x_count(s), 0), rounded(s, dy, y_count(s), 1), dw, db, blocked);
+  };
+  if (falls_back(s, nullptr)) return fallback();
   Entry& e = entry(s, db ? Direction::backward_filter_with_bias : Direction::backward_filter, blocked);
+  if (falls_back(s, &e)) return fallback();
   bind(e.src, x, 0, true);
   bind(e.weights, dw, 1, false);
   bind(e.dst, dy, 2, true);

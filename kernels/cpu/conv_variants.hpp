@@ -3,7 +3,8 @@
 // benchmark can go on comparing them as libraries and shapes change; which
 // one CpuBackend calls for each direction is recorded, with the figures, at
 // the top of cpu_backend_dense.cpp. Arguments and results are exactly those
-// of the Backend methods of the same names.
+// of the Backend methods of the same names, except that the im2col variants
+// compute in fp32 whatever Conv2dShape::bf16 says (the oneDNN ones honour it).
 #pragma once
 
 #include "kernels/backend.hpp"

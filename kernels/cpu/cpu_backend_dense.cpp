@@ -53,7 +53,7 @@
 
 #include "kernels/cpu/conv_variants.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/gemm_mixed.hpp"
 #include "kernels/cpu/sums.hpp"
 #include "kernels/math/pool.hpp"
 #include "kernels/ref/conv.hpp"
@@ -107,8 +107,8 @@ void CpuBackend::gemm(const GemmShape& s, float alpha, const float* a, const flo
     for (std::int64_t i = 0; i < s.m * s.n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  if (s.bf16) {
-    cpu::gemm_bf16(s, alpha, a, b, beta, c);
+  if (s.precision != Precision::fp32) {
+    cpu::gemm_mixed(s, alpha, a, b, beta, c);
     return;
   }
   const std::int64_t lda = std::max<std::int64_t>(1, s.trans_a ? s.m : s.k);

@@ -12,7 +12,15 @@
 //
 // Precision: the descriptors ask for CUDNN_FMA_MATH. On sm_80+ the default
 // would allow TF32 tensor cores, whose 10-bit mantissa is far from the
-// reference's float results; FP32 is the contract here.
+// reference's float results; FP32 is the contract here. Under
+// Conv2dShape::precision bf16 or fp16 (--precision) a plan of its own asks for
+// CUDNN_TENSOR_OP_MATH on the same fp32 buffers: cuDNN then runs TF32 tensor
+// cores, more precise than bf16 (10 mantissa bits against 7) and what
+// PyTorch's cuDNN convolutions do by default; a true bf16 or fp16
+// convolution would need half-width copies of x, w and y and writes a
+// half-width output, which the reference contract (fp32 outputs) does not
+// allow. TF32 keeps fp32's range, so fp16's loss scaling never sees an
+// overflow from a convolution.
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -37,6 +45,9 @@ namespace {
 constexpr std::size_t kMaxWorkspace = std::size_t{1} << 30;  // 1 GiB
 constexpr std::size_t kMaxPlans = 64;
 
+// --precision bf16 or fp16: cuDNN's TF32 tensor cores (see the file comment).
+bool tensor_cores(const Conv2dShape& s) { return s.precision != Precision::fp32; }
+
 std::string describe(const Conv2dShape& s) {
   auto v = [](std::int64_t x) { return std::to_string(x); };
   return "x [" + v(s.n) + ", " + v(s.c) + ", " + v(s.h) + ", " + v(s.w) + "], w [" + v(s.k) + ", " + v(s.c) + ", " +
@@ -53,7 +64,8 @@ int as_int(std::int64_t value, const Conv2dShape& s) {
 }
 
 ConvPlan& plan_for(DeviceState& st, const Conv2dShape& s) {
-  const cuda::ConvKey key{s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+  const cuda::ConvKey key{s.n, s.c,        s.h,        s.w,     s.k,     s.r,
+                          s.s, s.stride_h, s.stride_w, s.pad_h, s.pad_w, tensor_cores(s) ? 1 : 0};
   auto found = st.conv_plans.find(key);
   if (found != st.conv_plans.end()) return *found->second;
   if (st.conv_plans.size() >= kMaxPlans) st.conv_plans.clear();  // host objects only: safe any time
@@ -70,7 +82,7 @@ ConvPlan& plan_for(DeviceState& st, const Conv2dShape& s) {
   TROUPE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, as_int(s.pad_h, s), as_int(s.pad_w, s),
                                                      as_int(s.stride_h, s), as_int(s.stride_w, s), 1, 1,
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  TROUPE_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
+  TROUPE_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, tensor_cores(s) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   int n = 0, k = 0, p = 0, q = 0;
   TROUPE_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->conv, plan->x, plan->w, &n, &k, &p, &q));
   if (n != s.n || k != s.k || p != s.p() || q != s.q())
@@ -95,15 +107,19 @@ void choose_algorithm(const char* direction, const Conv2dShape& s, int max_count
   for (int i = 0; i < returned; ++i) {
     const Perf& perf = perfs[static_cast<std::size_t>(i)];
     if (perf.status != CUDNN_STATUS_SUCCESS) continue;
-    if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    // ALLOW_CONVERSION computes in fp16: never. Tensor-core (TF32) math only
+    // under bf16 or fp16.
+    if (perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (perf.mathType == CUDNN_TENSOR_OP_MATH && !tensor_cores(s)) continue;
     std::size_t needed = 0;
     if (workspace_bytes(perf.algo, &needed) != CUDNN_STATUS_SUCCESS || needed > kMaxWorkspace) continue;
     algo = perf.algo;
     bytes = needed;
     return;
   }
-  throw std::runtime_error(std::string("cuda backend: cuDNN offers no usable ") + direction +
-                           " algorithm (FP32, workspace <= 1 GiB) for conv2d " + describe(s));
+  throw std::runtime_error(std::string("cuda backend: cuDNN offers no usable ") + direction + " algorithm (" +
+                           (tensor_cores(s) ? "TF32 or FP32" : "FP32") + ", workspace <= 1 GiB) for conv2d " +
+                           describe(s));
 }
 
 // y[n, k, p, q] += bias[k]

@@ -230,6 +230,12 @@ struct EmbeddingScatter {
   }
 };
 
+// The tensor-core mode of a mixed-precision GemmShape: fp32 buffers, the
+// inputs converted to bf16 or fp16 inside cuBLAS, fp32 sums.
+cublasComputeType_t compute_type(const GemmShape& s) {
+  return s.precision == Precision::fp16 ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F_FAST_16BF;
+}
+
 [[noreturn]] void throw_bad_id(const char* op, DeviceState& st, std::int64_t pos, const std::int32_t* ids,
                                std::int64_t vocab) {
   const std::int32_t id = cuda::read_i32(st, ids + pos);
@@ -257,11 +263,11 @@ void CudaBackend::gemm(const GemmShape& s, float alpha, const float* a, const fl
   const std::int64_t ldb = s.trans_b ? s.k : s.n;  // B stored [n, k] or [k, n]
   std::lock_guard<std::mutex> lock(st.mutex);
   // beta == 0: cuBLAS does not read C then, so NaN garbage in C is ignored.
-  if (s.bf16) {
-    // fp32 in and out, the inputs converted to bf16 for the tensor cores
-    // and the products summed in fp32 (GemmShape::bf16).
+  if (s.precision != Precision::fp32) {
+    // fp32 in and out, the inputs converted to bf16 or fp16 for the tensor
+    // cores and the products summed in fp32 (GemmShape::precision).
     TROUPE_CUBLAS_CHECK(cublasGemmEx_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, CUDA_R_32F, ldb,
-                                        a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                        a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, s.n, compute_type(s),
                                         CUBLAS_GEMM_DEFAULT));
     return;
   }
@@ -286,10 +292,10 @@ void CudaBackend::gemm_batched(const GemmShape& s, std::int64_t batch, float alp
   const std::int64_t lda = s.trans_a ? s.m : s.k;
   const std::int64_t ldb = s.trans_b ? s.k : s.n;
   std::lock_guard<std::mutex> lock(st.mutex);
-  if (s.bf16) {
+  if (s.precision != Precision::fp32) {
     TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
         cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, CUDA_R_32F, ldb, s.k * s.n, a, CUDA_R_32F, lda,
-        s.m * s.k, &beta, c, CUDA_R_32F, s.n, s.m * s.n, batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+        s.m * s.k, &beta, c, CUDA_R_32F, s.n, s.m * s.n, batch, compute_type(s), CUBLAS_GEMM_DEFAULT));
     return;
   }
   TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched_64(cuda::cublas_handle(st), op_b, op_a, s.n, s.m, s.k, &alpha, b, ldb,

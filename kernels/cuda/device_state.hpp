@@ -50,8 +50,8 @@ struct ConvPlan {
   }
 };
 
-// n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w
-using ConvKey = std::array<std::int64_t, 11>;
+// n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, tensor cores (0 or 1)
+using ConvKey = std::array<std::int64_t, 12>;
 
 struct DeviceState {
   int index = 0;

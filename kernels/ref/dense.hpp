@@ -9,16 +9,18 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
-#include "kernels/math/bf16.hpp"
+#include "kernels/math/precision.hpp"
 
 namespace troupe::kernels::ref {
 
 // C = alpha * op(A) * op(B) + beta * C (see GemmShape). As in BLAS, C is not
 // read when beta == 0, so an uninitialised (even NaN) C is fine then.
-// With s.bf16, each element of A and B rounds to bfloat16 first.
+// Each element of A and B rounds to s.precision first (bf16, fp16).
 template <class T>
 void gemm(const GemmShape& s, T alpha, const T* a, const T* b, T beta, T* c) {
-  auto in = [&](T v) { return s.bf16 ? T(math::round_to_bf16(static_cast<float>(v))) : v; };
+  auto in = [&](T v) {
+    return s.precision == Precision::fp32 ? v : T(math::round_to(s.precision, static_cast<float>(v)));
+  };
   for (std::int64_t i = 0; i < s.m; ++i) {
     for (std::int64_t j = 0; j < s.n; ++j) {
       T acc = T(0);

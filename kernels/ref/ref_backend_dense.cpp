@@ -1,4 +1,7 @@
 // RefBackend's dense ops: the templates of ref/*.hpp instantiated for float.
+#include <vector>
+
+#include "kernels/math/precision.hpp"
 #include "kernels/ref/conv.hpp"
 #include "kernels/ref/dense.hpp"
 #include "kernels/ref/embedding.hpp"
@@ -23,16 +26,33 @@ void RefBackend::transpose(std::int64_t batch, std::int64_t rows, std::int64_t c
   ref::transpose(batch, rows, cols, x, y);
 }
 
+namespace {
+// Conv2dShape::precision: an input as a bf16 or fp16 convolution reads it,
+// rounded into `copy`; unchanged in fp32.
+const float* conv_input(const Conv2dShape& s, const float* data, std::int64_t count, std::vector<float>& copy) {
+  if (s.precision == Precision::fp32) return data;
+  copy.resize(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) copy[static_cast<std::size_t>(i)] = math::round_to(s.precision, data[i]);
+  return copy.data();
+}
+std::int64_t x_count(const Conv2dShape& s) { return s.n * s.c * s.h * s.w; }
+std::int64_t w_count(const Conv2dShape& s) { return s.k * s.c * s.r * s.s; }
+std::int64_t y_count(const Conv2dShape& s) { return s.n * s.k * s.p() * s.q(); }
+}  // namespace
+
 void RefBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
-  ref::conv2d_forward(s, x, w, bias, y);
+  std::vector<float> x16, w16;
+  ref::conv2d_forward(s, conv_input(s, x, x_count(s), x16), conv_input(s, w, w_count(s), w16), bias, y);
 }
 
 void RefBackend::conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  ref::conv2d_backward_data(s, dy, w, dx);
+  std::vector<float> dy16, w16;
+  ref::conv2d_backward_data(s, conv_input(s, dy, y_count(s), dy16), conv_input(s, w, w_count(s), w16), dx);
 }
 
 void RefBackend::conv2d_backward_filter(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db) {
-  ref::conv2d_backward_filter(s, x, dy, dw, db);
+  std::vector<float> x16, dy16;
+  ref::conv2d_backward_filter(s, conv_input(s, x, x_count(s), x16), conv_input(s, dy, y_count(s), dy16), dw, db);
 }
 
 void RefBackend::maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) {

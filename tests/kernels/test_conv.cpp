@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kernels/ops.hpp"
 #include "kernels/ref/conv.hpp"
@@ -123,6 +124,53 @@ TEST(Conv2d, BackwardFilterMatchesRefAndOverwrites) {
         }
       }
   }
+}
+
+// --precision bf16's and fp16's convolutions (Conv2dShape::precision): each
+// direction's two inputs round to bfloat16 or IEEE half and the sums stay
+// fp32, on every backend as in the reference (the cpu backend's oneDNN
+// primitives to fp32's tolerance; cuda's TF32 tensor cores to a bf16-sized
+// one); the result is theirs, not fp32's. The scope's end is fp32 again.
+TEST(Conv2d, MixedPrecisionRoundsEachDirectionsInputsOnEveryBackend) {
+  const auto backends = backends_under_test();
+  TROUPE_REQUIRE_BACKENDS(backends);
+  for (const auto& backend : backends)
+    for (const ops::MatmulPrecision precision : {ops::MatmulPrecision::bf16, ops::MatmulPrecision::fp16}) {
+      SCOPED_TRACE(backend.name + " " + to_string(precision));
+      const double tolerance = backend.name.find("cuda") != std::string::npos ? 1e-2 : kConvTolerance;
+      std::uint64_t seed = 5000;
+      for (const auto& cc : kCases) {
+        SCOPED_TRACE(describe(cc));
+        const Shape ys = ops::conv2d_output_shape(cc.x, cc.w, cc.o);
+        Tensor x = random_tensor(cc.x, ++seed), w = random_tensor(cc.w, ++seed);
+        Tensor bias = random_tensor({cc.w[0]}, ++seed), dy = random_tensor(ys, ++seed);
+        auto all = [&](ops::MatmulPrecision p) {
+          return [&, p](Device d) {
+            const ops::MatmulPrecisionScope scope(p);
+            Tensor y = Tensor::full(ys, kNaN, d), dx = Tensor::full(cc.x, kNaN, d);
+            Tensor dw = Tensor::full(cc.w, kNaN, d), db = Tensor::full({cc.w[0]}, kNaN, d);
+            ops::conv2d_forward(x.to(d), w.to(d), bias.to(d), y, cc.o);
+            ops::conv2d_backward_data(dy.to(d), w.to(d), dx, cc.o);
+            ops::conv2d_backward_filter(x.to(d), dy.to(d), dw, db, cc.o);
+            return std::vector<Tensor>{y, dx, dw, db};
+          };
+        };
+        const auto want = run_ref(all(precision));
+        const auto fp32 = run_ref(all(ops::MatmulPrecision::fp32));
+        const auto got = backend.run(all(precision));
+        const char* names[] = {"y", "dx", "dw", "db"};
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          SCOPED_TRACE(names[i]);
+          EXPECT_LE(rel_error(got[i], want[i]), tolerance);
+          EXPECT_LT(rel_error(want[i], fp32[i]), 2e-2);
+          if (i != 3) {
+            EXPECT_GT(rel_error(want[i], fp32[i]), precision == ops::MatmulPrecision::bf16 ? 1e-4 : 2e-6)
+                << "gave fp32's result: nothing was rounded";
+          }
+        }
+        EXPECT_EQ(ops::matmul_precision(), ops::MatmulPrecision::fp32);
+      }
+    }
 }
 
 // The text CNN's layers: 1-D convolution over [n, channels, length].

@@ -72,57 +72,60 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsNaNInfinityAndSign) {
   EXPECT_TRUE(std::signbit(math::round_to_bf16(-0.0f)));
 }
 
-// --precision bf16's matmuls: every backend rounds A and B to bfloat16 and
-// sums in fp32, as the reference does; the result is bf16's, not fp32's
-// (off by more than fp32 rounding, within bf16's bound of 2^-8 relative per
-// input), under ops::MatmulPrecisionScope, for gemm and gemm_batched.
-TEST(Gemm, Bf16PrecisionRoundsTheInputsOnEveryBackend) {
+// --precision bf16's and fp16's matmuls: every backend rounds A and B to
+// bfloat16 or IEEE half and sums in fp32, as the reference does; the result
+// is theirs, not fp32's (off by more than fp32 rounding, within the bound of
+// 2^-8 relative per input), under ops::MatmulPrecisionScope, for gemm and
+// gemm_batched.
+TEST(Gemm, MixedPrecisionRoundsTheInputsOnEveryBackend) {
   const auto backends = backends_under_test();
   TROUPE_REQUIRE_BACKENDS(backends);
   const GemmCase cases[] = {{7, 33, 5}, {64, 64, 32}, {100, 97, 130}, {768, 128, 64}};
   std::uint64_t seed = 500;
-  for (const auto& backend : backends) {
-    SCOPED_TRACE(backend.name);
-    for (const auto& gc : cases)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true})
-          for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 2.0f}}) {
-            SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k << " ta=" << ta
-                                              << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
-            Tensor a = random_tensor(ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k}, ++seed);
-            Tensor b = random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, ++seed);
-            Tensor c0 = random_tensor({gc.m, gc.n}, ++seed);
-            auto body = [&](ops::MatmulPrecision p) {
-              return [&, p](Device d) {
-                const ops::MatmulPrecisionScope scope(p);
-                Tensor c = beta == 0.0f ? Tensor::full({gc.m, gc.n}, kNaN, d) : c0.to(d);
-                ops::gemm(a.to(d), b.to(d), c, ta, tb, alpha, beta);
-                return c;
+  for (const auto& backend : backends)
+    for (const ops::MatmulPrecision precision : {ops::MatmulPrecision::bf16, ops::MatmulPrecision::fp16}) {
+      SCOPED_TRACE(backend.name + " " + to_string(precision));
+      for (const auto& gc : cases)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 2.0f}}) {
+              SCOPED_TRACE(::testing::Message() << "m=" << gc.m << " n=" << gc.n << " k=" << gc.k << " ta=" << ta
+                                                << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
+              Tensor a = random_tensor(ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k}, ++seed);
+              Tensor b = random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, ++seed);
+              Tensor c0 = random_tensor({gc.m, gc.n}, ++seed);
+              auto body = [&](ops::MatmulPrecision p) {
+                return [&, p](Device d) {
+                  const ops::MatmulPrecisionScope scope(p);
+                  Tensor c = beta == 0.0f ? Tensor::full({gc.m, gc.n}, kNaN, d) : c0.to(d);
+                  ops::gemm(a.to(d), b.to(d), c, ta, tb, alpha, beta);
+                  return c;
+                };
               };
-            };
-            const Tensor want = run_ref(body(ops::MatmulPrecision::bf16));
-            const Tensor fp32 = run_ref(body(ops::MatmulPrecision::fp32));
-            const Tensor got = backend.run(body(ops::MatmulPrecision::bf16));
-            // cuBLAS's fast-bf16 mode may round its conversions otherwise
-            // than to nearest even: a bf16-sized tolerance there.
-            EXPECT_LE(rel_error(got, want), backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
-            EXPECT_GT(rel_error(want, fp32), 1e-4) << "bf16 gave fp32's result: nothing was rounded";
-            EXPECT_LT(rel_error(want, fp32), 2e-2);
-          }
-    // The batched form, and the scope's end: fp32 again after it.
-    Tensor a = random_tensor({6, 64, 32}, 7), b = random_tensor({6, 64, 32}, 8);
-    auto batched = [&](Device d) {
-      Tensor c = Tensor::empty({6, 64, 64}, DType::f32, d);
-      {
-        const ops::MatmulPrecisionScope scope(ops::MatmulPrecision::bf16);
-        ops::gemm_batched(a.to(d), b.to(d), c, false, true);
-      }
-      EXPECT_EQ(ops::matmul_precision(), ops::MatmulPrecision::fp32);
-      return c;
-    };
-    EXPECT_LE(rel_error(backend.run(batched), run_ref(batched)),
-              backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
-  }
+              const Tensor want = run_ref(body(precision));
+              const Tensor fp32 = run_ref(body(ops::MatmulPrecision::fp32));
+              const Tensor got = backend.run(body(precision));
+              // cuBLAS's fast-bf16 and -fp16 modes may round their conversions
+              // otherwise than to nearest even: a bf16-sized tolerance there.
+              EXPECT_LE(rel_error(got, want), backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
+              EXPECT_GT(rel_error(want, fp32), precision == ops::MatmulPrecision::bf16 ? 1e-4 : 2e-6)
+                  << "gave fp32's result: nothing was rounded";
+              EXPECT_LT(rel_error(want, fp32), 2e-2);
+            }
+      // The batched form, and the scope's end: fp32 again after it.
+      Tensor a = random_tensor({6, 64, 32}, 7), b = random_tensor({6, 64, 32}, 8);
+      auto batched = [&](Device d) {
+        Tensor c = Tensor::empty({6, 64, 64}, DType::f32, d);
+        {
+          const ops::MatmulPrecisionScope scope(precision);
+          ops::gemm_batched(a.to(d), b.to(d), c, false, true);
+        }
+        EXPECT_EQ(ops::matmul_precision(), ops::MatmulPrecision::fp32);
+        return c;
+      };
+      EXPECT_LE(rel_error(backend.run(batched), run_ref(batched)),
+                backend.name.find("cuda") != std::string::npos ? 1e-2 : 1e-5);
+    }
 }
 
 // The batched gemm: each matrix of the batch as gemm computes it alone, on

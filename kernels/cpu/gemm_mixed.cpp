@@ -1,4 +1,4 @@
-// bfloat16 gemm on the cpu backend. A and B are rounded to bf16 into
+// Mixed-precision gemm on the cpu backend. bf16: A and B are rounded to bf16 into
 // per-thread scratch (nearest, ties to even, math/bf16.hpp: what the
 // reference does), then oneDNN's matmul multiplies them into an f32 C; a
 // primitive is built once per shape and thread. With AVX512-BF16 oneDNN
@@ -7,8 +7,11 @@
 // projections: 1.8x to 2.0x fp32's speed including the two casts
 // (768x384x128: 378 against 717 us), 1.5x on attention's 64x64x32. Where
 // oneDNN builds no bf16 matmul (a CPU without AVX-512), the rounded inputs
-// go through the fp32 sgemm: the same numbers, no speed-up.
-#include "kernels/cpu/gemm_bf16.hpp"
+// go through the fp32 sgemm: the same numbers, no speed-up. fp16 always
+// takes that path: oneDNN's f16 matmul needs AVX512-FP16, which the EPYC
+// cores here lack, so fp16 on a CPU gives a GPU's fp16 numbers (for tests
+// of loss scaling) and no speed.
+#include "kernels/cpu/gemm_mixed.hpp"
 
 #include <cblas.h>
 
@@ -17,7 +20,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/math/bf16.hpp"
+#include "kernels/math/precision.hpp"
 
 namespace troupe::kernels::cpu {
 
@@ -77,22 +80,23 @@ void round_into(const float* x, std::size_t n, std::vector<std::uint16_t>& out) 
   for (std::size_t i = 0; i < n; ++i) o[i] = math::bf16_bits(x[i]);
 }
 
-void round_into(const float* x, std::size_t n, std::vector<float>& out) {
+void round_into(Precision p, const float* x, std::size_t n, std::vector<float>& out) {
   if (out.size() < n) out.resize(n);
   float* o = out.data();
-  for (std::size_t i = 0; i < n; ++i) o[i] = math::round_to_bf16(x[i]);
+  for (std::size_t i = 0; i < n; ++i) o[i] = math::round_to(p, x[i]);
 }
 
 }  // namespace
 
-void gemm_bf16(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+void gemm_mixed(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   ThreadState& st = thread_state();
   const auto na = static_cast<std::size_t>(s.m * s.k), nb = static_cast<std::size_t>(s.k * s.n),
              nc = static_cast<std::size_t>(s.m * s.n);
-  Entry& e = entry_for(st, s);
-  if (!e.ok) {
-    round_into(a, na, st.a32);
-    round_into(b, nb, st.b32);
+  const bool bf16 = s.precision == Precision::bf16;
+  Entry* e = bf16 ? &entry_for(st, s) : nullptr;
+  if (!e || !e->ok) {
+    round_into(s.precision, a, na, st.a32);
+    round_into(s.precision, b, nb, st.b32);
     cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), alpha, st.a32.data(),
                 static_cast<int>(s.trans_a ? s.m : s.k), st.b32.data(), static_cast<int>(s.trans_b ? s.k : s.n), beta,
@@ -106,8 +110,8 @@ void gemm_bf16(const GemmShape& s, float alpha, const float* a, const float* b, 
   const bool direct = alpha == 1.0f && beta == 0.0f;
   if (!direct && st.product.size() < nc) st.product.resize(nc);
   float* out = direct ? c : st.product.data();
-  memory am(e.a, st.engine, st.a16.data()), bm(e.b, st.engine, st.b16.data()), cm(e.c, st.engine, out);
-  e.matmul.execute(st.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  memory am(e->a, st.engine, st.a16.data()), bm(e->b, st.engine, st.b16.data()), cm(e->c, st.engine, out);
+  e->matmul.execute(st.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   st.stream.wait();
   if (!direct) {
     for (std::size_t i = 0; i < nc; ++i) c[i] = beta == 0.0f ? alpha * out[i] : alpha * out[i] + beta * c[i];
