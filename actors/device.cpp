@@ -175,9 +175,13 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     // The mean over the global batch: a partial last one (no drop_remainder)
     // has fewer examples than batch x world.
     const std::int64_t full = s.config.sync_batch;
-    const float scale = b.global_examples > 0 && b.global_examples != full
-                            ? 1.0f / static_cast<float>(b.global_examples)
-                            : s.config.sync_grad_scale;
+    // Under fp16 the loss's gradient is also multiplied by the loss scale,
+    // the same on every replica.
+    models::LossScale& loss_scale = s.optimizer->loss_scale();
+    const float scale =
+        (b.global_examples > 0 && b.global_examples != full ? 1.0f / static_cast<float>(b.global_examples)
+                                                            : s.config.sync_grad_scale) *
+        loss_scale.factor();
     if (b.examples)
       loss_sum = compute_gradient(s, b, scale, correct);
     else if (reduces)
@@ -200,11 +204,19 @@ void run_step(Self* self, const Batch& b, net::Clock::time_point started) {
     const auto reduced = net::Clock::now();
     const double reduce_seconds = std::chrono::duration<double>(reduced - reduce_started).count();
     mark(s, "all-reduce", reduce_started, reduced);
-    check_gradient(s, s.model->gradients());
-    // The clip sees the reduced gradient, the same on every replica.
-    models::clip_gradient_norm(s.model->gradients(), s.config.optimizer.clip_norm);
-    const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
-    s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
+    // fp16: every replica unscales the same reduced gradient with the same
+    // scale, so an overflow skips the step on all of them alike.
+    bool apply = true;
+    if (loss_scale.enabled())
+      apply = loss_scale.unscale(s.model->gradients(), s.clock + 1, s.config.rank);
+    else
+      check_gradient(s, s.model->gradients());
+    if (apply) {
+      // The clip sees the reduced gradient, the same on every replica.
+      models::clip_gradient_norm(s.model->gradients(), s.config.optimizer.clip_norm);
+      const float lr = s.config.schedule->at(s.grant.global_at_base + (s.clock - s.grant.clock_at_base), s.grant.epoch);
+      s.optimizer->step(s.model->parameters(), s.model->gradients(), lr);
+    }
     mark(s, "optimizer", reduced, net::Clock::now());
     ++s.clock;
     report(self, loss_sum, b.examples, correct, false, started, reduce_seconds);
@@ -292,6 +304,12 @@ device_actor_t::behavior_type device_actor(Self* self, DeviceConfig config) {
     s.model->set_precision(s.config.precision);
     s.model->initialize(s.config.seed);  // the same seed on every replica: identical replicas
     s.optimizer = models::make_optimizer(s.config.optimizer, s.model->parameters(), s.model->decayed_ranges());
+    // fp16's loss scale: the optimizer's state, so a replica joining a view
+    // or resuming gets it with the rest (models/loss_scale.hpp).
+    if (s.config.precision == kernels::ops::MatmulPrecision::fp16) {
+      s.optimizer->loss_scale().enable();
+      s.optimizer->loss_scale().set("loss_scale", s.config.initial_loss_scale);
+    }
     s.classification = !s.config.regression;
     s.loss = std::make_unique<models::Loss>(
         s.config.regression ? models::LossKind::mean_squared_error : models::LossKind::sparse_categorical_crossentropy,

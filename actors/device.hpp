@@ -65,6 +65,7 @@ struct DeviceConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   kernels::ops::MatmulPrecision precision = kernels::ops::MatmulPrecision::fp32;  // --precision (Model::set_precision)
+  double initial_loss_scale = models::LossScale::kInitial;                        // fp16 (models/loss_scale.hpp)
   float sync_grad_scale = 1.0f;                                                   // 1 / global batch
   std::int64_t sync_batch = 0;  // the global batch, batch x world; a Batch with fewer global_examples is partial
   bool elastic = false;         // membership may change: keep the committed state, survive aborts

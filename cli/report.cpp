@@ -260,6 +260,13 @@ std::string summary_json(const models::TrainResult& r, const models::TrainConfig
   summary["context"] = tokens > 0 ? nlohmann::ordered_json(tokens) : nlohmann::ordered_json(nullptr);
   summary["tokens_per_s"] = tokens > 0 ? r.samples_per_s * static_cast<double>(tokens) : nan;
   summary["perplexity"] = tokens > 0 && r.final.has_test() ? std::exp(r.final.test_loss) : nan;
+  // fp16's dynamic loss scale: the one device's trainer reports it (null in
+  // fp32 and bf16, and from a job's replicas, which keep it among their
+  // optimizer state).
+  const bool fp16 = c.precision == "fp16" && r.loss_scale > 0;
+  summary["precision"] = c.precision;
+  summary["loss_scale"] = fp16 ? r.loss_scale : nan;
+  summary["skipped_steps"] = fp16 ? nlohmann::ordered_json(r.skipped_steps) : nlohmann::ordered_json(nullptr);
   summary["wall_s"] = r.wall_seconds;
   summary["peak_memory_mib"] = peak_memory_mib;
   summary["stopped_early"] = r.stopped_early;

@@ -397,9 +397,10 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                       ") unless flags say otherwise")
       ->capture_default_str();
   cmd->add_option("--precision", c.precision,
-                  "The matmuls' precision: fp32, or bf16 (their inputs rounded to bfloat16, sums in fp32: mixed "
-                  "precision as PyTorch's autocast; weights, optimizer state, gradients and checkpoints stay fp32; "
-                  "convolutions stay fp32)")
+                  "The matmuls' and convolutions' precision: fp32; bf16 (their inputs rounded to bfloat16, sums "
+                  "in fp32: mixed precision as PyTorch's autocast; weights, optimizer state, gradients and "
+                  "checkpoints stay fp32); or fp16 (IEEE half, with dynamic loss scaling; sync mode only; meant "
+                  "for GPUs, emulated at fp32's speed on CPU devices)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_option("--layers", c.zoo.layers, "gpt: transformer blocks (nanoGPT's n_layer)")
@@ -543,6 +544,16 @@ int run_train(TrainOptions& o) {
   std::vector<kernels::Device> devices =
       o.devices.empty() ? actors::default_devices() : actors::parse_devices(o.devices);
   actors::Timeline::parse_steps(o.timeline_steps);  // a usage error before any data is loaded
+  if (o.config.precision == "fp16") {
+    for (const auto& d : devices)
+      if (d.is_cpu()) {
+        std::fprintf(stderr,
+                     "note: --precision fp16 on %s is emulated (a GPU's fp16 numbers and loss scaling, fp32's "
+                     "speed): CPUs here have no fp16 matmul; bf16 is the fast mixed precision on a CPU\n",
+                     d.str().c_str());
+        break;
+      }
+  }
   if (devices.size() == 1 && o.mode == "sync" && o.switches.empty() && o.control.empty() && o.timeline.empty())
     return run_single(o, devices[0]);
   return run_job(o, std::move(devices));

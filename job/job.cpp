@@ -101,7 +101,16 @@ Job::Job(JobConfig config) : config_(std::move(config)) {
   data_ = data::load_dataset(t.data, t.data_options);
   spec_ = models::training_model(t, data_.train);  // names the model and the data, before any step
   data::Augmentation::parse(t.augment).check_images(data_.train.feature_shape(), data_.train.features.dtype());
-  models::parse_precision(t.precision);
+  if (models::parse_precision(t.precision) == kernels::ops::MatmulPrecision::fp16) {
+    // The loss scale is decided on the all-reduced gradient, which only sync
+    // has; an async worker's own scale is not built (models/loss_scale.hpp).
+    bool async_somewhere = config_.mode.kind != actors::Mode::Kind::sync;
+    for (const auto& sw : config_.switches) async_somewhere |= sw.mode.kind != actors::Mode::Kind::sync;
+    if (async_somewhere)
+      throw std::invalid_argument(
+          "--precision fp16 trains in sync mode only (its dynamic loss scale is decided on the all-reduced "
+          "gradient); for async or ssp use --precision bf16, which needs no loss scaling");
+  }
   {
     models::Model probe(spec_, kernels::Device::cpu());  // validates the spec against the data
     parameter_count_ = probe.parameter_count();
@@ -544,6 +553,7 @@ JobResult Job::run_here(const models::Callbacks& callbacks, ActorSystemSlot& slo
     cc.timeout = config_.timeout;
     cc.callbacks = callbacks;
     cc.elastic = cluster != nullptr;
+    if (t.precision == "fp16") cc.sync_only = "--precision fp16 trains in sync mode only (its loss scale)";
     cc.dataset_examples = data_.train.size();
     cc.batch = t.batch;
     cc.drop_remainder = t.drop_remainder;

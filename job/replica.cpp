@@ -38,6 +38,7 @@ ReplicaActors spawn_replica(caf::actor_system& system, const ReplicaPlan& plan) 
   dc.rank = plan.rank;
   dc.device = plan.device;
   dc.precision = models::parse_precision(t.precision);
+  dc.initial_loss_scale = t.initial_loss_scale;
   dc.spec = plan.spec;
   dc.optimizer = t.optimizer;
   dc.label_smoothing = t.label_smoothing;

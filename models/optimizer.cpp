@@ -109,11 +109,17 @@ Optimizer::Optimizer(OptimizerConfig config, const Tensor& params, const FlatRan
   if (at < n || pieces_.empty()) pieces_.push_back({at, n - at, false});
 }
 
-std::vector<std::pair<std::string, double>> Optimizer::scalars() const { return {{"steps", double(steps_)}}; }
+std::vector<std::pair<std::string, double>> Optimizer::scalars() const {
+  std::vector<std::pair<std::string, double>> out{{"steps", double(steps_)}};
+  for (auto& scalar : loss_scale_.scalars()) out.push_back(std::move(scalar));
+  return out;
+}
 
 void Optimizer::set_scalar(const std::string& name, double value) {
   if (name == "steps")
     steps_ = static_cast<std::int64_t>(value);
+  else if (loss_scale_.set(name, value))
+    return;
   else
     throw std::invalid_argument("optimizer " + config_.name + " has no state '" + name + "'");
 }

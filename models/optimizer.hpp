@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kernels/tensor.hpp"
+#include "models/loss_scale.hpp"
 
 namespace troupe::models {
 
@@ -84,8 +85,14 @@ class Optimizer {
   // parameter server: named buffers like the parameters ("m", "v",
   // "velocity") and named scalars ("steps", "m_schedule").
   virtual std::vector<std::pair<std::string, Tensor>> buffers() const { return {}; }
+  // (and the loss scale's, when it is on).
   virtual std::vector<std::pair<std::string, double>> scalars() const;
   virtual void set_scalar(const std::string& name, double value);
+
+  // fp16's dynamic loss scale (loss_scale.hpp), off unless enabled: its
+  // state travels with the optimizer's, as in Keras's LossScaleOptimizer.
+  LossScale& loss_scale() { return loss_scale_; }
+  const LossScale& loss_scale() const { return loss_scale_; }
 
   // The buffer as the fused updates run over it: consecutive pieces, each
   // decayed or not, covering every element (one piece, decayed, with
@@ -101,6 +108,7 @@ class Optimizer {
   OptimizerConfig config_;
   std::int64_t steps_ = 0;
   std::vector<Piece> pieces_;
+  LossScale loss_scale_;
 };
 
 // Throws std::invalid_argument listing the known names for an unknown one.

@@ -88,11 +88,8 @@ const Tensor& on_device(const Tensor& host, Tensor& staging, const Device& devic
 kernels::ops::MatmulPrecision parse_precision(const std::string& text) {
   if (text == "fp32") return kernels::ops::MatmulPrecision::fp32;
   if (text == "bf16") return kernels::ops::MatmulPrecision::bf16;
-  if (text == "fp16")
-    throw std::invalid_argument(
-        "--precision fp16 needs a GPU and dynamic loss scaling, which troupe does not have yet; bf16 (same range as "
-        "fp32, no loss scaling) runs on every device");
-  throw std::invalid_argument("--precision '" + text + "': expected fp32 or bf16");
+  if (text == "fp16") return kernels::ops::MatmulPrecision::fp16;
+  throw std::invalid_argument("--precision '" + text + "': expected fp32, bf16 or fp16");
 }
 
 DataShape data_shape_of(const data::Dataset& d) {
@@ -129,6 +126,10 @@ Trainer::Trainer(TrainConfig config)
   model_->set_precision(parse_precision(config_.precision));
   model_->initialize(config_.seed);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters(), model_->decayed_ranges());
+  if (model_->precision() == kernels::ops::MatmulPrecision::fp16) {
+    optimizer_->loss_scale().enable();
+    optimizer_->loss_scale().set("loss_scale", config_.initial_loss_scale);
+  }
   // An epoch must hold at least one full step, or training would spin.
   data::batches_per_epoch(plan_options(config_, data_.train), {0, 1}) > 0
       ? void()
@@ -163,6 +164,10 @@ TrainResult Trainer::run(const Callbacks& cb) {
   if (!resumed_from_.empty() && training_finished(config_, cursor_.epoch, step_)) {
     result.already_finished = true;
     result.steps = step_;
+    if (optimizer_->loss_scale().enabled()) {
+      result.loss_scale = optimizer_->loss_scale().scale();
+      result.skipped_steps = optimizer_->loss_scale().skipped();
+    }
     return result;
   }
 
@@ -201,19 +206,28 @@ TrainResult Trainer::run(const Callbacks& cb) {
 
     // The step every driver takes (step.hpp): this is replica 0 of one.
     model_->set_step_seed(step_seed(config_.seed, 0, step_));
-    const StepResult stepped = forward_backward(*model_, loss_, x, y, 1.0f / static_cast<float>(n), dout);
+    LossScale& loss_scale = optimizer_->loss_scale();
+    const StepResult stepped =
+        forward_backward(*model_, loss_, x, y, loss_scale.factor() / static_cast<float>(n), dout);
     // A diverged step is never applied: the parameters stay the last finite
-    // ones, which the checkpoint below keeps, and training stops.
+    // ones, which the checkpoint below keeps, and training stops. Under fp16
+    // an overflowing gradient only skips the step (loss_scale.hpp).
+    bool apply = true;
     try {
       check_loss_finite(stepped.loss_sum, step_ + 1);
-      check_gradient_finite(model_->gradients(), step_ + 1);
+      if (loss_scale.enabled())
+        apply = loss_scale.unscale(model_->gradients(), step_ + 1);
+      else
+        check_gradient_finite(model_->gradients(), step_ + 1);
     } catch (const NonFiniteError& e) {
       std::string message = e.what();
       if (checkpoints_ && last_saved_step_ != step_) message += "; the last finite state is in " + save_checkpoint();
       throw std::runtime_error(message);
     }
-    clip_gradient_norm(model_->gradients(), config_.optimizer.clip_norm);
-    optimizer_->step(model_->parameters(), model_->gradients(), lr);
+    if (apply) {
+      clip_gradient_norm(model_->gradients(), config_.optimizer.clip_norm);
+      optimizer_->step(model_->parameters(), model_->gradients(), lr);
+    }
     ++step_;
     cursor_ = batches.cursor();
     const double loss_sum = stepped.loss_sum;
@@ -266,6 +280,10 @@ TrainResult Trainer::run(const Callbacks& cb) {
     if (cb.on_checkpoint) cb.on_checkpoint(path, step_);
   }
   result.steps = step_;
+  if (optimizer_->loss_scale().enabled()) {
+    result.loss_scale = optimizer_->loss_scale().scale();
+    result.skipped_steps = optimizer_->loss_scale().skipped();
+  }
   result.wall_seconds = seconds_since(t_all);
   result.samples_per_s = train_seconds > 0 ? double(trained_examples) / train_seconds : 0;
   if (!result.epochs.empty() && !epoch_open && !result.stopped_early) {

@@ -23,6 +23,7 @@
 #include "models/data/epoch_plan.hpp"
 #include "models/data/load.hpp"
 #include "models/loss.hpp"
+#include "models/loss_scale.hpp"
 #include "models/model.hpp"
 #include "models/optimizer.hpp"
 #include "models/schedule.hpp"
@@ -67,6 +68,9 @@ struct TrainConfig {
   // mixed precision as PyTorch's autocast: fp32 master weights, optimizer
   // state, gradients on the wire and checkpoints). parse_precision checks it.
   std::string precision = "fp32";
+  // fp16's first loss scale (PyTorch's GradScaler init_scale); it halves on
+  // every overflow from there (loss_scale.hpp). A resume keeps the saved one.
+  double initial_loss_scale = LossScale::kInitial;
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = true;  // as the PyTorch anchor: full batches only
@@ -179,6 +183,10 @@ struct TrainResult {
   // Resumed from a checkpoint of a job that had already trained every epoch
   // (or reached max_steps): nothing was trained.
   bool already_finished = false;
+  // --precision fp16: the loss scale at the end and the steps its overflows
+  // skipped (over the whole run, resumes included); 0 and 0 otherwise.
+  double loss_scale = 0;
+  std::int64_t skipped_steps = 0;
 };
 
 class Trainer {

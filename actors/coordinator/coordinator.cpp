@@ -256,6 +256,8 @@ coordinator_actor_t::behavior_type coordinator_actor(Self* self, CoordinatorConf
           return ControlReply{400, e.what()};
         }
         if (self->state.finished) return ControlReply{409, "the job has finished"};
+        if (!self->state.config.sync_only.empty() && to.kind != Mode::Kind::sync)
+          return ControlReply{409, self->state.config.sync_only + ": a switch to " + text + " is refused"};
         auto rp = self->make_response_promise();
         enqueue(self, Action{ActionKind::switch_mode, to, rp});
         hurry(self);  // at the next step boundary, not after the grants handed out

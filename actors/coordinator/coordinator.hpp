@@ -187,6 +187,9 @@ struct CoordinatorConfig {
   models::Callbacks callbacks;
   // Elastic membership (cluster jobs; see "Membership views" above).
   bool elastic = false;
+  // Non-empty: the job cannot leave sync (fp16's loss scale), and a request
+  // to switch is refused with this reason.
+  std::string sync_only;
   std::int64_t dataset_examples = 0;  // n, for splitting the rest of an epoch
   std::int64_t batch = 1;             // per replica at the start
   bool drop_remainder = false;

@@ -73,6 +73,63 @@ TEST(Job, SyncOnTwoReplicasEqualsOneReplicaWithTheGlobalBatch) {
   EXPECT_LT(rel_diff(job.replica_parameters()[0], single.model().parameters().to_vector()), 1e-5);
 }
 
+// --precision fp16 in sync: every replica scales its loss's gradient by
+// the same loss scale and unscales the all-reduced sum, so from a scale far
+// too large for fp16 (2^40) both skip the same overflowing steps and halve
+// alike, as 1 replica of the global batch does (their checkpoints' loss
+// scale state is that run's). The parameters are not compared bitwise: a
+// half-width rounding flips where fp32 sums in another order (2 x 32 rows
+// against 64), and Adam carries the flips on (bf16 as much; fp32 matches to
+// 1e-5 above), so the test losses are. Async and ssp (and switches to them)
+// are refused: the scale needs the reduced gradient.
+TEST(Job, Fp16SyncSkipsTheSameOverflowsOnEveryReplicaAsOneReplicaDoes) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "troupe_job_fp16").string();
+  std::filesystem::remove_all(dir);
+  JobConfig two = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  two.train.precision = "fp16";
+  two.train.initial_loss_scale = std::ldexp(1.0, 40);
+  two.train.max_steps = 200;
+  two.train.checkpoint_dir = dir;
+  two.collect_replica_parameters = true;
+  Job job(two);
+  JobResult r = job.run();
+  expect_accounting(r);
+  EXPECT_EQ(r.sync_steps, 200);
+  ASSERT_EQ(job.replica_parameters().size(), 2u);
+  EXPECT_EQ(job.replica_parameters()[0], job.replica_parameters()[1]) << "replicas diverged";
+  const auto latest = checkpoint::Directory::existing(dir).latest();
+  ASSERT_TRUE(latest.has_value());
+  const checkpoint::State saved = checkpoint::read(*latest);
+
+  models::TrainConfig one = two.train;
+  one.batch = 64;
+  one.checkpoint_dir.clear();
+  models::Trainer single(one);
+  const models::TrainResult alone = single.run();
+  EXPECT_GT(alone.skipped_steps, 10);
+  EXPECT_LT(alone.skipped_steps, 60);
+  EXPECT_EQ(saved.optimizer.scalars.at("loss_scale_skipped"), double(alone.skipped_steps));
+  EXPECT_EQ(saved.optimizer.scalars.at("loss_scale"), alone.loss_scale);
+  EXPECT_EQ(saved.optimizer.scalars.at("steps"), double(200 - alone.skipped_steps));
+  EXPECT_NEAR(r.final.test_loss, alone.final.test_loss, 0.02 * alone.final.test_loss);
+  std::filesystem::remove_all(dir);
+
+  for (const char* mode : {"async", "ssp:2"}) {
+    JobConfig other = mlp_job({Device::cpu(0), Device::cpu(1)}, mode, 32);
+    other.train.precision = "fp16";
+    try {
+      Job refused(other);
+      ADD_FAILURE() << mode << ": no error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--precision fp16 trains in sync mode only"), std::string::npos) << e.what();
+    }
+  }
+  JobConfig switching = mlp_job({Device::cpu(0), Device::cpu(1)}, "sync", 32);
+  switching.train.precision = "fp16";
+  switching.switches = parse_switch_schedule("10:async");
+  EXPECT_THROW(Job{switching}, std::invalid_argument);
+}
+
 // Augmentation happens in the data-loader actors, keyed by (seed, epoch,
 // example): two replicas of 32 see the images one replica of 64 (the plain
 // trainer, which augments after gathering) sees, so training matches.
