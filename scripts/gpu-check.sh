@@ -220,23 +220,31 @@ fi
 
 # ---- 6. the gpt at nanoGPT's GPU shape, troupe and PyTorch ------------------
 # --layers 6 --heads 6 --width 384 --context 256 --batch 64 on the KJV, 200
-# steps each, fp32 (troupe's bf16 is not built yet); tokens/s over the
-# training steps, the validation loss. GPU_CHECK_GPT_STEPS=5000 makes it
-# nanoGPT's whole run (about 10 minutes each on an H100).
+# steps each: troupe in fp32, bf16 and fp16 (with its loss scale), PyTorch
+# in fp32 (the anchor has no autocast); tokens/s over the training steps,
+# the validation loss. GPU_CHECK_GPT_STEPS=5000 makes it nanoGPT's whole run
+# (about 10 minutes each on an H100); GPU_CHECK_GPT_PRECISIONS="fp32" runs
+# troupe's fp32 only.
 if [[ ${GPU_CHECK_QUICK:-0} != 1 && -f $here/data/kjv.txt.xz ]]; then
   kjv=$results/kjv.txt
   xz -dc "$here/data/kjv.txt.xz" > "$kjv" || note_failure "unpacking data/kjv.txt.xz"
   gpt_steps=${GPU_CHECK_GPT_STEPS:-200}
   gpt_flags=(--layers 6 --heads 6 --width 384 --context 256 --batch 64 --steps "$gpt_steps")
-  section "troupe gpt: troupe train --model gpt --data text:kjv.txt ${gpt_flags[*]} --devices cuda:0"
   troupe_gpt="-"
-  if timeout 1800 "$here/bin/troupe" train --model gpt --data "text:$kjv" "${gpt_flags[@]}" --devices cuda:0 \
-       --log-every 0 --summary-json "$results/gpt.json" > "$results/gpt.log" 2>&1; then
-    troupe_gpt=$("$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["tokens_per_s"]), "%.4f" % d["test_loss"])' "$results/gpt.json")
-    echo "  tokens/s, validation loss: $troupe_gpt"
-  else
-    note_failure "troupe gpt ($results/gpt.log)"; tail -5 "$results/gpt.log" | sed 's/^/  /'
-  fi
+  for precision in ${GPU_CHECK_GPT_PRECISIONS:-fp32 bf16 fp16}; do
+    section "troupe gpt: troupe train --model gpt --data text:kjv.txt ${gpt_flags[*]} --devices cuda:0 --precision $precision"
+    if timeout 1800 "$here/bin/troupe" train --model gpt --data "text:$kjv" "${gpt_flags[@]}" --devices cuda:0 \
+         --precision "$precision" --log-every 0 --summary-json "$results/gpt-$precision.json" \
+         > "$results/gpt-$precision.log" 2>&1; then
+      figures=$("$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["tokens_per_s"]), "%.4f" % d["test_loss"], d.get("skipped_steps"))' "$results/gpt-$precision.json")
+      echo "  tokens/s, validation loss, steps skipped by the loss scale: $figures"
+      [[ $precision == fp32 ]] && troupe_gpt=$figures
+      [[ $precision == bf16 ]] && troupe_gpt_bf16=$figures
+      [[ $precision == fp16 ]] && troupe_gpt_fp16=$figures
+    else
+      note_failure "troupe gpt $precision ($results/gpt-$precision.log)"; tail -5 "$results/gpt-$precision.log" | sed 's/^/  /'
+    fi
+  done
   section "PyTorch gpt: torch_gpt.py train kjv.txt 1 ${gpt_flags[*]} --device cuda"
   if timeout 1800 "$python" "$here/torch_gpt.py" train "$kjv" 1 "${gpt_flags[@]}" --device cuda > "$results/torch_gpt.log" 2>&1; then
     line=$(grep '^RESULT' "$results/torch_gpt.log"); echo "  $line"
@@ -244,6 +252,11 @@ if [[ ${GPU_CHECK_QUICK:-0} != 1 && -f $here/data/kjv.txt.xz ]]; then
     t_tps=${troupe_gpt%% *}
     [[ $t_tps =~ ^[0-9]+$ && $torch_tps =~ ^[0-9]+$ ]] &&
       awk -v t="$t_tps" -v p="$torch_tps" 'BEGIN { printf "gpt fp32: troupe / PyTorch = %.2fx tokens/s (goal >= 1)\n", t / p }'
+    for mixed in "bf16 ${troupe_gpt_bf16:-}" "fp16 ${troupe_gpt_fp16:-}"; do
+      read -r name tps _ <<<"$mixed"
+      [[ ${tps:-} =~ ^[0-9]+$ && $torch_tps =~ ^[0-9]+$ ]] &&
+        awk -v n="$name" -v t="$tps" -v p="$torch_tps" 'BEGIN { printf "gpt %s: troupe / PyTorch fp32 = %.2fx tokens/s (goal >= 1)\n", n, t / p }'
+    done
   else
     note_failure "PyTorch gpt ($results/torch_gpt.log)"; tail -5 "$results/torch_gpt.log" | sed 's/^/  /'
   fi
