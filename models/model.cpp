@@ -75,6 +75,16 @@ Model::Model(const ModelSpec& spec, Device device) : spec_(spec), device_(device
         const auto& owner = static_cast<const Embedding&>(*layers_[static_cast<std::size_t>(e.tie)].layer);
         tied->tie_to(owner.vocab());
       }
+      // A channels-first embedding gives [dim, length], which has a
+      // sequence's rank: positional_embedding would take its dimensions the
+      // wrong way round without a word.
+      if (dynamic_cast<const PositionalEmbedding*>(e.layer.get()) && e.inputs.at(0) >= 0) {
+        const auto& before = layers_[static_cast<std::size_t>(e.inputs.at(0))];
+        if (auto* emb = dynamic_cast<const Embedding*>(before.layer.get()); emb && !emb->channels_last())
+          throw std::invalid_argument("its input, layer " + std::to_string(e.inputs.at(0) + 1) + " '" + emb->spec() +
+                                      "', is channels-first [dim, length] (the text CNN's layout); give that "
+                                      "embedding layout=channels_last for a sequence [length, dim]");
+      }
       auto shape_of = [&](int k) { return k < 0 ? spec.input : layers_[static_cast<std::size_t>(k)].output; };
       if (e.merge) {
         std::vector<Shape> shapes;

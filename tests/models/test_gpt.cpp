@@ -127,6 +127,12 @@ TEST(TiedOutput, MistakesAreNamed) {
             "model 'm', layer 2 'tied_output': tied_output needs an embedding (token ids in) to tie to");
   EXPECT_EQ(build("input ids 4\nembedding vocab=9 dim=6 layout=channels_last\ndense units=5\ntied_output\n"),
             "model 'm', layer 3 'tied_output': tied_output takes width 5, but the embedding it ties to has dim 6");
+  // The text CNN's channels-first embedding [dim, length] has a sequence's
+  // rank; positional_embedding names it rather than mixing the two up.
+  EXPECT_EQ(build("input ids 4\nembedding vocab=9 dim=4\npositional_embedding\n"),
+            "model 'm', layer 2 'positional_embedding': its input, layer 1 'embedding vocab=9 dim=4', is "
+            "channels-first [dim, length] (the text CNN's layout); give that embedding layout=channels_last for a "
+            "sequence [length, dim]");
 }
 
 TEST(SpecVocabulary, ALanguageModelsBytesRoundTripThroughItsText) {
