@@ -403,6 +403,11 @@ void add_train_command(CLI::App& app, TrainOptions& o) {
                   "for GPUs, emulated at fp32's speed on CPU devices)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_option("--initial-loss-scale", c.initial_loss_scale,
+                  "fp16: the first dynamic loss scale (PyTorch's init_scale); it halves on every overflow and doubles "
+                  "after 2,000 finite steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--layers", c.zoo.layers, "gpt: transformer blocks (nanoGPT's n_layer)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();

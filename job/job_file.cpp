@@ -459,6 +459,8 @@ std::string to_job_text(const actors::JobConfig& c) {
     out << "color = " << (d.images.color == data::ImageColor::rgb ? "\"rgb\"" : "\"grey\"") << "\n";
   if (t.standardize) out << "standardize = true\n";
   if (t.precision != "fp32") out << "precision = " << quoted(t.precision) << "\n";
+  if (t.initial_loss_scale != models::LossScale::kInitial)
+    out << "initial_loss_scale = " << float_text(static_cast<float>(t.initial_loss_scale)) << "\n";
   const models::ZooSizes zoo_defaults;
   if (d.text.context != data::TextOptions{}.context) out << "context = " << d.text.context << "\n";
   if (t.zoo.layers != zoo_defaults.layers) out << "layers = " << t.zoo.layers << "\n";

@@ -244,6 +244,10 @@ const std::vector<Key>& keys() {
          }
          c.train.precision = v.text;
        }},
+      // fp16's first loss scale: part of the job, so every node's replicas
+      // start from the same one (the all-reduce sums gradients scaled alike).
+      {"", "initial_loss_scale", Type::floating,
+       [](const Value& v, C& c) { c.train.initial_loss_scale = as_float(v, 0, false); }},
       {"", "context", Type::integer,
        [](const Value& v, C& c) { c.train.data_options.text.context = as_int(v, 1, std::int64_t{1} << 20); }},
       {"", "layers", Type::integer, [](const Value& v, C& c) { c.train.zoo.layers = as_int(v, 1, 1024); }},

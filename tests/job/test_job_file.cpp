@@ -500,6 +500,7 @@ actors::JobConfig unusual_job() {
   t.checkpoint_every = 100;
   t.keep_last = 9;
   t.eval_batch = 250;
+  t.initial_loss_scale = 1024;
   c.mode = actors::Mode::parse("ssp:3");
   c.switches = actors::parse_switch_schedule("10:async,20:sync,30:ssp:1");
   c.prefetch = 5;
@@ -536,6 +537,7 @@ TEST(ClusterJobFile, RoundTrip) {
     EXPECT_EQ(b.checkpoint_every, a.checkpoint_every);
     EXPECT_EQ(b.keep_last, a.keep_last);
     EXPECT_EQ(b.eval_batch, a.eval_batch);
+    EXPECT_EQ(b.initial_loss_scale, a.initial_loss_scale);
     EXPECT_EQ(back.mode, c.mode);
     ASSERT_EQ(back.switches.size(), c.switches.size());
     for (std::size_t i = 0; i < c.switches.size(); ++i) {
@@ -553,6 +555,12 @@ TEST(ClusterJobFile, RoundTrip) {
   c.train.lr = 1e-3f;
   EXPECT_NE(to_job_text(c).find("lr = 0.001\n"), std::string::npos) << to_job_text(c);
   EXPECT_NE(to_job_text(c).find("momentum = 0.0\n"), std::string::npos);
+  // fp16's first loss scale is part of the job (every node starts from it),
+  // written only when it is not the default.
+  EXPECT_EQ(to_job_text(c).find("initial_loss_scale"), std::string::npos);
+  c.train.initial_loss_scale = 1024;
+  EXPECT_NE(to_job_text(c).find("initial_loss_scale = 1024.0\n"), std::string::npos) << to_job_text(c);
+  EXPECT_THROW(parse_job_text("initial_loss_scale = 0\n", "j.toml"), std::invalid_argument);
 }
 
 // fuzz/job_file found it (F4): a raw control character inside a string was
