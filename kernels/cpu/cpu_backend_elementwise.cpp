@@ -208,10 +208,29 @@ namespace {
 // softmax_xent does it: the vectorised maximum, exponentials written
 // straight into the output, their sum in double, one scaling pass; each
 // pass reads a row that is still in L1 or L2.
+//
+// The exponentials through libmvec's vector expf where it is there (as
+// GELU's above): the scalar expf was 3% of the gpt's training step, in its
+// attention's causal rows.
+void exp_shifted(std::size_t n, const float* x, float shift, float* out) {
+  std::size_t j = 0;
+#ifdef TROUPE_GELU_LANES
+  alignas(64) float arg[kGeluLanes];
+  for (; j + kGeluLanes <= n; j += kGeluLanes) {
+    for (std::size_t k = 0; k < kGeluLanes; ++k) arg[k] = x[j + k] - shift;
+    GeluVector v;
+    std::memcpy(&v, arg, sizeof v);
+    v = vector_exp(v);
+    std::memcpy(out + j, &v, sizeof v);
+  }
+#endif
+  for (; j < n; ++j) out[j] = std::exp(x[j] - shift);
+}
+
 void softmax_row(std::int64_t keys, std::int64_t n, const float* row, float* out) {
   const std::size_t cols = static_cast<std::size_t>(keys);
   const float max = row_max(keys, row);
-  for (std::size_t j = 0; j < cols; ++j) out[j] = std::exp(row[j] - max);
+  exp_shifted(cols, row, max, out);
   const float inv_sum = static_cast<float>(1.0 / sum_in_double(cols, out));
   for (std::size_t j = 0; j < cols; ++j) out[j] *= inv_sum;
   for (std::int64_t j = keys; j < n; ++j) out[j] = 0.0f;
@@ -261,7 +280,7 @@ void CpuBackend::softmax_xent(std::int64_t n, std::int64_t c, const float* logit
     double sum;
     if (dlogits) {
       float* drow = dlogits + i * c;
-      for (std::int64_t j = 0; j < c; ++j) drow[j] = std::exp(row[j] - max);
+      exp_shifted(static_cast<std::size_t>(c), row, max, drow);
       sum = sum_in_double(static_cast<std::size_t>(c), drow);
       const float factor = static_cast<float>(double(grad_scale) / sum);
       if (e != 0.0) {
