@@ -158,33 +158,26 @@ inline __m256 vector_exp(__m256 v) { return _ZGVdN8v_expf(v); }
 #ifdef TROUPE_GELU_LANES
 namespace {
 constexpr std::size_t kGeluLanes = TROUPE_GELU_LANES;
-// Phi(x) and phi(x) of kGeluLanes values (math/elementwise.hpp's formulas).
-inline void normal_cdf_pdf(const float* x, float* cdf, float* pdf) {
-  alignas(64) float arg[kGeluLanes], sq[kGeluLanes];
-  for (std::size_t k = 0; k < kGeluLanes; ++k) {
-    arg[k] = -x[k] * 0.70710678118654752f;
-    sq[k] = -0.5f * x[k] * x[k];
-  }
-  GeluVector a, b;
-  std::memcpy(&a, arg, sizeof a);
-  std::memcpy(&b, sq, sizeof b);
-  a = vector_erfc(a);
-  std::memcpy(cdf, &a, sizeof a);
-  if (pdf) {
-    b = vector_exp(b);
-    std::memcpy(pdf, &b, sizeof b);
-  }
+// GeluVector is GCC's vector type (__m512, __m256): its arithmetic is
+// elementwise, a scalar operand broadcast, so the formulas below are
+// math/elementwise.hpp's, a vector of lanes at a time, with no staging
+// arrays between the library calls.
+inline GeluVector load(const float* p) {
+  GeluVector v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+inline void store(float* p, GeluVector v) { std::memcpy(p, &v, sizeof v); }
 }  // namespace
 #endif
 
 void CpuBackend::gelu_forward(std::size_t n, const float* x, float* y) {
   std::size_t i = 0;
 #ifdef TROUPE_GELU_LANES
-  alignas(64) float cdf[kGeluLanes];
   for (; i + kGeluLanes <= n; i += kGeluLanes) {
-    normal_cdf_pdf(x + i, cdf, nullptr);
-    for (std::size_t k = 0; k < kGeluLanes; ++k) y[i + k] = x[i + k] * (0.5f * cdf[k]);
+    const GeluVector v = load(x + i);
+    const GeluVector cdf = vector_erfc(v * -0.70710678118654752f);  // 2 Phi(x)
+    store(y + i, v * (cdf * 0.5f));
   }
 #endif
   for (; i < n; ++i) y[i] = math::gelu(x[i]);
@@ -193,11 +186,11 @@ void CpuBackend::gelu_forward(std::size_t n, const float* x, float* y) {
 void CpuBackend::gelu_backward(std::size_t n, const float* x, const float* dy, float* dx) {
   std::size_t i = 0;
 #ifdef TROUPE_GELU_LANES
-  alignas(64) float cdf[kGeluLanes], pdf[kGeluLanes];
   for (; i + kGeluLanes <= n; i += kGeluLanes) {
-    normal_cdf_pdf(x + i, cdf, pdf);
-    for (std::size_t k = 0; k < kGeluLanes; ++k)
-      dx[i + k] = dy[i + k] * (0.5f * cdf[k] + x[i + k] * (0.39894228040143268f * pdf[k]));
+    const GeluVector v = load(x + i);
+    const GeluVector cdf = vector_erfc(v * -0.70710678118654752f);
+    const GeluVector pdf = vector_exp(v * v * -0.5f);  // sqrt(2 pi) phi(x)
+    store(dx + i, load(dy + i) * (cdf * 0.5f + v * (pdf * 0.39894228040143268f)));
   }
 #endif
   for (; i < n; ++i) dx[i] = math::gelu_grad(x[i], dy[i]);
@@ -215,14 +208,7 @@ namespace {
 void exp_shifted(std::size_t n, const float* x, float shift, float* out) {
   std::size_t j = 0;
 #ifdef TROUPE_GELU_LANES
-  alignas(64) float arg[kGeluLanes];
-  for (; j + kGeluLanes <= n; j += kGeluLanes) {
-    for (std::size_t k = 0; k < kGeluLanes; ++k) arg[k] = x[j + k] - shift;
-    GeluVector v;
-    std::memcpy(&v, arg, sizeof v);
-    v = vector_exp(v);
-    std::memcpy(out + j, &v, sizeof v);
-  }
+  for (; j + kGeluLanes <= n; j += kGeluLanes) store(out + j, vector_exp(load(x + j) - shift));
 #endif
   for (; j < n; ++j) out[j] = std::exp(x[j] - shift);
 }

@@ -27,9 +27,9 @@ void CpuBackend::layernorm_forward(std::int64_t rows, std::int64_t n, const floa
     float* yr = y + r * n;
     const double m = cpu::sum_in_double(cols, xr) / double(n);
     // The squares about the double mean: the float mean's rounding would
-    // otherwise enter the variance.
-    double sq = 0.0;
-    for (std::size_t j = 0; j < cols; ++j) sq += (double(xr[j]) - m) * (double(xr[j]) - m);
+    // otherwise enter the variance. In lanes: one running double sum was a
+    // chain of dependent adds, the gpt's LayerNorm's longest part.
+    const double sq = cpu::centered_sumsq_in_double(cols, xr, m);
     mean[r] = static_cast<float>(m);
     rstd[r] = static_cast<float>(1.0 / std::sqrt(sq / double(n) + double(eps)));
     const float mr = mean[r], sr = rstd[r];

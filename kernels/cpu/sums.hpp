@@ -37,8 +37,9 @@ inline double dot_in_double(std::size_t n, const float* a, const float* b) {
   return tail;
 }
 
-// Sum of (x[i] - mean)^2, the difference taken in double (exact for floats).
-inline double centered_sumsq_in_double(std::size_t n, const float* x, float mean) {
+// Sum of (x[i] - mean)^2, the difference taken in double (exact for a
+// float mean; LayerNorm passes its double one).
+inline double centered_sumsq_in_double(std::size_t n, const float* x, double mean) {
   const double m = mean;
   double lane[kLanes] = {};
   std::size_t i = 0;
