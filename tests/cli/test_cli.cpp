@@ -582,6 +582,31 @@ TEST(CliJob, TwoDevicesSwitchScheduleAndControlWithCtl) {
   EXPECT_CONTAINS(gone.output, "nothing is listening");
 }
 
+// --precision fp16 as a user runs it on a CPU: a note says it is emulated,
+// the summary gives the loss scale and the steps it skipped; a first scale
+// far too large for half skips steps; async is refused naming why (exit 2).
+TEST(Cli, Fp16OnACpuIsEmulatedWithANoteAndItsLossScaleIsInTheSummary) {
+  const std::string dir = temp("fp16");
+  fs::create_directories(dir);
+  Result r = troupe(
+      "train --model mlp --devices cpu:0 --steps 40 --precision fp16 --initial-loss-scale 1e12 "
+      "--log-every 0 --summary-json " +
+      dir + "/s.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "note: --precision fp16 on cpu:0 is emulated");
+  std::ifstream summary(dir + "/s.json");
+  const std::string json((std::istreambuf_iterator<char>(summary)), {});
+  EXPECT_CONTAINS(json, "\"precision\": \"fp16\"");
+  const auto skipped = json.find("\"skipped_steps\": ");
+  ASSERT_NE(skipped, std::string::npos) << json;
+  EXPECT_GT(std::atoi(json.c_str() + skipped + 17), 0) << json;
+  EXPECT_EQ(json.find("\"loss_scale\": null"), std::string::npos) << json;
+
+  r = troupe("train --model mlp --devices cpu:0,cpu:1 --mode async --precision fp16 --steps 5");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "--precision fp16 trains in sync mode only");
+}
+
 TEST(CliJob, MoreCpuDevicesThanCoresIsAWarning) {
   const unsigned cores = std::thread::hardware_concurrency();
   std::string devices;
