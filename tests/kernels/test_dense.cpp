@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/math/bf16.hpp"
+#include "kernels/math/precision.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ref/dense.hpp"
 #include "tests/kernels/harness.hpp"
@@ -70,6 +71,29 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsNaNInfinityAndSign) {
   EXPECT_TRUE(std::isnan(math::round_to_bf16(kNaN)));
   EXPECT_EQ(math::round_to_bf16(0x1.fffffep127f), std::numeric_limits<float>::infinity());  // rounds past the max
   EXPECT_TRUE(std::signbit(math::round_to_bf16(-0.0f)));
+}
+
+// IEEE half as --precision fp16 rounds (math/precision.hpp): to nearest,
+// ties to even, at the top of the range, in the subnormals and at zero.
+TEST(Fp16, RoundsToNearestEvenOverTheWholeRange) {
+  EXPECT_EQ(math::round_to_fp16(1.0f), 1.0f);
+  EXPECT_EQ(math::round_to_fp16(1.0f + 0x1.0p-11f), 1.0f);                           // a tie: to the even 1.0
+  EXPECT_EQ(math::round_to_fp16(1.0f + 0x1.8p-10f), 1.0f + 0x1.0p-9f);               // a tie: to the even 1 + 2^-9
+  EXPECT_EQ(math::round_to_fp16(1.0f + 0x1.2p-11f), 1.0f + 0x1.0p-10f);              // above the tie: up
+  EXPECT_EQ(math::round_to_fp16(65504.0f), 65504.0f);                                // the largest half
+  EXPECT_EQ(math::round_to_fp16(65519.0f), 65504.0f);                                // below the tie with 65536
+  EXPECT_EQ(math::round_to_fp16(65520.0f), std::numeric_limits<float>::infinity());  // the tie: to even, infinity
+  EXPECT_EQ(math::round_to_fp16(-1e6f), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(math::round_to_fp16(0x1.0p-14f), 0x1.0p-14f);  // the smallest normal
+  EXPECT_EQ(math::round_to_fp16(0x1.0p-24f), 0x1.0p-24f);  // the smallest subnormal
+  EXPECT_EQ(math::round_to_fp16(0x1.8p-24f), 0x1.0p-23f);  // a subnormal tie: to even
+  EXPECT_EQ(math::round_to_fp16(0x1.0p-25f), 0.0f);        // half the smallest: to even, zero
+  EXPECT_EQ(math::round_to_fp16(0x1.2p-25f), 0x1.0p-24f);
+  EXPECT_EQ(math::round_to_fp16(3.0e-5f), 0x1.f7p-16f);  // a subnormal, rounded
+  EXPECT_TRUE(std::signbit(math::round_to_fp16(-0.0f)));
+  EXPECT_TRUE(std::isnan(math::round_to_fp16(kNaN)));
+  EXPECT_EQ(math::round_to_fp16(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(math::round_to_fp16(0.1f), 0x1.998p-4f);
 }
 
 // --precision bf16's and fp16's matmuls: every backend rounds A and B to
