@@ -78,7 +78,7 @@ struct ThreadState {
   // shape seen: a thread runs one convolution at a time, so every cached
   // primitive shares them.
   std::vector<float> scratch[3];
-  std::vector<float> rounded[2];  // the bf16 fallback's rounded inputs
+  std::vector<float> rounded[2];  // the fallback's rounded inputs (fp16; bf16 where oneDNN has none)
 };
 
 ThreadState& thread_state() {
@@ -92,7 +92,7 @@ struct Descs {
 };
 
 // Which of x, w and y are bfloat16: a direction's two inputs under
-// Conv2dShape::bf16 (its output stays f32).
+// --precision bf16 (Conv2dShape::precision; its output stays f32).
 struct Bf16 {
   bool x = false, w = false, y = false;
 };

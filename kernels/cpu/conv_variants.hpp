@@ -4,7 +4,7 @@
 // one CpuBackend calls for each direction is recorded, with the figures, at
 // the top of cpu_backend_dense.cpp. Arguments and results are exactly those
 // of the Backend methods of the same names, except that the im2col variants
-// compute in fp32 whatever Conv2dShape::bf16 says (the oneDNN ones honour it).
+// compute in fp32 whatever Conv2dShape::precision says (the oneDNN ones honour it).
 #pragma once
 
 #include "kernels/backend.hpp"

@@ -46,7 +46,7 @@ TEST(Trainer, ShortMlpRunLearnsFashionMnist) {
 }
 
 // --precision bf16 on the residual network: its convolutions and its dense
-// layer in bf16 (Conv2dShape::bf16, GemmShape::bf16), BatchNorm and the loss
+// layer in bf16 (Conv2dShape and GemmShape precision), BatchNorm and the loss
 // in fp32; 300 steps of its recipe (a batch of 128: at a batch of 32 the
 // test loss after 300 steps is too noisy to compare) reach fp32's test loss
 // within 2%, and the parameters
