@@ -15,6 +15,7 @@
 
 #include "models/data/error.hpp"
 #include "models/data/file_bytes.hpp"
+#include "util/openssl_init.hpp"
 
 extern char** environ;
 
@@ -46,6 +47,7 @@ std::string hex(std::uint8_t byte) {
 }  // namespace
 
 std::string sha256_hex(const std::string& bytes) {
+  util::init_openssl();
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int size = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1)

@@ -10,6 +10,7 @@
 
 #include "net/crypto/crypto.hpp"
 #include "net/crypto/openssl_error.hpp"
+#include "util/openssl_init.hpp"
 
 namespace troupe::net {
 
@@ -50,6 +51,7 @@ void make_nonce(std::uint64_t number, unsigned char iv[12]) {
 }  // namespace
 
 AeadCipher::AeadCipher(std::string_view key) : ctx_(std::make_unique<Context>()) {
+  util::init_openssl();
   if (key.size() != kAeadKeyBytes)
     throw std::invalid_argument("an AES-256-GCM key has " + std::to_string(kAeadKeyBytes) + " bytes, not " +
                                 std::to_string(key.size()));

@@ -1,6 +1,7 @@
 #include "net/crypto/crypto.hpp"
 
 #include "net/crypto/openssl_error.hpp"
+#include "util/openssl_init.hpp"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -45,6 +46,7 @@ struct Sha256::Context {
 };
 
 Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
+  util::init_openssl();
   ctx_->md = EVP_MD_CTX_new();
   if (ctx_->md == nullptr) openssl_fail("EVP_MD_CTX_new");
   if (EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1) openssl_fail("EVP_DigestInit_ex(sha256)");
@@ -66,6 +68,7 @@ std::string Sha256::finish() {
 }
 
 std::string sha256(std::string_view bytes) {
+  util::init_openssl();
   std::string out(32, '\0');
   unsigned int n = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), reinterpret_cast<unsigned char*>(out.data()), &n, EVP_sha256(), nullptr) !=
@@ -79,6 +82,7 @@ std::string sha256(std::string_view bytes) {
 // HMAC and HKDF.
 
 std::string hmac_sha256(std::string_view key, std::string_view message) {
+  util::init_openssl();
   if (key.size() > static_cast<std::size_t>(INT_MAX)) throw std::invalid_argument("HMAC key larger than 2 GiB");
   std::string out(EVP_MAX_MD_SIZE, '\0');
   unsigned int n = 0;
@@ -92,6 +96,7 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
 }
 
 std::string hkdf_sha256(std::string_view key, std::string_view salt, std::string_view info, std::size_t length) {
+  util::init_openssl();
   if (length == 0 || length > 255 * 32)
     throw std::invalid_argument("HKDF-SHA256 output of " + std::to_string(length) + " bytes (1 to 8160)");
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr);
@@ -132,6 +137,7 @@ std::string to_hex(std::string_view bytes) {
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
+  util::init_openssl();
   return a.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
@@ -139,6 +145,7 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 // predict a nonce can obtain an answer to it in advance and replay it.
 // RAND_bytes is OpenSSL's DRBG, seeded from the kernel's getrandom(2).
 std::string random_bytes(std::size_t count) {
+  util::init_openssl();
   std::string out(count, '\0');
   std::size_t done = 0;
   while (done < count) {

@@ -2,8 +2,10 @@
 // (OpenSSL) against the published vectors, random bytes, the secret, the mutual handshake, loopback detection.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -29,6 +31,22 @@ TEST(ClusterSha256, FipsVectors) {
             "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
   EXPECT_EQ(hex_of(sha256(std::string(1000000, 'a'))),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// A thread that hashes while the process exits (a detached device actor
+// fingerprinting its replica as the job ends) still hashes, and under ASan
+// leaves no leak of OpenSSL's per-thread state: the process is the helper
+// tests/net/openssl_exit/thread_ends_at_exit.cpp.
+TEST(ClusterSha256, AThreadThatEndsWhileTheProcessExitsHashesAndLeaksNothing) {
+  FILE* p = popen("timeout 60 " OPENSSL_THREAD_ENDS_AT_EXIT " 2>&1", "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_EQ(out, "");
 }
 
 TEST(ClusterSha256, IncrementalUpdatesMatchOneShot) {
