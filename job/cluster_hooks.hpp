@@ -1,5 +1,5 @@
 // What a cluster adds to a job on its coordinator node, in three narrow
-// interfaces (cluster/coordinator_node.cpp implements all three; a
+// interfaces (cluster/coordinator_cluster.hpp implements all three; a
 // single-host job has none). Job::run calls every method on run()'s
 // thread, the one that talks to the nodes (its scoped actor `self`).
 //

@@ -12,7 +12,7 @@
 //                                    local group per GPU under an NCCL group of
 //                                    leaders) are not built yet
 //
-// Across hosts (cluster/coordinator_node.cpp, worker_node.cpp) the
+// Across hosts (cluster/coordinator_views.cpp, worker_node.cpp) the
 // coordinator decides once per view, with choose_across_nodes below:
 //
 //   every node cuda: only, one replica per GPU,

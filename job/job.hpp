@@ -145,8 +145,12 @@ class Job {
   // requests then wait for training to start instead of being refused, so a
   // `troupe ctl mode async` sent right after launching a job is not lost.
   bool starting_ = false, running_ = false;
+  // The coordinator is running: control requests go to a control front
+  // over it (those waiting go first).
+  void open_control(caf::actor_system& system, const coordinator_actor_t& coordinator, const caf::actor& listener);
   // Answers every pending control request with `why` and accepts no more.
   void close_control(const std::string& why);
+  friend class JobRun;  // job_run.hpp: one run's phases
   std::deque<ControlRequestPtr> control_requests_;
   control_front_t control_front_;  // while running_
 };
