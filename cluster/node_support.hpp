@@ -1,4 +1,4 @@
-// What both sides of a cluster share (cluster/coordinator_node.cpp,
+// What both sides of a cluster share (cluster/coordinator_cluster.hpp,
 // cluster/worker_node.cpp, actors/membership.cpp): remoting settings, the
 // data-plane socket, node names and the log.
 #pragma once
